@@ -1,0 +1,34 @@
+# Two commands are all a fresh machine needs: `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test lint demo bench crds venv clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/opsmanager crds --check
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check opsmanager webhooks tests e2e
+
+crds: $(STAMP)
+	$(BIN)/opsmanager crds --out crds/
+
+demo: $(STAMP)
+	$(BIN)/opsmanager demo
+
+bench: $(STAMP)
+	$(BIN)/opsmanager bench --json docs/benchmarks.json
+
+clean:
+	rm -rf $(VENV) .sandbox .pytest_cache

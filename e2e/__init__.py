@@ -1,0 +1,1 @@
+"""End-to-end scenarios, the demo and the benchmarks."""

@@ -1,0 +1,5 @@
+import sys
+
+from opsmanager.cli import main
+
+sys.exit(main())

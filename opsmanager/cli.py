@@ -1,0 +1,50 @@
+"""The ``opsmanager`` command: one entry point, each subcommand implemented (and parsed) in its own module.
+
+The table below maps a subcommand to ``module:function``; the function receives the remaining argv and returns
+an exit code. Modules are imported only when their command runs, so ``opsmanager crds`` does not import grpc
+or the sandbox.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "crds": ("opsmanager.api.crdgen:main", "generate CRDs from the API models (--out DIR, --check)"),
+    "webhook": ("webhooks.server:main", "admission webhook server (webhook serve --port P --tls-cert F --tls-key F)"),
+    "sandbox": ("opsmanager.sandbox.cli:main", "the local sandbox (sandbox up [--dir .sandbox])"),
+    "run": ("opsmanager.operator:main", "run the operator (kopf) against a kubeconfig"),
+    "demo": ("e2e.demo:main", "sandbox up, then add TLS, rotate, change issuer, remove TLS on a live cluster"),
+    "bench": ("e2e.bench:main", "benchmarks against naive baselines (--scenario NAME, --json PATH)"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: opsmanager COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<10} {help_}" for name, (_, help_) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def _load(target: str) -> Callable[[Sequence[str]], int]:
+    module_name, func_name = target.split(":")
+    module = importlib.import_module(module_name)
+    func: Callable[[Sequence[str]], int] = getattr(module, func_name)
+    return func
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command not in COMMANDS:
+        print(f"opsmanager: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    return int(_load(COMMANDS[command][0])(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""Certificates and keys: make them, read them, check that a key belongs to a certificate.
+
+One module for X.509 so every part of the project — the sandbox's cert-manager, the etcd test fixtures, the
+webhook's serving certificate, the ops engine's "is this material complete?" check — builds and inspects
+certificates the same way. Keys are ECDSA P-256 by default: fast to make on a 2-core machine and accepted by
+etcd, Go's TLS stack and Python's ssl.
+
+Nothing here logs or returns a private key except as the explicit ``key_pem`` of a :class:`KeyPair`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import ipaddress
+from collections.abc import Iterable, Sequence
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+Usage = str  # "server auth" | "client auth" (cert-manager's spelling) or "server" | "client"
+
+_EKU = {
+    "server": ExtendedKeyUsageOID.SERVER_AUTH,
+    "server auth": ExtendedKeyUsageOID.SERVER_AUTH,
+    "client": ExtendedKeyUsageOID.CLIENT_AUTH,
+    "client auth": ExtendedKeyUsageOID.CLIENT_AUTH,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyPair:
+    """A PEM certificate (possibly followed by its chain) and its PEM private key."""
+
+    cert_pem: bytes
+    key_pem: bytes
+
+    def __repr__(self) -> str:  # never print the key
+        return f"KeyPair(cert={cert_info(self.cert_pem).subject!r}, key=<redacted>)"
+
+
+@dataclasses.dataclass(frozen=True)
+class CertInfo:
+    """What an operator needs to know about a certificate; safe to log and to put into status."""
+
+    serial: int
+    fingerprint_sha256: str
+    subject: str
+    common_name: str
+    issuer: str
+    not_before: datetime.datetime
+    not_after: datetime.datetime
+    dns_names: tuple[str, ...]
+    ip_addresses: tuple[str, ...]
+    is_ca: bool
+
+    @property
+    def serial_hex(self) -> str:
+        return format(self.serial, "x")
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _new_key(algorithm: str = "ECDSA") -> ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey:
+    if algorithm.upper() == "RSA":
+        return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey, encoding: str = "PKCS8") -> bytes:
+    fmt = serialization.PrivateFormat.PKCS8
+    if encoding.upper() == "PKCS1":
+        fmt = serialization.PrivateFormat.TraditionalOpenSSL
+    return key.private_bytes(serialization.Encoding.PEM, fmt, serialization.NoEncryption())
+
+
+def _name(common_name: str, organizations: Sequence[str] = (), org_units: Sequence[str] = ()) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+    attrs += [x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, u) for u in org_units]
+    if common_name:
+        attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    return x509.Name(attrs)
+
+
+def make_ca(
+    common_name: str = "opsmanager-ca",
+    *,
+    duration: datetime.timedelta = datetime.timedelta(days=3650),
+    organizations: Sequence[str] = (),
+) -> KeyPair:
+    """A self-signed CA certificate (CA:TRUE, keyCertSign, cRLSign)."""
+    key = _new_key()
+    subject = _name(common_name, organizations)
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + duration)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def make_leaf(
+    ca: KeyPair,
+    common_name: str,
+    *,
+    dns_names: Iterable[str] = (),
+    ip_addresses: Iterable[str] = (),
+    uris: Iterable[str] = (),
+    emails: Iterable[str] = (),
+    usages: Iterable[Usage] = ("server", "client"),
+    duration: datetime.timedelta = datetime.timedelta(days=90),
+    organizations: Sequence[str] = (),
+    org_units: Sequence[str] = (),
+    serial: int | None = None,
+    is_ca: bool = False,
+    key_algorithm: str = "ECDSA",
+    key_encoding: str = "PKCS8",
+) -> KeyPair:
+    """A certificate signed by ``ca`` with the given SANs and extended key usages."""
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
+    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
+    key = _new_key(key_algorithm)
+    now = _now()
+    sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dict.fromkeys(dns_names)]
+    sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in dict.fromkeys(ip_addresses)]
+    sans += [x509.UniformResourceIdentifier(u) for u in uris]
+    sans += [x509.RFC822Name(e) for e in emails]
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(common_name, organizations, org_units))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(serial if serial is not None else x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + duration)
+        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=key_algorithm == "RSA",
+                data_encipherment=False, key_agreement=False, key_cert_sign=is_ca, crl_sign=is_ca,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()),  # type: ignore[arg-type]
+            critical=False,
+        )
+    )
+    ekus = list(dict.fromkeys(_EKU[u] for u in usages if u in _EKU))
+    if ekus:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(ekus), critical=False)
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key, key_encoding))
+
+
+def split_pem(data: bytes) -> list[bytes]:
+    """Split a PEM bundle into its certificates (each ending in a newline)."""
+    out: list[bytes] = []
+    marker = b"-----END CERTIFICATE-----"
+    for chunk in data.split(marker)[:-1]:
+        start = chunk.find(b"-----BEGIN CERTIFICATE-----")
+        if start >= 0:
+            out.append(chunk[start:] + marker + b"\n")
+    return out
+
+
+def bundle(*pems: bytes) -> bytes:
+    """Concatenate PEM certificates into one trust bundle, dropping exact duplicates, order kept."""
+    seen: dict[bytes, None] = {}
+    for pem in pems:
+        for cert in split_pem(pem):
+            seen.setdefault(cert.strip() + b"\n")
+    return b"".join(seen)
+
+
+def cert_info(pem_or_der: bytes) -> CertInfo:
+    """Parse the first certificate of a PEM (or a DER blob) into a :class:`CertInfo`."""
+    if pem_or_der.lstrip().startswith(b"-----"):
+        cert = x509.load_pem_x509_certificate(split_pem(pem_or_der)[0] if b"END CERT" in pem_or_der else pem_or_der)
+    else:
+        cert = x509.load_der_x509_certificate(pem_or_der)
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        dns = tuple(san.get_values_for_type(x509.DNSName))
+        ips = tuple(str(i) for i in san.get_values_for_type(x509.IPAddress))
+    except x509.ExtensionNotFound:
+        dns, ips = (), ()
+    try:
+        is_ca = bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except x509.ExtensionNotFound:
+        is_ca = False
+    cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return CertInfo(
+        serial=cert.serial_number,
+        fingerprint_sha256=hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest(),
+        subject=cert.subject.rfc4514_string(),
+        common_name=str(cns[0].value) if cns else "",
+        issuer=cert.issuer.rfc4514_string(),
+        not_before=cert.not_valid_before_utc,
+        not_after=cert.not_valid_after_utc,
+        dns_names=dns,
+        ip_addresses=ips,
+        is_ca=is_ca,
+    )
+
+
+def key_matches_cert(cert_pem: bytes, key_pem: bytes) -> bool:
+    """True when ``key_pem`` is the private key of the first certificate in ``cert_pem``. Never raises."""
+    try:
+        cert = x509.load_pem_x509_certificate(split_pem(cert_pem)[0])
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError, IndexError):
+        return False
+    fmt = serialization.PublicFormat.SubjectPublicKeyInfo
+    return bool(
+        cert.public_key().public_bytes(serialization.Encoding.DER, fmt)
+        == key.public_key().public_bytes(serialization.Encoding.DER, fmt)
+    )
+
+
+def signed_by(cert_pem: bytes, ca_pem: bytes) -> bool:
+    """True when the first certificate of ``cert_pem`` is directly signed by one of the CAs in ``ca_pem``."""
+    try:
+        cert = x509.load_pem_x509_certificate(split_pem(cert_pem)[0])
+        cas = [x509.load_pem_x509_certificate(c) for c in split_pem(ca_pem)]
+    except (ValueError, IndexError):
+        return False
+    for ca in cas:
+        try:
+            cert.verify_directly_issued_by(ca)
+            return True
+        except (ValueError, TypeError, Exception):  # InvalidSignature is not a ValueError
+            continue
+    return False

@@ -1,0 +1,1 @@
+"""opsmanager.sandbox"""

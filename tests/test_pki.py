@@ -1,0 +1,46 @@
+"""opsmanager.pki: certificates made with the right names and usages, keys matched, bundles de-duplicated."""
+
+from __future__ import annotations
+
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from opsmanager import pki
+
+
+def test_leaf_carries_sans_usages_and_is_signed_by_its_ca() -> None:
+    ca = pki.make_ca("test-ca")
+    leaf = pki.make_leaf(ca, "etcd-0", dns_names=["a.svc", "*.b.svc"], ip_addresses=["127.0.0.1"])
+    info = pki.cert_info(leaf.cert_pem)
+    assert info.common_name == "etcd-0"
+    assert info.dns_names == ("a.svc", "*.b.svc")
+    assert info.ip_addresses == ("127.0.0.1",)
+    assert not info.is_ca and pki.cert_info(ca.cert_pem).is_ca
+    eku = x509.load_pem_x509_certificate(leaf.cert_pem).extensions.get_extension_for_class(x509.ExtendedKeyUsage)
+    assert set(eku.value) == {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH}
+    assert pki.signed_by(leaf.cert_pem, ca.cert_pem)
+    assert not pki.signed_by(leaf.cert_pem, pki.make_ca("other").cert_pem)
+
+
+def test_key_match_detects_a_foreign_key_and_garbage() -> None:
+    ca = pki.make_ca()
+    a, b = pki.make_leaf(ca, "a"), pki.make_leaf(ca, "b")
+    assert pki.key_matches_cert(a.cert_pem, a.key_pem)
+    assert not pki.key_matches_cert(a.cert_pem, b.key_pem)
+    assert not pki.key_matches_cert(b"not a cert", a.key_pem)
+    assert not pki.key_matches_cert(a.cert_pem, b"")
+
+
+def test_bundle_keeps_order_and_drops_duplicates() -> None:
+    one, two = pki.make_ca("one"), pki.make_ca("two")
+    b = pki.bundle(one.cert_pem, two.cert_pem, one.cert_pem)
+    parts = pki.split_pem(b)
+    assert len(parts) == 2
+    assert pki.cert_info(parts[0]).common_name == "one"
+    assert pki.cert_info(parts[1]).common_name == "two"
+    assert pki.signed_by(pki.make_leaf(two, "x").cert_pem, b)
+
+
+def test_keypair_repr_never_shows_the_key() -> None:
+    kp = pki.make_ca("secretive")
+    assert "PRIVATE" not in repr(kp) and "redacted" in repr(kp)

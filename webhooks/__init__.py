@@ -1,0 +1,1 @@
+"""Admission webhooks for Etcd and EtcdOpsRequest: pure validation (validation.py) and the HTTPS server (server.py)."""
