@@ -1,0 +1,86 @@
+"""The rolling-restart decision: followers first (most lagged first), leader last after MoveLeader, never disrupt
+a cluster that is not at rest, and re-deriving the decision after a crash never restarts a member twice."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from opsmanager.ops.rollout import ActionKind, MemberView, next_action
+
+
+def three(leader: str = "db-1", up: tuple[str, ...] = ()) -> list[MemberView]:
+    return [
+        MemberView(pod=pod, member_id=100 + i, up_to_date=pod in up, is_leader=pod == leader, applied_index=50 + i)
+        for i, pod in enumerate(("db-0", "db-1", "db-2"))
+    ]
+
+
+def test_followers_go_first_most_lagged_first() -> None:
+    action = next_action(three(leader="db-2"), expected_voters=3)
+    assert (action.kind, action.pod) == (ActionKind.RESTART, "db-0")
+    members = three(leader="db-2")
+    members[0] = dataclasses.replace(members[0], applied_index=99)
+    assert next_action(members, 3).pod == "db-1"
+
+
+def test_leader_last_after_moving_leadership_to_the_most_caught_up_updated_follower() -> None:
+    members = three(leader="db-1", up=("db-0", "db-2"))
+    members[0] = dataclasses.replace(members[0], applied_index=70)
+    action = next_action(members, 3)
+    assert action.kind is ActionKind.MOVE_LEADER
+    assert (action.pod, action.target_pod, action.target_id) == ("db-1", "db-0", 100)
+
+
+def test_after_the_move_the_old_leader_is_restarted_then_done() -> None:
+    moved = three(leader="db-0", up=("db-0", "db-2"))
+    assert (next_action(moved, 3).kind, next_action(moved, 3).pod) == (ActionKind.RESTART, "db-1")
+    assert next_action(three(leader="db-0", up=("db-0", "db-1", "db-2")), 3).kind is ActionKind.DONE
+
+
+def test_waits_while_a_restarted_member_is_missing_or_recovering() -> None:
+    gone = MemberView(pod="db-0", member_id=None, up_to_date=True, exists=False, ready=False)
+    assert next_action([gone, *three()[1:]], 3).kind is ActionKind.WAIT
+    slow = MemberView(pod="db-0", member_id=100, up_to_date=True, healthy=False)
+    assert next_action([slow, *three()[1:]], 3).kind is ActionKind.WAIT
+
+
+def test_refuses_a_cluster_that_is_not_at_rest() -> None:
+    sick = MemberView(pod="db-0", member_id=100, up_to_date=False, ready=False)
+    assert next_action([sick, *three()[1:]], 3).kind is ActionKind.REFUSE
+    learner = dataclasses.replace(three()[0], is_learner=True)
+    assert next_action([learner, *three()[1:]], 3).kind is ActionKind.REFUSE
+    assert next_action(three()[:2], 3).kind is ActionKind.REFUSE
+    assert next_action([], 3).kind is ActionKind.REFUSE
+
+
+def test_single_member_restarts_in_place() -> None:
+    solo = [MemberView(pod="db-0", member_id=1, up_to_date=False, is_leader=True)]
+    action = next_action(solo, 1)
+    assert (action.kind, action.pod) == (ActionKind.RESTART, "db-0")
+    assert "downtime" in action.reason
+
+
+@given(
+    leader=st.integers(0, 2),
+    up=st.sets(st.integers(0, 2)),
+    indexes=st.lists(st.integers(0, 1000), min_size=3, max_size=3),
+)
+def test_never_restarts_the_leader_of_a_multi_member_cluster_nor_an_updated_member(
+    leader: int, up: set[int], indexes: list[int]
+) -> None:
+    members = [
+        MemberView(pod=f"db-{i}", member_id=i + 1, up_to_date=i in up, is_leader=i == leader,
+                   applied_index=indexes[i])
+        for i in range(3)
+    ]
+    action = next_action(members, 3)
+    if action.kind is ActionKind.RESTART:
+        victim = next(m for m in members if m.pod == action.pod)
+        assert not victim.is_leader and not victim.up_to_date
+    if action.kind is ActionKind.MOVE_LEADER:
+        assert all(m.up_to_date for m in members if not m.is_leader) or action.target_pod is not None
+        assert action.target_pod != action.pod
+    assert (action.kind is ActionKind.DONE) == (len(up) == 3)
