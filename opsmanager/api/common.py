@@ -1,0 +1,254 @@
+"""Pieces shared by both kinds: the model base class, object metadata, cert-manager references, conditions.
+
+Every model is pydantic v2 with camelCase aliases, so a Kubernetes object dict parses as is
+(``Etcd.model_validate(obj)``) and dumps back with :func:`to_dict`. The field descriptions are not decoration:
+they flow into the CRD schema (``opsmanager crds``) and into ``docs/api.md``.
+
+Spec models forbid unknown fields, so a typo (``issuerref``) is an error naming the field rather than a silently
+ignored setting. Metadata allows unknown fields (uid, managedFields, ...), so objects read back from the API
+round-trip. Timestamps stay RFC 3339 strings, exactly as the API returns them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from typing import Annotated, Any, Literal
+
+import pydantic
+from pydantic import alias_generators
+
+# --- Go-style durations ----------------------------------------------------------------------------------------
+
+_UNITS: dict[str, float] = {
+    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
+}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+# The pattern also goes into the CRD, so the API server rejects "10 minutes" before any webhook runs.
+DURATION_PATTERN = r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$"
+
+
+def parse_duration(text: str) -> datetime.timedelta:
+    """Parse a Go ``time.Duration`` string (``10m``, ``90s``, ``1h30m``, ``1.5h``, ``250ms``) into a timedelta.
+
+    Raises ``ValueError`` naming the bad input and the accepted form. A bare ``0`` is accepted as Go does; signs
+    are not (a negative timeout makes no sense here).
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"duration must be a string such as '10m' or '1h30m', got {type(text).__name__}")
+    if text == "0":
+        return datetime.timedelta(0)
+    pos, seconds = 0, 0.0
+    while pos < len(text):
+        match = _PART.match(text, pos)
+        if match is None:
+            break
+        seconds += float(match.group(1)) * _UNITS[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise ValueError(
+            f"invalid duration {text!r}: use a Go duration such as '90s', '10m' or '1h30m' "
+            "(units ns, us, ms, s, m, h)"
+        )
+    return datetime.timedelta(seconds=seconds)
+
+
+def format_duration(delta: datetime.timedelta) -> str:
+    """Format a timedelta the way Go prints a Duration, for whole seconds: ``1h30m0s``, ``10m0s``, ``45s``."""
+    total = int(delta.total_seconds())
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+def _check_duration(text: str) -> str:
+    parse_duration(text)
+    return text
+
+
+def _check_positive_duration(text: str) -> str:
+    if parse_duration(text) <= datetime.timedelta(0):
+        raise ValueError(f"duration {text!r} must be greater than zero")
+    return text
+
+
+Duration = Annotated[
+    str,
+    pydantic.AfterValidator(_check_duration),
+    pydantic.Field(json_schema_extra={"pattern": DURATION_PATTERN}),
+]
+PositiveDuration = Annotated[
+    str,
+    pydantic.AfterValidator(_check_positive_duration),
+    pydantic.Field(json_schema_extra={"pattern": DURATION_PATTERN}),
+]
+
+# A Kubernetes resource.Quantity: "1Gi", "500m" or a plain integer. int-or-string in the CRD.
+Quantity = Annotated[
+    int | str,
+    pydantic.Field(json_schema_extra={"x-kubernetes-int-or-string": True}),
+]
+
+# --- base classes ----------------------------------------------------------------------------------------------
+
+
+class Model(pydantic.BaseModel):
+    """Base of every spec model: camelCase aliases, unknown fields rejected, dumps by alias."""
+
+    model_config = pydantic.ConfigDict(
+        alias_generator=alias_generators.to_camel,
+        populate_by_name=True,
+        serialize_by_alias=True,
+        extra="forbid",
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready dict: camelCase keys, unset optional fields left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class OpenModel(Model):
+    """A model that keeps fields it does not know (metadata, status written by newer code)."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+
+
+def to_dict(model: pydantic.BaseModel) -> dict[str, Any]:
+    """Dump any of our models back to a Kubernetes object dict (camelCase, no ``None`` fields)."""
+    return model.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+# --- metadata --------------------------------------------------------------------------------------------------
+
+
+class ObjectMeta(OpenModel):
+    """The subset of ``metav1.ObjectMeta`` the operator reads; other metadata fields are kept as they are."""
+
+    name: str | None = pydantic.Field(default=None, description="Name of the object, unique in its namespace.")
+    namespace: str | None = pydantic.Field(default=None, description="Namespace of the object.")
+    uid: str | None = pydantic.Field(default=None, description="UID assigned by the API server.")
+    resource_version: str | None = pydantic.Field(
+        default=None, description="Opaque version used for optimistic concurrency."
+    )
+    generation: int | None = pydantic.Field(default=None, description="Incremented on every change of spec.")
+    creation_timestamp: str | None = pydantic.Field(default=None, description="RFC 3339 creation time.")
+    deletion_timestamp: str | None = pydantic.Field(default=None, description="RFC 3339 time deletion began.")
+    labels: dict[str, str] | None = pydantic.Field(default=None, description="Labels of the object.")
+    annotations: dict[str, str] | None = pydantic.Field(default=None, description="Annotations of the object.")
+    finalizers: list[str] | None = pydantic.Field(default=None, description="Finalizers blocking deletion.")
+    owner_references: list[dict[str, Any]] | None = pydantic.Field(
+        default=None, description="Owners of the object."
+    )
+
+
+class LocalObjectReference(Model):
+    """A reference to an object in the same namespace."""
+
+    name: str = pydantic.Field(min_length=1, description="Name of the referenced object.")
+
+
+# --- cert-manager references -----------------------------------------------------------------------------------
+
+
+class IssuerRef(Model):
+    """The cert-manager issuer that signs the certificates (``TypedLocalObjectReference``)."""
+
+    api_group: str = pydantic.Field(
+        default="cert-manager.io", description="API group of the issuer; cert-manager's is `cert-manager.io`."
+    )
+    kind: Literal["Issuer", "ClusterIssuer"] = pydantic.Field(
+        default="Issuer",
+        description="`Issuer` (namespaced, same namespace as the Etcd) or `ClusterIssuer` (cluster-wide).",
+    )
+    name: str = pydantic.Field(min_length=1, description="Name of the issuer.")
+
+
+class X509Subject(Model):
+    """Subject fields of an X.509 certificate, as in cert-manager's ``X509Subject``."""
+
+    organizations: list[str] | None = pydantic.Field(default=None, description="Organizations (O).")
+    countries: list[str] | None = pydantic.Field(default=None, description="Countries (C).")
+    organizational_units: list[str] | None = pydantic.Field(default=None, description="Organizational units (OU).")
+    localities: list[str] | None = pydantic.Field(default=None, description="Localities / cities (L).")
+    provinces: list[str] | None = pydantic.Field(default=None, description="States or provinces (ST).")
+    street_addresses: list[str] | None = pydantic.Field(default=None, description="Street addresses.")
+    postal_codes: list[str] | None = pydantic.Field(default=None, description="Postal codes.")
+    serial_number: str | None = pydantic.Field(default=None, description="Subject serial number.")
+
+
+class PrivateKey(Model):
+    """Options for the certificate's private key."""
+
+    encoding: Literal["PKCS1", "PKCS8"] | None = pydantic.Field(
+        default=None, description="PEM encoding of the private key: `PKCS1` or `PKCS8`."
+    )
+
+
+class CertificateSpec(Model):
+    """One certificate of the cluster, keyed by ``alias``; fields given here override the operator's defaults."""
+
+    alias: Literal["server", "client", "peer"] = pydantic.Field(
+        description=(
+            "Which certificate: `server` (client API, port 2379), `client` (the operator's own client "
+            "certificate, CN=root) or `peer` (Raft traffic, port 2380, always mutual TLS)."
+        )
+    )
+    issuer_ref: IssuerRef | None = pydantic.Field(
+        default=None, description="Issuer for this certificate only; defaults to the TLS spec's `issuerRef`."
+    )
+    secret_name: str | None = pydantic.Field(
+        default=None,
+        description="Secret holding `tls.crt`, `tls.key` and `ca.crt`; default `<etcd-name>-<alias>-cert`.",
+    )
+    subject: X509Subject | None = pydantic.Field(default=None, description="X.509 subject of the certificate.")
+    duration: Duration | None = pydantic.Field(
+        default=None, description="Requested validity, a Go duration such as `2160h`."
+    )
+    renew_before: Duration | None = pydantic.Field(
+        default=None,
+        description=(
+            "Deprecated: how long before expiry cert-manager renews. A renewal is not picked up by etcd "
+            "without a restart; use an `EtcdOpsRequest` of type `ReconfigureTLS` with `rotateCertificates`."
+        ),
+    )
+    dns_names: list[str] | None = pydantic.Field(
+        default=None, description="Extra DNS SANs, merged with the operator's defaults (not replacing them)."
+    )
+    ip_addresses: list[str] | None = pydantic.Field(
+        default=None, description="Extra IP SANs, merged with the operator's defaults."
+    )
+    uris: list[str] | None = pydantic.Field(default=None, description="URI SANs.")
+    email_addresses: list[str] | None = pydantic.Field(default=None, description="E-mail SANs.")
+    private_key: PrivateKey | None = pydantic.Field(default=None, description="Private key options.")
+
+
+# --- conditions ------------------------------------------------------------------------------------------------
+
+
+class Condition(OpenModel):
+    """A ``kmapi.Condition``: one step or fact, keyed by ``type``, kept in first-insertion order."""
+
+    type: str = pydantic.Field(
+        min_length=1,
+        description="CamelCase condition type, e.g. `CertificateSynced`, or `<Step>--<pod>` for a per-pod step.",
+    )
+    status: Literal["True", "False", "Unknown"] = pydantic.Field(
+        description="`True` done, `False` in flight or failed, `Unknown` not known."
+    )
+    reason: str | None = pydantic.Field(
+        default=None, description="CamelCase reason; may be empty on per-pod conditions."
+    )
+    message: str | None = pydantic.Field(default=None, description="Human-readable detail.")
+    observed_generation: int | None = pydantic.Field(
+        default=None, description="The `metadata.generation` the condition was written for."
+    )
+    severity: Literal["Error", "Warning", "Info"] | None = pydantic.Field(
+        default=None, description="Only when `status` is `False`: how bad it is."
+    )
+    last_transition_time: str = pydantic.Field(
+        description="RFC 3339 time of the last change of `status`; a `False` step's timeout counts from it."
+    )

@@ -1,0 +1,153 @@
+"""Names shared by every part of the operator: API groups, kinds, phases, condition types, aliases.
+
+They live in one module so the CRD generator, the webhook, the provisioner and the ops engine spell them the same
+way. The condition and phase names follow KubeDB's (see ``shared/reference/kubedb-etcd-ops.md`` §1.4, §3), with
+our own names where our engine differs (``UpdateStatefulSet`` instead of ``UpdateEtcdPetSet``, the multi-pass TLS
+steps). Plain ``str`` constants (not enums) so they compare equal to what comes back from the API as JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- resource identity -----------------------------------------------------------------------------------------
+
+ETCD_GROUP: Final = "opsmanager.dev"
+ETCD_VERSION: Final = "v1alpha1"
+ETCD_API_VERSION: Final = f"{ETCD_GROUP}/{ETCD_VERSION}"
+ETCD_KIND: Final = "Etcd"
+ETCD_LIST_KIND: Final = "EtcdList"
+ETCD_PLURAL: Final = "etcds"
+ETCD_SINGULAR: Final = "etcd"
+ETCD_SHORT_NAMES: Final = ("etcd",)
+ETCD_CATEGORIES: Final = ("datastore", "opsmanager", "all")
+
+OPS_GROUP: Final = "ops.opsmanager.dev"
+OPS_VERSION: Final = "v1alpha1"
+OPS_API_VERSION: Final = f"{OPS_GROUP}/{OPS_VERSION}"
+OPS_KIND: Final = "EtcdOpsRequest"
+OPS_LIST_KIND: Final = "EtcdOpsRequestList"
+OPS_PLURAL: Final = "etcdopsrequests"
+OPS_SINGULAR: Final = "etcdopsrequest"
+OPS_SHORT_NAMES: Final = ("etcdops",)
+OPS_CATEGORIES: Final = ("ops", "opsmanager")
+
+# --- Etcd spec values ------------------------------------------------------------------------------------------
+
+DEFAULT_ETCD_VERSION: Final = "3.5.1"
+SUPPORTED_ETCD_VERSIONS: Final = ("3.5.1",)
+DEFAULT_REPLICAS: Final = 3
+
+STORAGE_DURABLE: Final = "Durable"
+STORAGE_EPHEMERAL: Final = "Ephemeral"
+STORAGE_TYPES: Final = (STORAGE_DURABLE, STORAGE_EPHEMERAL)
+
+DELETION_DELETE: Final = "Delete"
+DELETION_WIPE_OUT: Final = "WipeOut"
+DELETION_DO_NOT_TERMINATE: Final = "DoNotTerminate"
+DELETION_POLICIES: Final = (DELETION_DELETE, DELETION_WIPE_OUT, DELETION_DO_NOT_TERMINATE)
+
+# Certificate aliases: server (client API :2379), client (the operator's own client cert, CN=root), peer (:2380).
+ALIAS_SERVER: Final = "server"
+ALIAS_CLIENT: Final = "client"
+ALIAS_PEER: Final = "peer"
+CERT_ALIASES: Final = (ALIAS_SERVER, ALIAS_CLIENT, ALIAS_PEER)
+
+CERT_MANAGER_GROUP: Final = "cert-manager.io"
+ISSUER_KIND: Final = "Issuer"
+CLUSTER_ISSUER_KIND: Final = "ClusterIssuer"
+ISSUER_KINDS: Final = (ISSUER_KIND, CLUSTER_ISSUER_KIND)
+
+PRIVATE_KEY_ENCODINGS: Final = ("PKCS1", "PKCS8")
+
+# --- Etcd status phases (KubeDB's DatabasePhase) ---------------------------------------------------------------
+
+DB_PHASE_PROVISIONING: Final = "Provisioning"
+DB_PHASE_DATA_RESTORING: Final = "DataRestoring"
+DB_PHASE_READY: Final = "Ready"
+DB_PHASE_CRITICAL: Final = "Critical"
+DB_PHASE_NOT_READY: Final = "NotReady"
+DB_PHASE_HALTED: Final = "Halted"
+DB_PHASE_UNKNOWN: Final = "Unknown"
+DB_PHASES: Final = (
+    DB_PHASE_PROVISIONING, DB_PHASE_DATA_RESTORING, DB_PHASE_READY, DB_PHASE_CRITICAL,
+    DB_PHASE_NOT_READY, DB_PHASE_HALTED, DB_PHASE_UNKNOWN,
+)
+
+# --- Etcd status condition types (KubeDB's database conditions) ------------------------------------------------
+
+COND_PROVISIONING_STARTED: Final = "ProvisioningStarted"
+COND_REPLICA_READY: Final = "ReplicaReady"
+COND_ACCEPTING_CONNECTION: Final = "AcceptingConnection"
+COND_READY: Final = "Ready"
+COND_PROVISIONED: Final = "Provisioned"
+COND_PAUSED: Final = "Paused"  # set by the ops engine while a request owns the cluster; the provisioner keeps off
+COND_HALTED: Final = "Halted"
+
+# --- EtcdOpsRequest types --------------------------------------------------------------------------------------
+
+OPS_TYPE_RESTART: Final = "Restart"
+OPS_TYPE_RECONFIGURE_TLS: Final = "ReconfigureTLS"
+OPS_TYPE_MOVE_LEADER: Final = "MoveLeader"
+# In KubeDB's declaration order (its webhook lists them in this order in the "not supported" message).
+OPS_TYPES: Final = (OPS_TYPE_RESTART, OPS_TYPE_RECONFIGURE_TLS, OPS_TYPE_MOVE_LEADER)
+
+APPLY_IF_READY: Final = "IfReady"
+APPLY_ALWAYS: Final = "Always"
+APPLY_POLICIES: Final = (APPLY_IF_READY, APPLY_ALWAYS)
+
+DEFAULT_OPS_TIMEOUT: Final = "10m"
+
+# --- EtcdOpsRequest phases -------------------------------------------------------------------------------------
+
+PHASE_PENDING: Final = "Pending"
+PHASE_PROGRESSING: Final = "Progressing"
+PHASE_SUCCESSFUL: Final = "Successful"
+PHASE_FAILED: Final = "Failed"
+PHASE_SKIPPED: Final = "Skipped"
+OPS_PHASES: Final = (PHASE_PENDING, PHASE_PROGRESSING, PHASE_SUCCESSFUL, PHASE_FAILED, PHASE_SKIPPED)
+TERMINAL_OPS_PHASES: Final = (PHASE_SUCCESSFUL, PHASE_FAILED, PHASE_SKIPPED)
+
+# --- EtcdOpsRequest condition types ----------------------------------------------------------------------------
+# Umbrella steps. Absent = not started, False = in flight (lastTransitionTime is the step's timeout clock),
+# True = done. An umbrella type never equals an inner waiter's type (KubeDB bug #5).
+
+COND_RUNNING: Final = "Running"
+COND_ISSUE_CERTIFICATES_SUCCEEDED: Final = "IssueCertificatesSucceeded"
+COND_CERTIFICATE_SYNCED: Final = "CertificateSynced"
+COND_UPDATE_STATEFULSET: Final = "UpdateStatefulSet"
+COND_RESTART_PODS: Final = "RestartPods"
+COND_UPDATE_DATABASE: Final = "UpdateDatabase"
+COND_SUCCESSFUL: Final = "Successful"
+COND_FAILED: Final = "Failed"
+COND_ETCD_LEADER_MOVED: Final = "EtcdLeaderMoved"
+
+# Multi-pass TLS transitions (trust both CAs, flip peer URLs, drop the old CA).
+COND_TRUST_BUNDLE_WIDENED: Final = "TrustBundleWidened"
+COND_PEER_URLS_UPDATED: Final = "PeerURLsUpdated"
+COND_TRUST_BUNDLE_NARROWED: Final = "TrustBundleNarrowed"
+
+# Per-pod steps: the condition type is "<Step>--<pod>" (see per_pod_type()).
+STEP_EVICT_POD: Final = "EvictPod"
+STEP_CHECK_POD_READY: Final = "CheckPodReady"
+STEP_ETCD_CLUSTER_HEALTHY: Final = "EtcdClusterHealthy"
+STEP_MOVE_LEADER: Final = "MoveLeader"
+STEP_UPDATE_PEER_URL: Final = "UpdatePeerURL"
+STEP_VERIFY_SERVED_CERTIFICATE: Final = "VerifyServedCertificate"
+PER_POD_SEPARATOR: Final = "--"
+
+# Condition status values (metav1.ConditionStatus).
+TRUE: Final = "True"
+FALSE: Final = "False"
+UNKNOWN: Final = "Unknown"
+CONDITION_STATUSES: Final = (TRUE, FALSE, UNKNOWN)
+
+# --- labels ----------------------------------------------------------------------------------------------------
+
+LABEL_OPS_KIND: Final = "ops.opsmanager.dev/kind"
+LABEL_OPS_NAME: Final = "ops.opsmanager.dev/name"
+
+
+def per_pod_type(step: str, pod: str) -> str:
+    """The condition type of a per-pod step, KubeDB style: ``EvictPod--etcd-0``."""
+    return f"{step}{PER_POD_SEPARATOR}{pod}"

@@ -1,0 +1,209 @@
+"""The ``Etcd`` kind (``opsmanager.dev/v1alpha1``): a desired etcd cluster, in KubeDB's spirit.
+
+This model is the one source of truth for the ``etcds.opsmanager.dev`` CRD (``opsmanager crds``), for the
+webhook's schema checks, for the provisioner's renderer and for the ops engine. ``spec.tls`` is what turns TLS on:
+there is no separate switch (as in KubeDB). ``spec.tls`` on the Etcd changes only at the very end of a
+``ReconfigureTLS`` request, so during a roll it still describes the old state.
+
+Usage::
+
+    db = etcd.Etcd.model_validate(obj)          # a full object dict from the API
+    db.spec.tls.certificate("server")           # CertificateSpec | None
+    obj = db.to_dict()                           # back to camelCase, no None fields
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pydantic
+
+from opsmanager.api import common, constants
+
+
+class VolumeResourceRequirements(common.Model):
+    """Storage requests and limits of a PersistentVolumeClaim."""
+
+    requests: dict[str, common.Quantity] | None = pydantic.Field(
+        default=None, description="Minimum resources, e.g. `{storage: 1Gi}`."
+    )
+    limits: dict[str, common.Quantity] | None = pydantic.Field(default=None, description="Maximum resources.")
+
+
+class PersistentVolumeClaimSpec(common.Model):
+    """The subset of a PersistentVolumeClaim spec used for each member's data volume."""
+
+    access_modes: list[Literal["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"]] | None = (
+        pydantic.Field(default=None, description="Access modes of the volume, usually `[ReadWriteOnce]`.")
+    )
+    storage_class_name: str | None = pydantic.Field(
+        default=None, description="StorageClass of the volume; the cluster default when omitted."
+    )
+    resources: VolumeResourceRequirements | None = pydantic.Field(
+        default=None, description="Requested size, e.g. `{requests: {storage: 1Gi}}`."
+    )
+
+
+class ResourceRequirements(common.Model):
+    """CPU and memory of the etcd container."""
+
+    requests: dict[str, common.Quantity] | None = pydantic.Field(
+        default=None, description="Guaranteed resources, e.g. `{cpu: 100m, memory: 256Mi}`."
+    )
+    limits: dict[str, common.Quantity] | None = pydantic.Field(default=None, description="Resource limits.")
+
+
+class PodTemplateMetadata(common.Model):
+    """Labels and annotations added to every member pod."""
+
+    labels: dict[str, str] | None = pydantic.Field(
+        default=None, description="Extra pod labels; the operator's own labels win on conflict."
+    )
+    annotations: dict[str, str] | None = pydantic.Field(default=None, description="Extra pod annotations.")
+
+
+class PodTemplatePodSpec(common.Model):
+    """The pod settings a user may change."""
+
+    resources: ResourceRequirements | None = pydantic.Field(
+        default=None, description="Resources of the etcd container."
+    )
+    termination_grace_period_seconds: int | None = pydantic.Field(
+        default=None, ge=0, description="Seconds a member gets to stop after SIGTERM before SIGKILL."
+    )
+
+
+class PodTemplate(common.Model):
+    """What the user may add to the member pods."""
+
+    metadata: PodTemplateMetadata | None = pydantic.Field(
+        default=None, description="Labels and annotations of the member pods."
+    )
+    spec: PodTemplatePodSpec | None = pydantic.Field(
+        default=None, description="Resources and grace period of the member pods."
+    )
+
+
+class TLSConfig(common.Model):
+    """TLS of the cluster (``kmapi.TLSConfig``): one issuer plus per-alias overrides. Setting it enables TLS."""
+
+    model_config = pydantic.ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "has(self.issuerRef)", "message": "spec.tls.issuerRef is missing"},
+            ]
+        }
+    )
+
+    issuer_ref: common.IssuerRef | None = pydantic.Field(
+        default=None, description="Issuer of all certificates (required when `tls` is set)."
+    )
+    certificates: list[common.CertificateSpec] | None = pydantic.Field(
+        default=None,
+        description="Per-alias overrides (`server`, `client`, `peer`), at most one entry per alias.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["alias"]},
+    )
+
+    def certificate(self, alias: str) -> common.CertificateSpec | None:
+        """The entry for ``alias``, or None."""
+        for cert in self.certificates or ():
+            if cert.alias == alias:
+                return cert
+        return None
+
+
+class EtcdSpec(common.Model):
+    """The desired cluster."""
+
+    version: str = pydantic.Field(
+        min_length=1,
+        description=f"etcd version; supported: {', '.join(constants.SUPPORTED_ETCD_VERSIONS)}.",
+    )
+    replicas: int = pydantic.Field(
+        default=constants.DEFAULT_REPLICAS,
+        description="Number of members. An odd number (3, 5) is what a Raft quorum wants; 1 has no redundancy.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self >= 1", "message": "number of replicas can not be less than 1"},
+            ]
+        },
+    )
+    storage_type: Literal["Durable", "Ephemeral"] = pydantic.Field(
+        default=constants.STORAGE_DURABLE,
+        description="`Durable` (a PersistentVolumeClaim per member) or `Ephemeral` (emptyDir). Immutable.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self == oldSelf", "message": "spec.storageType is immutable"},
+            ]
+        },
+    )
+    storage: PersistentVolumeClaimSpec | None = pydantic.Field(
+        default=None, description="Volume claim template of each member (`Durable` storage only)."
+    )
+    tls: TLSConfig | None = pydantic.Field(
+        default=None,
+        description=(
+            "TLS for client (2379) and peer (2380) traffic. Change it on a live cluster with an "
+            "`EtcdOpsRequest` of type `ReconfigureTLS`, not by editing this field."
+        ),
+    )
+    pod_template: PodTemplate | None = pydantic.Field(
+        default=None, description="Labels, annotations, resources and grace period of the member pods."
+    )
+    deletion_policy: Literal["Delete", "WipeOut", "DoNotTerminate"] = pydantic.Field(
+        default=constants.DELETION_DELETE,
+        description=(
+            "What deleting the Etcd does: `Delete` removes the workload and keeps nothing but Secrets the user "
+            "made, `WipeOut` also deletes volumes and Secrets, `DoNotTerminate` refuses the deletion."
+        ),
+    )
+    halted: bool = pydantic.Field(
+        default=False,
+        description="Stop the cluster: every member pod is deleted, volumes are kept. Set false to resume.",
+    )
+
+    @pydantic.field_validator("replicas")
+    @classmethod
+    def _replicas_at_least_one(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("number of replicas can not be less than 1")
+        return value
+
+
+class EtcdStatus(common.OpenModel):
+    """What the provisioner observed."""
+
+    phase: Literal["Provisioning", "DataRestoring", "Ready", "Critical", "NotReady", "Halted", "Unknown"] | None = (
+        pydantic.Field(default=None, description="Overall state of the cluster.")
+    )
+    observed_generation: int | None = pydantic.Field(
+        default=None, description="The `metadata.generation` the status describes."
+    )
+    conditions: list[common.Condition] | None = pydantic.Field(
+        default=None,
+        description="Conditions such as `Ready`, `Provisioned` and `Paused` (set while an ops request runs).",
+    )
+
+
+class Etcd(common.Model):
+    """An etcd cluster managed by the operator."""
+
+    api_version: Literal["opsmanager.dev/v1alpha1"] = pydantic.Field(
+        default=constants.ETCD_API_VERSION, description="`opsmanager.dev/v1alpha1`."
+    )
+    kind: Literal["Etcd"] = pydantic.Field(default=constants.ETCD_KIND, description="`Etcd`.")
+    metadata: common.ObjectMeta = pydantic.Field(
+        default_factory=common.ObjectMeta, description="Standard object metadata."
+    )
+    spec: EtcdSpec = pydantic.Field(description="The desired cluster.")
+    status: EtcdStatus | None = pydantic.Field(default=None, description="The observed cluster.")
+
+    @property
+    def tls_enabled(self) -> bool:
+        """True when ``spec.tls`` is set (that is what turns TLS on)."""
+        return self.spec.tls is not None
+
+
+def default_secret_name(etcd_name: str, alias: str) -> str:
+    """The Secret a certificate goes into when ``secretName`` is not given: ``<etcd>-<alias>-cert``."""
+    return f"{etcd_name}-{alias}-cert"

@@ -1,0 +1,143 @@
+"""The ``EtcdOpsRequest`` kind (``ops.opsmanager.dev/v1alpha1``): one day-2 operation on one Etcd.
+
+Shaped after KubeDB's ``EtcdOpsRequest`` (``shared/reference/kubedb-etcd-ops.md`` §1): ``spec`` says what to do
+and is immutable once created (a CEL rule in the CRD and the webhook both enforce it); ``status`` is a phase from
+a closed set plus one condition per step, written only by the ops engine.
+
+Types supported now: ``Restart``, ``ReconfigureTLS``, ``MoveLeader``. ``ReconfigureTLS`` does exactly one of:
+remove TLS (``tls.remove``), rotate the certificates (``tls.rotateCertificates``), or add TLS / change the issuer /
+change certificate fields (``tls.issuerRef`` and/or ``tls.certificates``).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Literal
+
+import pydantic
+
+from opsmanager.api import common, constants
+
+TLSOperation = Literal["remove", "rotate", "update"]
+
+
+class ReconfigureTLSSpec(common.Model):
+    """What a ``ReconfigureTLS`` request changes; exactly one operation per request."""
+
+    issuer_ref: common.IssuerRef | None = pydantic.Field(
+        default=None,
+        description="New issuer (add TLS or change issuer). Required when the Etcd has no issuer yet.",
+    )
+    certificates: list[common.CertificateSpec] | None = pydantic.Field(
+        default=None,
+        description="Certificate fields to change, merged into the Etcd's `spec.tls.certificates` by `alias`.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["alias"]},
+    )
+    rotate_certificates: bool = pydantic.Field(
+        default=False, description="Re-issue every certificate from the current issuer and roll the members."
+    )
+    remove: bool = pydantic.Field(default=False, description="Turn TLS off (back to plain HTTP) on every member.")
+
+    def operations(self) -> list[TLSOperation]:
+        """The operations this spec asks for, in KubeDB's counting order (valid requests have exactly one)."""
+        ops: list[TLSOperation] = []
+        if self.remove:
+            ops.append("remove")
+        if self.rotate_certificates:
+            ops.append("rotate")
+        if self.issuer_ref is not None or self.certificates:
+            ops.append("update")
+        return ops
+
+    @property
+    def operation(self) -> TLSOperation | None:
+        """The single operation, or None when there is not exactly one."""
+        ops = self.operations()
+        return ops[0] if len(ops) == 1 else None
+
+
+class RestartSpec(common.Model):
+    """A leader-aware rolling restart: followers one at a time, the leader last after moving leadership."""
+
+
+class MoveLeaderSpec(common.Model):
+    """Hand etcd leadership to another voting member."""
+
+    new_leader: str | None = pydantic.Field(
+        default=None,
+        description="Pod name of the member to become leader; the operator picks an up-to-date one when omitted.",
+    )
+
+
+class EtcdOpsRequestSpec(common.Model):
+    """What to do, to which Etcd. Immutable after creation."""
+
+    model_config = pydantic.ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "spec is immutable"}],
+        }
+    )
+
+    database_ref: common.LocalObjectReference = pydantic.Field(
+        description="The Etcd to operate on, in the same namespace."
+    )
+    type: Literal["Restart", "ReconfigureTLS", "MoveLeader"] = pydantic.Field(
+        description="The operation: `ReconfigureTLS`, `Restart` or `MoveLeader`."
+    )
+    tls: ReconfigureTLSSpec | None = pydantic.Field(
+        default=None, description="Required for `ReconfigureTLS`: what to change."
+    )
+    restart: RestartSpec | None = pydantic.Field(default=None, description="Options of `Restart` (none yet).")
+    move_leader: MoveLeaderSpec | None = pydantic.Field(default=None, description="Options of `MoveLeader`.")
+    timeout: common.PositiveDuration = pydantic.Field(
+        default=constants.DEFAULT_OPS_TIMEOUT,
+        description=(
+            "Time budget of each step, a Go duration (`10m`, `1h30m`). A step that does not finish within it "
+            "fails the request. Counted from the step's persisted `lastTransitionTime`."
+        ),
+    )
+    apply: Literal["IfReady", "Always"] = pydantic.Field(
+        default=constants.APPLY_IF_READY,
+        description="`IfReady`: wait until the Etcd is `Ready` before starting. `Always`: start regardless.",
+    )
+
+    @property
+    def timeout_delta(self) -> datetime.timedelta:
+        """``timeout`` as a timedelta."""
+        return common.parse_duration(self.timeout)
+
+
+class EtcdOpsRequestStatus(common.OpenModel):
+    """Progress of the request, written only by the ops engine."""
+
+    phase: Literal["Pending", "Progressing", "Successful", "Failed", "Skipped"] | None = pydantic.Field(
+        default=None,
+        description=(
+            "`Pending` (queued), `Progressing`, `Successful`, `Failed` or `Skipped` (a newer request of the "
+            "same type replaced it before it started)."
+        ),
+    )
+    observed_generation: int | None = pydantic.Field(
+        default=None, description="The `metadata.generation` the status describes."
+    )
+    conditions: list[common.Condition] | None = pydantic.Field(
+        default=None,
+        description=(
+            "One condition per step in first-insertion order (`Running`, `CertificateSynced`, ..., `Successful` "
+            "or `Failed`), per-pod steps as `<Step>--<pod>`."
+        ),
+    )
+
+
+class EtcdOpsRequest(common.Model):
+    """A day-2 operation on an Etcd."""
+
+    api_version: Literal["ops.opsmanager.dev/v1alpha1"] = pydantic.Field(
+        default=constants.OPS_API_VERSION, description="`ops.opsmanager.dev/v1alpha1`."
+    )
+    kind: Literal["EtcdOpsRequest"] = pydantic.Field(default=constants.OPS_KIND, description="`EtcdOpsRequest`.")
+    metadata: common.ObjectMeta = pydantic.Field(
+        default_factory=common.ObjectMeta, description="Standard object metadata."
+    )
+    spec: EtcdOpsRequestSpec = pydantic.Field(description="What to do.")
+    status: EtcdOpsRequestStatus | None = pydantic.Field(default=None, description="How far it got.")
