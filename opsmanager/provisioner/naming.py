@@ -1,0 +1,103 @@
+"""Names, ports, labels and paths of everything the operator creates for an Etcd — spelled once.
+
+KubeDB's names are kept where KubeDB has one (StatefulSet and pods ``<db>``, ``<db>-0``…, Services ``<db>`` and
+``<db>-pods``, Secrets ``<db>-<alias>-cert``); ours are added for what KubeDB lacks (the trust bundle, the second
+peer port used during a scheme change).
+
+Ports. Clients use 2379 for both schemes (etcd serves http and https on one port through cmux). Peers cannot:
+etcd refuses ``http://A:2380,https://A:2380`` ("address already in use", measured), so a member that must speak
+both during a transition listens for peers on **2380 over http and 2382 over https**. The port follows the scheme
+everywhere (listen, advertise, ``--initial-cluster``), so a peer URL's port always tells its scheme.
+Metrics and ``/health`` are served in plain HTTP on 2381, so probes and Prometheus work under mutual TLS.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+CLIENT_PORT: Final = 2379
+PEER_PORT_HTTP: Final = 2380
+METRICS_PORT: Final = 2381
+PEER_PORT_HTTPS: Final = 2382
+
+
+def peer_port(scheme: str) -> int:
+    """The peer port for a scheme: 2380 for http, 2382 for https."""
+    if scheme == "http":
+        return PEER_PORT_HTTP
+    if scheme == "https":
+        return PEER_PORT_HTTPS
+    raise ValueError(f"peer scheme must be 'http' or 'https', got {scheme!r}")
+
+
+DATA_MOUNT: Final = "/var/lib/etcd"
+DATA_DIR: Final = "/var/lib/etcd/data"
+TLS_ROOT: Final = "/var/run/etcd/tls"
+TRUST_BUNDLE_KEY: Final = "ca.crt"
+
+CONTAINER_NAME: Final = "etcd"
+DATA_VOLUME: Final = "data"
+
+# Template annotation bumped by the ops engine to make a pass's restart visible as a new StatefulSet revision
+# (like `kubectl rollout restart`'s restartedAt). The provisioner keeps the live value when it re-applies.
+ANNOTATION_RESTARTED_AT: Final = "opsmanager.dev/restartedAt"
+
+LABEL_NAME: Final = "app.kubernetes.io/name"
+LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+MANAGED_BY: Final = "opsmanager"
+
+
+def statefulset(db: str) -> str:
+    return db
+
+
+def pod(db: str, ordinal: int) -> str:
+    return f"{db}-{ordinal}"
+
+
+def pods(db: str, replicas: int) -> list[str]:
+    return [pod(db, i) for i in range(replicas)]
+
+
+def headless_service(db: str) -> str:
+    return f"{db}-pods"
+
+
+def client_service(db: str) -> str:
+    return db
+
+
+def pdb(db: str) -> str:
+    return db
+
+
+def certificate(db: str, alias: str) -> str:
+    """The cert-manager Certificate object for an alias: ``<db>-<alias>``."""
+    return f"{db}-{alias}"
+
+
+def trust_bundle_secret(db: str) -> str:
+    """The operator-managed Secret whose ``ca.crt`` every member trusts (old + new CA during a rotation)."""
+    return f"{db}-ca-bundle"
+
+
+def tls_mount(alias: str) -> str:
+    return f"{TLS_ROOT}/{alias}"
+
+
+TRUST_MOUNT: Final = f"{TLS_ROOT}/ca"
+
+
+def pod_fqdn(db: str, namespace: str, pod_name: str) -> str:
+    """The stable DNS name of a member pod (headless Service subdomain)."""
+    return f"{pod_name}.{headless_service(db)}.{namespace}.svc"
+
+
+def selector_labels(db: str) -> dict[str, str]:
+    return {LABEL_NAME: "etcd", LABEL_INSTANCE: db}
+
+
+def labels(db: str) -> dict[str, str]:
+    return {**selector_labels(db), LABEL_MANAGED_BY: MANAGED_BY}

@@ -1,0 +1,407 @@
+"""The pure renderer: an ``Etcd`` (plus, during a TLS transition, a :class:`Wiring`) → Kubernetes manifests.
+
+The provisioner creates the cluster with it and the ops engine re-renders the StatefulSet with exactly the same
+code, so a finished operation leaves the StatefulSet the provisioner would have written for the new ``spec.tls``.
+No I/O here: every input is an argument, every output a plain dict.
+
+Decisions, each from a known failure (see ``docs/concepts.md``):
+
+- ``podManagementPolicy: Parallel`` — OrderedReady deadlocks a half-rolled TLS cluster: pod-0 cannot become Ready
+  without quorum, so pods 1+ are never recreated (KubeDB's live tests).
+- ``updateStrategy: OnDelete`` — only the ops engine restarts members, one at a time, leader last.
+- Flags come from ``spec.tls`` alone (or from the engine's :class:`Wiring` during a transition); the advertised
+  and initial-cluster URLs use the pods' stable DNS names.
+- Plain-HTTP metrics and ``/health`` on 2381 for probes and Prometheus, so probes work under mutual TLS.
+- ``--trusted-ca-file`` and ``--peer-trusted-ca-file`` point at the operator's **trust bundle** Secret
+  (``<db>-ca-bundle``), never at a leaf Secret's ``ca.crt``: etcd reads CA files only at start, and a CA change
+  needs old+new trusted at once, which a leaf's ``ca.crt`` can never hold.
+- Peer certificates carry serverAuth + clientAuth and both ``*.<db>-pods.<ns>.svc`` and ``…svc.cluster.local``
+  SANs: etcd checks a dialling peer's certificate against the reverse lookup of its address.
+- Transition states (:class:`Wiring`): client http+https on one port; peer http on 2380 beside https on 2382;
+  the scheme that ``--initial-cluster`` advertises chosen separately.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import dataclasses
+from typing import Any
+
+from opsmanager.api import common, constants
+from opsmanager.api import etcd as etcd_api
+from opsmanager.provisioner import naming
+
+Manifest = dict[str, Any]
+SCHEMES = ("http", "https")
+
+
+@dataclasses.dataclass(frozen=True)
+class Wiring:
+    """How the members listen and advertise at one point of a TLS transition.
+
+    ``tls`` names the certificates mounted (None: no TLS files at all); ``client_schemes`` and ``peer_schemes``
+    are the listeners; ``advertised_peer_scheme`` is the scheme written into ``--initial-cluster`` and
+    ``--initial-advertise-peer-urls`` (what a replacement member would register). The steady state for a
+    ``spec.tls`` is :meth:`steady`; the engine builds the others with :meth:`dual`.
+    """
+
+    tls: etcd_api.TLSConfig | None
+    client_schemes: tuple[str, ...]
+    peer_schemes: tuple[str, ...]
+    advertised_peer_scheme: str
+
+    def __post_init__(self) -> None:
+        for field, schemes in (("client_schemes", self.client_schemes), ("peer_schemes", self.peer_schemes)):
+            if not schemes or any(s not in SCHEMES for s in schemes):
+                raise ValueError(f"Wiring.{field} must be a non-empty subset of http, https; got {schemes!r}")
+            if "https" in schemes and self.tls is None:
+                raise ValueError(f"Wiring.{field} includes https but no TLS certificates are mounted (tls=None)")
+        if self.advertised_peer_scheme not in self.peer_schemes:
+            raise ValueError(
+                f"Wiring.advertised_peer_scheme {self.advertised_peer_scheme!r} is not among the peer listeners "
+                f"{self.peer_schemes!r}"
+            )
+
+    @classmethod
+    def steady(cls, tls: etcd_api.TLSConfig | None) -> Wiring:
+        """The resting state for ``spec.tls``: https only with TLS, http only without."""
+        scheme = "https" if tls is not None else "http"
+        return cls(tls=tls, client_schemes=(scheme,), peer_schemes=(scheme,), advertised_peer_scheme=scheme)
+
+    @classmethod
+    def dual(cls, tls: etcd_api.TLSConfig, advertised_peer_scheme: str) -> Wiring:
+        """Both schemes on client (one port) and peer (2380 http, 2382 https), TLS files loaded."""
+        return cls(tls=tls, client_schemes=SCHEMES, peer_schemes=SCHEMES,
+                   advertised_peer_scheme=advertised_peer_scheme)
+
+    @property
+    def client_scheme_preferred(self) -> str:
+        return "https" if "https" in self.client_schemes else "http"
+
+
+def _meta(db: etcd_api.Etcd, name: str, *, component: str | None = None) -> dict[str, Any]:
+    labels = naming.labels(_name(db))
+    if component:
+        labels[naming.LABEL_COMPONENT] = component
+    meta: dict[str, Any] = {"name": name, "namespace": _namespace(db), "labels": labels}
+    if db.metadata.uid:
+        meta["ownerReferences"] = [owner_reference(db)]
+    return meta
+
+
+def owner_reference(db: etcd_api.Etcd) -> dict[str, Any]:
+    """The controller ownerReference every object of the cluster carries (garbage-collected with the Etcd)."""
+    return {
+        "apiVersion": constants.ETCD_API_VERSION,
+        "kind": constants.ETCD_KIND,
+        "name": _name(db),
+        "uid": db.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _name(db: etcd_api.Etcd) -> str:
+    if not db.metadata.name:
+        raise ValueError("Etcd metadata.name is required to render its objects")
+    return db.metadata.name
+
+
+def _namespace(db: etcd_api.Etcd) -> str:
+    return db.metadata.namespace or "default"
+
+
+# --- certificates ----------------------------------------------------------------------------------------------
+
+
+def secret_name(db: etcd_api.Etcd | str, tls: etcd_api.TLSConfig | None, alias: str) -> str:
+    """The Secret of an alias: ``certificates[alias].secretName`` or ``<db>-<alias>-cert``."""
+    name = db if isinstance(db, str) else _name(db)
+    spec = tls.certificate(alias) if tls is not None else None
+    if spec is not None and spec.secret_name:
+        return spec.secret_name
+    return etcd_api.default_secret_name(name, alias)
+
+
+def default_dns_names(db: str, namespace: str) -> list[str]:
+    """SANs of server and peer certificates (KubeDB's list plus the cluster.local forms of the pod wildcard)."""
+    pods = naming.headless_service(db)
+    return [
+        db, f"{db}.{namespace}", f"{db}.{namespace}.svc", f"{db}.{namespace}.svc.cluster.local",
+        f"{pods}.{namespace}.svc", f"*.{pods}.{namespace}.svc", f"*.{pods}.{namespace}.svc.cluster.local",
+        "localhost",
+    ]
+
+
+def _issuer(tls: etcd_api.TLSConfig, spec: common.CertificateSpec | None) -> common.IssuerRef:
+    issuer = (spec.issuer_ref if spec is not None and spec.issuer_ref is not None else tls.issuer_ref)
+    if issuer is None:
+        raise ValueError("spec.tls.issuerRef is missing: set it to the cert-manager Issuer or ClusterIssuer to use")
+    return issuer
+
+
+def render_certificate(db: etcd_api.Etcd, tls: etcd_api.TLSConfig, alias: str) -> Manifest:
+    """The cert-manager Certificate of one alias, with the operator's defaults merged with the user's fields."""
+    name, namespace = _name(db), _namespace(db)
+    spec = tls.certificate(alias)
+    issuer = _issuer(tls, spec)
+    body: dict[str, Any] = {
+        "secretName": secret_name(db, tls, alias),
+        "issuerRef": {"group": issuer.api_group, "kind": issuer.kind, "name": issuer.name},
+        "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+    }
+    if alias == constants.ALIAS_CLIENT:
+        # The operator's own identity. CN=root maps to etcd's root user if RBAC is ever enabled.
+        body["commonName"] = "root"
+        body["usages"] = ["digital signature", "key encipherment", "client auth"]
+    else:
+        # Server certs need client auth too: etcd's grpc-gateway presents the server cert when dialling its own
+        # client port. Peer certs are both ends of a mutual-TLS connection.
+        body["commonName"] = name
+        dns = default_dns_names(name, namespace) + list((spec.dns_names or []) if spec else [])
+        body["dnsNames"] = list(dict.fromkeys(dns))
+        body["ipAddresses"] = list(dict.fromkeys(["127.0.0.1", *((spec.ip_addresses or []) if spec else [])]))
+        body["usages"] = ["digital signature", "key encipherment", "server auth", "client auth"]
+    if spec is not None:
+        if spec.subject is not None:
+            body["subject"] = spec.subject.to_dict()
+        if spec.duration:
+            body["duration"] = spec.duration
+        if spec.renew_before:
+            body["renewBefore"] = spec.renew_before
+        if spec.uris:
+            body["uris"] = list(spec.uris)
+        if spec.email_addresses:
+            body["emailAddresses"] = list(spec.email_addresses)
+        if spec.private_key is not None and spec.private_key.encoding:
+            body["privateKey"]["encoding"] = spec.private_key.encoding
+    return {
+        "apiVersion": "cert-manager.io/v1",
+        "kind": "Certificate",
+        "metadata": _meta(db, naming.certificate(name, alias), component=alias),
+        "spec": body,
+    }
+
+
+def render_certificates(db: etcd_api.Etcd, tls: etcd_api.TLSConfig | None = None) -> list[Manifest]:
+    """One Certificate per alias (server, peer, client) for ``tls`` (default: the Etcd's ``spec.tls``)."""
+    tls = tls if tls is not None else db.spec.tls
+    if tls is None:
+        return []
+    return [render_certificate(db, tls, alias) for alias in constants.CERT_ALIASES]
+
+
+def render_trust_bundle(db: etcd_api.Etcd, ca_pems: bytes) -> Manifest:
+    """The trust-bundle Secret: every CA the members must trust right now (old + new during a CA change)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": _meta(db, naming.trust_bundle_secret(_name(db)), component="trust-bundle"),
+        "data": {naming.TRUST_BUNDLE_KEY: base64.b64encode(ca_pems).decode()},
+    }
+
+
+# --- services and PDB -----------------------------------------------------------------------------------------
+
+
+def render_services(db: etcd_api.Etcd) -> list[Manifest]:
+    name = _name(db)
+    selector = naming.selector_labels(name)
+    headless = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(db, naming.headless_service(name)),
+        "spec": {
+            "clusterIP": "None",
+            # Members must find each other before they are Ready (a member is Ready only once it has quorum).
+            "publishNotReadyAddresses": True,
+            "selector": selector,
+            "ports": [
+                {"name": "client", "port": naming.CLIENT_PORT, "targetPort": naming.CLIENT_PORT},
+                {"name": "peer", "port": naming.PEER_PORT_HTTP, "targetPort": naming.PEER_PORT_HTTP},
+                {"name": "metrics", "port": naming.METRICS_PORT, "targetPort": naming.METRICS_PORT},
+                {"name": "peer-tls", "port": naming.PEER_PORT_HTTPS, "targetPort": naming.PEER_PORT_HTTPS},
+            ],
+        },
+    }
+    client = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(db, naming.client_service(name)),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": "client", "port": naming.CLIENT_PORT, "targetPort": naming.CLIENT_PORT}],
+        },
+    }
+    return [headless, client]
+
+
+def render_pdb(db: etcd_api.Etcd) -> Manifest:
+    name = _name(db)
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(db, naming.pdb(name)),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": naming.selector_labels(name)}},
+    }
+
+
+# --- the StatefulSet -------------------------------------------------------------------------------------------
+
+
+def etcd_args(db: etcd_api.Etcd, wiring: Wiring) -> list[str]:
+    """The etcd command line of a member (``$(POD_NAME)`` is expanded by the kubelet)."""
+    name, namespace = _name(db), _namespace(db)
+    me = f"$(POD_NAME).{naming.headless_service(name)}.{namespace}.svc"
+    peer_scheme = wiring.advertised_peer_scheme
+    initial = ",".join(
+        f"{p}={peer_scheme}://{naming.pod_fqdn(name, namespace, p)}:{naming.peer_port(peer_scheme)}"
+        for p in naming.pods(name, db.spec.replicas)
+    )
+    args = [
+        "--name=$(POD_NAME)",
+        f"--data-dir={naming.DATA_DIR}",
+        "--listen-client-urls=" + ",".join(f"{s}://0.0.0.0:{naming.CLIENT_PORT}" for s in wiring.client_schemes),
+        "--advertise-client-urls=" + ",".join(f"{s}://{me}:{naming.CLIENT_PORT}" for s in wiring.client_schemes),
+        "--listen-peer-urls=" + ",".join(f"{s}://0.0.0.0:{naming.peer_port(s)}" for s in wiring.peer_schemes),
+        f"--initial-advertise-peer-urls={peer_scheme}://{me}:{naming.peer_port(peer_scheme)}",
+        f"--initial-cluster={initial}",
+        "--initial-cluster-state=new",
+        f"--initial-cluster-token={namespace}-{name}",
+        f"--listen-metrics-urls=http://0.0.0.0:{naming.METRICS_PORT}",
+    ]
+    if wiring.tls is not None:
+        server, peer, trust = naming.tls_mount("server"), naming.tls_mount("peer"), naming.TRUST_MOUNT
+        args += [
+            f"--cert-file={server}/tls.crt",
+            f"--key-file={server}/tls.key",
+            f"--trusted-ca-file={trust}/{naming.TRUST_BUNDLE_KEY}",
+            "--client-cert-auth=true",
+            f"--peer-cert-file={peer}/tls.crt",
+            f"--peer-key-file={peer}/tls.key",
+            f"--peer-trusted-ca-file={trust}/{naming.TRUST_BUNDLE_KEY}",
+            "--peer-client-cert-auth=true",
+        ]
+    return args
+
+
+def _tls_volumes(db: etcd_api.Etcd, tls: etcd_api.TLSConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    name = _name(db)
+    volumes = [
+        {"name": f"{alias}-tls", "secret": {"secretName": secret_name(db, tls, alias), "defaultMode": 0o400}}
+        for alias in (constants.ALIAS_SERVER, constants.ALIAS_PEER)
+    ]
+    volumes.append({"name": "ca-bundle", "secret": {"secretName": naming.trust_bundle_secret(name),
+                                                    "defaultMode": 0o444}})
+    mounts = [
+        {"name": f"{alias}-tls", "mountPath": naming.tls_mount(alias), "readOnly": True}
+        for alias in (constants.ALIAS_SERVER, constants.ALIAS_PEER)
+    ]
+    mounts.append({"name": "ca-bundle", "mountPath": naming.TRUST_MOUNT, "readOnly": True})
+    return volumes, mounts
+
+
+def render_statefulset(
+    db: etcd_api.Etcd,
+    wiring: Wiring | None = None,
+    *,
+    template_annotations: dict[str, str] | None = None,
+) -> Manifest:
+    """The StatefulSet of the members. ``wiring`` defaults to the steady state of ``spec.tls``."""
+    wiring = wiring if wiring is not None else Wiring.steady(db.spec.tls)
+    name = _name(db)
+    selector = naming.selector_labels(name)
+    user_meta = db.spec.pod_template.metadata if db.spec.pod_template and db.spec.pod_template.metadata else None
+    user_spec = db.spec.pod_template.spec if db.spec.pod_template and db.spec.pod_template.spec else None
+    pod_labels = {**(user_meta.labels or {} if user_meta else {}), **naming.labels(name)}
+    pod_annotations = {**(user_meta.annotations or {} if user_meta else {}), **(template_annotations or {})}
+
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = [{"name": naming.DATA_VOLUME, "mountPath": naming.DATA_MOUNT}]
+    if db.spec.storage_type == constants.STORAGE_EPHEMERAL:
+        volumes.append({"name": naming.DATA_VOLUME, "emptyDir": {}})
+    if wiring.tls is not None:
+        tls_volumes, tls_mounts = _tls_volumes(db, wiring.tls)
+        volumes += tls_volumes
+        mounts += tls_mounts
+
+    container: dict[str, Any] = {
+        "name": naming.CONTAINER_NAME,
+        "image": f"quay.io/coreos/etcd:v{db.spec.version}",
+        "command": ["etcd"],
+        "args": etcd_args(db, wiring),
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        ],
+        "ports": [
+            {"name": "client", "containerPort": naming.CLIENT_PORT},
+            {"name": "peer", "containerPort": naming.PEER_PORT_HTTP},
+            {"name": "metrics", "containerPort": naming.METRICS_PORT},
+            {"name": "peer-tls", "containerPort": naming.PEER_PORT_HTTPS},
+        ],
+        # /health on the plain-HTTP metrics port: works whatever the client TLS mode is; it is a linearizable
+        # read, so a member is Ready only while it is part of a quorum.
+        "readinessProbe": {
+            "httpGet": {"path": "/health", "port": naming.METRICS_PORT, "scheme": "HTTP"},
+            "periodSeconds": 2,
+            "timeoutSeconds": 2,
+            "failureThreshold": 3,
+        },
+        "volumeMounts": mounts,
+    }
+    if user_spec is not None and user_spec.resources is not None:
+        container["resources"] = user_spec.resources.to_dict()
+
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "volumes": volumes,
+        "terminationGracePeriodSeconds": (
+            user_spec.termination_grace_period_seconds
+            if user_spec is not None and user_spec.termination_grace_period_seconds is not None else 30
+        ),
+    }
+    template_meta: dict[str, Any] = {"labels": pod_labels}
+    if pod_annotations:
+        template_meta["annotations"] = pod_annotations
+    spec: dict[str, Any] = {
+        "replicas": 0 if db.spec.halted else db.spec.replicas,
+        "serviceName": naming.headless_service(name),
+        "selector": {"matchLabels": selector},
+        "podManagementPolicy": "Parallel",
+        "updateStrategy": {"type": "OnDelete"},
+        "template": {"metadata": template_meta, "spec": pod_spec},
+    }
+    if db.spec.storage_type == constants.STORAGE_DURABLE:
+        pvc_spec = db.spec.storage.to_dict() if db.spec.storage is not None else {}
+        pvc_spec.setdefault("accessModes", ["ReadWriteOnce"])
+        pvc_spec.setdefault("resources", {"requests": {"storage": "1Gi"}})
+        spec["volumeClaimTemplates"] = [{"metadata": {"name": naming.DATA_VOLUME}, "spec": pvc_spec}]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _meta(db, naming.statefulset(name)),
+        "spec": spec,
+    }
+
+
+def render(
+    db: etcd_api.Etcd,
+    wiring: Wiring | None = None,
+    *,
+    trust_bundle: bytes | None = None,
+    template_annotations: dict[str, str] | None = None,
+) -> list[Manifest]:
+    """Every object of the cluster, in creation order: Certificates, trust bundle (when its content is known),
+    Services, PDB, StatefulSet."""
+    wiring = wiring if wiring is not None else Wiring.steady(db.spec.tls)
+    out: list[Manifest] = render_certificates(db, wiring.tls)
+    if wiring.tls is not None and trust_bundle is not None:
+        out.append(render_trust_bundle(db, trust_bundle))
+    out += render_services(db)
+    out.append(render_pdb(db))
+    out.append(render_statefulset(db, wiring, template_annotations=template_annotations))
+    return copy.deepcopy(out)

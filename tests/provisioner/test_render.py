@@ -1,0 +1,167 @@
+"""The renderer, one test per decision: exact flags, mounts, names and the transition wirings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from opsmanager.api import etcd as etcd_api
+from opsmanager.provisioner import naming, render
+
+
+def make_db(tls: bool = False, **spec: Any) -> etcd_api.Etcd:
+    body: dict[str, Any] = {"version": "3.5.1", **spec}
+    if tls:
+        body["tls"] = {"issuerRef": {"name": "ca", "kind": "Issuer"}}
+    return etcd_api.Etcd.model_validate(
+        {"metadata": {"name": "db", "namespace": "ns", "uid": "u-1"}, "spec": body}
+    )
+
+
+def sts_of(manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(m for m in manifests if m["kind"] == "StatefulSet")
+
+
+def container(sts: dict[str, Any]) -> dict[str, Any]:
+    return sts["spec"]["template"]["spec"]["containers"][0]
+
+
+def args_of(db: etcd_api.Etcd, wiring: render.Wiring | None = None) -> list[str]:
+    return container(render.render_statefulset(db, wiring))["args"]
+
+
+def test_statefulset_is_parallel_and_on_delete() -> None:
+    sts = render.render_statefulset(make_db())
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    assert sts["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    assert sts["spec"]["serviceName"] == "db-pods"
+    assert sts["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+
+
+def test_plaintext_flags_exactly() -> None:
+    assert args_of(make_db()) == [
+        "--name=$(POD_NAME)",
+        "--data-dir=/var/lib/etcd/data",
+        "--listen-client-urls=http://0.0.0.0:2379",
+        "--advertise-client-urls=http://$(POD_NAME).db-pods.ns.svc:2379",
+        "--listen-peer-urls=http://0.0.0.0:2380",
+        "--initial-advertise-peer-urls=http://$(POD_NAME).db-pods.ns.svc:2380",
+        "--initial-cluster=db-0=http://db-0.db-pods.ns.svc:2380,db-1=http://db-1.db-pods.ns.svc:2380,"
+        "db-2=http://db-2.db-pods.ns.svc:2380",
+        "--initial-cluster-state=new",
+        "--initial-cluster-token=ns-db",
+        "--listen-metrics-urls=http://0.0.0.0:2381",
+    ]
+
+
+def test_tls_flags_point_at_the_trust_bundle_never_a_leaf_ca() -> None:
+    args = args_of(make_db(tls=True))
+    assert "--listen-client-urls=https://0.0.0.0:2379" in args
+    assert "--listen-peer-urls=https://0.0.0.0:2382" in args
+    assert "--initial-advertise-peer-urls=https://$(POD_NAME).db-pods.ns.svc:2382" in args
+    assert "--trusted-ca-file=/var/run/etcd/tls/ca/ca.crt" in args
+    assert "--peer-trusted-ca-file=/var/run/etcd/tls/ca/ca.crt" in args
+    assert "--cert-file=/var/run/etcd/tls/server/tls.crt" in args
+    assert "--peer-key-file=/var/run/etcd/tls/peer/tls.key" in args
+    assert "--client-cert-auth=true" in args and "--peer-client-cert-auth=true" in args
+    assert not any("server/ca.crt" in a or "peer/ca.crt" in a for a in args)
+
+
+def test_tls_mounts_and_volumes() -> None:
+    sts = render.render_statefulset(make_db(tls=True))
+    mounts = {m["name"]: m["mountPath"] for m in container(sts)["volumeMounts"]}
+    assert mounts == {
+        "data": "/var/lib/etcd",
+        "server-tls": "/var/run/etcd/tls/server",
+        "peer-tls": "/var/run/etcd/tls/peer",
+        "ca-bundle": "/var/run/etcd/tls/ca",
+    }
+    secrets = {v["name"]: v["secret"]["secretName"] for v in sts["spec"]["template"]["spec"]["volumes"]}
+    assert secrets == {"server-tls": "db-server-cert", "peer-tls": "db-peer-cert", "ca-bundle": "db-ca-bundle"}
+
+
+def test_secret_name_override_is_mounted() -> None:
+    db = make_db(tls=True)
+    db.spec.tls.certificates = [etcd_api.common.CertificateSpec(alias="server", secret_name="mine")]
+    sts = render.render_statefulset(db)
+    secrets = {v["name"]: v["secret"]["secretName"] for v in sts["spec"]["template"]["spec"]["volumes"]}
+    assert secrets["server-tls"] == "mine"
+
+
+def test_probes_use_plain_http_metrics_port_whatever_the_tls_mode() -> None:
+    for db in (make_db(), make_db(tls=True)):
+        probe = container(render.render_statefulset(db))["readinessProbe"]
+        assert probe["httpGet"] == {"path": "/health", "port": 2381, "scheme": "HTTP"}
+        assert "--listen-metrics-urls=http://0.0.0.0:2381" in args_of(db)
+
+
+def test_peer_certificates_have_both_usages_and_both_dns_suffixes() -> None:
+    db = make_db(tls=True)
+    certs = {c["metadata"]["name"]: c["spec"] for c in render.render_certificates(db)}
+    assert set(certs) == {"db-server", "db-peer", "db-client"}
+    peer = certs["db-peer"]
+    assert {"server auth", "client auth"} <= set(peer["usages"])
+    assert "*.db-pods.ns.svc" in peer["dnsNames"] and "*.db-pods.ns.svc.cluster.local" in peer["dnsNames"]
+    assert peer["secretName"] == "db-peer-cert"
+    assert peer["issuerRef"] == {"group": "cert-manager.io", "kind": "Issuer", "name": "ca"}
+    assert {"server auth", "client auth"} <= set(certs["db-server"]["usages"])
+    client = certs["db-client"]
+    assert client["commonName"] == "root" and client["usages"][-1] == "client auth"
+    assert "dnsNames" not in client
+
+
+def test_user_certificate_fields_merge_with_defaults() -> None:
+    db = make_db(tls=True)
+    db.spec.tls.certificates = [etcd_api.common.CertificateSpec.model_validate(
+        {"alias": "server", "dnsNames": ["etcd.example.com"], "subject": {"organizations": ["acme"]},
+         "duration": "720h", "privateKey": {"encoding": "PKCS8"}})]
+    server = render.render_certificate(db, db.spec.tls, "server")["spec"]
+    assert server["dnsNames"][0] == "db" and server["dnsNames"][-1] == "etcd.example.com"
+    assert server["subject"] == {"organizations": ["acme"]}
+    assert server["duration"] == "720h" and server["privateKey"]["encoding"] == "PKCS8"
+
+
+def test_dual_wiring_for_adding_tls() -> None:
+    db = make_db(tls=True)
+    args = args_of(db, render.Wiring.dual(db.spec.tls, advertised_peer_scheme="http"))
+    assert "--listen-client-urls=http://0.0.0.0:2379,https://0.0.0.0:2379" in args
+    assert "--advertise-client-urls=http://$(POD_NAME).db-pods.ns.svc:2379,https://$(POD_NAME).db-pods.ns.svc:2379" \
+        in args
+    assert "--listen-peer-urls=http://0.0.0.0:2380,https://0.0.0.0:2382" in args
+    assert "--initial-advertise-peer-urls=http://$(POD_NAME).db-pods.ns.svc:2380" in args
+    assert "--peer-cert-file=/var/run/etcd/tls/peer/tls.crt" in args
+
+
+def test_wiring_rejects_impossible_states() -> None:
+    with pytest.raises(ValueError, match="no TLS certificates"):
+        render.Wiring(tls=None, client_schemes=("https",), peer_schemes=("http",), advertised_peer_scheme="http")
+    with pytest.raises(ValueError, match="advertised_peer_scheme"):
+        render.Wiring(tls=None, client_schemes=("http",), peer_schemes=("http",), advertised_peer_scheme="https")
+
+
+def test_services_pdb_and_names() -> None:
+    manifests = render.render(make_db(tls=True), trust_bundle=b"PEM")
+    kinds = [(m["kind"], m["metadata"]["name"]) for m in manifests]
+    assert kinds == [
+        ("Certificate", "db-server"), ("Certificate", "db-client"), ("Certificate", "db-peer"),
+        ("Secret", "db-ca-bundle"), ("Service", "db-pods"), ("Service", "db"),
+        ("PodDisruptionBudget", "db"), ("StatefulSet", "db"),
+    ]
+    headless = manifests[4]["spec"]
+    assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
+    assert manifests[6]["spec"]["maxUnavailable"] == 1
+
+
+def test_storage_types_and_halt() -> None:
+    durable = render.render_statefulset(make_db())
+    assert durable["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
+    ephemeral = render.render_statefulset(make_db(storageType="Ephemeral"))
+    assert "volumeClaimTemplates" not in ephemeral["spec"]
+    assert {"name": "data", "emptyDir": {}} in ephemeral["spec"]["template"]["spec"]["volumes"]
+    assert render.render_statefulset(make_db(halted=True))["spec"]["replicas"] == 0
+
+
+def test_template_annotations_carry_the_restart_token() -> None:
+    sts = render.render_statefulset(make_db(), template_annotations={naming.ANNOTATION_RESTARTED_AT: "x/1"})
+    assert sts["spec"]["template"]["metadata"]["annotations"] == {naming.ANNOTATION_RESTARTED_AT: "x/1"}
