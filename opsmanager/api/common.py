@@ -126,7 +126,7 @@ def to_dict(model: pydantic.BaseModel) -> dict[str, Any]:
 
 
 class ObjectMeta(OpenModel):
-    """The subset of ``metav1.ObjectMeta`` the operator reads; other metadata fields are kept as they are."""
+    """The subset of `metav1.ObjectMeta` the operator reads; other metadata fields are kept as they are."""
 
     name: str | None = pydantic.Field(default=None, description="Name of the object, unique in its namespace.")
     namespace: str | None = pydantic.Field(default=None, description="Namespace of the object.")
@@ -155,7 +155,7 @@ class LocalObjectReference(Model):
 
 
 class IssuerRef(Model):
-    """The cert-manager issuer that signs the certificates (``TypedLocalObjectReference``)."""
+    """The cert-manager issuer that signs the certificates (`TypedLocalObjectReference`)."""
 
     api_group: str = pydantic.Field(
         default="cert-manager.io", description="API group of the issuer; cert-manager's is `cert-manager.io`."
@@ -168,7 +168,7 @@ class IssuerRef(Model):
 
 
 class X509Subject(Model):
-    """Subject fields of an X.509 certificate, as in cert-manager's ``X509Subject``."""
+    """Subject fields of an X.509 certificate, as in cert-manager's `X509Subject`."""
 
     organizations: list[str] | None = pydantic.Field(default=None, description="Organizations (O).")
     countries: list[str] | None = pydantic.Field(default=None, description="Countries (C).")
@@ -189,7 +189,7 @@ class PrivateKey(Model):
 
 
 class CertificateSpec(Model):
-    """One certificate of the cluster, keyed by ``alias``; fields given here override the operator's defaults."""
+    """One certificate of the cluster, keyed by `alias`; fields given here override the operator's defaults."""
 
     alias: Literal["server", "client", "peer"] = pydantic.Field(
         description=(
@@ -230,7 +230,7 @@ class CertificateSpec(Model):
 
 
 class Condition(OpenModel):
-    """A ``kmapi.Condition``: one step or fact, keyed by ``type``, kept in first-insertion order."""
+    """A `kmapi.Condition`: one step or fact, keyed by `type`, kept in first-insertion order."""
 
     type: str = pydantic.Field(
         min_length=1,

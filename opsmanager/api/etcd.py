@@ -85,7 +85,7 @@ class PodTemplate(common.Model):
 
 
 class TLSConfig(common.Model):
-    """TLS of the cluster (``kmapi.TLSConfig``): one issuer plus per-alias overrides. Setting it enables TLS."""
+    """TLS of the cluster (`kmapi.TLSConfig`): one issuer plus per-alias overrides. Setting it enables TLS."""
 
     model_config = pydantic.ConfigDict(
         json_schema_extra={
@@ -101,6 +101,7 @@ class TLSConfig(common.Model):
     certificates: list[common.CertificateSpec] | None = pydantic.Field(
         default=None,
         description="Per-alias overrides (`server`, `client`, `peer`), at most one entry per alias.",
+        max_length=3,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["alias"]},
     )
 
@@ -181,6 +182,7 @@ class EtcdStatus(common.OpenModel):
     )
     conditions: list[common.Condition] | None = pydantic.Field(
         default=None,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
         description="Conditions such as `Ready`, `Provisioned` and `Paused` (set while an ops request runs).",
     )
 

@@ -22,7 +22,7 @@ TLSOperation = Literal["remove", "rotate", "update"]
 
 
 class ReconfigureTLSSpec(common.Model):
-    """What a ``ReconfigureTLS`` request changes; exactly one operation per request."""
+    """What a `ReconfigureTLS` request changes; exactly one operation per request."""
 
     issuer_ref: common.IssuerRef | None = pydantic.Field(
         default=None,
@@ -31,6 +31,7 @@ class ReconfigureTLSSpec(common.Model):
     certificates: list[common.CertificateSpec] | None = pydantic.Field(
         default=None,
         description="Certificate fields to change, merged into the Etcd's `spec.tls.certificates` by `alias`.",
+        max_length=3,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["alias"]},
     )
     rotate_certificates: bool = pydantic.Field(
@@ -122,6 +123,7 @@ class EtcdOpsRequestStatus(common.OpenModel):
     )
     conditions: list[common.Condition] | None = pydantic.Field(
         default=None,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
         description=(
             "One condition per step in first-insertion order (`Running`, `CertificateSynced`, ..., `Successful` "
             "or `Failed`), per-pod steps as `<Step>--<pod>`."
