@@ -1,0 +1,255 @@
+"""The plan of an EtcdOpsRequest: which steps, in which order, each with its condition type — pure data.
+
+A plan is computed from the request and the Etcd as it was *before* the request changed anything (``spec.tls``
+on the Etcd is written back only by the ``UpdateDatabase`` step, near the end), so recomputing it on every
+reconcile gives the same list. The engine runs the first step whose condition is not ``True``; that is how an
+operator killed at any point resumes where it was.
+
+The TLS plans are the product. Each exists because the naive order fails on a live cluster (measured on etcd
+3.5.1, ``shared/reference/etcd-measured-3.5.1.md``):
+
+- **add TLS** — restarting members straight onto https-only URLs breaks a 3-member cluster for good once the
+  third member restarts: the registered peer URLs stay ``http://``. So: issue certificates; pass 1 listens on
+  both schemes (client http+https on 2379, peer http 2380 + https 2382) with TLS files loaded; then
+  ``member update`` each peer URL to https, one member at a time; pass 2 removes the http listeners.
+- **remove TLS** — the same in reverse; then the Certificates and Secrets this operator created are deleted.
+- **issuer (CA) change** — etcd reads CA files only at start, so a roll onto the new CA alone leaves old- and
+  new-CA members unable to talk (quorum lost, 3–8 s write stalls, measured). So: pass 1 trusts old+new; then the
+  leaves come from the new issuer (hot-reloaded, and rolled to force fresh connections); pass 3 drops the old CA.
+- **rotate** — re-issue every certificate (cert-manager's ``Issuing=True``), wait for a higher revision and
+  complete material, roll, and verify by a fresh handshake that each member serves its new certificate.
+- **certificate fields under the same issuer** — one pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from opsmanager.api import common, constants
+from opsmanager.api import etcd as etcd_api
+from opsmanager.api import opsrequest as ops_api
+from opsmanager.provisioner import render
+
+
+class TLSChange(enum.Enum):
+    ADD = "AddTLS"
+    REMOVE = "RemoveTLS"
+    ROTATE = "RotateCertificates"
+    UPDATE = "UpdateCertificates"  # certificate fields change, same issuer(s)
+    ISSUER = "ChangeIssuer"  # a different issuer for at least one certificate
+
+
+class StepKind(enum.Enum):
+    PAUSE = "Pause"  # pause the Etcd (the provisioner keeps off)
+    ISSUE = "Issue"  # rotate: set Issuing=True on every Certificate, wait for a new revision
+    SYNC_CERTIFICATES = "SyncCertificates"  # apply the desired Certificates, wait for complete material
+    APPLY_STATEFULSET = "ApplyStatefulSet"  # re-render the StatefulSet for the step's wiring
+    ROLL = "Roll"  # leader-aware rolling restart onto the StatefulSet's update revision
+    ROLL_PASS = "RollPass"  # trust bundle + StatefulSet + roll, as one intermediate pass
+    UPDATE_PEER_URLS = "UpdatePeerURLs"  # member update of each peer URL to the step's scheme
+    MOVE_LEADER = "MoveLeader"  # standalone MoveLeader request
+    UPDATE_DATABASE = "UpdateDatabase"  # write spec.tls back to the Etcd, clean up what is no longer used
+
+
+class Trust(enum.Enum):
+    """What the trust bundle holds during a pass."""
+
+    KEEP = "Keep"  # whatever it holds now
+    CURRENT_AND_DESIRED = "CurrentAndDesired"  # old CA + new CA (widen)
+    DESIRED = "Desired"  # the CA(s) of the desired certificates only (narrow / a fresh TLS setup)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    condition: str
+    kind: StepKind
+    message: str
+    wiring: render.Wiring | None = None  # for APPLY_STATEFULSET / ROLL_PASS
+    trust: Trust = Trust.KEEP
+    verify_served_certificates: bool = False  # after each member's restart (ROLL / ROLL_PASS)
+    peer_scheme: str | None = None  # for UPDATE_PEER_URLS
+    tls: etcd_api.TLSConfig | None = None  # the certificates this step works with
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    request_type: str
+    change: TLSChange | None
+    desired_tls: etcd_api.TLSConfig | None
+    steps: tuple[Step, ...]
+    pauses: bool = True
+
+    @property
+    def summary(self) -> str:
+        return self.change.value if self.change is not None else self.request_type
+
+
+# --- folding the request into the Etcd (KubeDB's altDB) --------------------------------------------------------
+
+
+def _issuer_key(ref: common.IssuerRef | None) -> tuple[str, str, str] | None:
+    return None if ref is None else (ref.api_group, ref.kind, ref.name)
+
+
+def effective_issuer(tls: etcd_api.TLSConfig, alias: str) -> tuple[str, str, str] | None:
+    spec = tls.certificate(alias)
+    if spec is not None and spec.issuer_ref is not None:
+        return _issuer_key(spec.issuer_ref)
+    return _issuer_key(tls.issuer_ref)
+
+
+def desired_tls(current: etcd_api.TLSConfig | None, req: ops_api.ReconfigureTLSSpec) -> etcd_api.TLSConfig | None:
+    """The Etcd's ``spec.tls`` after the request: certificates merged by alias, issuerRef replaced when given."""
+    if req.remove:
+        return None
+    if req.rotate_certificates:
+        return current
+    base = current.model_copy(deep=True) if current is not None else etcd_api.TLSConfig()
+    if req.issuer_ref is not None:
+        base.issuer_ref = req.issuer_ref.model_copy(deep=True)
+    merged: dict[str, common.CertificateSpec] = {c.alias: c for c in base.certificates or []}
+    for cert in req.certificates or []:
+        old = merged.get(cert.alias)
+        if old is None:
+            merged[cert.alias] = cert.model_copy(deep=True)
+        else:
+            update = cert.model_dump(exclude_unset=True, exclude_none=True)
+            merged[cert.alias] = old.model_copy(update={k: getattr(cert, k) for k in update}, deep=True)
+    base.certificates = [merged[a] for a in sorted(merged, key=_alias_order)] or None
+    return base
+
+
+def _alias_order(alias: str) -> int:
+    return constants.CERT_ALIASES.index(alias) if alias in constants.CERT_ALIASES else len(constants.CERT_ALIASES)
+
+
+def classify(current: etcd_api.TLSConfig | None, req: ops_api.ReconfigureTLSSpec) -> TLSChange:
+    """Which of the TLS operations a (valid) request is, given the Etcd's current ``spec.tls``."""
+    if req.remove:
+        return TLSChange.REMOVE
+    if req.rotate_certificates:
+        return TLSChange.ROTATE
+    if current is None:
+        return TLSChange.ADD
+    desired = desired_tls(current, req)
+    assert desired is not None
+    for alias in constants.CERT_ALIASES:
+        if effective_issuer(current, alias) != effective_issuer(desired, alias):
+            return TLSChange.ISSUER
+    return TLSChange.UPDATE
+
+
+# --- plans ---------------------------------------------------------------------------------------------------
+
+
+def _running(message: str) -> Step:
+    return Step(constants.COND_RUNNING, StepKind.PAUSE, message)
+
+
+def _final_roll(tls: etcd_api.TLSConfig | None, *, verify: bool, what: str) -> tuple[Step, Step]:
+    wiring = render.Wiring.steady(tls)
+    return (
+        Step(constants.COND_UPDATE_STATEFULSET, StepKind.APPLY_STATEFULSET,
+             f"Successfully re-rendered the StatefulSet {what}", wiring=wiring, tls=tls),
+        Step(constants.COND_RESTART_PODS, StepKind.ROLL,
+             f"Successfully restarted the etcd members {what}", wiring=wiring,
+             verify_served_certificates=verify, tls=tls),
+    )
+
+
+def _update_database(message: str) -> Step:
+    return Step(constants.COND_UPDATE_DATABASE, StepKind.UPDATE_DATABASE, message)
+
+
+COND_TLS_LISTENERS_ADDED = "TLSListenersAdded"
+COND_PLAINTEXT_LISTENERS_ADDED = "PlaintextListenersAdded"
+
+
+def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec) -> Plan:
+    current = db.spec.tls
+    change = classify(current, req)
+    desired = desired_tls(current, req)
+    steps: list[Step]
+    if change is TLSChange.ADD:
+        assert desired is not None
+        steps = [
+            _running("Etcd ops request is adding TLS"),
+            Step(constants.COND_CERTIFICATE_SYNCED, StepKind.SYNC_CERTIFICATES,
+                 "Successfully synced all the etcd certificates", trust=Trust.DESIRED, tls=desired),
+            Step(COND_TLS_LISTENERS_ADDED, StepKind.ROLL_PASS,
+                 "Every member listens on http and https (peer https on 2382); peer URLs still http",
+                 wiring=render.Wiring.dual(desired, advertised_peer_scheme="http"), trust=Trust.DESIRED,
+                 tls=desired),
+            Step(constants.COND_PEER_URLS_UPDATED, StepKind.UPDATE_PEER_URLS,
+                 "Every member's peer URL is registered as https", peer_scheme="https", tls=desired),
+            *_final_roll(desired, verify=True, what="with TLS only"),
+            _update_database("Successfully updated the Etcd TLS configuration"),
+        ]
+    elif change is TLSChange.REMOVE:
+        assert current is not None
+        steps = [
+            _running("Etcd ops request is removing TLS"),
+            Step(COND_PLAINTEXT_LISTENERS_ADDED, StepKind.ROLL_PASS,
+                 "Every member listens on https and http (peer http on 2380); peer URLs still https",
+                 wiring=render.Wiring.dual(current, advertised_peer_scheme="https"), tls=current),
+            Step(constants.COND_PEER_URLS_UPDATED, StepKind.UPDATE_PEER_URLS,
+                 "Every member's peer URL is registered as http", peer_scheme="http", tls=current),
+            *_final_roll(None, verify=False, what="without TLS"),
+            _update_database("Successfully removed TLS from the Etcd and deleted its certificates"),
+        ]
+    elif change is TLSChange.ROTATE:
+        steps = [
+            _running("Etcd ops request is rotating the certificates"),
+            Step(constants.COND_ISSUE_CERTIFICATES_SUCCEEDED, StepKind.ISSUE,
+                 "Successfully re-issued every certificate", tls=current),
+            Step(constants.COND_CERTIFICATE_SYNCED, StepKind.SYNC_CERTIFICATES,
+                 "Successfully synced all the etcd certificates", tls=current),
+            *_final_roll(current, verify=True, what="with the re-issued certificates"),
+            _update_database("Successfully updated the Etcd TLS configuration"),
+        ]
+    elif change is TLSChange.UPDATE:
+        steps = [
+            _running("Etcd ops request is updating the certificates"),
+            Step(constants.COND_CERTIFICATE_SYNCED, StepKind.SYNC_CERTIFICATES,
+                 "Successfully synced all the etcd certificates", tls=desired),
+            *_final_roll(desired, verify=True, what="with the updated certificates"),
+            _update_database("Successfully updated the Etcd TLS configuration"),
+        ]
+    else:  # ISSUER
+        assert current is not None and desired is not None
+        steps = [
+            _running("Etcd ops request is changing the issuer"),
+            Step(constants.COND_TRUST_BUNDLE_WIDENED, StepKind.ROLL_PASS,
+                 "Every member trusts the old and the new CA", wiring=render.Wiring.steady(current),
+                 trust=Trust.CURRENT_AND_DESIRED, tls=desired),
+            Step(constants.COND_CERTIFICATE_SYNCED, StepKind.SYNC_CERTIFICATES,
+                 "Successfully synced all the etcd certificates from the new issuer", tls=desired),
+            *_final_roll(desired, verify=True, what="with certificates from the new issuer"),
+            Step(constants.COND_TRUST_BUNDLE_NARROWED, StepKind.ROLL_PASS,
+                 "Every member trusts the new CA only", wiring=render.Wiring.steady(desired),
+                 trust=Trust.DESIRED, tls=desired),
+            _update_database("Successfully updated the Etcd TLS configuration"),
+        ]
+    return Plan(constants.OPS_TYPE_RECONFIGURE_TLS, change, desired, tuple(steps))
+
+
+def plan_for(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> Plan:
+    """The plan of any supported request type."""
+    spec = request.spec
+    if spec.type == constants.OPS_TYPE_RECONFIGURE_TLS:
+        if spec.tls is None:
+            raise ValueError("spec.tls is nil, not supported in ReconfigureTLS type")
+        return reconfigure_tls_plan(db, spec.tls)
+    if spec.type == constants.OPS_TYPE_RESTART:
+        wiring = render.Wiring.steady(db.spec.tls)
+        steps = (
+            _running("Etcd ops request is restarting the members"),
+            Step(constants.COND_RESTART_PODS, StepKind.ROLL_PASS,
+                 "Successfully restarted all the etcd members", wiring=wiring, tls=db.spec.tls),
+        )
+        return Plan(spec.type, None, db.spec.tls, steps)
+    if spec.type == constants.OPS_TYPE_MOVE_LEADER:
+        steps = (Step(constants.COND_ETCD_LEADER_MOVED, StepKind.MOVE_LEADER, "Successfully moved the leader"),)
+        return Plan(spec.type, None, db.spec.tls, steps, pauses=False)
+    raise ValueError(f"unsupported EtcdOpsRequest type {spec.type!r}")

@@ -1,0 +1,119 @@
+"""Plans: which TLS operation a request is, how it folds into the Etcd, and the ordered steps of each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from opsmanager.api import constants
+from opsmanager.api import etcd as etcd_api
+from opsmanager.api import opsrequest as ops_api
+from opsmanager.ops import plan
+
+
+def db(tls: dict[str, Any] | None = None) -> etcd_api.Etcd:
+    spec: dict[str, Any] = {"version": "3.5.1"}
+    if tls is not None:
+        spec["tls"] = tls
+    return etcd_api.Etcd.model_validate({"metadata": {"name": "db", "namespace": "ns"}, "spec": spec})
+
+
+def req(**tls: Any) -> ops_api.EtcdOpsRequest:
+    return ops_api.EtcdOpsRequest.model_validate(
+        {"metadata": {"name": "r"}, "spec": {"type": "ReconfigureTLS", "databaseRef": {"name": "db"}, "tls": tls}}
+    )
+
+
+CA = {"issuerRef": {"name": "ca", "kind": "Issuer"}}
+
+
+def conditions(p: plan.Plan) -> list[str]:
+    return [s.condition for s in p.steps]
+
+
+def test_add_tls_dual_listeners_then_peer_urls_then_https_only() -> None:
+    p = plan.plan_for(db(), req(issuerRef={"name": "ca"}))
+    assert p.change is plan.TLSChange.ADD
+    assert conditions(p) == ["Running", "CertificateSynced", "TLSListenersAdded", "PeerURLsUpdated",
+                             "UpdateStatefulSet", "RestartPods", "UpdateDatabase"]
+    dual = p.steps[2].wiring
+    assert dual is not None and dual.client_schemes == ("http", "https") and dual.advertised_peer_scheme == "http"
+    assert p.steps[3].peer_scheme == "https"
+    final = p.steps[4].wiring
+    assert final is not None and final.peer_schemes == ("https",)
+    assert p.steps[5].verify_served_certificates
+
+
+def test_remove_tls_is_the_reverse() -> None:
+    p = plan.plan_for(db(CA), req(remove=True))
+    assert p.change is plan.TLSChange.REMOVE and p.desired_tls is None
+    assert conditions(p) == ["Running", "PlaintextListenersAdded", "PeerURLsUpdated", "UpdateStatefulSet",
+                             "RestartPods", "UpdateDatabase"]
+    assert p.steps[1].wiring is not None and p.steps[1].wiring.advertised_peer_scheme == "https"
+    assert p.steps[2].peer_scheme == "http"
+    assert p.steps[3].wiring is not None and p.steps[3].wiring.tls is None
+
+
+def test_rotate_issues_first() -> None:
+    p = plan.plan_for(db(CA), req(rotateCertificates=True))
+    assert conditions(p) == ["Running", "IssueCertificatesSucceeded", "CertificateSynced", "UpdateStatefulSet",
+                             "RestartPods", "UpdateDatabase"]
+
+
+def test_issuer_change_widens_then_swaps_leaves_then_narrows() -> None:
+    p = plan.plan_for(db(CA), req(issuerRef={"name": "new-ca", "kind": "ClusterIssuer"}))
+    assert p.change is plan.TLSChange.ISSUER
+    assert conditions(p) == ["Running", "TrustBundleWidened", "CertificateSynced", "UpdateStatefulSet",
+                             "RestartPods", "TrustBundleNarrowed", "UpdateDatabase"]
+    assert p.steps[1].trust is plan.Trust.CURRENT_AND_DESIRED
+    assert p.steps[5].trust is plan.Trust.DESIRED
+    assert p.desired_tls is not None and p.desired_tls.issuer_ref is not None
+    assert p.desired_tls.issuer_ref.name == "new-ca"
+
+
+def test_per_certificate_issuer_override_counts_as_issuer_change() -> None:
+    p = plan.plan_for(db(CA), req(certificates=[{"alias": "peer", "issuerRef": {"name": "other"}}]))
+    assert p.change is plan.TLSChange.ISSUER
+
+
+def test_certificate_fields_under_the_same_issuer_is_one_pass_and_merges_by_alias() -> None:
+    current = {**CA, "certificates": [{"alias": "server", "dnsNames": ["a.example"], "duration": "720h"}]}
+    p = plan.plan_for(db(current), req(certificates=[{"alias": "server", "subject": {"organizations": ["acme"]}}]))
+    assert p.change is plan.TLSChange.UPDATE
+    assert conditions(p) == ["Running", "CertificateSynced", "UpdateStatefulSet", "RestartPods", "UpdateDatabase"]
+    server = p.desired_tls.certificate("server") if p.desired_tls else None
+    assert server is not None
+    assert server.dns_names == ["a.example"] and server.duration == "720h"
+    assert server.subject is not None and server.subject.organizations == ["acme"]
+
+
+def test_same_issuer_named_again_is_not_an_issuer_change() -> None:
+    assert plan.plan_for(db(CA), req(issuerRef={"name": "ca"})).change is plan.TLSChange.UPDATE
+
+
+def test_restart_and_move_leader_plans() -> None:
+    restart = ops_api.EtcdOpsRequest.model_validate(
+        {"metadata": {"name": "r"}, "spec": {"type": "Restart", "databaseRef": {"name": "db"}}})
+    assert conditions(plan.plan_for(db(), restart)) == ["Running", "RestartPods"]
+    move = ops_api.EtcdOpsRequest.model_validate(
+        {"metadata": {"name": "m"}, "spec": {"type": "MoveLeader", "databaseRef": {"name": "db"}}})
+    p = plan.plan_for(db(), move)
+    assert conditions(p) == [constants.COND_ETCD_LEADER_MOVED] and not p.pauses
+
+
+def test_condition_types_are_unique_in_every_plan() -> None:
+    for p in (
+        plan.plan_for(db(), req(issuerRef={"name": "ca"})),
+        plan.plan_for(db(CA), req(remove=True)),
+        plan.plan_for(db(CA), req(rotateCertificates=True)),
+        plan.plan_for(db(CA), req(issuerRef={"name": "x"})),
+    ):
+        assert len(set(conditions(p))) == len(p.steps)
+
+
+def test_reconfigure_tls_without_tls_is_rejected() -> None:
+    bad = ops_api.EtcdOpsRequest.model_validate(
+        {"metadata": {"name": "r"}, "spec": {"type": "ReconfigureTLS", "databaseRef": {"name": "db"}}})
+    with pytest.raises(ValueError, match="spec.tls is nil"):
+        plan.plan_for(db(), bad)
