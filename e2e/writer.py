@@ -1,0 +1,274 @@
+"""The live writer: the client whose experience "zero failed writes" is about.
+
+Used by tests, the demo and the benchmarks while a cluster is being changed under it. Design (measured in
+``etcd-measured-3.5.1.md``, "Writer loop"):
+
+* one op = one Put, started every ``interval`` (20 ms) with **no catch-up** — after a slow op the next one starts at
+  once and the cadence resumes; missed slots are not replayed;
+* an op tries every **target** (endpoint x scheme x client identity), starting with the last one that worked, each
+  try with its own deadline (0.5 s); an op fails only when every target failed;
+* counted: ops ok / failed, and the **max gap** between two successful writes finishing (including the trailing
+  gap up to ``stop()``) — the better outage measure, since a failed op may take several tries' deadlines;
+* targets can be replaced while running (:meth:`Writer.set_targets`): a TLS transition adds the https targets and
+  the new client identity as they become usable, exactly what a well-behaved application does.
+
+The value written is the op's sequence number, so after ``stop()`` a linearizable read of ``key`` must return at
+least ``result.last_value`` — an acknowledged write was not lost.
+
+::
+
+    targets = writer.targets_for(cluster.endpoints(), identities=[cluster.tls_identity()])
+    async with writer.Writer(targets) as w:
+        await w.wait_ok(5)            # it is writing
+        ...                           # change the cluster
+    print(w.result.failed, w.result.max_gap)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterable, Sequence
+
+from opsmanager.etcd import client as etcd_client
+from opsmanager.etcd import endpoints, errors
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One way to reach the cluster: an endpoint, the scheme to use on its client port, and (for https) the
+    TLS identity to present."""
+
+    endpoint: endpoints.Endpoint
+    scheme: str
+    identity: endpoints.TLSIdentity | None = None
+
+    def __post_init__(self) -> None:
+        if self.scheme not in endpoints.SCHEMES:
+            raise ValueError(f"Target {self.endpoint.name}: scheme must be 'http' or 'https', not {self.scheme!r}")
+        if self.scheme == "https" and self.identity is None:
+            raise ValueError(f"Target {self.endpoint.name}: scheme 'https' needs an identity (TLSIdentity with the CA)")
+        if self.scheme == "http" and self.identity is not None:
+            object.__setattr__(self, "identity", None)  # plaintext presents nothing
+
+    @property
+    def label(self) -> str:
+        who = f"/{self.identity.name}" if self.identity is not None else ""
+        return f"{self.endpoint.name}/{self.scheme}{who}"
+
+
+def targets_for(endpoint_list: Iterable[endpoints.Endpoint],
+                identities: Iterable[endpoints.TLSIdentity | None] = (None,),
+                schemes: Sequence[str] | None = None) -> list[Target]:
+    """Every (endpoint x scheme x identity) combination that makes sense: https with each identity given,
+    http once per endpoint. ``schemes`` default to each endpoint's own."""
+    ids = [i for i in identities if i is not None]
+    out: list[Target] = []
+    for ep in endpoint_list:
+        for scheme in schemes or ep.schemes:
+            if scheme == "https":
+                out.extend(Target(ep, "https", ident) for ident in ids)
+            else:
+                out.append(Target(ep, "http"))
+    return list(dict.fromkeys(out))
+
+
+@dataclasses.dataclass(frozen=True)
+class WriterResult:
+    """Counts of one writer run (or a snapshot of a running one)."""
+
+    ok: int
+    failed: int
+    max_gap: float
+    duration: float
+    last_value: int
+    key: bytes
+    by_target: dict[str, int]
+    errors: tuple[str, ...]
+    failure_offsets: tuple[float, ...]
+    switches: int
+    marks: tuple[tuple[float, str], ...]
+
+    @property
+    def ops(self) -> int:
+        return self.ok + self.failed
+
+    def summary(self) -> str:
+        return (f"{self.ok} ok / {self.failed} failed in {self.duration:.2f}s, max gap {self.max_gap * 1000:.0f} ms, "
+                f"{self.switches} target switches")
+
+
+class Writer:
+    """Put every ``interval`` seconds through the first target that works. ``start()``/``stop()`` or ``async with``.
+
+    ``try_timeout``: deadline of one try on one target. ``key``: the key written (value = sequence number).
+    """
+
+    def __init__(self, targets: Sequence[Target], *, interval: float = 0.02, try_timeout: float = 0.5,
+                 key: bytes = b"/opsmanager/writer", keep_errors: int = 50) -> None:
+        if interval <= 0 or try_timeout <= 0:
+            raise ValueError("Writer: interval and try_timeout must be positive seconds")
+        self.interval, self.try_timeout, self.key, self.keep_errors = interval, try_timeout, key, keep_errors
+        self._targets: list[Target] = []
+        self._clients: dict[str | None, etcd_client.EtcdClient] = {}
+        self._last_good: Target | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._ok = self._failed = self._seq = self._last_value = self._switches = 0
+        self._by_target: dict[str, int] = {}
+        self._errors: list[str] = []
+        self._failure_offsets: list[float] = []
+        self._marks: list[tuple[float, str]] = []
+        self._started_at = self._stopped_at = 0.0
+        self._last_ok_at: float | None = None
+        self._max_gap = 0.0
+        self._ok_event = asyncio.Event()
+        self.result: WriterResult | None = None
+        self.set_targets(targets)
+
+    # -- targets --
+
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        return tuple(self._targets)
+
+    def set_targets(self, targets: Sequence[Target]) -> None:
+        """Replace the targets; the next op uses the new list (still starting with the last good one if kept)."""
+        new = list(dict.fromkeys(targets))
+        if not new:
+            raise ValueError("Writer needs at least one target")
+        self._targets = new
+        if self._last_good not in new:
+            self._last_good = None
+
+    def add_targets(self, targets: Iterable[Target]) -> None:
+        self.set_targets([*self._targets, *targets])
+
+    def mark(self, text: str) -> None:
+        """Timestamp an event ("move_leader start") in the result, for reading gaps against actions."""
+        self._marks.append((self._now() - self._started_at, text))
+
+    def _client_for(self, target: Target) -> etcd_client.EtcdClient:
+        key = target.identity.fingerprint if target.identity is not None else None
+        c = self._clients.get(key)
+        if c is None:
+            c = etcd_client.EtcdClient([target.endpoint], tls=target.identity, timeout=self.try_timeout)
+            self._clients[key] = c
+        return c
+
+    # -- running --
+
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
+
+    async def start(self) -> None:
+        if self._task is not None:
+            raise RuntimeError("Writer already started")
+        self._started_at = self._now()
+        self._stopping = False
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="etcd-live-writer")
+
+    async def stop(self) -> WriterResult:
+        """Finish the op in flight, stop, close the channels; returns (and keeps as ``.result``) the counts."""
+        if self._task is None:
+            raise RuntimeError("Writer not started")
+        self._stopping = True
+        try:
+            await self._task
+        finally:
+            self._stopped_at = self._now()
+            if self._last_ok_at is not None:
+                self._max_gap = max(self._max_gap, self._stopped_at - self._last_ok_at)
+            self.result = self.snapshot()
+            clients, self._clients = list(self._clients.values()), {}
+            for c in clients:
+                await c.close()
+        return self.result
+
+    async def __aenter__(self) -> Writer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def snapshot(self) -> WriterResult:
+        now = self._stopped_at or self._now()
+        return WriterResult(
+            ok=self._ok, failed=self._failed, max_gap=self._max_gap, duration=now - self._started_at,
+            last_value=self._last_value, key=self.key, by_target=dict(self._by_target), errors=tuple(self._errors),
+            failure_offsets=tuple(self._failure_offsets), switches=self._switches, marks=tuple(self._marks),
+        )
+
+    async def wait_ok(self, count: int = 1, *, timeout: float = 10.0) -> None:
+        """Wait until ``count`` more ops have succeeded (a sync point: "the writer is writing")."""
+        target = self._ok + count
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._ok < target:
+            if self._task is not None and self._task.done():
+                self._task.result()  # re-raise what killed it
+                raise RuntimeError("Writer stopped")
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise TimeoutError(f"Writer: {self._ok - (target - count)} of {count} ops ok within {timeout}s; "
+                                   f"last errors: {self._errors[-3:]}")
+            self._ok_event.clear()
+            try:
+                await asyncio.wait_for(self._ok_event.wait(), min(remaining, 0.2))
+            except TimeoutError:
+                pass
+
+    async def _run(self) -> None:
+        next_at = self._now()
+        while not self._stopping:
+            delay = next_at - self._now()
+            if delay > 0:
+                await asyncio.sleep(delay)
+                if self._stopping:
+                    break
+            await self._one_op()
+            next_at += self.interval
+            now = self._now()
+            if next_at < now:
+                next_at = now  # no catch-up: missed slots are not replayed
+
+    async def _one_op(self) -> None:
+        self._seq += 1
+        value = str(self._seq).encode()
+        order = list(self._targets)
+        if self._last_good in order:
+            order.remove(self._last_good)
+            order.insert(0, self._last_good)
+        tried: list[str] = []
+        for target in order:
+            c = self._client_for(target)
+            try:
+                await c.put(self.key, value, endpoint=target.endpoint, scheme=target.scheme,
+                            timeout=self.try_timeout)
+            except errors.EtcdError as err:
+                tried.append(f"{target.label}: {type(err).__name__}: {err}")
+                continue
+            now = self._now()
+            if self._last_ok_at is not None:
+                self._max_gap = max(self._max_gap, now - self._last_ok_at)
+            self._last_ok_at = now
+            if self._last_good is not None and self._last_good != target:
+                self._switches += 1
+            self._last_good = target
+            self._ok += 1
+            self._last_value = self._seq
+            self._by_target[target.label] = self._by_target.get(target.label, 0) + 1
+            self._ok_event.set()
+            if tried and len(self._errors) < self.keep_errors:  # failed tries before a success: worth seeing
+                self._errors.append(f"+{now - self._started_at:.3f}s op {self._seq} ok after: " + " | ".join(tried))
+            return
+        self._failed += 1
+        offset = self._now() - self._started_at
+        self._failure_offsets.append(offset)
+        if len(self._errors) < self.keep_errors:
+            self._errors.append(f"+{offset:.3f}s op {self._seq} FAILED: " + " | ".join(tried))
+
+
+__all__ = ["Target", "Writer", "WriterResult", "targets_for"]

@@ -1,0 +1,215 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ResponseHeader(_message.Message):
+    __slots__ = ("cluster_id", "member_id", "revision", "raft_term")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    RAFT_TERM_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: int
+    member_id: int
+    revision: int
+    raft_term: int
+    def __init__(self, cluster_id: _Optional[int] = ..., member_id: _Optional[int] = ..., revision: _Optional[int] = ..., raft_term: _Optional[int] = ...) -> None: ...
+
+class KeyValue(_message.Message):
+    __slots__ = ("key", "create_revision", "mod_revision", "version", "value", "lease")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    CREATE_REVISION_FIELD_NUMBER: _ClassVar[int]
+    MOD_REVISION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    create_revision: int
+    mod_revision: int
+    version: int
+    value: bytes
+    lease: int
+    def __init__(self, key: _Optional[bytes] = ..., create_revision: _Optional[int] = ..., mod_revision: _Optional[int] = ..., version: _Optional[int] = ..., value: _Optional[bytes] = ..., lease: _Optional[int] = ...) -> None: ...
+
+class RangeRequest(_message.Message):
+    __slots__ = ("key", "range_end", "limit", "revision", "serializable", "keys_only", "count_only")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    RANGE_END_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    SERIALIZABLE_FIELD_NUMBER: _ClassVar[int]
+    KEYS_ONLY_FIELD_NUMBER: _ClassVar[int]
+    COUNT_ONLY_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    range_end: bytes
+    limit: int
+    revision: int
+    serializable: bool
+    keys_only: bool
+    count_only: bool
+    def __init__(self, key: _Optional[bytes] = ..., range_end: _Optional[bytes] = ..., limit: _Optional[int] = ..., revision: _Optional[int] = ..., serializable: _Optional[bool] = ..., keys_only: _Optional[bool] = ..., count_only: _Optional[bool] = ...) -> None: ...
+
+class RangeResponse(_message.Message):
+    __slots__ = ("header", "kvs", "more", "count")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    KVS_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    kvs: _containers.RepeatedCompositeFieldContainer[KeyValue]
+    more: bool
+    count: int
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., kvs: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., more: _Optional[bool] = ..., count: _Optional[int] = ...) -> None: ...
+
+class PutRequest(_message.Message):
+    __slots__ = ("key", "value", "lease", "prev_kv")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    PREV_KV_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    value: bytes
+    lease: int
+    prev_kv: bool
+    def __init__(self, key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., lease: _Optional[int] = ..., prev_kv: _Optional[bool] = ...) -> None: ...
+
+class PutResponse(_message.Message):
+    __slots__ = ("header", "prev_kv")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    PREV_KV_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    prev_kv: KeyValue
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., prev_kv: _Optional[_Union[KeyValue, _Mapping]] = ...) -> None: ...
+
+class Member(_message.Message):
+    __slots__ = ("ID", "name", "peerURLs", "clientURLs", "isLearner")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PEERURLS_FIELD_NUMBER: _ClassVar[int]
+    CLIENTURLS_FIELD_NUMBER: _ClassVar[int]
+    ISLEARNER_FIELD_NUMBER: _ClassVar[int]
+    ID: int
+    name: str
+    peerURLs: _containers.RepeatedScalarFieldContainer[str]
+    clientURLs: _containers.RepeatedScalarFieldContainer[str]
+    isLearner: bool
+    def __init__(self, ID: _Optional[int] = ..., name: _Optional[str] = ..., peerURLs: _Optional[_Iterable[str]] = ..., clientURLs: _Optional[_Iterable[str]] = ..., isLearner: _Optional[bool] = ...) -> None: ...
+
+class MemberAddRequest(_message.Message):
+    __slots__ = ("peerURLs", "isLearner")
+    PEERURLS_FIELD_NUMBER: _ClassVar[int]
+    ISLEARNER_FIELD_NUMBER: _ClassVar[int]
+    peerURLs: _containers.RepeatedScalarFieldContainer[str]
+    isLearner: bool
+    def __init__(self, peerURLs: _Optional[_Iterable[str]] = ..., isLearner: _Optional[bool] = ...) -> None: ...
+
+class MemberAddResponse(_message.Message):
+    __slots__ = ("header", "member", "members")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    member: Member
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., member: _Optional[_Union[Member, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+
+class MemberRemoveRequest(_message.Message):
+    __slots__ = ("ID",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ID: int
+    def __init__(self, ID: _Optional[int] = ...) -> None: ...
+
+class MemberRemoveResponse(_message.Message):
+    __slots__ = ("header", "members")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+
+class MemberUpdateRequest(_message.Message):
+    __slots__ = ("ID", "peerURLs")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PEERURLS_FIELD_NUMBER: _ClassVar[int]
+    ID: int
+    peerURLs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ID: _Optional[int] = ..., peerURLs: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class MemberUpdateResponse(_message.Message):
+    __slots__ = ("header", "members")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+
+class MemberListRequest(_message.Message):
+    __slots__ = ("linearizable",)
+    LINEARIZABLE_FIELD_NUMBER: _ClassVar[int]
+    linearizable: bool
+    def __init__(self, linearizable: _Optional[bool] = ...) -> None: ...
+
+class MemberListResponse(_message.Message):
+    __slots__ = ("header", "members")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+
+class MemberPromoteRequest(_message.Message):
+    __slots__ = ("ID",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ID: int
+    def __init__(self, ID: _Optional[int] = ...) -> None: ...
+
+class MemberPromoteResponse(_message.Message):
+    __slots__ = ("header", "members")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusResponse(_message.Message):
+    __slots__ = ("header", "version", "dbSize", "leader", "raftIndex", "raftTerm", "raftAppliedIndex", "errors", "dbSizeInUse", "isLearner")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DBSIZE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    RAFTINDEX_FIELD_NUMBER: _ClassVar[int]
+    RAFTTERM_FIELD_NUMBER: _ClassVar[int]
+    RAFTAPPLIEDINDEX_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    DBSIZEINUSE_FIELD_NUMBER: _ClassVar[int]
+    ISLEARNER_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    version: str
+    dbSize: int
+    leader: int
+    raftIndex: int
+    raftTerm: int
+    raftAppliedIndex: int
+    errors: _containers.RepeatedScalarFieldContainer[str]
+    dbSizeInUse: int
+    isLearner: bool
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., version: _Optional[str] = ..., dbSize: _Optional[int] = ..., leader: _Optional[int] = ..., raftIndex: _Optional[int] = ..., raftTerm: _Optional[int] = ..., raftAppliedIndex: _Optional[int] = ..., errors: _Optional[_Iterable[str]] = ..., dbSizeInUse: _Optional[int] = ..., isLearner: _Optional[bool] = ...) -> None: ...
+
+class MoveLeaderRequest(_message.Message):
+    __slots__ = ("targetID",)
+    TARGETID_FIELD_NUMBER: _ClassVar[int]
+    targetID: int
+    def __init__(self, targetID: _Optional[int] = ...) -> None: ...
+
+class MoveLeaderResponse(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,774 @@
+"""The async etcd admin client the operator uses to see and steer a cluster: Status, MemberList, MemberUpdate,
+MoveLeader, health, the "recovered?" gate after a restart, and the certificate a port serves.
+
+Why our own client (not etcdctl, not etcd3gw): every decision of a leader-aware rolling restart rests on facts
+only the v3 API gives — who the leader is (``Status.header.member_id == Status.leader``), how far a member has
+applied, whether a linearizable read goes through — and on two calls with sharp edges:
+
+* **MoveLeader must reach the leader** (a follower answers FAILED_PRECONDITION "not leader") and has no server-side
+  deadline. :meth:`EtcdClient.move_leader` finds the leader by Status, sends it there with a deadline, follows a
+  "not leader" answer to the new leader, and only returns once every member reports the target as leader.
+* **A restarted member is not "back" when its port opens.** :meth:`EtcdClient.wait_recovered` is the gate: the
+  expected voter count and no learners, every endpoint healthy, the member's applied index caught up with the
+  leader's commit index, and a linearizable read through that member.
+
+Transport: ``grpc.aio`` channels, cached per (endpoint, scheme, identity) and closed by :meth:`close` (or ``async
+with``). TLS material is bytes (:class:`endpoints.TLSIdentity`); ``Endpoint.server_name`` becomes
+``grpc.ssl_target_name_override`` so a pod IP can be dialled while the certificate's DNS name is verified.
+An endpoint may list several schemes ("dual view" during a TLS transition): each is tried with its own budget,
+starting with the one that last worked. The identity can be swapped while running (:meth:`EtcdClient.set_tls`).
+
+Timeouts: ``timeout`` is the budget of one attempt (one endpoint, one scheme); calls that may try several
+endpoints or schemes take at most attempts x timeout. ``deadline`` (absolute ``loop.time()``) caps everything.
+Every call has a deadline: nothing here can hang.
+
+Errors: only :mod:`opsmanager.etcd.errors` types leave this module; gRPC errors are translated at the edge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+import aiohttp
+import grpc
+import grpc.aio
+
+from opsmanager import pki
+from opsmanager.etcd import endpoints, errors, probes
+from opsmanager.etcd._pb import rpc_pb2, rpc_pb2_grpc
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT = 5.0
+HEALTH_KEY = b"health"  # the key etcd's own /health reads; reading it changes nothing
+
+# Reconnect quickly after a member restarts (gRPC's default backoff grows to 120 s); never use an HTTP proxy.
+CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 300),
+    ("grpc.enable_http_proxy", 0),
+    ("grpc.enable_retries", 0),
+)
+
+# Errors after which the same call is worth trying on the endpoint's next scheme: the transport failed, the
+# member did not decide anything.
+_TRY_NEXT_SCHEME = (errors.MemberUnreachable, errors.TLSHandshakeFailed, errors.RequestTimeout)
+# ... and on another endpoint: also "this member cannot do it" answers (no quorum seen from there, a learner).
+_TRY_NEXT = (*_TRY_NEXT_SCHEME, errors.NoQuorum, errors.LearnerNotSupported)
+# What a gRPC call may raise besides translated errors (grpc.aio.BaseError: UsageError on a closed channel ...).
+_GRPC_RAISES = (grpc.RpcError, grpc.aio.BaseError, OSError, TimeoutError)
+
+
+# ---- values returned ------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class MemberStatus:
+    """A member's own view (Status is answered locally, without a raft round trip)."""
+
+    endpoint: endpoints.Endpoint
+    scheme: str
+    member_id: int
+    cluster_id: int
+    leader_id: int
+    raft_index: int
+    raft_term: int
+    raft_applied_index: int
+    revision: int
+    version: str
+    db_size: int
+    db_size_in_use: int
+    is_learner: bool
+    errors: tuple[str, ...]
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id != 0 and self.member_id == self.leader_id
+
+    @property
+    def member_id_hex(self) -> str:
+        return format(self.member_id, "x")
+
+    @classmethod
+    def from_pb(cls, ep: endpoints.Endpoint, scheme: str, r: rpc_pb2.StatusResponse) -> MemberStatus:
+        return cls(
+            endpoint=ep, scheme=scheme, member_id=r.header.member_id, cluster_id=r.header.cluster_id,
+            leader_id=r.leader, raft_index=r.raftIndex, raft_term=r.raftTerm, raft_applied_index=r.raftAppliedIndex,
+            revision=r.header.revision, version=r.version, db_size=r.dbSize, db_size_in_use=r.dbSizeInUse,
+            is_learner=r.isLearner, errors=tuple(r.errors),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One entry of MemberList."""
+
+    id: int
+    name: str
+    peer_urls: tuple[str, ...]
+    client_urls: tuple[str, ...]
+    is_learner: bool
+
+    @property
+    def id_hex(self) -> str:
+        return format(self.id, "x")
+
+    @classmethod
+    def from_pb(cls, m: rpc_pb2.Member) -> Member:
+        return cls(id=m.ID, name=m.name, peer_urls=tuple(m.peerURLs), client_urls=tuple(m.clientURLs),
+                   is_learner=m.isLearner)
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaderMove:
+    """What :meth:`EtcdClient.move_leader` did: the RPC went to ``sent_to`` (after ``redirects`` "not leader"
+    answers), took ``rpc_seconds``; every member in ``agreed`` reported ``leader_id`` ``total_seconds`` after the
+    start; ``unreachable`` members did not answer Status during the check."""
+
+    previous_leader_id: int
+    leader_id: int
+    sent_to: str
+    redirects: int
+    rpc_seconds: float
+    total_seconds: float
+    agreed: tuple[str, ...]
+    unreachable: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Recovery:
+    """The state in which :meth:`EtcdClient.wait_recovered` let a member pass the gate."""
+
+    member: str
+    member_id: int
+    leader_id: int
+    voters: int
+    applied_index: int
+    leader_commit_index: int
+    seconds: float
+    polls: int
+
+
+Health = probes.Health
+
+
+# ---- the client -----------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class _Conn:
+    channel: grpc.aio.Channel
+    kv: rpc_pb2_grpc.KVStub
+    cluster: rpc_pb2_grpc.ClusterStub
+    maintenance: rpc_pb2_grpc.MaintenanceStub
+
+
+class EtcdClient:
+    """Admin client over a set of member endpoints. Use ``async with EtcdClient(eps, tls=...) as c:``.
+
+    ``endpoints``: the members to talk to (their ``name`` is how the other calls refer to them).
+    ``tls``: trust bundle and client identity for ``https`` schemes; None for plaintext-only endpoints.
+    ``timeout``: default per-attempt budget in seconds.
+    """
+
+    def __init__(self, endpoint_list: Iterable[endpoints.Endpoint], *, tls: endpoints.TLSIdentity | None = None,
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        self._endpoints: list[endpoints.Endpoint] = []
+        self._tls: endpoints.TLSIdentity | None = None
+        self.timeout = timeout
+        self._conns: dict[tuple[str, str, str | None, str | None], _Conn] = {}
+        self._preferred_scheme: dict[str, str] = {}
+        self._last_good: str | None = None
+        self._ids: dict[int, endpoints.Endpoint] = {}  # member ID -> endpoint, learned from Status
+        self._http: aiohttp.ClientSession | None = None
+        self._closed = False
+        self.set_endpoints(endpoint_list)
+        self.set_tls(tls)
+
+    # -- configuration --
+
+    @property
+    def endpoints(self) -> tuple[endpoints.Endpoint, ...]:
+        return tuple(self._endpoints)
+
+    @property
+    def tls(self) -> endpoints.TLSIdentity | None:
+        return self._tls
+
+    def set_endpoints(self, endpoint_list: Iterable[endpoints.Endpoint]) -> None:
+        """Replace the endpoint set (e.g. after a member was replaced). Channels already open stay cached."""
+        eps = list(endpoint_list)
+        if not eps:
+            raise ValueError("EtcdClient needs at least one endpoint")
+        names = [e.name for e in eps]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"EtcdClient: endpoint names must be unique; duplicated: {dupes}")
+        self._endpoints = eps
+        self._ids = {i: e for i, e in self._ids.items() if e in eps}
+
+    def set_tls(self, tls: endpoints.TLSIdentity | None) -> None:
+        """Use another trust bundle / client identity from now on (e.g. the new client cert during a rotation).
+        Channels of the previous identity stay open (calls in flight finish) until :meth:`close`."""
+        if tls is not None and not isinstance(tls, endpoints.TLSIdentity):
+            raise TypeError(f"tls must be an endpoints.TLSIdentity or None, not {type(tls).__name__}")
+        self._tls = tls
+
+    def endpoint(self, ref: endpoints.Endpoint | str) -> endpoints.Endpoint:
+        """The configured endpoint named ``ref`` (an :class:`Endpoint` is returned as is)."""
+        if isinstance(ref, endpoints.Endpoint):
+            return ref
+        for ep in self._endpoints:
+            if ep.name == ref:
+                return ep
+        raise ValueError(f"unknown endpoint {ref!r}; known: {[e.name for e in self._endpoints]}")
+
+    # -- lifecycle --
+
+    async def __aenter__(self) -> EtcdClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close every channel and the HTTP session. The client can be used again afterwards (reconnects)."""
+        conns, self._conns = list(self._conns.values()), {}
+        for conn in conns:
+            await conn.channel.close(grace=None)
+        if self._http is not None:
+            session, self._http = self._http, None
+            await session.close()
+
+    # -- transport --
+
+    def _conn(self, ep: endpoints.Endpoint, scheme: str) -> _Conn:
+        identity = self._tls if scheme == "https" else None
+        if scheme == "https" and identity is None:
+            raise ValueError(f"endpoint {ep.name!r} lists scheme 'https' but the client has no TLS identity; "
+                             "pass tls=TLSIdentity(ca_pem=...) or drop 'https' from the endpoint's schemes")
+        key = (ep.target, scheme, ep.server_name, identity.fingerprint if identity else None)
+        conn = self._conns.get(key)
+        if conn is None:
+            options = list(CHANNEL_OPTIONS)
+            if scheme == "https":
+                assert identity is not None
+                creds = grpc.ssl_channel_credentials(root_certificates=identity.ca_pem,
+                                                     private_key=identity.key_pem,
+                                                     certificate_chain=identity.cert_pem)
+                if ep.server_name:
+                    options.append(("grpc.ssl_target_name_override", ep.server_name))
+                channel = grpc.aio.secure_channel(ep.target, creds, options=options)
+            else:
+                channel = grpc.aio.insecure_channel(ep.target, options=options)
+            conn = _Conn(channel, rpc_pb2_grpc.KVStub(channel), rpc_pb2_grpc.ClusterStub(channel),
+                         rpc_pb2_grpc.MaintenanceStub(channel))
+            self._conns[key] = conn
+        return conn
+
+    def _schemes(self, ep: endpoints.Endpoint, scheme: str | None) -> list[str]:
+        if scheme is not None:
+            if scheme not in endpoints.SCHEMES:
+                raise ValueError(f"scheme must be 'http' or 'https', not {scheme!r}")
+            return [scheme]
+        order = list(ep.schemes)
+        preferred = self._preferred_scheme.get(ep.target)
+        if preferred in order:
+            order.remove(preferred)
+            order.insert(0, preferred)
+        return order
+
+    @staticmethod
+    def _attempt_timeout(timeout: float, deadline: float | None) -> float:
+        if deadline is None:
+            return timeout
+        return min(timeout, deadline - asyncio.get_running_loop().time())
+
+    async def _call(self, ep: endpoints.Endpoint, call: str, fn: Callable[[_Conn, float], Awaitable[T]], *,
+                    timeout: float | None = None, deadline: float | None = None,
+                    scheme: str | None = None) -> tuple[T, str]:
+        """Run ``fn(conn, timeout)`` on ``ep``, trying its schemes in order; returns (result, scheme).
+
+        The only place gRPC errors are caught and translated.
+        """
+        per_try = self.timeout if timeout is None else timeout
+        failures: list[tuple[str, errors.EtcdError, BaseException]] = []
+        for s in self._schemes(ep, scheme):
+            budget = self._attempt_timeout(per_try, deadline)
+            if budget <= 0:
+                break
+            conn = self._conn(ep, s)
+            try:
+                result = await fn(conn, budget)
+            except _GRPC_RAISES as exc:
+                err = errors.translate(exc, endpoint=f"{ep.label} [{s}]", call=call)
+                if not isinstance(err, _TRY_NEXT_SCHEME):
+                    raise err from exc
+                failures.append((s, err, exc))
+                continue
+            self._preferred_scheme[ep.target] = s
+            return result, s
+        if not failures:
+            raise errors.RequestTimeout(f"{call} on {ep.label}: deadline passed before any attempt",
+                                        endpoint=ep.label)
+        # One error for the caller: the most specific kind seen, naming every attempt.
+        rank = (errors.TLSHandshakeFailed, errors.NoQuorum, errors.LearnerNotSupported, errors.RequestTimeout)
+        chosen = failures[0]
+        for kind in rank:
+            hit = [f for f in failures if isinstance(f[1], kind)]
+            if hit:
+                chosen = hit[0]
+                break
+        err = chosen[1]
+        if len(failures) > 1:
+            others = "; ".join(f"{s}: {e}" for s, e, _ in failures if e is not err)
+            err.args = (f"{err} (also tried {others})",)
+        raise err from chosen[2]
+
+    async def _on_any(self, call: str, fn: Callable[[_Conn, float], Awaitable[T]], *,
+                      timeout: float | None = None, deadline: float | None = None,
+                      candidates: Sequence[endpoints.Endpoint] | None = None) -> tuple[T, endpoints.Endpoint]:
+        """Run ``fn`` on the first endpoint that answers, starting with the one that answered last."""
+        order = list(candidates or self._endpoints)
+        if self._last_good is not None:
+            order.sort(key=lambda e: e.name != self._last_good)
+        failures: list[errors.EtcdError] = []
+        for ep in order:
+            if deadline is not None and asyncio.get_running_loop().time() >= deadline:
+                break
+            try:
+                result, _ = await self._call(ep, call, fn, timeout=timeout, deadline=deadline)
+            except _TRY_NEXT as err:
+                failures.append(err)
+                continue
+            self._last_good = ep.name
+            return result, ep
+        raise self._cluster_error(call, failures)
+
+    def _cluster_error(self, call: str, failures: list[errors.EtcdError]) -> errors.EtcdError:
+        """The error for "no endpoint could do it": NoQuorum when any member said so, or when some member was
+        reachable but the call timed out while fewer than a majority of the endpoints answered at all."""
+        if not failures:
+            return errors.RequestTimeout(f"{call}: deadline passed before any endpoint was tried")
+        detail = "; ".join(str(f) for f in failures)
+        cause = failures[0]
+        reachable = [f for f in failures if not isinstance(f, (errors.MemberUnreachable, errors.TLSHandshakeFailed))]
+        if any(isinstance(f, errors.NoQuorum) for f in failures) or (
+                reachable and len(reachable) <= len(self._endpoints) // 2):
+            err: errors.EtcdError = errors.NoQuorum(f"{call}: no quorum: {detail}")
+        elif all(isinstance(f, errors.TLSHandshakeFailed) for f in failures):
+            err = errors.TLSHandshakeFailed(f"{call}: TLS handshake failed on every endpoint: {detail}")
+        elif reachable:
+            return reachable[0]
+        else:
+            err = errors.MemberUnreachable(f"{call}: no endpoint reachable: {detail}")
+        err.__cause__ = cause
+        return err
+
+    # -- Maintenance --
+
+    async def status(self, endpoint: endpoints.Endpoint | str, *, timeout: float | None = None,
+                     deadline: float | None = None, scheme: str | None = None) -> MemberStatus:
+        """Status of one member (its own view; learners answer too)."""
+        ep = self.endpoint(endpoint)
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.StatusResponse:
+            return await c.maintenance.Status(rpc_pb2.StatusRequest(), timeout=t)
+
+        resp, used = await self._call(ep, "Status", fn, timeout=timeout, deadline=deadline, scheme=scheme)
+        st = MemberStatus.from_pb(ep, used, resp)
+        self._ids[st.member_id] = ep
+        return st
+
+    async def statuses(self, *, timeout: float | None = None, deadline: float | None = None,
+                       extra: Sequence[endpoints.Endpoint] = ()) -> dict[str, MemberStatus | errors.EtcdError]:
+        """Status of every endpoint, concurrently; an endpoint that failed maps to its error."""
+        eps = list(self._endpoints) + [e for e in extra if e not in self._endpoints]
+
+        async def one(ep: endpoints.Endpoint) -> MemberStatus | errors.EtcdError:
+            try:
+                return await self.status(ep, timeout=timeout, deadline=deadline)
+            except errors.EtcdError as err:
+                return err
+
+        results = await asyncio.gather(*(one(e) for e in eps))
+        return {ep.name: r for ep, r in zip(eps, results, strict=True)}
+
+    async def leader(self, *, timeout: float | None = None) -> MemberStatus:
+        """The current leader's own Status (``header.member_id == leader``).
+
+        Polls while an election is in progress, for up to ``timeout`` seconds; raises :class:`errors.NoQuorum` when no
+        member reports a leader by then. When members agree on a leader that is not among the endpoints, it is
+        looked up in MemberList (its client URL) and asked directly.
+        """
+        budget = self.timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + budget
+        views: dict[str, MemberStatus | errors.EtcdError] = {}
+        while True:
+            views = await self.statuses(timeout=min(budget, 2.0), deadline=deadline)
+            for st in views.values():
+                if isinstance(st, MemberStatus) and st.is_leader:
+                    return st
+            claimed = {st.leader_id for st in views.values() if isinstance(st, MemberStatus) and st.leader_id}
+            for leader_id in claimed:
+                ep = await self._discover(leader_id, deadline=deadline)
+                if ep is not None:
+                    try:
+                        st = await self.status(ep, timeout=min(budget, 2.0), deadline=deadline)
+                    except errors.EtcdError:
+                        continue
+                    if st.is_leader:
+                        return st
+            if loop.time() >= deadline:
+                break
+            await asyncio.sleep(min(0.05, max(0.0, deadline - loop.time())))
+        raise errors.NoQuorum(f"leader: no member reported a reachable leader within {budget}s; "
+                              f"views: {self._describe(views)}")
+
+    @staticmethod
+    def _describe(views: dict[str, MemberStatus | errors.EtcdError]) -> str:
+        parts = []
+        for name, v in views.items():
+            if isinstance(v, MemberStatus):
+                parts.append(f"{name}: id={v.member_id_hex} leader={format(v.leader_id, 'x')}")
+            else:
+                parts.append(f"{name}: {type(v).__name__}")
+        return ", ".join(parts) or "no endpoints"
+
+    async def _discover(self, member_id: int, *, deadline: float | None = None) -> endpoints.Endpoint | None:
+        """An endpoint for ``member_id``: a configured one (known from Status) or one built from MemberList."""
+        if member_id in self._ids:
+            return self._ids[member_id]
+        try:
+            members = await self.members(linearizable=False, timeout=min(self.timeout, 2.0), deadline=deadline)
+        except errors.EtcdError:
+            return None
+        for m in members:
+            if m.id == member_id and m.client_urls:
+                for ep in self._endpoints:  # a configured endpoint under the same name wins (TLS name, ports)
+                    if ep.name == m.name:
+                        return ep
+                schemes = sorted({u.split("://", 1)[0] for u in m.client_urls}, key=lambda s: s != "https")
+                first = next(u for u in m.client_urls if u.startswith(schemes[0]))
+                return dataclasses.replace(endpoints.Endpoint.from_url(m.name, first, metrics_port=None),
+                                           schemes=tuple(schemes))
+        return None
+
+    async def move_leader(self, target_id: int, *, via: endpoints.Endpoint | str | None = None,
+                          timeout: float = 5.0, agree_timeout: float = 2.0) -> LeaderMove:
+        """Make ``target_id`` (a voting member) the leader.
+
+        The RPC goes to the current leader (found by Status), or first to ``via`` — a "not leader" answer is then
+        followed to the leader, never returned. It runs under a deadline (``timeout``, the whole call). Returns only
+        when every member that answers Status reports ``target_id`` as leader (polled for up to ``agree_timeout``).
+        Raises :class:`errors.LeaderTransferTimeout`, :class:`errors.BadLeaderTransferee` (not a voter),
+        :class:`errors.NoQuorum` (no leader to ask).
+        """
+        if not isinstance(target_id, int) or target_id <= 0:
+            raise ValueError(f"move_leader: target_id must be a member ID (positive int), not {target_id!r}")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + timeout
+        current: endpoints.Endpoint
+        previous = 0
+        if via is not None:
+            current = self.endpoint(via)
+        else:
+            leader = await self.leader(timeout=timeout)
+            current, previous = leader.endpoint, leader.member_id
+        redirects = 0
+        request = rpc_pb2.MoveLeaderRequest(targetID=target_id)
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.MoveLeaderResponse:
+            return await c.maintenance.MoveLeader(request, timeout=t)
+
+        rpc_started = loop.time()
+        while True:
+            try:
+                resp, _ = await self._call(current, "MoveLeader", fn, timeout=timeout, deadline=deadline)
+                break
+            except errors.NotLeader as err:
+                redirects += 1
+                if redirects > 3 or loop.time() >= deadline:
+                    raise errors.LeaderTransferTimeout(
+                        f"MoveLeader to {target_id:x}: leadership kept moving ({err})", endpoint=err.endpoint) from err
+                leader = await self.leader(timeout=max(0.05, deadline - loop.time()))
+                current, previous = leader.endpoint, leader.member_id
+                rpc_started = loop.time()
+            except errors.RequestTimeout as err:
+                raise errors.LeaderTransferTimeout(
+                    f"MoveLeader to {target_id:x} via {current.label}: not finished within {timeout}s ({err})",
+                    endpoint=current.label) from err
+        rpc_seconds = loop.time() - rpc_started
+        if not previous:
+            previous = resp.header.member_id
+        agreed, unreachable = await self._wait_leader_agreed(target_id, loop.time() + agree_timeout)
+        return LeaderMove(previous_leader_id=previous, leader_id=target_id, sent_to=current.label,
+                          redirects=redirects, rpc_seconds=rpc_seconds, total_seconds=loop.time() - started,
+                          agreed=agreed, unreachable=unreachable)
+
+    async def _wait_leader_agreed(self, leader_id: int, deadline: float) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        loop = asyncio.get_running_loop()
+        extra: list[endpoints.Endpoint] = []
+        if leader_id not in self._ids:
+            found = await self._discover(leader_id, deadline=deadline)
+            if found is not None and found not in self._endpoints:
+                extra.append(found)
+        while True:
+            views = await self.statuses(timeout=0.5, deadline=deadline, extra=extra)
+            answered = {n: v for n, v in views.items() if isinstance(v, MemberStatus)}
+            disagree = [n for n, v in answered.items() if v.leader_id != leader_id]
+            if answered and not disagree:
+                unreachable = tuple(n for n in views if n not in answered)
+                return tuple(sorted(answered)), unreachable
+            if loop.time() >= deadline:
+                raise errors.LeaderTransferTimeout(
+                    f"MoveLeader to {leader_id:x}: not every member reports it as leader; views: "
+                    f"{self._describe(views)}")
+            await asyncio.sleep(0.02)
+
+    # -- Cluster --
+
+    async def members(self, *, linearizable: bool = True, timeout: float | None = None,
+                      deadline: float | None = None) -> list[Member]:
+        """MemberList from any voter. ``linearizable`` (etcd 3.5+) reads it through consensus, so it fails with
+        :class:`errors.NoQuorum` rather than return a stale list when the cluster has no quorum."""
+        request = rpc_pb2.MemberListRequest(linearizable=linearizable)
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.MemberListResponse:
+            return await c.cluster.MemberList(request, timeout=t)
+
+        resp, _ = await self._on_any("MemberList", fn, timeout=timeout, deadline=deadline)
+        return [Member.from_pb(m) for m in resp.members]
+
+    @staticmethod
+    def _check_peer_urls(peer_urls: Sequence[str], call: str) -> list[str]:
+        if isinstance(peer_urls, str) or not peer_urls:
+            raise ValueError(f"{call}: peer_urls must be a non-empty list like ['https://10.0.0.5:2380']")
+        out = []
+        for url in peer_urls:
+            try:
+                endpoints.Endpoint.from_url("peer", url)
+            except ValueError:
+                raise ValueError(f"{call}: peer_urls entry {url!r} is not http(s)://host:port") from None
+            out.append(url)
+        return out
+
+    async def member_update(self, member_id: int, peer_urls: Sequence[str], *,
+                            timeout: float | None = None) -> list[Member]:
+        """Set a member's advertised peer URLs (goes through raft; needs quorum). Returns the new member list.
+        Other members dial the new URLs from their next connection on; existing peer streams are not cut."""
+        urls = self._check_peer_urls(peer_urls, "member_update")
+        request = rpc_pb2.MemberUpdateRequest(ID=member_id, peerURLs=urls)
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.MemberUpdateResponse:
+            return await c.cluster.MemberUpdate(request, timeout=t)
+
+        resp, _ = await self._on_any("MemberUpdate", fn, timeout=timeout)
+        return [Member.from_pb(m) for m in resp.members]
+
+    async def member_add(self, peer_urls: Sequence[str], *, is_learner: bool = False,
+                         timeout: float | None = None) -> tuple[Member, list[Member]]:
+        """Add a member (optionally as learner); returns (the new member, the member list)."""
+        urls = self._check_peer_urls(peer_urls, "member_add")
+        request = rpc_pb2.MemberAddRequest(peerURLs=urls, isLearner=is_learner)
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.MemberAddResponse:
+            return await c.cluster.MemberAdd(request, timeout=t)
+
+        resp, _ = await self._on_any("MemberAdd", fn, timeout=timeout)
+        return Member.from_pb(resp.member), [Member.from_pb(m) for m in resp.members]
+
+    async def member_remove(self, member_id: int, *, timeout: float | None = None) -> list[Member]:
+        request = rpc_pb2.MemberRemoveRequest(ID=member_id)
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.MemberRemoveResponse:
+            return await c.cluster.MemberRemove(request, timeout=t)
+
+        resp, _ = await self._on_any("MemberRemove", fn, timeout=timeout)
+        return [Member.from_pb(m) for m in resp.members]
+
+    async def member_promote(self, member_id: int, *, timeout: float | None = None) -> list[Member]:
+        request = rpc_pb2.MemberPromoteRequest(ID=member_id)
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.MemberPromoteResponse:
+            return await c.cluster.MemberPromote(request, timeout=t)
+
+        resp, _ = await self._on_any("MemberPromote", fn, timeout=timeout)
+        return [Member.from_pb(m) for m in resp.members]
+
+    # -- KV --
+
+    @staticmethod
+    def _bytes(value: bytes | str) -> bytes:
+        return value.encode() if isinstance(value, str) else value
+
+    async def put(self, key: bytes | str, value: bytes | str, *, endpoint: endpoints.Endpoint | str | None = None,
+                  scheme: str | None = None, timeout: float | None = None,
+                  deadline: float | None = None) -> int:
+        """Put one key; returns the revision. On ``endpoint`` (and ``scheme``) when given, else on any member."""
+        request = rpc_pb2.PutRequest(key=self._bytes(key), value=self._bytes(value))
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.PutResponse:
+            return await c.kv.Put(request, timeout=t)
+
+        if endpoint is None:
+            resp, _ = await self._on_any("Put", fn, timeout=timeout, deadline=deadline)
+        else:
+            resp, _ = await self._call(self.endpoint(endpoint), "Put", fn, timeout=timeout, deadline=deadline,
+                                       scheme=scheme)
+        return int(resp.header.revision)
+
+    async def get(self, key: bytes | str, *, endpoint: endpoints.Endpoint | str | None = None,
+                  serializable: bool = False, scheme: str | None = None, timeout: float | None = None,
+                  deadline: float | None = None) -> bytes | None:
+        """Read one key (linearizable unless ``serializable``); None when absent."""
+        request = rpc_pb2.RangeRequest(key=self._bytes(key), serializable=serializable, limit=1)
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.RangeResponse:
+            return await c.kv.Range(request, timeout=t)
+
+        if endpoint is None:
+            resp, _ = await self._on_any("Range", fn, timeout=timeout, deadline=deadline)
+        else:
+            resp, _ = await self._call(self.endpoint(endpoint), "Range", fn, timeout=timeout, deadline=deadline,
+                                       scheme=scheme)
+        return bytes(resp.kvs[0].value) if resp.kvs else None
+
+    # -- health and recovery --
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession(trust_env=False)
+        return self._http
+
+    async def health(self, endpoint: endpoints.Endpoint | str, *, timeout: float = 2.0) -> probes.Health:
+        """Is this member healthy, by etcd's own definition (has a leader, no alarm, a linearizable read completes)?
+
+        Uses ``GET /health`` on the plain-HTTP metrics port when the endpoint has one, else reproduces the same check
+        over gRPC (Status + a linearizable Range). Returns a :class:`probes.Health` — never raises for an unhealthy or
+        unreachable member — and always within about ``timeout`` (x schemes for the gRPC path).
+        ``no_quorum`` is set when the member answers but consensus does not.
+        """
+        ep = self.endpoint(endpoint)
+        started = time.monotonic()
+        if ep.metrics_url is not None:
+            try:
+                return await probes.http_health(self._session(), ep, timeout=timeout)
+            except errors.RequestTimeout as err:
+                # The member accepted /health but its linearizable read hung: alive without consensus, if Status
+                # confirms it is alive.
+                try:
+                    st = await self.status(ep, timeout=min(1.0, timeout))
+                except errors.EtcdError:
+                    return probes.Health(ep.label, False, str(err), reachable=False, via="http-metrics",
+                                         took=time.monotonic() - started)
+                return probes.Health(ep.label, False, f"{err} (member up, leader={st.leader_id:x})", no_quorum=True,
+                                     via="http-metrics", took=time.monotonic() - started)
+            except errors.MemberUnreachable:
+                pass  # no metrics listener (or the member is down): ask over gRPC
+        return await self._grpc_health(ep, timeout, started)
+
+    async def _grpc_health(self, ep: endpoints.Endpoint, timeout: float, started: float) -> probes.Health:
+        try:
+            st = await self.status(ep, timeout=timeout)
+        except errors.EtcdError as err:
+            return probes.Health(ep.label, False, f"unreachable: {err}", reachable=False, via="grpc",
+                                 took=time.monotonic() - started)
+        via = f"grpc-{st.scheme}"
+        if st.errors:
+            reason = "; ".join(st.errors)
+            return probes.Health(ep.label, False, reason, no_quorum=probes.reason_means_no_quorum(reason), via=via,
+                                 took=time.monotonic() - started)
+        if st.leader_id == 0:
+            return probes.Health(ep.label, False, "RAFT NO LEADER", no_quorum=True, via=via,
+                                 took=time.monotonic() - started)
+        try:
+            await self.get(HEALTH_KEY, endpoint=ep, scheme=st.scheme, timeout=timeout)
+        except (errors.NoQuorum, errors.RequestTimeout) as err:
+            return probes.Health(ep.label, False, f"linearizable read failed: {err}", no_quorum=True, via=via,
+                                 took=time.monotonic() - started)
+        except errors.EtcdError as err:
+            return probes.Health(ep.label, False, f"linearizable read failed: {err}", via=via,
+                                 took=time.monotonic() - started)
+        return probes.Health(ep.label, True, via=via, took=time.monotonic() - started)
+
+    async def wait_recovered(self, member: endpoints.Endpoint | str, *, expected_voters: int,
+                             timeout: float = 30.0, poll_interval: float = 0.1) -> Recovery:
+        """The gate after ``member`` restarted. Polls until all of these hold, or ``timeout`` seconds pass:
+
+        1. MemberList (linearizable) has ``expected_voters`` voters and no learners;
+        2. every endpoint is healthy (:meth:`health`);
+        3. the member's applied index has reached the leader's commit index (sampled just before);
+        4. a linearizable read through the member succeeds.
+
+        Raises :class:`errors.NoQuorum` when the last blocker was lost quorum, else :class:`errors.NotRecovered`
+        with the blocker as ``reason`` — never later than about ``timeout`` (+ one poll's own bound).
+        """
+        if expected_voters < 1:
+            raise ValueError(f"wait_recovered: expected_voters must be >= 1, not {expected_voters}")
+        ep = self.endpoint(member)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + timeout
+        blocker: errors.EtcdError = errors.NotRecovered("not checked yet", reason="not checked yet")
+        polls = 0
+        while True:
+            polls += 1
+            step = max(0.05, min(self.timeout, deadline - loop.time()))
+            try:
+                result = await self._recovery_check(ep, expected_voters, step, deadline)
+                return dataclasses.replace(result, seconds=loop.time() - started, polls=polls)
+            except errors.EtcdError as err:
+                blocker = err
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            await asyncio.sleep(min(poll_interval, remaining))
+        msg = f"wait_recovered({ep.name}): not recovered within {timeout}s ({polls} polls); last blocker: {blocker}"
+        if isinstance(blocker, errors.NoQuorum):
+            raise errors.NoQuorum(msg, endpoint=ep.label) from blocker
+        raise errors.NotRecovered(msg, reason=str(blocker), endpoint=ep.label) from blocker
+
+    async def _recovery_check(self, ep: endpoints.Endpoint, expected_voters: int, step: float,
+                              deadline: float) -> Recovery:
+        members = await self.members(linearizable=True, timeout=step, deadline=deadline)
+        voters = [m for m in members if not m.is_learner]
+        learners = [m.name or m.id_hex for m in members if m.is_learner]
+        if len(voters) != expected_voters or learners:
+            raise errors.NotRecovered(
+                f"{len(voters)} voters (expected {expected_voters}), learners: {learners or 'none'}",
+                reason="membership")
+        healths = await asyncio.gather(*(self.health(e, timeout=step) for e in self._endpoints))
+        bad = [h for h in healths if not h.healthy]
+        if bad:
+            detail = "; ".join(f"{h.endpoint}: {h.reason}" for h in bad)
+            if any(h.no_quorum for h in bad) and len(bad) > len(healths) // 2:
+                raise errors.NoQuorum(f"unhealthy: {detail}")
+            raise errors.NotRecovered(f"unhealthy: {detail}", reason="health")
+        leader = await self.leader(timeout=step)
+        mine = await self.status(ep, timeout=step, deadline=deadline)
+        if mine.raft_applied_index < leader.raft_index:
+            raise errors.NotRecovered(
+                f"{ep.name} applied index {mine.raft_applied_index} < leader {leader.endpoint.name}'s commit index "
+                f"{leader.raft_index}", reason="catching up")
+        await self.get(HEALTH_KEY, endpoint=ep, timeout=step, deadline=deadline)
+        return Recovery(member=ep.name, member_id=mine.member_id, leader_id=leader.member_id, voters=len(voters),
+                        applied_index=mine.raft_applied_index, leader_commit_index=leader.raft_index,
+                        seconds=0.0, polls=0)
+
+    # -- certificates --
+
+    async def served_certificate(self, endpoint: endpoints.Endpoint | str, *, port: str | int = "client",
+                                 timeout: float = 3.0) -> pki.CertInfo:
+        """The certificate ``endpoint`` serves now on its client port (``port="client"``), peer port (``"peer"``) or
+        any port number, read with a fresh handshake that presents this client's certificate (if any)."""
+        ep = self.endpoint(endpoint)
+        number = {"client": ep.client_port, "peer": ep.peer_port}.get(port, port) if isinstance(port, str) else port
+        if not isinstance(number, int):
+            raise ValueError(f"served_certificate: port must be 'client', 'peer' or a number, not {port!r}")
+        return await probes.served_certificate(ep.host, number, ep.server_name, identity=self._tls, timeout=timeout)

@@ -1,0 +1,151 @@
+"""Probes that are not gRPC: the certificate a port serves right now, and etcd's plain-HTTP ``/health``.
+
+``served_certificate`` answers "which certificate does this member hand out *now*?" with a fresh TLS handshake —
+etcd re-reads its leaf cert/key on every handshake (client and peer ports), so this is how the operator proves a
+rotated leaf is live without restarting anything, and how it spots a member still serving the old one. It does
+not verify the chain (it only reads it), which also lets it look at a member whose CA the operator no longer
+trusts. Peer ports under mTLS demand a client certificate: pass ``identity`` and it is presented.
+
+``http_health`` reads ``GET /health`` on the metrics URL (``--listen-metrics-urls``, plain HTTP whatever the client
+TLS mode — the endpoint kubelet probes use), so health keeps working while the client port changes scheme.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import ssl
+import tempfile
+import time
+
+import aiohttp
+
+from opsmanager import pki
+from opsmanager.etcd import endpoints, errors
+
+
+def _client_context(identity: endpoints.TLSIdentity | None) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # we read the certificate; trust is judged by the caller, not here
+    if identity is not None and identity.cert_pem is not None and identity.key_pem is not None:
+        # ssl can only load a key from a file: a private temp dir, removed before the handshake starts.
+        with tempfile.TemporaryDirectory(prefix="opsm-tls-") as tmp:
+            os.chmod(tmp, 0o700)
+            cert, key = os.path.join(tmp, "tls.crt"), os.path.join(tmp, "tls.key")
+            with open(cert, "wb") as f:
+                f.write(identity.cert_pem)
+            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(identity.key_pem)
+            ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+async def served_certificate(
+    host: str,
+    port: int,
+    server_name: str | None = None,
+    *,
+    identity: endpoints.TLSIdentity | None = None,
+    timeout: float = 3.0,
+) -> pki.CertInfo:
+    """The leaf certificate ``host:port`` serves on a new TLS connection (serial, fingerprint, notAfter, issuer...).
+
+    ``server_name`` is sent as SNI (etcd serves the same certificate either way); ``identity``'s client certificate is
+    presented when it has one (peer ports under mTLS). Raises :class:`errors.MemberUnreachable` when nothing accepts
+    the connection and :class:`errors.TLSHandshakeFailed` when the handshake fails before a certificate arrives.
+    """
+    where = f"{host}:{port}"
+    ctx = _client_context(identity)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    # TCP first, TLS second: "nothing listens" (unreachable) and "something listens but the TLS handshake fails"
+    # (wrong scheme, certificate refused) are different findings.
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(host, port)
+    except (OSError, TimeoutError) as exc:
+        raise errors.MemberUnreachable(f"served_certificate on {where}: cannot connect ({exc!r})",
+                                       endpoint=where) from exc
+    try:
+        remaining = max(0.05, timeout - (loop.time() - started))
+        async with asyncio.timeout(remaining):
+            await writer.start_tls(ctx, server_hostname=server_name or None, ssl_handshake_timeout=remaining)
+    except (ssl.SSLError, OSError, TimeoutError) as exc:
+        writer.close()
+        raise errors.TLSHandshakeFailed(f"served_certificate on {where}: TLS handshake failed ({exc!r}); "
+                                        "is the port serving TLS, and does it accept our client certificate?",
+                                        endpoint=where) from exc
+    try:
+        ssl_object = writer.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+    finally:
+        writer.close()
+        try:
+            async with asyncio.timeout(1.0):
+                await writer.wait_closed()
+        except (OSError, TimeoutError, ssl.SSLError):
+            pass  # the peer port may reset us after checking our certificate's SAN; we already have its cert
+    del reader
+    if not der:
+        raise errors.TLSHandshakeFailed(f"served_certificate on {where}: the server sent no certificate", endpoint=where)
+    return pki.cert_info(der)
+
+
+@dataclasses.dataclass(frozen=True)
+class Health:
+    """One member's health as etcd judges it (``/health``) or as we reproduce it over gRPC.
+
+    ``reason`` is etcd's (``RAFT NO LEADER``, ``ALARM NOSPACE``, ``RANGE ERROR:...``) or ours (unreachable, timeout);
+    ``no_quorum`` is True when the member answers but consensus does not (no leader, linearizable read stuck);
+    ``via`` is ``http-metrics``, ``grpc-https`` or ``grpc-http``.
+    """
+
+    endpoint: str
+    healthy: bool
+    reason: str = ""
+    no_quorum: bool = False
+    reachable: bool = True
+    via: str = ""
+    took: float = 0.0
+
+
+_NO_QUORUM_REASONS = ("RAFT NO LEADER", "NO LEADER", "TIMED OUT", "LEADER CHANGED", "DEADLINE")
+
+
+def reason_means_no_quorum(reason: str) -> bool:
+    """Whether an etcd /health reason (or our own) says consensus is not working."""
+    up = reason.upper()
+    return any(marker in up for marker in _NO_QUORUM_REASONS)
+
+
+async def http_health(session: aiohttp.ClientSession, endpoint: endpoints.Endpoint, *, timeout: float) -> Health:
+    """``GET <metrics_url>/health``. Raises :class:`errors.MemberUnreachable` when the port does not accept the
+    connection and :class:`errors.RequestTimeout` when it accepts but does not answer in time (etcd's handler waits
+    for a linearizable read, which hangs without quorum)."""
+    if endpoint.metrics_url is None:
+        raise ValueError(f"endpoint {endpoint.name!r} has no metrics_port; /health over HTTP needs one")
+    url = f"{endpoint.metrics_url}/health"
+    started = time.monotonic()
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+            body = await resp.text()
+            status = resp.status
+    except TimeoutError as exc:
+        raise errors.RequestTimeout(f"health on {endpoint.label}: {url} gave no answer within {timeout}s",
+                                    endpoint=endpoint.label) from exc
+    except aiohttp.ClientError as exc:
+        raise errors.MemberUnreachable(f"health on {endpoint.label}: {url} unreachable ({exc})",
+                                       endpoint=endpoint.label) from exc
+    took = time.monotonic() - started
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = {}
+    healthy = status == 200 and str(doc.get("health", "")).lower() == "true"
+    reason = "" if healthy else (str(doc.get("reason") or "") or f"HTTP {status}: {body[:200]}")
+    return Health(endpoint.label, healthy, reason, no_quorum=not healthy and reason_means_no_quorum(reason),
+                  via="http-metrics", took=took)
