@@ -1,0 +1,406 @@
+"""The admission rules, pure: every KubeDB rule with its exact message, in KubeDB's order.
+
+We test these aspects: each EtcdOpsRequest rule (type, databaseRef, the five ReconfigureTLS checks) and each Etcd
+rule (version, replicas, storageType, deletionPolicy, TLS issuer, aliases, duplicates, DoNotTerminate on delete,
+storageType immutable) gives its message, wrapped as ``<Kind>.<group> "<name>" is invalid: <field error>``; the
+first two ops-request checks stop validation; schema errors name the field; spec immutability on update; the
+defaulting patch and its errors; the Go formatting helpers the messages rely on.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from webhooks import validation
+
+NS = "demo"
+TLS_DB = {
+    "apiVersion": "opsmanager.dev/v1alpha1", "kind": "Etcd",
+    "metadata": {"name": "etcd-tls", "namespace": NS},
+    "spec": {"version": "3.5.1", "replicas": 3, "storageType": "Durable", "deletionPolicy": "Delete",
+             "tls": {"issuerRef": {"apiGroup": "cert-manager.io", "kind": "Issuer", "name": "ca"}}},
+}
+PLAIN_DB = {
+    "apiVersion": "opsmanager.dev/v1alpha1", "kind": "Etcd",
+    "metadata": {"name": "etcd-plain", "namespace": NS},
+    "spec": {"version": "3.5.1", "replicas": 3, "storageType": "Durable", "deletionPolicy": "Delete"},
+}
+
+
+@pytest.fixture
+def lookup() -> validation.InMemoryEtcdLookup:
+    return validation.InMemoryEtcdLookup([TLS_DB, PLAIN_DB])
+
+
+def ops(spec: dict[str, Any], name: str = "my-op") -> dict[str, Any]:
+    return {"apiVersion": "ops.opsmanager.dev/v1alpha1", "kind": "EtcdOpsRequest",
+            "metadata": {"name": name, "namespace": NS}, "spec": spec}
+
+
+def tls_op(db: str, tls: Any) -> dict[str, Any]:
+    return ops({"type": "ReconfigureTLS", "databaseRef": {"name": db}, "tls": tls})
+
+
+def create(obj: dict[str, Any], lookup: validation.EtcdLookup) -> validation.Verdict:
+    return validation.validate_opsrequest("CREATE", obj, None, namespace=NS, lookup=lookup)
+
+
+PREFIX = 'EtcdOpsRequest.ops.opsmanager.dev "my-op" is invalid: '
+
+# --- EtcdOpsRequest: the rules in KubeDB's order -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad_type", ["UpdateVersion", "restart", "", None, 7])
+def test_unsupported_type_is_the_first_check(bad_type: Any, lookup: validation.InMemoryEtcdLookup) -> None:
+    spec: dict[str, Any] = {"databaseRef": {"name": "missing"}}  # databaseRef is wrong too: type wins
+    if bad_type is not None:
+        spec["type"] = bad_type
+    verdict = create(ops(spec), lookup)
+    shown = {None: "", 7: "7"}.get(bad_type, bad_type)
+    assert not verdict.allowed and verdict.code == 422 and verdict.reason == "Invalid"
+    assert verdict.message == (
+        PREFIX + f'spec.type: Invalid value: "my-op": defined OpsRequestType {shown} is not supported, '
+        "supported types for Etcd are Restart, ReconfigureTLS, MoveLeader"
+    )
+    assert [e.field for e in verdict.errors] == ["spec.type"]
+
+
+@pytest.mark.parametrize("ref", [{"name": "nope"}, {}, None, {"name": ""}, {"name": 5}])
+def test_missing_database_is_the_second_check(ref: Any, lookup: validation.InMemoryEtcdLookup) -> None:
+    spec: dict[str, Any] = {"type": "ReconfigureTLS", "tls": {"remove": True, "rotateCertificates": True}}
+    if ref is not None:
+        spec["databaseRef"] = ref
+    verdict = create(ops(spec), lookup)
+    shown = ref.get("name") if isinstance(ref, dict) and isinstance(ref.get("name"), str) else ""
+    assert verdict.message == (
+        PREFIX + f'spec.databaseRef: Invalid value: "my-op": spec.databaseRef demo/{shown} is invalid or not found'
+    )
+
+
+def test_database_in_another_namespace_is_not_found() -> None:
+    other = copy.deepcopy(PLAIN_DB)
+    other["metadata"]["namespace"] = "elsewhere"
+    verdict = create(ops({"type": "Restart", "databaseRef": {"name": "etcd-plain"}}),
+                     validation.InMemoryEtcdLookup([other]))
+    assert verdict.message.endswith("spec.databaseRef demo/etcd-plain is invalid or not found")
+
+
+@pytest.mark.parametrize(
+    ("db", "tls", "message"),
+    [
+        ("etcd-tls", None, "spec.tls is nil, not supported in ReconfigureTLS type"),
+        ("etcd-tls", {}, "at least one of Remove, RotateCertificates, IssuerRef, or Certificates must be specified"),
+        ("etcd-tls", {"remove": False, "rotateCertificates": False, "certificates": []},
+         "at least one of Remove, RotateCertificates, IssuerRef, or Certificates must be specified"),
+        ("etcd-tls", {"remove": True, "rotateCertificates": True},
+         "only one TLS reconfiguration operation is allowed at a time"),
+        ("etcd-tls", {"remove": True, "issuerRef": {"name": "ca"}},
+         "only one TLS reconfiguration operation is allowed at a time"),
+        ("etcd-tls", {"rotateCertificates": True, "certificates": [{"alias": "server"}]},
+         "only one TLS reconfiguration operation is allowed at a time"),
+        ("etcd-plain", {"rotateCertificates": True},
+         "rotateCertificates requires TLS to already be enabled with issuerRef on Etcd"),
+        ("etcd-plain", {"certificates": [{"alias": "server", "subject": {"organizations": ["acme"]}}]},
+         "tls.issuerRef is required for Etcd ReconfigureTLS"),
+    ],
+)
+def test_reconfigure_tls_rules_and_messages(
+    db: str, tls: Any, message: str, lookup: validation.InMemoryEtcdLookup
+) -> None:
+    obj = tls_op(db, tls)
+    if tls is None:
+        del obj["spec"]["tls"]
+    verdict = create(obj, lookup)
+    assert not verdict.allowed
+    assert verdict.message == PREFIX + f'spec.tls: Invalid value: "my-op": {message}'
+    assert verdict.status()["details"]["causes"] == [
+        {"reason": "FieldValueInvalid", "field": "spec.tls", "message": f'Invalid value: "my-op": {message}'}
+    ]
+
+
+def test_explicit_null_tls_is_nil(lookup: validation.InMemoryEtcdLookup) -> None:
+    verdict = create(tls_op("etcd-tls", None), lookup)
+    assert verdict.message.endswith("spec.tls is nil, not supported in ReconfigureTLS type")
+
+
+@pytest.mark.parametrize(
+    ("db", "tls"),
+    [
+        ("etcd-plain", {"remove": True}),  # remove: nothing more is checked (even on a plain cluster)
+        ("etcd-tls", {"remove": True}),
+        ("etcd-tls", {"rotateCertificates": True}),
+        ("etcd-plain", {"issuerRef": {"name": "ca"}}),  # add TLS
+        ("etcd-tls", {"issuerRef": {"name": "other", "kind": "ClusterIssuer"}}),  # change issuer
+        ("etcd-tls", {"certificates": [{"alias": "server", "subject": {"organizations": ["acme-corp"]}}]}),
+        ("etcd-plain", {"issuerRef": {"name": "ca"}, "certificates": [{"alias": "peer"}]}),
+    ],
+)
+def test_valid_reconfigure_tls_requests_are_allowed(
+    db: str, tls: dict[str, Any], lookup: validation.InMemoryEtcdLookup
+) -> None:
+    verdict = create(tls_op(db, tls), lookup)
+    assert verdict.allowed, verdict.message
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"type": "Restart", "databaseRef": {"name": "etcd-tls"}},
+        {"type": "Restart", "databaseRef": {"name": "etcd-tls"}, "restart": {}, "timeout": "1h30m", "apply": "Always"},
+        {"type": "MoveLeader", "databaseRef": {"name": "etcd-plain"}},
+        {"type": "MoveLeader", "databaseRef": {"name": "etcd-plain"}, "moveLeader": {"newLeader": "etcd-plain-2"}},
+        {"type": "Restart", "databaseRef": {"name": "etcd-tls"}, "tls": {"remove": True, "rotateCertificates": True}},
+    ],
+)
+def test_restart_and_move_leader_need_nothing_more(spec: dict[str, Any], lookup: validation.InMemoryEtcdLookup) -> None:
+    assert create(ops(spec), lookup).allowed
+
+
+@pytest.mark.parametrize(
+    ("spec_patch", "error"),
+    [
+        ({"timeout": "10 minutes"}, 'spec.timeout: Invalid value: "10 minutes": invalid duration'),
+        ({"timeout": "0s"}, 'spec.timeout: Invalid value: "0s": duration \'0s\' must be greater than zero'),
+        ({"apply": "Sometimes"},
+         'spec.apply: Unsupported value: "Sometimes": supported values: "IfReady", "Always"'),
+        ({"tls": {"remove": "yes"}}, 'spec.tls.remove: Invalid value: "yes": Input should be a valid boolean'),
+        ({"tls": {"certificates": [{"alias": "metrics-exporter"}]}},
+         'spec.tls.certificates[0].alias: Unsupported value: "metrics-exporter": supported values: '
+         '"server", "client", "peer"'),
+        ({"tls": {"issuerref": {"name": "ca"}}}, "spec.tls.issuerref: Forbidden: unknown field"),
+        ({"tls": {"issuerRef": {}}}, "spec.tls.issuerRef.name: Required value"),
+        ({"restart": []}, "spec.restart: Invalid value: []: Input should be a valid dictionary"),
+    ],
+)
+def test_schema_errors_name_the_field(
+    spec_patch: dict[str, Any], error: str, lookup: validation.InMemoryEtcdLookup
+) -> None:
+    spec = {"type": "ReconfigureTLS", "databaseRef": {"name": "etcd-tls"}, "tls": {"rotateCertificates": True}}
+    spec.update(spec_patch)
+    verdict = create(ops(spec), lookup)
+    assert not verdict.allowed and verdict.code == 422
+    assert error in verdict.message, verdict.message
+
+
+def test_several_errors_are_aggregated_in_brackets(lookup: validation.InMemoryEtcdLookup) -> None:
+    spec = {"type": "Restart", "databaseRef": {"name": "etcd-tls"}, "timeout": "x", "apply": "y"}
+    verdict = create(ops(spec), lookup)
+    assert verdict.message.startswith(PREFIX + "[spec.timeout: Invalid value: \"x\": invalid duration")
+    assert verdict.message.endswith('spec.apply: Unsupported value: "y": supported values: "IfReady", "Always"]')
+    assert [e.field for e in verdict.errors] == ["spec.timeout", "spec.apply"]
+
+
+class FailingLookup:
+    def get_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
+        raise validation.EtcdLookupError("connection refused")
+
+
+def test_a_lookup_failure_is_not_reported_as_not_found() -> None:
+    verdict = create(ops({"type": "Restart", "databaseRef": {"name": "etcd-tls"}}), FailingLookup())
+    assert not verdict.allowed and verdict.code == 503 and verdict.reason == "ServiceUnavailable"
+    assert "looking up Etcd demo/etcd-tls failed: connection refused" in verdict.message
+    assert "invalid or not found" not in verdict.message
+
+
+def test_spec_is_immutable_on_update(lookup: validation.InMemoryEtcdLookup) -> None:
+    old = ops({"type": "Restart", "databaseRef": {"name": "etcd-tls"}, "timeout": "10m", "apply": "IfReady"})
+    new = copy.deepcopy(old)
+    new["spec"]["type"] = "MoveLeader"
+    new["spec"]["timeout"] = "15m"
+    verdict = validation.validate_opsrequest("UPDATE", new, old, namespace=NS, lookup=lookup)
+    assert not verdict.allowed and verdict.code == 422
+    assert verdict.message == (
+        PREFIX + 'spec: Invalid value: "my-op": precondition failed for: map[spec:map[timeout:15m type:MoveLeader]].'
+        "At least one of the following was changed:\n\tapiVersion\n\tkind\n\tname\n\tnamespace\n\tspec"
+    )
+
+
+def test_update_of_status_and_labels_is_allowed_and_not_revalidated() -> None:
+    old = ops({"type": "Restart", "databaseRef": {"name": "gone"}})  # its Etcd no longer exists: fine on update
+    new = copy.deepcopy(old)
+    new["status"] = {"phase": "Progressing"}
+    new["metadata"]["labels"] = {"x": "y"}
+    verdict = validation.validate_opsrequest("UPDATE", new, old, namespace=NS,
+                                             lookup=validation.InMemoryEtcdLookup())
+    assert verdict.allowed
+
+
+def test_delete_of_an_ops_request_is_allowed(lookup: validation.InMemoryEtcdLookup) -> None:
+    old = ops({"type": "Restart", "databaseRef": {"name": "etcd-tls"}})
+    assert validation.validate_opsrequest("DELETE", None, old, namespace=NS, lookup=lookup).allowed
+
+
+# --- Etcd ---------------------------------------------------------------------------------------------------------
+
+EPREFIX = 'Etcd.opsmanager.dev "etcd-tls" is invalid: '
+
+
+def etcd_with(**spec: Any) -> dict[str, Any]:
+    obj = copy.deepcopy(TLS_DB)
+    for key, value in spec.items():
+        if value is None:
+            obj["spec"].pop(key, None)
+        else:
+            obj["spec"][key] = value
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        ({"version": None}, "spec.version: Required value: spec.version is missing"),
+        ({"version": ""}, "spec.version: Required value: spec.version is missing"),
+        ({"version": "3.4.0"}, 'spec.version: Invalid value: "3.4.0": etcdversions "3.4.0" not found; '
+                               'supported versions are "3.5.1"'),
+        ({"replicas": None}, "spec.replicas: Required value: spec.replicas has to be defined"),
+        ({"replicas": 0}, "spec.replicas: Invalid value: 0: number of replicas can not be less than 1"),
+        ({"replicas": -3}, "spec.replicas: Invalid value: -3: number of replicas can not be less than 1"),
+        ({"storageType": None}, "spec.storageType: Required value: spec.storageType can not be empty"),
+        ({"storageType": "Durabel"},
+         'spec.storageType: Invalid value: "Durabel": spec.storageType should be either Durable or Ephemeral'),
+        ({"deletionPolicy": None}, "spec.deletionPolicy: Required value: spec.deletionPolicy is missing"),
+        ({"tls": {"certificates": [{"alias": "server"}]}},
+         "spec.tls.issuerRef: Required value: spec.tls.issuerRef is missing"),
+        ({"tls": {"issuerRef": {"name": "ca"}, "certificates": [{"alias": "metrics-exporter"}]}},
+         'spec.tls.certificates[0].alias: Invalid value: "metrics-exporter": '
+         'supported aliases are "server", "client" and "peer"'),
+        ({"tls": {"issuerRef": {"name": "ca"}, "certificates": [{"alias": "peer"}, {"alias": "peer"}]}},
+         'spec.tls.certificates[1].alias: Duplicate value: "peer"'),
+    ],
+)
+def test_etcd_rules_and_messages(spec: dict[str, Any], error: str) -> None:
+    verdict = validation.validate_etcd("CREATE", etcd_with(**spec), None)
+    assert not verdict.allowed and verdict.code == 422
+    assert verdict.message == EPREFIX + error
+
+
+def test_etcd_errors_are_all_reported_in_kubedb_order() -> None:
+    obj = etcd_with(version=None, replicas=0, storageType="x", deletionPolicy=None,
+                    tls={"certificates": [{"alias": "server"}, {"alias": "bogus"}, {"alias": "server"}]})
+    verdict = validation.validate_etcd("CREATE", obj, None)
+    assert [e.field for e in verdict.errors] == [
+        "spec.version", "spec.replicas", "spec.storageType", "spec.deletionPolicy", "spec.tls.issuerRef",
+        "spec.tls.certificates[1].alias", "spec.tls.certificates[2].alias",
+    ]
+    assert verdict.message.startswith(EPREFIX + "[spec.version: Required value: spec.version is missing, ")
+
+
+def test_even_replicas_are_allowed_with_a_warning() -> None:
+    verdict = validation.validate_etcd("CREATE", etcd_with(replicas=4), None)
+    assert verdict.allowed
+    assert verdict.warnings == (validation.MSG_EVEN_REPLICAS,)
+
+
+def test_etcd_schema_errors_follow_the_kubedb_rules() -> None:
+    verdict = validation.validate_etcd("CREATE", etcd_with(replicas="3", halted="no"), None)
+    assert verdict.message == EPREFIX + (
+        '[spec.replicas: Invalid value: "3": Input should be a valid integer, '
+        'spec.halted: Invalid value: "no": Input should be a valid boolean]'
+    )
+
+
+def test_storage_type_is_immutable_on_update() -> None:
+    old = etcd_with()
+    new = etcd_with(storageType="Ephemeral", replicas=5)
+    verdict = validation.validate_etcd("UPDATE", new, old)
+    assert verdict.message == EPREFIX + (
+        'spec: Invalid value: "etcd-tls": precondition failed for: map[spec:map[replicas:5 storageType:Ephemeral]].'
+        "At least one of the following was changed:\n\tapiVersion\n\tkind\n\tname\n\tnamespace\n\tspec.storageType"
+    )
+    assert validation.validate_etcd("UPDATE", etcd_with(replicas=5), old).allowed
+
+
+def test_do_not_terminate_blocks_delete() -> None:
+    old = etcd_with(deletionPolicy="DoNotTerminate")
+    verdict = validation.validate_etcd("DELETE", None, old)
+    assert verdict.message == EPREFIX + (
+        'spec.deletionPolicy: Invalid value: "etcd-tls": can not delete as deletionPolicy is set to "DoNotTerminate"'
+    )
+    assert validation.validate_etcd("DELETE", None, etcd_with(deletionPolicy="WipeOut")).allowed
+
+
+def test_an_etcd_being_deleted_is_not_validated() -> None:
+    obj = etcd_with(replicas=0)
+    obj["metadata"]["deletionTimestamp"] = "2026-11-29T14:39:00Z"
+    assert validation.validate_etcd("UPDATE", obj, obj).allowed
+
+
+def test_a_valid_etcd_is_allowed() -> None:
+    assert validation.validate_etcd("CREATE", etcd_with(), None).allowed
+    assert validation.validate_etcd("CREATE", PLAIN_DB, None).allowed
+
+
+# --- mutating defaults -----------------------------------------------------------------------------------------
+
+
+def test_defaults_are_a_json_patch() -> None:
+    obj = {"apiVersion": "opsmanager.dev/v1alpha1", "kind": "Etcd", "metadata": {"name": "e"},
+           "spec": {"version": "3.5.1", "tls": {"issuerRef": {"name": "ca"},
+                                                "certificates": [{"alias": "peer", "issuerRef": {"name": "p"}}]}}}
+    verdict = validation.mutate_etcd("CREATE", obj)
+    assert verdict.allowed
+    patched = jsonpatch.apply_patch(obj, list(verdict.patch))
+    assert patched["spec"]["replicas"] == 3
+    assert patched["spec"]["storageType"] == "Durable"
+    assert patched["spec"]["deletionPolicy"] == "Delete"
+    assert patched["spec"]["halted"] is False
+    assert patched["spec"]["tls"]["issuerRef"] == {"name": "ca", "apiGroup": "cert-manager.io", "kind": "Issuer"}
+    assert patched["spec"]["tls"]["certificates"][0]["issuerRef"]["kind"] == "Issuer"
+    assert validation.validate_etcd("CREATE", patched, None).allowed
+
+
+def test_defaults_keep_what_the_user_set() -> None:
+    obj = etcd_with(replicas=5, storageType="Ephemeral", deletionPolicy="WipeOut", halted=False)
+    verdict = validation.mutate_etcd("CREATE", obj)
+    assert verdict.allowed and verdict.patch == ()
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"version": None}, "'spec.version' is missing"),
+        ({"halted": True, "deletionPolicy": "DoNotTerminate"}, "can't halt, since deletion policy is 'DoNotTerminate'"),
+        ({"version": "3.6.0"}, 'failed to get EtcdVersion "3.6.0": supported versions are "3.5.1"'),
+    ],
+)
+def test_defaulting_errors_are_kubedb_messages(spec: dict[str, Any], message: str) -> None:
+    verdict = validation.mutate_etcd("CREATE", etcd_with(**spec))
+    assert not verdict.allowed and verdict.code == 422 and verdict.message == message
+
+
+def test_delete_and_odd_shapes_are_not_mutated() -> None:
+    assert validation.mutate_etcd("DELETE", None).allowed
+    assert validation.mutate_etcd("CREATE", {"metadata": {"name": "e"}, "spec": "text"}).patch == ()
+
+
+# --- the Go formatting the messages rely on ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(3, "3"), (1.5, "1.5"), (1e6, "1e+06"), (123456, "123456"), (1234567, "1.234567e+06"), (0.0001, "0.0001"),
+     (0.00001, "1e-05"), (-2.5e-7, "-2.5e-07"), (0, "0"), (None, "<nil>"), (True, "true"), ("s", "s"),
+     ({"b": [1, None, False], "a": {"z": "x", "c": 2}}, "map[a:map[c:2 z:x] b:[1 <nil> false]]")],
+)
+def test_go_value_prints_like_go(value: Any, text: str) -> None:
+    assert validation.go_value(value) == text
+
+
+def test_field_error_text_matches_go() -> None:
+    assert str(validation.invalid("spec.replicas", 0, "d")) == "spec.replicas: Invalid value: 0: d"
+    assert str(validation.invalid("spec.x", "a\"b", "d")) == 'spec.x: Invalid value: "a\\"b": d'
+    assert str(validation.required("spec.v", "d")) == "spec.v: Required value: d"
+    assert str(validation.required("spec.v")) == "spec.v: Required value"
+    assert str(validation.duplicate("spec.a", "peer")) == 'spec.a: Duplicate value: "peer"'
+    assert str(validation.forbidden("spec.f", "d")) == "spec.f: Forbidden: d"
+    assert str(validation.invalid("spec.o", None, "d")) == "spec.o: Invalid value: null: d"
+
+
+def test_identical_errors_are_reported_once() -> None:
+    err = validation.invalid("spec", "n", "m")
+    assert validation.invalid_message("K", "g", "n", [err, err]) == 'K.g "n" is invalid: spec: Invalid value: "n": m'
+    assert validation.invalid_message("K", "g", "n", []) == 'K.g "n" is invalid'

@@ -1,0 +1,181 @@
+"""AdmissionReview in and out: parse and check the envelope, route to the rules, build the response.
+
+Transport-free, like kopf's ``serve_admission_request``: the aiohttp server (``webhooks.server``) only moves
+bytes. A malformed envelope (not JSON, not an ``admission.k8s.io/v1`` ``AdmissionReview``, no ``request``, fields
+of the wrong type, an object of another kind than the endpoint admits) raises :class:`BadReview`, which the
+server answers with HTTP 400 and the message. A well-formed review always gets an ``AdmissionReview`` response:
+allowed, or denied with a ``metav1.Status`` (``code`` 422 and the rule's message for an invalid object).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from opsmanager.api import constants
+from webhooks import validation
+
+API_VERSION: Final = "admission.k8s.io/v1"
+OPERATIONS: Final = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
+class BadReview(ValueError):
+    """The request body is not a usable AdmissionReview; the message says what is wrong and what is expected."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AdmissionRequest:
+    """The parts of ``AdmissionReview.request`` the rules need."""
+
+    uid: str
+    operation: str
+    namespace: str
+    name: str
+    object: dict[str, Any] | None
+    old_object: dict[str, Any] | None
+    dry_run: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Endpoint:
+    """One webhook path: the kind it admits and the rule that decides."""
+
+    path: str
+    group: str
+    version: str
+    kind: str
+    mutating: bool
+    decide: Callable[[AdmissionRequest, validation.EtcdLookup], validation.Verdict]
+
+
+def _validate_opsrequest(req: AdmissionRequest, lookup: validation.EtcdLookup) -> validation.Verdict:
+    return validation.validate_opsrequest(
+        req.operation, req.object, req.old_object, namespace=req.namespace, lookup=lookup
+    )
+
+
+def _validate_etcd(req: AdmissionRequest, lookup: validation.EtcdLookup) -> validation.Verdict:
+    return validation.validate_etcd(req.operation, req.object, req.old_object)
+
+
+def _mutate_etcd(req: AdmissionRequest, lookup: validation.EtcdLookup) -> validation.Verdict:
+    return validation.mutate_etcd(req.operation, req.object)
+
+
+ENDPOINTS: Final[dict[str, Endpoint]] = {
+    e.path: e
+    for e in (
+        Endpoint("/validate-etcdopsrequest", constants.OPS_GROUP, constants.OPS_VERSION, constants.OPS_KIND,
+                 False, _validate_opsrequest),
+        Endpoint("/validate-etcd", constants.ETCD_GROUP, constants.ETCD_VERSION, constants.ETCD_KIND,
+                 False, _validate_etcd),
+        Endpoint("/mutate-etcd", constants.ETCD_GROUP, constants.ETCD_VERSION, constants.ETCD_KIND,
+                 True, _mutate_etcd),
+    )
+}
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number",
+            type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _optional_str(request: Mapping[str, Any], key: str) -> str:
+    value = request.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise BadReview(f"request.{key} must be a string, got {_type_name(value)}")
+    return value
+
+
+def _optional_object(request: Mapping[str, Any], key: str, endpoint: Endpoint) -> dict[str, Any] | None:
+    value = request.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise BadReview(f"request.{key} must be an object or null, got {_type_name(value)}")
+    api_version, kind = value.get("apiVersion"), value.get("kind")
+    expected = f"{endpoint.group}/{endpoint.version}"
+    if (kind is not None and kind != endpoint.kind) or (api_version is not None and api_version != expected):
+        raise BadReview(
+            f"request.{key} is {api_version}/{kind}; {endpoint.path} admits only {expected} {endpoint.kind}"
+        )
+    metadata = value.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise BadReview(f"request.{key}.metadata must be an object, got {_type_name(metadata)}")
+    return value
+
+
+def parse_review(body: bytes, endpoint: Endpoint) -> AdmissionRequest:
+    """Parse and check an AdmissionReview body for ``endpoint``; raise :class:`BadReview` when malformed."""
+    try:
+        review = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise BadReview(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(review, dict):
+        raise BadReview(f"request body must be a JSON object (an AdmissionReview), got {_type_name(review)}")
+    if review.get("apiVersion") != API_VERSION or review.get("kind") != "AdmissionReview":
+        raise BadReview(
+            f"expected apiVersion {API_VERSION} and kind AdmissionReview (admissionReviewVersions: [v1]), "
+            f"got apiVersion {review.get('apiVersion')!r} and kind {review.get('kind')!r}"
+        )
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise BadReview("AdmissionReview has no request object" if request is None
+                        else f"AdmissionReview.request must be an object, got {_type_name(request)}")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("request.uid must be a non-empty string")
+    operation = request.get("operation")
+    if operation not in OPERATIONS:
+        raise BadReview(f"request.operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
+    kind = request.get("kind")
+    if kind is not None:
+        if not isinstance(kind, dict) or not isinstance(kind.get("kind", ""), str):
+            raise BadReview("request.kind must be an object {group, version, kind}")
+        if kind.get("kind") and kind.get("kind") != endpoint.kind:
+            raise BadReview(f"request.kind is {kind.get('kind')}; {endpoint.path} admits only {endpoint.kind}")
+    dry_run = request.get("dryRun", False)
+    if dry_run is not None and not isinstance(dry_run, bool):
+        raise BadReview(f"request.dryRun must be a boolean, got {_type_name(dry_run)}")
+    obj = _optional_object(request, "object", endpoint)
+    old = _optional_object(request, "oldObject", endpoint)
+    if operation in ("CREATE", "UPDATE") and obj is None:
+        raise BadReview(f"request.object is required for {operation}")
+    if operation == "UPDATE" and old is None:
+        raise BadReview("request.oldObject is required for UPDATE")
+    namespace = _optional_str(request, "namespace")
+    name = _optional_str(request, "name")
+    source = obj if obj is not None else old
+    if source is not None:
+        meta = source.get("metadata") or {}
+        meta_ns = meta.get("namespace")
+        if not namespace and isinstance(meta_ns, str):
+            namespace = meta_ns
+        if not name and isinstance(meta.get("name"), str):
+            name = meta["name"]
+    return AdmissionRequest(uid, operation, namespace or "default", name, obj, old, bool(dry_run))
+
+
+def response(uid: str, verdict: validation.Verdict) -> dict[str, Any]:
+    """The AdmissionReview answering request ``uid``."""
+    resp: dict[str, Any] = {"uid": uid, "allowed": verdict.allowed}
+    if not verdict.allowed:
+        resp["status"] = verdict.status()
+    if verdict.patch:
+        resp["patchType"] = "JSONPatch"
+        resp["patch"] = base64.b64encode(json.dumps(list(verdict.patch)).encode()).decode()
+    if verdict.warnings:
+        resp["warnings"] = list(verdict.warnings)
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": resp}
+
+
+def review(path: str, body: bytes, lookup: validation.EtcdLookup) -> dict[str, Any]:
+    """Decide one AdmissionReview body posted to ``path``; raises :class:`BadReview` or ``KeyError`` (no path)."""
+    endpoint = ENDPOINTS[path]
+    request = parse_review(body, endpoint)
+    return response(request.uid, endpoint.decide(request, lookup))
