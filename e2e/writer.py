@@ -111,7 +111,8 @@ class Writer:
         self.interval, self.try_timeout, self.key, self.keep_errors = interval, try_timeout, key, keep_errors
         self._targets: list[Target] = []
         self._clients: dict[str | None, etcd_client.EtcdClient] = {}
-        self._last_good: Target | None = None
+        self._last_good: Target | None = None  # tried first by the next op
+        self._last_ok_label: str | None = None  # for counting switches (survives set_targets)
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._ok = self._failed = self._seq = self._last_value = self._switches = 0
@@ -254,9 +255,9 @@ class Writer:
             if self._last_ok_at is not None:
                 self._max_gap = max(self._max_gap, now - self._last_ok_at)
             self._last_ok_at = now
-            if self._last_good is not None and self._last_good != target:
+            if self._last_ok_label is not None and self._last_ok_label != target.label:
                 self._switches += 1
-            self._last_good = target
+            self._last_good, self._last_ok_label = target, target.label
             self._ok += 1
             self._last_value = self._seq
             self._by_target[target.label] = self._by_target.get(target.label, 0) + 1

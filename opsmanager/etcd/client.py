@@ -312,7 +312,7 @@ class EtcdClient:
             self._preferred_scheme[ep.target] = s
             return result, s
         if not failures:
-            raise errors.RequestTimeout(f"{call} on {ep.label}: deadline passed before any attempt",
+            raise errors.DeadlinePassed(f"{call} on {ep.label}: deadline passed before any attempt",
                                         endpoint=ep.label)
         # One error for the caller: the most specific kind seen, naming every attempt.
         rank = (errors.TLSHandshakeFailed, errors.NoQuorum, errors.LearnerNotSupported, errors.RequestTimeout)
@@ -352,7 +352,7 @@ class EtcdClient:
         """The error for "no endpoint could do it": NoQuorum when any member said so, or when some member was
         reachable but the call timed out while fewer than a majority of the endpoints answered at all."""
         if not failures:
-            return errors.RequestTimeout(f"{call}: deadline passed before any endpoint was tried")
+            return errors.DeadlinePassed(f"{call}: deadline passed before any endpoint was tried")
         detail = "; ".join(str(f) for f in failures)
         cause = failures[0]
         reachable = [f for f in failures if not isinstance(f, (errors.MemberUnreachable, errors.TLSHandshakeFailed))]
@@ -723,6 +723,9 @@ class EtcdClient:
             try:
                 result = await self._recovery_check(ep, expected_voters, step, deadline)
                 return dataclasses.replace(result, seconds=loop.time() - started, polls=polls)
+            except errors.DeadlinePassed as err:
+                if polls == 1:
+                    blocker = err
             except errors.EtcdError as err:
                 blocker = err
             remaining = deadline - loop.time()

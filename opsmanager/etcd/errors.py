@@ -11,6 +11,7 @@ happened.
     ├── MemberUnreachable        no connection / no answer from that endpoint (down, restarting, wrong port)
     ├── TLSHandshakeFailed       the TLS handshake failed: trust bundle, client identity or server name mismatch
     ├── RequestTimeout           the member is connected but the call did not finish within its deadline
+    │   └── DeadlinePassed       the caller's overall deadline ran out before this call was tried
     ├── NoQuorum                 the cluster has no leader, or a consensus operation cannot complete
     ├── NotLeader                a leader-only RPC (MoveLeader) reached a member that is not the leader
     ├── LeaderTransferTimeout    MoveLeader did not complete (or was not seen by every member) in time
@@ -65,6 +66,10 @@ class RequestTimeout(EtcdError):
     """The member accepted the call but did not finish it before the deadline. Transient (load, election)."""
 
     transient = True
+
+
+class DeadlinePassed(RequestTimeout):
+    """The caller's overall deadline passed before the call could even be tried. Transient."""
 
 
 class NoQuorum(EtcdError):
@@ -144,7 +149,7 @@ def is_transient(exc: BaseException) -> bool:
 
 # ---- translation ------------------------------------------------------------------------------------------------
 
-_TLS_MARKERS = ("handshake", "ssl", "tsi_", "certificate", "x509", "tls:")
+_TLS_MARKERS = ("handshake", "ssl", "tsi_", "certificate", "x509", "tls:", "verification check")
 _NO_QUORUM_MARKERS = (
     "etcdserver: no leader",
     "etcdserver: request timed out",  # also "..., possibly due to previous leader failure / connection lost"
@@ -179,7 +184,8 @@ def from_grpc(err: grpc.RpcError, *, endpoint: str, call: str) -> EtcdError:
         if any(m in low for m in _TLS_MARKERS):
             return TLSHandshakeFailed(f"{where}: TLS handshake failed ({details})", **kw)
         return MemberUnreachable(f"{where}: member unreachable ({details})", **kw)
-    if code == "DEADLINE_EXCEEDED":
+    if code == "DEADLINE_EXCEEDED" or (code in ("UNKNOWN", "CANCELLED") and "context deadline exceeded" in low):
+        # etcd may answer first with its own context's error (UNKNOWN "context deadline exceeded"): same meaning.
         return RequestTimeout(f"{where}: no answer before the deadline ({details})", **kw)
     if code == "FAILED_PRECONDITION":
         if "not leader" in low:

@@ -34,6 +34,7 @@ CASES = [
                     "failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: CERTIFICATE_VERIFY_FAILED",
      errors.TLSHandshakeFailed, False),
     (C.DEADLINE_EXCEEDED, "Deadline Exceeded", errors.RequestTimeout, True),
+    (C.UNKNOWN, "context deadline exceeded", errors.RequestTimeout, True),
     (C.NOT_FOUND, "etcdserver: member not found", errors.MemberNotFound, False),
     (C.FAILED_PRECONDITION, "etcdserver: Peer URLs already exists", errors.MembershipError, False),
     (C.FAILED_PRECONDITION, "etcdserver: re-configuration failed due to not enough started members",
