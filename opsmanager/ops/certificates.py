@@ -1,0 +1,265 @@
+"""Certificate steps: reconcile cert-manager Certificates, re-issue on rotate, wait for complete material, and
+keep the trust bundle — the Secret of CAs every member trusts.
+
+Failures these steps prevent:
+
+- **a member pointed at half-written material** — cert-manager creates a Secret before it finishes issuing into
+  it, and etcd exits on a missing file or rejects every handshake when key and cert do not match (measured). The
+  step ends only when every Secret holds ``tls.crt``, ``tls.key``, ``ca.crt``, parseable, key matching, issued by
+  the issuer the request asks for.
+- **adopting someone else's objects** — a Certificate or Secret controlled by another owner is never taken over:
+  the step fails closed naming the object and the way out (cozystack's rule).
+- **a CA change nobody trusts yet** — the trust bundle is widened (old + new CA) before any leaf from the new CA
+  exists; the new CA is learned from a probe Certificate issued by the new issuer, so it works for any issuer
+  kind that publishes ``ca.crt``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opsmanager import kube, pki
+from opsmanager.api import conditions, constants
+from opsmanager.api import etcd as etcd_api
+from opsmanager.ops import context, plan
+from opsmanager.provisioner import naming, render
+
+CERT_API = "cert-manager.io/v1"
+ANNOTATION_ROTATION = "ops.opsmanager.dev/rotation"  # "<request uid>/<baseline revision>" on a Certificate
+PROBE_SUFFIX = "ca-probe"
+
+
+def _owner_problem(obj: dict[str, Any], db_uid: str | None, what: str) -> str | None:
+    for ref in obj.get("metadata", {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("uid") != db_uid:
+            return (f"{what} {obj['metadata'].get('namespace')}/{obj['metadata']['name']} is controlled by "
+                    f"{ref.get('kind')}/{ref.get('name')}; the operator never adopts it. Delete it, or set "
+                    f"spec.tls.certificates[].secretName to a free name")
+    return None
+
+
+async def check_ownership(ctx: context.OpsContext, certs: list[dict[str, Any]]) -> str | None:
+    """Why the desired Certificates cannot be applied (a foreign Certificate or Secret in the way), or None."""
+    db_uid = ctx.db_obj["metadata"].get("uid")
+    for cert in certs:
+        name = cert["metadata"]["name"]
+        live = await ctx.kube.get(CERT_API, "Certificate", ctx.namespace, name)
+        if live is not None and (problem := _owner_problem(live, db_uid, "Certificate")):
+            return problem
+        secret = await ctx.secret(cert["spec"]["secretName"])
+        if secret is not None:
+            if problem := _owner_problem(secret, db_uid, "Secret"):
+                return problem
+            owner_cert = (secret["metadata"].get("annotations") or {}).get("cert-manager.io/certificate-name")
+            if owner_cert not in (None, name):
+                return (f"Secret {ctx.namespace}/{cert['spec']['secretName']} belongs to Certificate {owner_cert}; "
+                        f"the operator never adopts it. Choose another secretName for alias "
+                        f"{cert['metadata']['labels'].get(naming.LABEL_COMPONENT)}")
+    return None
+
+
+def _issuer_matches(cert: dict[str, Any], secret: dict[str, Any]) -> bool:
+    ann = secret["metadata"].get("annotations") or {}
+    want = cert["spec"]["issuerRef"]
+    name = ann.get("cert-manager.io/issuer-name")
+    kind = ann.get("cert-manager.io/issuer-kind")
+    return (name is None or name == want["name"]) and (kind is None or kind == want.get("kind", "Issuer"))
+
+
+async def material_problem(ctx: context.OpsContext, cert: dict[str, Any]) -> str | None:
+    """Why the Secret of a desired Certificate is not ready for a member to use (None when it is)."""
+    name = cert["metadata"]["name"]
+    live = await ctx.kube.get(CERT_API, "Certificate", ctx.namespace, name)
+    if live is None:
+        return f"Certificate {name} does not exist"
+    conds = (live.get("status") or {}).get("conditions") or []
+    if not conditions.is_true(conds, "Ready"):
+        ready = conditions.get_condition(conds, "Ready")
+        detail = f": {ready.get('reason')}: {ready.get('message')}" if ready else ""
+        return f"Certificate {name} is not Ready{detail}"
+    if conditions.is_true(conds, "Issuing"):
+        return f"Certificate {name} is still issuing"
+    ready = conditions.get_condition(conds, "Ready") or {}
+    generation = live["metadata"].get("generation")
+    if generation is not None and ready.get("observedGeneration") not in (None, generation):
+        return f"Certificate {name} is Ready for an older spec (generation {ready.get('observedGeneration')})"
+    secret_name = cert["spec"]["secretName"]
+    secret = await ctx.secret(secret_name)
+    problem = context.tls_secret_problem(secret)
+    if problem:
+        return f"Secret {secret_name} {problem}"
+    assert secret is not None
+    if not _issuer_matches(cert, secret):
+        return f"Secret {secret_name} was issued by another issuer than {cert['spec']['issuerRef']['name']}"
+    return None
+
+
+async def sync(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    """Apply the desired Certificates and wait until all their Secrets are complete; then, for a fresh TLS set-up
+    (``Trust.DESIRED``), write the trust bundle from their CAs."""
+    assert step.tls is not None
+    certs = render.render_certificates(ctx.db, step.tls)
+    if problem := await check_ownership(ctx, certs):
+        return context.Fail(problem, reason="ForeignObject")
+    for cert in certs:
+        await ctx.kube.apply(cert)
+    waiting = [p for cert in certs if (p := await material_problem(ctx, cert))]
+    if waiting:
+        return context.Progress(f"waiting for certificates: {'; '.join(waiting)}", delay=0.5)
+    if step.trust is plan.Trust.DESIRED:
+        await write_bundle(ctx, await desired_cas(ctx, step.tls))
+    return context.Done()
+
+
+async def desired_cas(ctx: context.OpsContext, tls: etcd_api.TLSConfig) -> bytes:
+    """The CAs of the (complete) Secrets of ``tls``."""
+    cas = []
+    for alias in constants.CERT_ALIASES:
+        ca = context.secret_bytes(await ctx.secret(render.secret_name(ctx.db_name, tls, alias)), "ca.crt")
+        if ca:
+            cas.append(ca)
+    return pki.bundle(*cas)
+
+
+async def current_bundle(ctx: context.OpsContext) -> bytes:
+    secret = await ctx.secret(naming.trust_bundle_secret(ctx.db_name))
+    return context.secret_bytes(secret, naming.TRUST_BUNDLE_KEY) or b""
+
+
+async def write_bundle(ctx: context.OpsContext, pems: bytes) -> bool:
+    """Write the trust bundle; True when it changed."""
+    if not pki.split_pem(pems):
+        raise ValueError("refusing to write an empty trust bundle: it would make every member reject every peer")
+    if await current_bundle(ctx) == pems:
+        return False
+    await ctx.kube.apply(render.render_trust_bundle(ctx.db, pems))
+    return True
+
+
+# --- the new CA, before any leaf from it exists ---------------------------------------------------------------
+
+
+def _probe_certificates(ctx: context.OpsContext, tls: etcd_api.TLSConfig) -> list[dict[str, Any]]:
+    """One small Certificate per distinct issuer of ``tls``, issued only to learn that issuer's CA."""
+    seen: dict[tuple[str, str, str] | None, None] = {}
+    for alias in constants.CERT_ALIASES:
+        seen.setdefault(plan.effective_issuer(tls, alias))
+    probes = []
+    for i, key in enumerate(k for k in seen if k is not None):
+        group, kind, name = key
+        cert_name = f"{ctx.db_name}-{PROBE_SUFFIX}-{i}"
+        probes.append({
+            "apiVersion": CERT_API,
+            "kind": "Certificate",
+            "metadata": {
+                "name": cert_name, "namespace": ctx.namespace, "labels": naming.labels(ctx.db_name),
+                "ownerReferences": [render.owner_reference(ctx.db)],
+            },
+            "spec": {
+                "secretName": cert_name, "commonName": f"{ctx.db_name}-ca-probe",
+                "usages": ["digital signature", "client auth"], "duration": "1h",
+                "issuerRef": {"group": group, "kind": kind, "name": name},
+                "privateKey": {"algorithm": "ECDSA", "size": 256},
+            },
+        })
+    return probes
+
+
+async def probe_cas(ctx: context.OpsContext, tls: etcd_api.TLSConfig) -> bytes | context.Progress | context.Fail:
+    """The CA certificates of the issuers of ``tls``, via probe Certificates."""
+    pems = []
+    for probe in _probe_certificates(ctx, tls):
+        await ctx.kube.apply(probe)
+        if problem := await material_problem(ctx, probe):
+            return context.Progress(f"waiting for the new issuer's CA: {problem}")
+        ca = context.secret_bytes(await ctx.secret(probe["spec"]["secretName"]), "ca.crt")
+        if not ca:
+            return context.Fail(
+                f"issuer {probe['spec']['issuerRef']['name']} does not publish ca.crt; the operator cannot learn "
+                "its CA to trust it before the switch. Use a CA issuer (or one that fills ca.crt)",
+                reason="IssuerWithoutCA")
+        pems.append(ca)
+    return pki.bundle(*pems)
+
+
+async def delete_probes(ctx: context.OpsContext, tls: etcd_api.TLSConfig | None) -> None:
+    if tls is None:
+        return
+    for probe in _probe_certificates(ctx, tls):
+        await ctx.kube.delete(CERT_API, "Certificate", ctx.namespace, probe["metadata"]["name"])
+        await ctx.kube.delete("v1", "Secret", ctx.namespace, probe["spec"]["secretName"])
+
+
+async def trust_for(ctx: context.OpsContext, step: plan.Step) -> bytes | context.Progress | context.Fail | None:
+    """The trust bundle a pass needs (None: keep it as it is)."""
+    if step.trust is plan.Trust.KEEP:
+        return None
+    assert step.tls is not None
+    if step.trust is plan.Trust.CURRENT_AND_DESIRED:
+        new = await probe_cas(ctx, step.tls)
+        if not isinstance(new, bytes):
+            return new
+        return pki.bundle(await current_bundle(ctx), new)
+    return await desired_cas(ctx, step.tls)
+
+
+# --- rotate ------------------------------------------------------------------------------------------------------
+
+
+def _revision(cert: dict[str, Any]) -> int:
+    return int((cert.get("status") or {}).get("revision") or 0)
+
+
+async def issue(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    """Rotate: ask cert-manager to re-issue every Certificate (``Issuing=True``, what ``cmctl renew`` does), once
+    per request, and wait until each has a higher revision than before."""
+    assert step.tls is not None
+    uid = ctx.request["metadata"].get("uid") or ctx.name
+    waiting = []
+    for desired in render.render_certificates(ctx.db, step.tls):
+        name = desired["metadata"]["name"]
+        live = await ctx.kube.get(CERT_API, "Certificate", ctx.namespace, name)
+        if live is None:
+            return context.Fail(f"Certificate {ctx.namespace}/{name} does not exist; rotateCertificates needs the "
+                                "certificates the Etcd was set up with", reason="CertificateMissing")
+        mark = (live["metadata"].get("annotations") or {}).get(ANNOTATION_ROTATION, "")
+        if not mark.startswith(f"{uid}/"):
+            baseline = _revision(live)
+            await ctx.kube.patch(CERT_API, "Certificate", ctx.namespace, name,
+                                 {"metadata": {"annotations": {ANNOTATION_ROTATION: f"{uid}/{baseline}"}}})
+            await _trigger_issuing(ctx.kube, ctx.namespace, name)
+            waiting.append(f"{name} re-issue requested")
+            continue
+        baseline = int(mark.split("/", 1)[1] or 0)
+        if _revision(live) <= baseline:
+            waiting.append(f"{name} at revision {_revision(live)}, waiting for > {baseline}")
+    if waiting:
+        return context.Progress("; ".join(waiting), delay=0.5)
+    return context.Done()
+
+
+async def _trigger_issuing(client: kube.Kube, namespace: str, name: str) -> None:
+    def mutate(st: dict[str, Any]) -> dict[str, Any]:
+        st = dict(st)
+        st["conditions"] = conditions.set_condition(
+            st.get("conditions"), "Issuing", constants.TRUE, reason="ManuallyTriggered",
+            message="Certificate re-issuance manually triggered")
+        return st
+
+    await client.transact_status(CERT_API, "Certificate", namespace, name, mutate)
+
+
+async def delete_certificates(ctx: context.OpsContext, tls: etcd_api.TLSConfig) -> None:
+    """Remove TLS: delete the Certificates and the Secrets this operator's Certificates issued, and the bundle."""
+    db_uid = ctx.db_obj["metadata"].get("uid")
+    for cert in render.render_certificates(ctx.db, tls):
+        name = cert["metadata"]["name"]
+        live = await ctx.kube.get(CERT_API, "Certificate", ctx.namespace, name)
+        if live is not None and _owner_problem(live, db_uid, "Certificate") is None:
+            await ctx.kube.delete(CERT_API, "Certificate", ctx.namespace, name)
+        secret = await ctx.secret(cert["spec"]["secretName"])
+        if secret is not None:
+            ann = secret["metadata"].get("annotations") or {}
+            if ann.get("cert-manager.io/certificate-name") == name and _owner_problem(secret, db_uid, "Secret") is None:
+                await ctx.kube.delete("v1", "Secret", ctx.namespace, cert["spec"]["secretName"])
+    await ctx.kube.delete("v1", "Secret", ctx.namespace, naming.trust_bundle_secret(ctx.db_name))

@@ -1,0 +1,237 @@
+"""What one reconcile of one EtcdOpsRequest works with: the request, its Etcd, the plan, and the I/O doors.
+
+Every step module receives an :class:`OpsContext`. Status is written through it only (``set_condition``), and it
+is written *before* each disruptive action, so an operator killed between the write and the action finds the
+step marked in flight and re-derives what is left from what it observes.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import logging
+from typing import Any
+
+from opsmanager import kube, pki
+from opsmanager.api import conditions, constants
+from opsmanager.api import etcd as etcd_api
+from opsmanager.api import opsrequest as ops_api
+from opsmanager.etcd import access
+from opsmanager.etcd import client as etcd_client
+from opsmanager.ops import plan as plan_mod
+from opsmanager.provisioner import naming, render
+
+log = logging.getLogger("opsmanager.ops")
+
+
+@dataclasses.dataclass(frozen=True)
+class Done:
+    message: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """Not finished; look again after ``delay`` seconds. ``message`` (if any) updates the in-flight condition."""
+
+    message: str | None = None
+    delay: float = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Fail:
+    message: str
+    reason: str = "Failed"
+
+
+StepResult = Done | Progress | Fail
+
+
+def per_pod_message(step: str, status: str, pod: str) -> str:
+    """KubeDB's per-pod message: ``"check pod ready; ConditionStatus:True; PodName:etcd-0"``."""
+    words = {
+        constants.STEP_EVICT_POD: "evict pod",
+        constants.STEP_CHECK_POD_READY: "check pod ready",
+        constants.STEP_ETCD_CLUSTER_HEALTHY: "etcd cluster healthy",
+        constants.STEP_MOVE_LEADER: "move leader",
+        constants.STEP_UPDATE_PEER_URL: "update peer url",
+        constants.STEP_VERIFY_SERVED_CERTIFICATE: "verify served certificate",
+    }.get(step, step)
+    return f"{words}; ConditionStatus:{status}; PodName:{pod}"
+
+
+def secret_bytes(secret: dict[str, Any] | None, key: str) -> bytes | None:
+    if not secret:
+        return None
+    value = (secret.get("data") or {}).get(key)
+    if value is None:
+        return None
+    try:
+        return base64.b64decode(value)
+    except (ValueError, TypeError):
+        return None
+
+
+def tls_secret_problem(secret: dict[str, Any] | None) -> str | None:
+    """Why a certificate Secret cannot be mounted yet (None when complete): all of ``tls.crt``, ``tls.key``,
+    ``ca.crt`` present and parseable, and the key belongs to the certificate. etcd exits on a missing file and
+    rejects handshakes on a key/cert mismatch (measured), so a member is never pointed at anything less."""
+    if secret is None:
+        return "does not exist yet"
+    missing = [k for k in ("tls.crt", "tls.key", "ca.crt") if not secret_bytes(secret, k)]
+    if missing:
+        return f"has no {', '.join(missing)} yet"
+    cert, key = secret_bytes(secret, "tls.crt"), secret_bytes(secret, "tls.key")
+    assert cert is not None and key is not None
+    if not pki.split_pem(cert):
+        return "tls.crt is not a PEM certificate"
+    if not pki.key_matches_cert(cert, key):
+        return "tls.key does not belong to tls.crt"
+    return None
+
+
+@dataclasses.dataclass
+class OpsContext:
+    kube: kube.Kube
+    request: dict[str, Any]
+    db_obj: dict[str, Any]
+    plan: plan_mod.Plan
+    now: datetime.datetime
+    # The Etcd's spec.tls when the request started: what ``db`` renders from, whatever spec.tls says now.
+    tls_before: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.request["metadata"]["name"])
+
+    @property
+    def namespace(self) -> str:
+        return str(self.request["metadata"]["namespace"])
+
+    @property
+    def generation(self) -> int | None:
+        gen = self.request["metadata"].get("generation")
+        return int(gen) if gen is not None else None
+
+    @property
+    def db(self) -> etcd_api.Etcd:
+        """The Etcd as it is now (replicas, pod template, uid), with ``spec.tls`` as it was when the request
+        started — ``UpdateDatabase`` writes the new TLS near the end, and the plan must not change under it."""
+        spec = {k: v for k, v in (self.db_obj.get("spec") or {}).items() if k != "tls"}
+        if self.tls_before is not None:
+            spec["tls"] = self.tls_before
+        return etcd_api.Etcd.model_validate({**self.db_obj, "spec": spec})
+
+    @property
+    def db_name(self) -> str:
+        return str(self.db_obj["metadata"]["name"])
+
+    @property
+    def spec(self) -> ops_api.EtcdOpsRequestSpec:
+        return ops_api.EtcdOpsRequest.model_validate(self.request).spec
+
+    @property
+    def conditions(self) -> list[dict[str, Any]]:
+        return list((self.request.get("status") or {}).get("conditions") or [])
+
+    # --- status ---------------------------------------------------------------------------------------------
+
+    async def set_condition(self, type_: str, status: str, message: str | None = None, *,
+                            reason: str | None = None) -> None:
+        """Set one condition on the request (written at once, optimistic lock)."""
+        if reason is None and constants.PER_POD_SEPARATOR not in type_:
+            reason = type_
+        generation = self.generation
+
+        def mutate(st: dict[str, Any]) -> dict[str, Any]:
+            st = dict(st)
+            st["conditions"] = conditions.set_condition(
+                st.get("conditions"), type_, status, reason=reason, message=message,
+                observed_generation=generation,
+            )
+            return st
+
+        updated = await self.kube.transact_status(
+            constants.OPS_API_VERSION, constants.OPS_KIND, self.namespace, self.name, mutate)
+        if updated is not None:
+            self.request = updated
+
+    async def set_pod_condition(self, step: str, pod: str, status: str) -> None:
+        await self.set_condition(constants.per_pod_type(step, pod), status, per_pod_message(step, status, pod))
+
+    def condition(self, type_: str) -> dict[str, Any] | None:
+        return conditions.get_condition(self.conditions, type_)
+
+    def is_true(self, type_: str) -> bool:
+        return conditions.is_true(self.conditions, type_)
+
+    async def event(self, reason: str, message: str, type_: str = "Normal") -> None:
+        await self.kube.event(self.request, reason=reason, message=message, type_=type_)
+
+    # --- objects of the cluster -----------------------------------------------------------------------------
+
+    async def secret(self, name: str) -> dict[str, Any] | None:
+        return await self.kube.get("v1", "Secret", self.namespace, name)
+
+    async def statefulset(self) -> dict[str, Any] | None:
+        return await self.kube.get("apps/v1", "StatefulSet", self.namespace, naming.statefulset(self.db_name))
+
+    async def pods(self) -> dict[str, dict[str, Any]]:
+        selector = ",".join(f"{k}={v}" for k, v in naming.selector_labels(self.db_name).items())
+        items = await self.kube.list("v1", "Pod", self.namespace, label_selector=selector)
+        return {p["metadata"]["name"]: p for p in items}
+
+    def pod_names(self) -> list[str]:
+        return naming.pods(self.db_name, self.db.spec.replicas)
+
+    def fqdn(self, pod: str) -> str:
+        return naming.pod_fqdn(self.db_name, self.namespace, pod)
+
+    # --- the etcd client ------------------------------------------------------------------------------------
+
+    async def identity(self) -> access.TLSIdentity | None:
+        """The operator's own client identity for this cluster: the ``client`` alias Secret (CN=root), trusting
+        every CA it knows for the cluster (the trust bundle, and the leaf Secrets' ``ca.crt``)."""
+        tls_configs = [t for t in (self.plan.desired_tls, self.db.spec.tls) if t is not None]
+        if not tls_configs:
+            return None
+        cas: list[bytes] = []
+        bundle = secret_bytes(await self.secret(naming.trust_bundle_secret(self.db_name)), naming.TRUST_BUNDLE_KEY)
+        if bundle:
+            cas.append(bundle)
+        client_secret = None
+        for tls in tls_configs:
+            for alias in (constants.ALIAS_CLIENT, constants.ALIAS_SERVER):
+                sec = await self.secret(render.secret_name(self.db_name, tls, alias))
+                ca = secret_bytes(sec, "ca.crt")
+                if ca:
+                    cas.append(ca)
+                if alias == constants.ALIAS_CLIENT and client_secret is None and tls_secret_problem(sec) is None:
+                    client_secret = sec
+        if not cas:
+            return None
+        ca_pem = pki.bundle(*cas)
+        if client_secret is None:
+            return access.TLSIdentity(ca_pem=ca_pem, name="operator-no-client-cert")
+        return access.TLSIdentity(
+            ca_pem=ca_pem, cert_pem=secret_bytes(client_secret, "tls.crt"),
+            key_pem=secret_bytes(client_secret, "tls.key"), name="operator",
+        )
+
+    async def etcd(self, pods: dict[str, dict[str, Any]] | None = None, *,
+                   peer_scheme: str = "https") -> etcd_client.EtcdClient:
+        """A client over every member pod that has an address, trying https then http ("dual view")."""
+        pods = pods if pods is not None else await self.pods()
+        identity = await self.identity()
+        schemes = ("https", "http") if identity is not None else ("http",)
+        eps = []
+        for name in self.pod_names():
+            pod = pods.get(name)
+            ip = (pod or {}).get("status", {}).get("podIP")
+            if not ip or (pod or {}).get("metadata", {}).get("deletionTimestamp"):
+                continue
+            eps.append(access.Endpoint(
+                name=name, host=ip, client_port=naming.CLIENT_PORT, metrics_port=naming.METRICS_PORT,
+                peer_port=naming.peer_port(peer_scheme), schemes=schemes, server_name=self.fqdn(name),
+            ))
+        return etcd_client.EtcdClient(eps, tls=identity, timeout=2.0)

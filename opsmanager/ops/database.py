@@ -1,0 +1,99 @@
+"""The Etcd side of a request: pause it, resume it, write ``spec.tls`` back, heal a leaked pause.
+
+A pause is the ``Paused=True`` condition on the Etcd's status, with the request's name as ``reason``; while it is
+there the provisioner changes nothing it owns. KubeDB leaked pauses in its live tests (a request deleted
+mid-flight left the database frozen, and every later ``IfReady`` request stuck in Pending), so here: a request
+resumes the Etcd on success, on failure, on timeout and when it is deleted; and :func:`heal` removes any pause
+whose request is gone or finished — the operator runs it on start-up and on every terminal reconcile.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opsmanager import kube
+from opsmanager.api import conditions, constants
+from opsmanager.ops import certificates, context, plan
+
+
+def paused_by(db_obj: dict[str, Any]) -> str | None:
+    """The name of the request holding the pause, or None when not paused."""
+    cond = conditions.get_condition((db_obj.get("status") or {}).get("conditions"), constants.COND_PAUSED)
+    if cond is None or cond.get("status") != constants.TRUE:
+        return None
+    return str(cond.get("reason") or "")
+
+
+async def pause(ctx: context.OpsContext) -> None:
+    message = f"EtcdOpsRequest {ctx.name} is in process"
+
+    def mutate(st: dict[str, Any]) -> dict[str, Any]:
+        st = dict(st)
+        st["conditions"] = conditions.set_condition(st.get("conditions"), constants.COND_PAUSED, constants.TRUE,
+                                                    reason=ctx.name, message=message)
+        return st
+
+    updated = await ctx.kube.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace,
+                                             ctx.db_name, mutate)
+    if updated is not None:
+        ctx.db_obj = updated
+    await ctx.event("PauseDatabase", f"Pausing Etcd {ctx.namespace}/{ctx.db_name}")
+
+
+async def resume(client: kube.Kube, namespace: str, db_name: str, request_name: str) -> bool:
+    """Remove the pause if ``request_name`` holds it. True when it removed one."""
+    removed = False
+
+    def mutate(st: dict[str, Any]) -> dict[str, Any]:
+        nonlocal removed
+        cond = conditions.get_condition(st.get("conditions"), constants.COND_PAUSED)
+        if cond is None or cond.get("reason") != request_name:
+            return st
+        removed = True
+        st = dict(st)
+        st["conditions"] = conditions.remove_condition(st.get("conditions"), constants.COND_PAUSED)
+        return st
+
+    await client.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, namespace, db_name, mutate)
+    return removed
+
+
+async def heal(client: kube.Kube, namespace: str | None = None) -> list[str]:
+    """Resume every Etcd paused by a request that no longer exists or has finished. Returns what it healed."""
+    healed = []
+    namespaces = [namespace] if namespace else [
+        n["metadata"]["name"] for n in await client.list("v1", "Namespace", None)]
+    for ns in namespaces:
+        for db in await client.list(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns):
+            holder = paused_by(db)
+            if holder is None:
+                continue
+            req = await client.get(constants.OPS_API_VERSION, constants.OPS_KIND, ns, holder) if holder else None
+            phase = ((req or {}).get("status") or {}).get("phase")
+            if req is None or phase in constants.TERMINAL_OPS_PHASES or req["metadata"].get("deletionTimestamp"):
+                if await resume(client, ns, db["metadata"]["name"], holder):
+                    healed.append(f"{ns}/{db['metadata']['name']}")
+    return healed
+
+
+async def update_database(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    """Write the request's TLS into the Etcd's ``spec.tls`` (last, so during the roll it showed the old state);
+    after a removal, delete the certificates this operator created; after an issuer change, the CA probes."""
+    desired = ctx.plan.desired_tls
+    if ctx.plan.change is not None:
+        live = await ctx.kube.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name)
+        current = ((live or {}).get("spec") or {}).get("tls")
+        want = desired.to_dict() if desired is not None else None
+        if current != want:
+            patch = ([{"op": "add", "path": "/spec/tls", "value": want}] if want is not None
+                     else [{"op": "remove", "path": "/spec/tls"}])
+            ctx.db_obj = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace,
+                                              ctx.db_name, patch, patch_type="json")
+        if ctx.plan.change is plan.TLSChange.REMOVE:
+            # The TLS the cluster had: the plan's steps still carry it (spec.tls on the Etcd is gone by now).
+            tls_before = next((s.tls for s in ctx.plan.steps if s.tls is not None), None)
+            if tls_before is not None:
+                await certificates.delete_certificates(ctx, tls_before)
+        if ctx.plan.change is plan.TLSChange.ISSUER:
+            await certificates.delete_probes(ctx, desired)
+    return context.Done()

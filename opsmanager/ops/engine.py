@@ -1,0 +1,259 @@
+"""The EtcdOpsRequest engine: one reconcile = re-read everything, run the current step once, persist, return.
+
+The lifecycle is a small state machine (``transitions``) over the request's phase —
+``Pending → Progressing → Successful | Failed``, ``Pending → Skipped`` — rebuilt from the persisted phase on
+every call, so no state lives in memory. Inside ``Progressing`` the current step is the first step of the
+:mod:`plan <opsmanager.ops.plan>` whose condition is not ``True``; its ``False`` condition's
+``lastTransitionTime`` is the step's timeout clock (``spec.timeout``, default 10m), and so is that of any
+per-pod condition in flight. An operator killed at any point starts again with the same phase, the same plan,
+the same current step, and steps that re-derive their progress from what they observe.
+
+Errors: a transient failure (etcd unreachable, API conflict) is retried on the next reconcile, within the step's
+timeout; a step's own ``Fail`` ends the request. Either way the Etcd is resumed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import transitions
+
+from opsmanager import kube
+from opsmanager.api import conditions, constants
+from opsmanager.api import opsrequest as ops_api
+from opsmanager.etcd import errors as etcd_errors
+from opsmanager.ops import certificates, context, database, leader, peers, plan, queue, restart
+
+log = logging.getLogger("opsmanager.ops")
+
+ANNOTATION_TLS_BEFORE = "ops.opsmanager.dev/tls-before"  # the Etcd's spec.tls when the request started
+
+Executor = Callable[[context.OpsContext, plan.Step], Awaitable[context.StepResult]]
+
+
+async def _pause(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    await database.pause(ctx)
+    return context.Done()
+
+
+EXECUTORS: dict[plan.StepKind, Executor] = {
+    plan.StepKind.PAUSE: _pause,
+    plan.StepKind.ISSUE: certificates.issue,
+    plan.StepKind.SYNC_CERTIFICATES: certificates.sync,
+    plan.StepKind.APPLY_STATEFULSET: restart.apply_statefulset,
+    plan.StepKind.ROLL: restart.roll,
+    plan.StepKind.ROLL_PASS: restart.roll_pass,
+    plan.StepKind.UPDATE_PEER_URLS: peers.update_peer_urls,
+    plan.StepKind.MOVE_LEADER: leader.move_leader,
+    plan.StepKind.UPDATE_DATABASE: database.update_database,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    finished: bool
+    delay: float = 0.0
+    phase: str | None = None
+
+
+class Lifecycle:
+    """The phase state machine; ``state`` is the request's ``status.phase``."""
+
+    states = ["New", *constants.OPS_PHASES]
+    transitions_table = [
+        {"trigger": "enqueue", "source": "New", "dest": constants.PHASE_PENDING},
+        {"trigger": "start", "source": constants.PHASE_PENDING, "dest": constants.PHASE_PROGRESSING},
+        {"trigger": "skip", "source": constants.PHASE_PENDING, "dest": constants.PHASE_SKIPPED},
+        {"trigger": "succeed", "source": constants.PHASE_PROGRESSING, "dest": constants.PHASE_SUCCESSFUL},
+        {"trigger": "fail", "source": ["New", constants.PHASE_PENDING, constants.PHASE_PROGRESSING],
+         "dest": constants.PHASE_FAILED},
+    ]
+
+    def __init__(self, phase: str | None) -> None:
+        self.machine = transitions.Machine(
+            model=self, states=self.states, transitions=self.transitions_table,
+            initial=phase or "New", auto_transitions=False,
+        )
+
+    state: str
+
+
+class Engine:
+    def __init__(self, client: kube.Kube, *, clock: Callable[[], datetime.datetime] | None = None) -> None:
+        self.kube = client
+        self.clock = clock or (lambda: datetime.datetime.now(datetime.UTC))
+
+    # --- status writes --------------------------------------------------------------------------------------
+
+    async def _set_phase(self, req: dict[str, Any], phase: str, *extra: tuple[str, str, str, str]) -> dict[str, Any]:
+        generation = req["metadata"].get("generation")
+
+        def mutate(st: dict[str, Any]) -> dict[str, Any]:
+            st = dict(st)
+            st["phase"] = phase
+            st["observedGeneration"] = generation
+            conds = st.get("conditions")
+            for type_, status, reason, message in extra:
+                conds = conditions.set_condition(conds, type_, status, reason=reason, message=message,
+                                                 observed_generation=generation)
+            if conds is not None:
+                st["conditions"] = conds
+            return st
+
+        meta = req["metadata"]
+        updated = await self.kube.transact_status(constants.OPS_API_VERSION, constants.OPS_KIND, meta["namespace"],
+                                                  meta["name"], mutate)
+        return updated or req
+
+    async def _finish(self, ctx: context.OpsContext, lifecycle: Lifecycle, *, ok: bool, message: str,
+                      reason: str) -> Outcome:
+        if ctx.plan.pauses:
+            if await database.resume(self.kube, ctx.namespace, ctx.db_name, ctx.name):
+                await ctx.event("ResumeDatabase", f"Successfully resumed Etcd {ctx.namespace}/{ctx.db_name}")
+        if ok:
+            lifecycle.succeed()
+            await self._set_phase(ctx.request, lifecycle.state,
+                                  (constants.COND_SUCCESSFUL, constants.TRUE, constants.COND_SUCCESSFUL, message))
+            await ctx.event("Successful", message)
+        else:
+            lifecycle.fail()
+            await self._set_phase(ctx.request, lifecycle.state, (constants.COND_FAILED, constants.TRUE, reason, message))
+            await ctx.event("Failed", message, type_="Warning")
+        log.info("EtcdOpsRequest %s/%s %s: %s", ctx.namespace, ctx.name, lifecycle.state, message)
+        return Outcome(finished=True, phase=lifecycle.state)
+
+    # --- the reconcile ----------------------------------------------------------------------------------------
+
+    async def reconcile(self, namespace: str, name: str) -> Outcome:
+        req = await self.kube.get(constants.OPS_API_VERSION, constants.OPS_KIND, namespace, name)
+        if req is None:
+            return Outcome(finished=True)
+        phase = (req.get("status") or {}).get("phase")
+        lifecycle = Lifecycle(phase)
+        spec = ops_api.EtcdOpsRequest.model_validate(req).spec
+        db_name = spec.database_ref.name
+        if phase in constants.TERMINAL_OPS_PHASES:
+            await database.heal(self.kube, namespace)
+            return Outcome(finished=True, phase=phase)
+        db_obj = await self.kube.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, namespace, db_name)
+        if db_obj is None:
+            lifecycle.fail()
+            message = f"spec.databaseRef {namespace}/{db_name} is invalid or not found"
+            await self._set_phase(req, lifecycle.state, (constants.COND_FAILED, constants.TRUE, "DatabaseNotFound",
+                                                         message))
+            await self.kube.event(req, reason="Failed", message=message, type_="Warning")
+            return Outcome(finished=True, phase=lifecycle.state)
+        if lifecycle.state == "New":
+            lifecycle.enqueue()
+            await self._set_phase(req, lifecycle.state)
+            return Outcome(finished=False, delay=0.0, phase=lifecycle.state)
+        if lifecycle.state == constants.PHASE_PENDING:
+            return await self._pending(req, db_obj, spec, lifecycle)
+        return await self._progress(req, db_obj, lifecycle)
+
+    async def _pending(self, req: dict[str, Any], db_obj: dict[str, Any], spec: ops_api.EtcdOpsRequestSpec,
+                       lifecycle: Lifecycle) -> Outcome:
+        ns = req["metadata"]["namespace"]
+        siblings = []
+        for other in await self.kube.list(constants.OPS_API_VERSION, constants.OPS_KIND, ns):
+            if (other.get("spec") or {}).get("databaseRef", {}).get("name") != spec.database_ref.name:
+                continue
+            siblings.append(_queued(other))
+        me = _queued(req)
+        decision = queue.decide(me, siblings, (db_obj.get("status") or {}).get("phase"))
+        if decision.verdict is queue.Verdict.SKIP:
+            lifecycle.skip()
+            await self._set_phase(req, lifecycle.state, ("Skipped", constants.TRUE, "Skipped", decision.reason))
+            return Outcome(finished=True, phase=lifecycle.state)
+        if decision.verdict is queue.Verdict.WAIT:
+            return Outcome(finished=False, delay=1.0, phase=lifecycle.state)
+        lifecycle.start()
+        await self._set_phase(req, lifecycle.state)
+        return Outcome(finished=False, delay=0.0, phase=lifecycle.state)
+
+    async def _snapshot(self, req: dict[str, Any], db_obj: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        """The Etcd's ``spec.tls`` as it was when the request started, persisted on the request (annotation), so
+        the plan does not change when ``UpdateDatabase`` writes the new TLS."""
+        ann = req["metadata"].get("annotations") or {}
+        if ANNOTATION_TLS_BEFORE not in ann:
+            before = json.dumps((db_obj.get("spec") or {}).get("tls"), sort_keys=True)
+            req = await self.kube.patch(constants.OPS_API_VERSION, constants.OPS_KIND, req["metadata"]["namespace"],
+                                        req["metadata"]["name"],
+                                        {"metadata": {"annotations": {ANNOTATION_TLS_BEFORE: before}}})
+            ann = req["metadata"].get("annotations") or {}
+        return req, json.loads(ann[ANNOTATION_TLS_BEFORE])
+
+    def _timed_out(self, ctx: context.OpsContext, step: plan.Step, timeout: datetime.timedelta) -> str | None:
+        now = self.clock()
+        in_flight = [step.condition] + [
+            c["type"] for c in ctx.conditions
+            if constants.PER_POD_SEPARATOR in c["type"] and c.get("status") == constants.FALSE
+        ]
+        for type_ in in_flight:
+            if not conditions.is_false(ctx.conditions, type_):
+                continue
+            age = conditions.transition_age(ctx.conditions, type_, now=now)
+            if age is not None and age > timeout:
+                cond = conditions.get_condition(ctx.conditions, type_) or {}
+                what = type_.replace(constants.PER_POD_SEPARATOR, " of ")
+                return (f"step {step.condition} timed out after {int(timeout.total_seconds())}s at {what}: "
+                        f"{cond.get('message') or 'no progress'}")
+        return None
+
+    async def _progress(self, req: dict[str, Any], db_obj: dict[str, Any], lifecycle: Lifecycle) -> Outcome:
+        req, tls_before = await self._snapshot(req, db_obj)
+        request = ops_api.EtcdOpsRequest.model_validate(req)
+        ctx = context.OpsContext(self.kube, req, db_obj, plan.Plan(request.spec.type, None, None, ()), self.clock(),
+                                 tls_before=tls_before)
+        try:
+            ctx.plan = plan.plan_for(ctx.db, request)
+        except ValueError as err:
+            return await self._finish(ctx, lifecycle, ok=False, message=str(err), reason="InvalidRequest")
+        the_plan = ctx.plan
+        step = next((s for s in the_plan.steps if not ctx.is_true(s.condition)), None)
+        if step is None:
+            return await self._finish(ctx, lifecycle, ok=True, message=_success_message(the_plan),
+                                      reason=constants.COND_SUCCESSFUL)
+        if (why := self._timed_out(ctx, step, request.spec.timeout_delta)) is not None:
+            return await self._finish(ctx, lifecycle, ok=False, message=why, reason="Timeout")
+        if ctx.condition(step.condition) is None:
+            await ctx.set_condition(step.condition, constants.FALSE, f"{step.condition} in progress")
+        try:
+            result = await EXECUTORS[step.kind](ctx, step)
+        except (etcd_errors.EtcdError, kube.Unavailable, kube.Conflict) as err:
+            log.info("EtcdOpsRequest %s/%s step %s: transient: %s", ctx.namespace, ctx.name, step.condition, err)
+            return Outcome(finished=False, delay=1.0, phase=lifecycle.state)
+        if isinstance(result, context.Fail):
+            await ctx.set_condition(step.condition, constants.FALSE, result.message, reason=result.reason)
+            return await self._finish(ctx, lifecycle, ok=False, message=f"{step.condition}: {result.message}",
+                                      reason=result.reason)
+        if isinstance(result, context.Done):
+            await ctx.set_condition(step.condition, constants.TRUE, result.message or step.message)
+            return Outcome(finished=False, delay=0.0, phase=lifecycle.state)
+        if result.message:
+            current = ctx.condition(step.condition) or {}
+            if current.get("message") != result.message:
+                await ctx.set_condition(step.condition, constants.FALSE, result.message)
+        return Outcome(finished=False, delay=result.delay, phase=lifecycle.state)
+
+
+def _queued(obj: dict[str, Any]) -> queue.Queued:
+    spec = obj.get("spec") or {}
+    return queue.Queued(
+        name=obj["metadata"]["name"], type=spec.get("type", ""),
+        phase=(obj.get("status") or {}).get("phase") or "",
+        created=obj["metadata"].get("creationTimestamp") or "", apply=spec.get("apply", constants.APPLY_IF_READY),
+    )
+
+
+def _success_message(p: plan.Plan) -> str:
+    if p.request_type == constants.OPS_TYPE_RECONFIGURE_TLS:
+        return "Successfully reconfigured the etcd TLS configuration"
+    if p.request_type == constants.OPS_TYPE_RESTART:
+        return "Successfully restarted the etcd members"
+    return "Successfully moved the etcd leader"

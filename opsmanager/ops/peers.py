@@ -1,0 +1,51 @@
+"""Re-register each member's peer URL under the new scheme (``member update``), one member at a time.
+
+Why: etcd keeps peer URLs in its membership store and ignores ``--initial-advertise-peer-urls`` after bootstrap.
+Restarting members onto https-only listeners while the registered URLs stay ``http://`` broke a 3-member cluster
+for good once the third member restarted (measured: 42 of 42 writes failed, no leader 20 s later). With every
+member already listening on both schemes, a ``member update`` moves one member's peer traffic to the other
+scheme; the others dial it there from their next connection. One member at a time, with every member healthy
+before the next (``UpdatePeerURL--<pod>``).
+"""
+
+from __future__ import annotations
+
+from opsmanager.api import constants
+from opsmanager.etcd import errors as etcd_errors
+from opsmanager.ops import context, plan
+from opsmanager.provisioner import naming
+
+
+def peer_url(ctx: context.OpsContext, pod: str, scheme: str) -> str:
+    return f"{scheme}://{ctx.fqdn(pod)}:{naming.peer_port(scheme)}"
+
+
+async def update_peer_urls(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    assert step.peer_scheme is not None
+    async with await ctx.etcd(peer_scheme=step.peer_scheme) as client:
+        try:
+            members = {m.name: m for m in await client.members(timeout=2.0)}
+        except etcd_errors.EtcdError as err:
+            return context.Progress(f"reading the member list: {err}", delay=0.5)
+        for pod in ctx.pod_names():
+            cond = constants.per_pod_type(constants.STEP_UPDATE_PEER_URL, pod)
+            if ctx.is_true(cond):
+                continue
+            member = members.get(pod)
+            if member is None:
+                return context.Progress(f"member {pod} is not in the member list", delay=0.5)
+            want = peer_url(ctx, pod, step.peer_scheme)
+            if tuple(member.peer_urls) != (want,):
+                await ctx.set_pod_condition(constants.STEP_UPDATE_PEER_URL, pod, constants.FALSE)
+                try:
+                    await client.member_update(member.id, [want], timeout=3.0)
+                except etcd_errors.EtcdError as err:
+                    return context.Progress(f"member update of {pod} to {want}: {err}", delay=0.5)
+                await ctx.event("UpdatePeerURL", f"Registered the peer URL of {pod} as {want}")
+                return context.Progress(delay=0.1)
+            unhealthy = [h for ep in client.endpoints if not (h := await client.health(ep, timeout=2.0)).healthy]
+            if unhealthy:
+                return context.Progress(
+                    f"after updating {pod}: waiting for {', '.join(h.endpoint for h in unhealthy)}", delay=0.3)
+            await ctx.set_pod_condition(constants.STEP_UPDATE_PEER_URL, pod, constants.TRUE)
+    return context.Done()

@@ -1,0 +1,237 @@
+"""The leader-aware rolling restart: re-render the StatefulSet, then restart members one at a time, followers
+first, the leader last after MoveLeader — the only code that disrupts members.
+
+Each pass stamps the pod template with ``opsmanager.dev/restartedAt: <request>/<pass>``, so every pass has its
+own StatefulSet revision; a member "needs a restart" exactly when its pod's ``controller-revision-hash`` differs
+from the StatefulSet's ``updateRevision``. That fact survives an operator crash: a member restarted just before
+the crash is recreated on the new revision and is never restarted again. The decision of what to do next is the
+pure :func:`opsmanager.ops.rollout.next_action`; this module observes, acts, and writes the per-pod conditions:
+
+``EvictPod--<pod>`` (False before the pod is deleted, True after) → ``CheckPodReady--<pod>`` (recreated on the
+new revision and Ready) → ``EtcdClusterHealthy--<pod>`` (the etcd client's ``wait_recovered`` gate: every voter
+healthy, no learners, the member caught up, a linearizable read through it) → ``VerifyServedCertificate--<pod>``
+(a fresh handshake shows the certificate now in its Secret, on the client and the peer port), and
+``MoveLeader--<pod>`` for the leader.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from opsmanager import kube
+from opsmanager.api import constants
+from opsmanager.etcd import client as etcd_client
+from opsmanager.etcd import errors as etcd_errors
+from opsmanager.ops import certificates, context, plan, rollout
+from opsmanager.provisioner import naming, render
+
+T, F = constants.TRUE, constants.FALSE
+POST_CHECKS = (constants.STEP_CHECK_POD_READY, constants.STEP_ETCD_CLUSTER_HEALTHY,
+               constants.STEP_VERIFY_SERVED_CERTIFICATE)
+
+
+def restart_token(ctx: context.OpsContext, step: plan.Step) -> str:
+    if step.kind is plan.StepKind.ROLL_PASS:
+        return f"{ctx.name}/{step.condition}"
+    return f"{ctx.name}/{constants.COND_RESTART_PODS}"
+
+
+async def apply_statefulset(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    """Re-render the StatefulSet for the step's wiring (replace the pod template as a whole) and wait until the
+    StatefulSet controller has observed it."""
+    assert step.wiring is not None
+    sts = await ctx.statefulset()
+    if sts is None:
+        return context.Fail(f"StatefulSet {ctx.namespace}/{ctx.db_name} does not exist", reason="NoStatefulSet")
+    desired = render.render_statefulset(
+        ctx.db, step.wiring, template_annotations={naming.ANNOTATION_RESTARTED_AT: restart_token(ctx, step)})
+    if sts["spec"].get("template") != desired["spec"]["template"]:
+        new = copy.deepcopy(sts)
+        new["spec"]["template"] = desired["spec"]["template"]
+        try:
+            sts = await ctx.kube.replace(new)
+        except kube.Conflict:
+            return context.Progress("the StatefulSet changed while it was updated; retrying", delay=0.1)
+    status = sts.get("status") or {}
+    if status.get("observedGeneration", 0) < sts["metadata"].get("generation", 0) or not status.get("updateRevision"):
+        return context.Progress("waiting for the StatefulSet controller to observe the new template", delay=0.2)
+    return context.Done()
+
+
+def _pod_ready(pod: dict[str, Any] | None) -> bool:
+    if pod is None or pod["metadata"].get("deletionTimestamp"):
+        return False
+    conds = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds) and bool(
+        (pod.get("status") or {}).get("podIP"))
+
+
+def _revision(pod: dict[str, Any]) -> str | None:
+    return (pod["metadata"].get("labels") or {}).get("controller-revision-hash")
+
+
+async def observe(ctx: context.OpsContext, client: etcd_client.EtcdClient, pods: dict[str, dict[str, Any]],
+                  update_revision: str) -> list[rollout.MemberView]:
+    statuses = await client.statuses(timeout=1.0)
+    healths = {}
+    for ep in client.endpoints:
+        healths[ep.name] = await client.health(ep, timeout=1.5)
+    learners: set[str] = set()
+    try:
+        learners = {m.name for m in await client.members(timeout=1.5) if m.is_learner}
+    except etcd_errors.EtcdError:
+        pass
+    views = []
+    for name in ctx.pod_names():
+        pod = pods.get(name)
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            views.append(rollout.MemberView(pod=name, member_id=None, up_to_date=True, exists=False, ready=False))
+            continue
+        st = statuses.get(name)
+        ok = isinstance(st, etcd_client.MemberStatus)
+        health = healths.get(name)
+        views.append(rollout.MemberView(
+            pod=name,
+            member_id=st.member_id if isinstance(st, etcd_client.MemberStatus) else None,
+            up_to_date=_revision(pod) == update_revision,
+            ready=_pod_ready(pod) and ok,
+            healthy=bool(health and health.healthy),
+            is_leader=isinstance(st, etcd_client.MemberStatus) and st.is_leader,
+            is_learner=name in learners or (isinstance(st, etcd_client.MemberStatus) and st.is_learner),
+            applied_index=st.raft_applied_index if isinstance(st, etcd_client.MemberStatus) else 0,
+        ))
+    return views
+
+
+async def _expected_serials(ctx: context.OpsContext, step: plan.Step) -> dict[str, int]:
+    assert step.tls is not None
+    out = {}
+    for alias in (constants.ALIAS_SERVER, constants.ALIAS_PEER):
+        secret = await ctx.secret(render.secret_name(ctx.db_name, step.tls, alias))
+        cert = context.secret_bytes(secret, "tls.crt")
+        if cert:
+            from opsmanager import pki
+
+            out[alias] = pki.cert_info(cert).serial
+    return out
+
+
+async def _post_checks(ctx: context.OpsContext, step: plan.Step, client: etcd_client.EtcdClient,
+                       pods: dict[str, dict[str, Any]], update_revision: str) -> context.StepResult | None:
+    """Finish the checks of a member restarted in this pass; None when no member has checks left."""
+    for name in ctx.pod_names():
+        if not ctx.is_true(constants.per_pod_type(constants.STEP_EVICT_POD, name)):
+            continue
+        checks = [c for c in POST_CHECKS
+                  if c != constants.STEP_VERIFY_SERVED_CERTIFICATE or step.verify_served_certificates]
+        pending = [c for c in checks if ctx.condition(constants.per_pod_type(c, name)) is not None
+                   and not ctx.is_true(constants.per_pod_type(c, name))]
+        if not pending:
+            continue
+        check = pending[0]
+        pod = pods.get(name)
+        if check == constants.STEP_CHECK_POD_READY:
+            if pod is None or _revision(pod) != update_revision or not _pod_ready(pod):
+                return context.Progress(f"waiting for {name} to be recreated and Ready", delay=0.3)
+        elif check == constants.STEP_ETCD_CLUSTER_HEALTHY:
+            try:
+                await client.wait_recovered(name, expected_voters=ctx.db.spec.replicas, timeout=3.0)
+            except etcd_errors.EtcdError as err:
+                return context.Progress(f"waiting for the cluster to recover after {name}: {err}", delay=0.3)
+        else:
+            expected = await _expected_serials(ctx, step)
+            ports = {constants.ALIAS_SERVER: "client", constants.ALIAS_PEER: "peer"}
+            for alias, serial in expected.items():
+                try:
+                    served = await client.served_certificate(name, port=ports[alias])
+                except etcd_errors.EtcdError as err:
+                    return context.Progress(f"reading the {alias} certificate {name} serves: {err}", delay=0.5)
+                if served.serial != serial:
+                    return context.Progress(
+                        f"{name} serves {alias} certificate serial {served.serial_hex}, expected {serial:x}",
+                        delay=0.5)
+        await ctx.set_pod_condition(check, name, T)
+        return context.Progress(delay=0.0)
+    return None
+
+
+async def _restart(ctx: context.OpsContext, step: plan.Step, pod: dict[str, Any]) -> context.StepResult:
+    """The one place a member pod is deleted: through the Eviction API, so a PodDisruptionBudget still has a say."""
+    name = pod["metadata"]["name"]
+    await ctx.set_pod_condition(constants.STEP_EVICT_POD, name, F)
+    try:
+        await ctx.kube.evict(ctx.namespace, name)
+    except kube.TooManyRequests as err:
+        return context.Progress(f"eviction of {name} not allowed yet by the PodDisruptionBudget: {err}", delay=1.0)
+    except kube.NotFound:
+        pass
+    await _mark_evicted(ctx, step, name)
+    await ctx.event("EvictPod", f"Restarted etcd member {name} ({step.condition})")
+    return context.Progress(f"restarted {name}", delay=0.2)
+
+
+async def _mark_evicted(ctx: context.OpsContext, step: plan.Step, name: str) -> None:
+    await ctx.set_pod_condition(constants.STEP_EVICT_POD, name, T)
+    for check in POST_CHECKS:
+        if check == constants.STEP_VERIFY_SERVED_CERTIFICATE and not step.verify_served_certificates:
+            continue
+        await ctx.set_pod_condition(check, name, F)
+
+
+async def roll(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    """One move of the rolling restart (a ``ROLL`` or the roll part of a ``ROLL_PASS``)."""
+    sts = await ctx.statefulset()
+    if sts is None:
+        return context.Fail(f"StatefulSet {ctx.namespace}/{ctx.db_name} does not exist", reason="NoStatefulSet")
+    update_revision = (sts.get("status") or {}).get("updateRevision")
+    if not update_revision:
+        return context.Progress("waiting for the StatefulSet's update revision", delay=0.2)
+    pods = await ctx.pods()
+    peer_scheme = step.wiring.advertised_peer_scheme if step.wiring is not None else "https"
+    async with await ctx.etcd(pods, peer_scheme=peer_scheme) as client:
+        # A pod we were deleting when the operator stopped: finish its bookkeeping.
+        for name in ctx.pod_names():
+            if ctx.condition(constants.per_pod_type(constants.STEP_EVICT_POD, name)) is not None and not ctx.is_true(
+                    constants.per_pod_type(constants.STEP_EVICT_POD, name)):
+                pod = pods.get(name)
+                if pod is None or pod["metadata"].get("deletionTimestamp") or _revision(pod) == update_revision:
+                    await _mark_evicted(ctx, step, name)
+                    return context.Progress(delay=0.0)
+                return await _restart(ctx, step, pod)
+        pending = await _post_checks(ctx, step, client, pods, update_revision)
+        if pending is not None:
+            return pending
+        views = await observe(ctx, client, pods, update_revision)
+        action = rollout.next_action(views, ctx.db.spec.replicas)
+        if action.kind is rollout.ActionKind.DONE:
+            return context.Done()
+        if action.kind in (rollout.ActionKind.WAIT, rollout.ActionKind.REFUSE):
+            return context.Progress(action.reason, delay=0.5)
+        if action.kind is rollout.ActionKind.MOVE_LEADER:
+            assert action.pod is not None and action.target_id is not None
+            await ctx.set_pod_condition(constants.STEP_MOVE_LEADER, action.pod, F)
+            try:
+                move = await client.move_leader(action.target_id, timeout=5.0)
+            except etcd_errors.EtcdError as err:
+                return context.Progress(f"moving leadership from {action.pod} to {action.target_pod}: {err}",
+                                        delay=0.5)
+            await ctx.set_pod_condition(constants.STEP_MOVE_LEADER, action.pod, T)
+            await ctx.event("MoveLeader", f"Moved etcd leadership from {action.pod} to {action.target_pod} in "
+                                          f"{move.rpc_seconds:.3f}s before restarting it")
+            return context.Progress(delay=0.0)
+        assert action.pod is not None
+        return await _restart(ctx, step, pods[action.pod])
+
+
+async def roll_pass(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    """An intermediate pass: trust bundle for the pass, StatefulSet for the pass, then the roll."""
+    trust = await certificates.trust_for(ctx, step)
+    if isinstance(trust, context.Progress | context.Fail):
+        return trust
+    if trust is not None:
+        await certificates.write_bundle(ctx, trust)
+    applied = await apply_statefulset(ctx, step)
+    if not isinstance(applied, context.Done):
+        return applied
+    return await roll(ctx, step)
