@@ -46,7 +46,7 @@ import weakref
 from collections.abc import Iterable, Mapping
 
 from opsmanager import pki
-from opsmanager.etcd import endpoints
+from opsmanager.etcd import access
 
 MODES = ("plain", "server-tls", "mtls")
 CLIENT_PORT, PEER_PORT, METRICS_PORT = 2379, 2380, 2381
@@ -231,13 +231,13 @@ class LocalEtcdCluster:
         self._write(path, pem)
         return path
 
-    def tls_identity(self, *, client_cert: bool | None = None, name: str = "client") -> endpoints.TLSIdentity | None:
+    def tls_identity(self, *, client_cert: bool | None = None, name: str = "client") -> access.TLSIdentity | None:
         """The operator's identity for this cluster: CA bundle + the client cert (in ``mtls``; pass
         ``client_cert=True/False`` to force). None in ``plain`` mode."""
         if self.mode == "plain" and client_cert is None:
             return None
         with_cert = self.mode == "mtls" if client_cert is None else client_cert
-        return endpoints.TLSIdentity(ca_pem=self.ca.cert_pem,
+        return access.TLSIdentity(ca_pem=self.ca.cert_pem,
                                      cert_pem=self.client.cert_pem if with_cert else None,
                                      key_pem=self.client.key_pem if with_cert else None, name=name)
 
@@ -306,19 +306,19 @@ class LocalEtcdCluster:
 
     # -- endpoints --
 
-    def endpoints(self, *, schemes: Iterable[str] | None = None, server_name: bool = False) -> list[endpoints.Endpoint]:
+    def endpoints(self, *, schemes: Iterable[str] | None = None, server_name: bool = False) -> list[access.Endpoint]:
         """Client endpoints of every member. ``schemes`` default to what the member's current flags serve;
         ``server_name=True`` verifies ``<name>.<domain>`` instead of the IP."""
         return [self.endpoint(m.name, schemes=schemes, server_name=server_name) for m in self.members]
 
     def endpoint(self, name: str, *, schemes: Iterable[str] | None = None,
-                 server_name: bool = False) -> endpoints.Endpoint:
+                 server_name: bool = False) -> access.Endpoint:
         m = self.member(name)
         if schemes is None:
             urls = str(m.args.get("--advertise-client-urls") or m.args.get("--listen-client-urls") or "")
             found = tuple(dict.fromkeys(u.split("://", 1)[0] for u in urls.split(",") if "://" in u))
             schemes = tuple(sorted(found, key=lambda s: s != "https")) or ("http",)
-        return endpoints.Endpoint(
+        return access.Endpoint(
             name=m.name, host=m.address, client_port=m.client_port, metrics_port=m.metrics_port,
             peer_port=m.peer_port, schemes=tuple(schemes),
             server_name=f"{m.name}.{self.domain}" if server_name else None,

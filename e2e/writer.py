@@ -30,8 +30,8 @@ import asyncio
 import dataclasses
 from collections.abc import Iterable, Sequence
 
+from opsmanager.etcd import access, errors
 from opsmanager.etcd import client as etcd_client
-from opsmanager.etcd import endpoints, errors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,12 +39,12 @@ class Target:
     """One way to reach the cluster: an endpoint, the scheme to use on its client port, and (for https) the
     TLS identity to present."""
 
-    endpoint: endpoints.Endpoint
+    endpoint: access.Endpoint
     scheme: str
-    identity: endpoints.TLSIdentity | None = None
+    identity: access.TLSIdentity | None = None
 
     def __post_init__(self) -> None:
-        if self.scheme not in endpoints.SCHEMES:
+        if self.scheme not in access.SCHEMES:
             raise ValueError(f"Target {self.endpoint.name}: scheme must be 'http' or 'https', not {self.scheme!r}")
         if self.scheme == "https" and self.identity is None:
             raise ValueError(f"Target {self.endpoint.name}: scheme 'https' needs an identity (TLSIdentity with the CA)")
@@ -57,8 +57,8 @@ class Target:
         return f"{self.endpoint.name}/{self.scheme}{who}"
 
 
-def targets_for(endpoint_list: Iterable[endpoints.Endpoint],
-                identities: Iterable[endpoints.TLSIdentity | None] = (None,),
+def targets_for(endpoint_list: Iterable[access.Endpoint],
+                identities: Iterable[access.TLSIdentity | None] = (None,),
                 schemes: Sequence[str] | None = None) -> list[Target]:
     """Every (endpoint x scheme x identity) combination that makes sense: https with each identity given,
     http once per endpoint. ``schemes`` default to each endpoint's own."""

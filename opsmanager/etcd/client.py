@@ -13,7 +13,7 @@ applied, whether a linearizable read goes through — and on two calls with shar
   leader's commit index, and a linearizable read through that member.
 
 Transport: ``grpc.aio`` channels, cached per (endpoint, scheme, identity) and closed by :meth:`close` (or ``async
-with``). TLS material is bytes (:class:`endpoints.TLSIdentity`); ``Endpoint.server_name`` becomes
+with``). TLS material is bytes (:class:`access.TLSIdentity`); ``Endpoint.server_name`` becomes
 ``grpc.ssl_target_name_override`` so a pod IP can be dialled while the certificate's DNS name is verified.
 An endpoint may list several schemes ("dual view" during a TLS transition): each is tried with its own budget,
 starting with the one that last worked. The identity can be swapped while running (:meth:`EtcdClient.set_tls`).
@@ -38,7 +38,7 @@ import grpc
 import grpc.aio
 
 from opsmanager import pki
-from opsmanager.etcd import endpoints, errors, probes
+from opsmanager.etcd import access, errors, probes
 from opsmanager.etcd._pb import rpc_pb2, rpc_pb2_grpc
 
 T = TypeVar("T")
@@ -70,7 +70,7 @@ _GRPC_RAISES = (grpc.RpcError, grpc.aio.BaseError, OSError, TimeoutError)
 class MemberStatus:
     """A member's own view (Status is answered locally, without a raft round trip)."""
 
-    endpoint: endpoints.Endpoint
+    endpoint: access.Endpoint
     scheme: str
     member_id: int
     cluster_id: int
@@ -94,7 +94,7 @@ class MemberStatus:
         return format(self.member_id, "x")
 
     @classmethod
-    def from_pb(cls, ep: endpoints.Endpoint, scheme: str, r: rpc_pb2.StatusResponse) -> MemberStatus:
+    def from_pb(cls, ep: access.Endpoint, scheme: str, r: rpc_pb2.StatusResponse) -> MemberStatus:
         return cls(
             endpoint=ep, scheme=scheme, member_id=r.header.member_id, cluster_id=r.header.cluster_id,
             leader_id=r.leader, raft_index=r.raftIndex, raft_term=r.raftTerm, raft_applied_index=r.raftAppliedIndex,
@@ -174,15 +174,15 @@ class EtcdClient:
     ``timeout``: default per-attempt budget in seconds.
     """
 
-    def __init__(self, endpoint_list: Iterable[endpoints.Endpoint], *, tls: endpoints.TLSIdentity | None = None,
+    def __init__(self, endpoint_list: Iterable[access.Endpoint], *, tls: access.TLSIdentity | None = None,
                  timeout: float = DEFAULT_TIMEOUT) -> None:
-        self._endpoints: list[endpoints.Endpoint] = []
-        self._tls: endpoints.TLSIdentity | None = None
+        self._endpoints: list[access.Endpoint] = []
+        self._tls: access.TLSIdentity | None = None
         self.timeout = timeout
         self._conns: dict[tuple[str, str, str | None, str | None], _Conn] = {}
         self._preferred_scheme: dict[str, str] = {}
         self._last_good: str | None = None
-        self._ids: dict[int, endpoints.Endpoint] = {}  # member ID -> endpoint, learned from Status
+        self._ids: dict[int, access.Endpoint] = {}  # member ID -> endpoint, learned from Status
         self._http: aiohttp.ClientSession | None = None
         self._closed = False
         self.set_endpoints(endpoint_list)
@@ -191,14 +191,14 @@ class EtcdClient:
     # -- configuration --
 
     @property
-    def endpoints(self) -> tuple[endpoints.Endpoint, ...]:
+    def endpoints(self) -> tuple[access.Endpoint, ...]:
         return tuple(self._endpoints)
 
     @property
-    def tls(self) -> endpoints.TLSIdentity | None:
+    def tls(self) -> access.TLSIdentity | None:
         return self._tls
 
-    def set_endpoints(self, endpoint_list: Iterable[endpoints.Endpoint]) -> None:
+    def set_endpoints(self, endpoint_list: Iterable[access.Endpoint]) -> None:
         """Replace the endpoint set (e.g. after a member was replaced). Channels already open stay cached."""
         eps = list(endpoint_list)
         if not eps:
@@ -210,16 +210,16 @@ class EtcdClient:
         self._endpoints = eps
         self._ids = {i: e for i, e in self._ids.items() if e in eps}
 
-    def set_tls(self, tls: endpoints.TLSIdentity | None) -> None:
+    def set_tls(self, tls: access.TLSIdentity | None) -> None:
         """Use another trust bundle / client identity from now on (e.g. the new client cert during a rotation).
         Channels of the previous identity stay open (calls in flight finish) until :meth:`close`."""
-        if tls is not None and not isinstance(tls, endpoints.TLSIdentity):
-            raise TypeError(f"tls must be an endpoints.TLSIdentity or None, not {type(tls).__name__}")
+        if tls is not None and not isinstance(tls, access.TLSIdentity):
+            raise TypeError(f"tls must be an access.TLSIdentity or None, not {type(tls).__name__}")
         self._tls = tls
 
-    def endpoint(self, ref: endpoints.Endpoint | str) -> endpoints.Endpoint:
+    def endpoint(self, ref: access.Endpoint | str) -> access.Endpoint:
         """The configured endpoint named ``ref`` (an :class:`Endpoint` is returned as is)."""
-        if isinstance(ref, endpoints.Endpoint):
+        if isinstance(ref, access.Endpoint):
             return ref
         for ep in self._endpoints:
             if ep.name == ref:
@@ -245,7 +245,7 @@ class EtcdClient:
 
     # -- transport --
 
-    def _conn(self, ep: endpoints.Endpoint, scheme: str) -> _Conn:
+    def _conn(self, ep: access.Endpoint, scheme: str) -> _Conn:
         identity = self._tls if scheme == "https" else None
         if scheme == "https" and identity is None:
             raise ValueError(f"endpoint {ep.name!r} lists scheme 'https' but the client has no TLS identity; "
@@ -264,14 +264,15 @@ class EtcdClient:
                 channel = grpc.aio.secure_channel(ep.target, creds, options=options)
             else:
                 channel = grpc.aio.insecure_channel(ep.target, options=options)
-            conn = _Conn(channel, rpc_pb2_grpc.KVStub(channel), rpc_pb2_grpc.ClusterStub(channel),
-                         rpc_pb2_grpc.MaintenanceStub(channel))
+            conn = _Conn(channel, rpc_pb2_grpc.KVStub(channel),  # type: ignore[no-untyped-call]
+                         rpc_pb2_grpc.ClusterStub(channel),  # type: ignore[no-untyped-call]
+                         rpc_pb2_grpc.MaintenanceStub(channel))  # type: ignore[no-untyped-call]
             self._conns[key] = conn
         return conn
 
-    def _schemes(self, ep: endpoints.Endpoint, scheme: str | None) -> list[str]:
+    def _schemes(self, ep: access.Endpoint, scheme: str | None) -> list[str]:
         if scheme is not None:
-            if scheme not in endpoints.SCHEMES:
+            if scheme not in access.SCHEMES:
                 raise ValueError(f"scheme must be 'http' or 'https', not {scheme!r}")
             return [scheme]
         order = list(ep.schemes)
@@ -287,7 +288,7 @@ class EtcdClient:
             return timeout
         return min(timeout, deadline - asyncio.get_running_loop().time())
 
-    async def _call(self, ep: endpoints.Endpoint, call: str, fn: Callable[[_Conn, float], Awaitable[T]], *,
+    async def _call(self, ep: access.Endpoint, call: str, fn: Callable[[_Conn, float], Awaitable[T]], *,
                     timeout: float | None = None, deadline: float | None = None,
                     scheme: str | None = None) -> tuple[T, str]:
         """Run ``fn(conn, timeout)`` on ``ep``, trying its schemes in order; returns (result, scheme).
@@ -330,7 +331,7 @@ class EtcdClient:
 
     async def _on_any(self, call: str, fn: Callable[[_Conn, float], Awaitable[T]], *,
                       timeout: float | None = None, deadline: float | None = None,
-                      candidates: Sequence[endpoints.Endpoint] | None = None) -> tuple[T, endpoints.Endpoint]:
+                      candidates: Sequence[access.Endpoint] | None = None) -> tuple[T, access.Endpoint]:
         """Run ``fn`` on the first endpoint that answers, starting with the one that answered last."""
         order = list(candidates or self._endpoints)
         if self._last_good is not None:
@@ -370,13 +371,13 @@ class EtcdClient:
 
     # -- Maintenance --
 
-    async def status(self, endpoint: endpoints.Endpoint | str, *, timeout: float | None = None,
+    async def status(self, endpoint: access.Endpoint | str, *, timeout: float | None = None,
                      deadline: float | None = None, scheme: str | None = None) -> MemberStatus:
         """Status of one member (its own view; learners answer too)."""
         ep = self.endpoint(endpoint)
 
         async def fn(c: _Conn, t: float) -> rpc_pb2.StatusResponse:
-            return await c.maintenance.Status(rpc_pb2.StatusRequest(), timeout=t)
+            return await c.maintenance.Status(rpc_pb2.StatusRequest(), timeout=t)  # type: ignore[no-any-return]
 
         resp, used = await self._call(ep, "Status", fn, timeout=timeout, deadline=deadline, scheme=scheme)
         st = MemberStatus.from_pb(ep, used, resp)
@@ -384,11 +385,11 @@ class EtcdClient:
         return st
 
     async def statuses(self, *, timeout: float | None = None, deadline: float | None = None,
-                       extra: Sequence[endpoints.Endpoint] = ()) -> dict[str, MemberStatus | errors.EtcdError]:
+                       extra: Sequence[access.Endpoint] = ()) -> dict[str, MemberStatus | errors.EtcdError]:
         """Status of every endpoint, concurrently; an endpoint that failed maps to its error."""
         eps = list(self._endpoints) + [e for e in extra if e not in self._endpoints]
 
-        async def one(ep: endpoints.Endpoint) -> MemberStatus | errors.EtcdError:
+        async def one(ep: access.Endpoint) -> MemberStatus | errors.EtcdError:
             try:
                 return await self.status(ep, timeout=timeout, deadline=deadline)
             except errors.EtcdError as err:
@@ -439,7 +440,7 @@ class EtcdClient:
                 parts.append(f"{name}: {type(v).__name__}")
         return ", ".join(parts) or "no endpoints"
 
-    async def _discover(self, member_id: int, *, deadline: float | None = None) -> endpoints.Endpoint | None:
+    async def _discover(self, member_id: int, *, deadline: float | None = None) -> access.Endpoint | None:
         """An endpoint for ``member_id``: a configured one (known from Status) or one built from MemberList."""
         if member_id in self._ids:
             return self._ids[member_id]
@@ -454,11 +455,11 @@ class EtcdClient:
                         return ep
                 schemes = sorted({u.split("://", 1)[0] for u in m.client_urls}, key=lambda s: s != "https")
                 first = next(u for u in m.client_urls if u.startswith(schemes[0]))
-                return dataclasses.replace(endpoints.Endpoint.from_url(m.name, first, metrics_port=None),
+                return dataclasses.replace(access.Endpoint.from_url(m.name, first, metrics_port=None),
                                            schemes=tuple(schemes))
         return None
 
-    async def move_leader(self, target_id: int, *, via: endpoints.Endpoint | str | None = None,
+    async def move_leader(self, target_id: int, *, via: access.Endpoint | str | None = None,
                           timeout: float = 5.0, agree_timeout: float = 2.0) -> LeaderMove:
         """Make ``target_id`` (a voting member) the leader.
 
@@ -473,7 +474,7 @@ class EtcdClient:
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + timeout
-        current: endpoints.Endpoint
+        current: access.Endpoint
         previous = 0
         if via is not None:
             current = self.endpoint(via)
@@ -484,7 +485,7 @@ class EtcdClient:
         request = rpc_pb2.MoveLeaderRequest(targetID=target_id)
 
         async def fn(c: _Conn, t: float) -> rpc_pb2.MoveLeaderResponse:
-            return await c.maintenance.MoveLeader(request, timeout=t)
+            return await c.maintenance.MoveLeader(request, timeout=t)  # type: ignore[no-any-return]
 
         rpc_started = loop.time()
         while True:
@@ -513,7 +514,7 @@ class EtcdClient:
 
     async def _wait_leader_agreed(self, leader_id: int, deadline: float) -> tuple[tuple[str, ...], tuple[str, ...]]:
         loop = asyncio.get_running_loop()
-        extra: list[endpoints.Endpoint] = []
+        extra: list[access.Endpoint] = []
         if leader_id not in self._ids:
             found = await self._discover(leader_id, deadline=deadline)
             if found is not None and found not in self._endpoints:
@@ -540,7 +541,7 @@ class EtcdClient:
         request = rpc_pb2.MemberListRequest(linearizable=linearizable)
 
         async def fn(c: _Conn, t: float) -> rpc_pb2.MemberListResponse:
-            return await c.cluster.MemberList(request, timeout=t)
+            return await c.cluster.MemberList(request, timeout=t)  # type: ignore[no-any-return]
 
         resp, _ = await self._on_any("MemberList", fn, timeout=timeout, deadline=deadline)
         return [Member.from_pb(m) for m in resp.members]
@@ -552,7 +553,7 @@ class EtcdClient:
         out = []
         for url in peer_urls:
             try:
-                endpoints.Endpoint.from_url("peer", url)
+                access.Endpoint.from_url("peer", url)
             except ValueError:
                 raise ValueError(f"{call}: peer_urls entry {url!r} is not http(s)://host:port") from None
             out.append(url)
@@ -566,7 +567,7 @@ class EtcdClient:
         request = rpc_pb2.MemberUpdateRequest(ID=member_id, peerURLs=urls)
 
         async def fn(c: _Conn, t: float) -> rpc_pb2.MemberUpdateResponse:
-            return await c.cluster.MemberUpdate(request, timeout=t)
+            return await c.cluster.MemberUpdate(request, timeout=t)  # type: ignore[no-any-return]
 
         resp, _ = await self._on_any("MemberUpdate", fn, timeout=timeout)
         return [Member.from_pb(m) for m in resp.members]
@@ -578,7 +579,7 @@ class EtcdClient:
         request = rpc_pb2.MemberAddRequest(peerURLs=urls, isLearner=is_learner)
 
         async def fn(c: _Conn, t: float) -> rpc_pb2.MemberAddResponse:
-            return await c.cluster.MemberAdd(request, timeout=t)
+            return await c.cluster.MemberAdd(request, timeout=t)  # type: ignore[no-any-return]
 
         resp, _ = await self._on_any("MemberAdd", fn, timeout=timeout)
         return Member.from_pb(resp.member), [Member.from_pb(m) for m in resp.members]
@@ -587,7 +588,7 @@ class EtcdClient:
         request = rpc_pb2.MemberRemoveRequest(ID=member_id)
 
         async def fn(c: _Conn, t: float) -> rpc_pb2.MemberRemoveResponse:
-            return await c.cluster.MemberRemove(request, timeout=t)
+            return await c.cluster.MemberRemove(request, timeout=t)  # type: ignore[no-any-return]
 
         resp, _ = await self._on_any("MemberRemove", fn, timeout=timeout)
         return [Member.from_pb(m) for m in resp.members]
@@ -596,7 +597,7 @@ class EtcdClient:
         request = rpc_pb2.MemberPromoteRequest(ID=member_id)
 
         async def fn(c: _Conn, t: float) -> rpc_pb2.MemberPromoteResponse:
-            return await c.cluster.MemberPromote(request, timeout=t)
+            return await c.cluster.MemberPromote(request, timeout=t)  # type: ignore[no-any-return]
 
         resp, _ = await self._on_any("MemberPromote", fn, timeout=timeout)
         return [Member.from_pb(m) for m in resp.members]
@@ -607,14 +608,14 @@ class EtcdClient:
     def _bytes(value: bytes | str) -> bytes:
         return value.encode() if isinstance(value, str) else value
 
-    async def put(self, key: bytes | str, value: bytes | str, *, endpoint: endpoints.Endpoint | str | None = None,
+    async def put(self, key: bytes | str, value: bytes | str, *, endpoint: access.Endpoint | str | None = None,
                   scheme: str | None = None, timeout: float | None = None,
                   deadline: float | None = None) -> int:
         """Put one key; returns the revision. On ``endpoint`` (and ``scheme``) when given, else on any member."""
         request = rpc_pb2.PutRequest(key=self._bytes(key), value=self._bytes(value))
 
         async def fn(c: _Conn, t: float) -> rpc_pb2.PutResponse:
-            return await c.kv.Put(request, timeout=t)
+            return await c.kv.Put(request, timeout=t)  # type: ignore[no-any-return]
 
         if endpoint is None:
             resp, _ = await self._on_any("Put", fn, timeout=timeout, deadline=deadline)
@@ -623,14 +624,14 @@ class EtcdClient:
                                        scheme=scheme)
         return int(resp.header.revision)
 
-    async def get(self, key: bytes | str, *, endpoint: endpoints.Endpoint | str | None = None,
+    async def get(self, key: bytes | str, *, endpoint: access.Endpoint | str | None = None,
                   serializable: bool = False, scheme: str | None = None, timeout: float | None = None,
                   deadline: float | None = None) -> bytes | None:
         """Read one key (linearizable unless ``serializable``); None when absent."""
         request = rpc_pb2.RangeRequest(key=self._bytes(key), serializable=serializable, limit=1)
 
         async def fn(c: _Conn, t: float) -> rpc_pb2.RangeResponse:
-            return await c.kv.Range(request, timeout=t)
+            return await c.kv.Range(request, timeout=t)  # type: ignore[no-any-return]
 
         if endpoint is None:
             resp, _ = await self._on_any("Range", fn, timeout=timeout, deadline=deadline)
@@ -646,7 +647,7 @@ class EtcdClient:
             self._http = aiohttp.ClientSession(trust_env=False)
         return self._http
 
-    async def health(self, endpoint: endpoints.Endpoint | str, *, timeout: float = 2.0) -> probes.Health:
+    async def health(self, endpoint: access.Endpoint | str, *, timeout: float = 2.0) -> probes.Health:
         """Is this member healthy, by etcd's own definition (has a leader, no alarm, a linearizable read completes)?
 
         Uses ``GET /health`` on the plain-HTTP metrics port when the endpoint has one, else reproduces the same check
@@ -673,7 +674,7 @@ class EtcdClient:
                 pass  # no metrics listener (or the member is down): ask over gRPC
         return await self._grpc_health(ep, timeout, started)
 
-    async def _grpc_health(self, ep: endpoints.Endpoint, timeout: float, started: float) -> probes.Health:
+    async def _grpc_health(self, ep: access.Endpoint, timeout: float, started: float) -> probes.Health:
         try:
             st = await self.status(ep, timeout=timeout)
         except errors.EtcdError as err:
@@ -697,7 +698,7 @@ class EtcdClient:
                                  took=time.monotonic() - started)
         return probes.Health(ep.label, True, via=via, took=time.monotonic() - started)
 
-    async def wait_recovered(self, member: endpoints.Endpoint | str, *, expected_voters: int,
+    async def wait_recovered(self, member: access.Endpoint | str, *, expected_voters: int,
                              timeout: float = 30.0, poll_interval: float = 0.1) -> Recovery:
         """The gate after ``member`` restarted. Polls until all of these hold, or ``timeout`` seconds pass:
 
@@ -737,7 +738,7 @@ class EtcdClient:
             raise errors.NoQuorum(msg, endpoint=ep.label) from blocker
         raise errors.NotRecovered(msg, reason=str(blocker), endpoint=ep.label) from blocker
 
-    async def _recovery_check(self, ep: endpoints.Endpoint, expected_voters: int, step: float,
+    async def _recovery_check(self, ep: access.Endpoint, expected_voters: int, step: float,
                               deadline: float) -> Recovery:
         members = await self.members(linearizable=True, timeout=step, deadline=deadline)
         voters = [m for m in members if not m.is_learner]
@@ -766,7 +767,7 @@ class EtcdClient:
 
     # -- certificates --
 
-    async def served_certificate(self, endpoint: endpoints.Endpoint | str, *, port: str | int = "client",
+    async def served_certificate(self, endpoint: access.Endpoint | str, *, port: str | int = "client",
                                  timeout: float = 3.0) -> pki.CertInfo:
         """The certificate ``endpoint`` serves now on its client port (``port="client"``), peer port (``"peer"``) or
         any port number, read with a fresh handshake that presents this client's certificate (if any)."""

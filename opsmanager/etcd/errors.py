@@ -30,15 +30,13 @@ docstring; the rule of thumb is "would the very same call succeed later without 
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import grpc
 
 
 class EtcdError(Exception):
     """Base class. ``endpoint`` is the ``name (host:port)`` of the member the call went to, when there was one."""
 
-    transient: ClassVar[bool] = False
+    transient: bool = False  # class default; a few kinds override it per instance (see _classify)
 
     def __init__(self, message: str, *, endpoint: str | None = None, code: str | None = None,
                  details: str | None = None) -> None:
@@ -103,10 +101,6 @@ class MembershipError(EtcdError):
 
     transient = False
 
-    def __init__(self, message: str, *, transient: bool = False, **kwargs: str | None) -> None:
-        super().__init__(message, **kwargs)
-        self.transient = transient  # type: ignore[misc]  # per-instance override of the class default
-
 
 class MemberNotFound(MembershipError):
     """The member ID is not in the cluster. Fatal: the caller's view of the membership is wrong."""
@@ -127,8 +121,8 @@ class NotRecovered(EtcdError):
 
     transient = True
 
-    def __init__(self, message: str, *, reason: str, **kwargs: str | None) -> None:
-        super().__init__(message, **kwargs)
+    def __init__(self, message: str, *, reason: str, endpoint: str | None = None) -> None:
+        super().__init__(message, endpoint=endpoint)
         self.reason = reason
 
 
@@ -136,9 +130,6 @@ class EtcdServerError(EtcdError):
     """Anything else. ``transient`` is set per instance from the gRPC code (UNAVAILABLE, ABORTED and CANCELLED are
     transient; INVALID_ARGUMENT, RESOURCE_EXHAUSTED "database space exceeded", DATA_LOSS ... are not)."""
 
-    def __init__(self, message: str, *, transient: bool = False, **kwargs: str | None) -> None:
-        super().__init__(message, **kwargs)
-        self.transient = transient  # type: ignore[misc]
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -165,42 +156,47 @@ def _code_and_details(err: grpc.RpcError) -> tuple[str, str]:
     return (code.name if code is not None else "UNKNOWN"), (details or str(err))
 
 
+def _classify(code: str, low: str) -> tuple[type[EtcdError], str, bool | None]:
+    """(error class, what happened, per-instance transient override) for a gRPC code and lower-cased details."""
+    if code == "UNAVAILABLE":
+        if "rpc not supported for learner" in low:
+            return LearnerNotSupported, "the member is a learner and only answers Status", None
+        if any(m in low for m in _NO_QUORUM_MARKERS):
+            return NoQuorum, "no quorum", None
+        if "unhealthy cluster" in low:
+            return MembershipError, "refused, cluster not yet healthy", True
+        if any(m in low for m in _TLS_MARKERS):
+            return TLSHandshakeFailed, "TLS handshake failed", None
+        return MemberUnreachable, "member unreachable", None
+    if code == "DEADLINE_EXCEEDED" or (code in ("UNKNOWN", "CANCELLED") and "context deadline exceeded" in low):
+        # etcd may answer first with its own context's error (UNKNOWN "context deadline exceeded"): same meaning.
+        return RequestTimeout, "no answer before the deadline", None
+    if code == "FAILED_PRECONDITION":
+        if "not leader" in low:
+            return NotLeader, "the member is not the leader", None
+        if "bad leader transferee" in low:
+            return BadLeaderTransferee, "the target is not a voting member", None
+        return MembershipError, "refused", any(m in low for m in _TRANSIENT_MEMBERSHIP)
+    if code == "NOT_FOUND" and "member not found" in low:
+        return MemberNotFound, "member not found", None
+    if code in ("PERMISSION_DENIED", "UNAUTHENTICATED"):
+        return PermissionDenied, "permission denied", None
+    if "leader transfer took too long" in low:
+        return LeaderTransferTimeout, "leader transfer took too long", None
+    return EtcdServerError, code, code in _TRANSIENT_CODES
+
+
 def from_grpc(err: grpc.RpcError, *, endpoint: str, call: str) -> EtcdError:
     """Translate one gRPC error from ``call`` on ``endpoint`` into the matching :class:`EtcdError`.
 
     Pure: it only reads the status code and details. Raise the result ``from err`` to keep the cause.
     """
     code, details = _code_and_details(err)
-    low = details.lower()
-    where = f"{call} on {endpoint}"
-    kw: dict[str, str | None] = {"endpoint": endpoint, "code": code, "details": details}
-    if code == "UNAVAILABLE":
-        if "rpc not supported for learner" in low:
-            return LearnerNotSupported(f"{where}: the member is a learner and only answers Status ({details})", **kw)
-        if any(m in low for m in _NO_QUORUM_MARKERS):
-            return NoQuorum(f"{where}: no quorum ({details})", **kw)
-        if "unhealthy cluster" in low:
-            return MembershipError(f"{where}: refused, cluster not yet healthy ({details})", transient=True, **kw)
-        if any(m in low for m in _TLS_MARKERS):
-            return TLSHandshakeFailed(f"{where}: TLS handshake failed ({details})", **kw)
-        return MemberUnreachable(f"{where}: member unreachable ({details})", **kw)
-    if code == "DEADLINE_EXCEEDED" or (code in ("UNKNOWN", "CANCELLED") and "context deadline exceeded" in low):
-        # etcd may answer first with its own context's error (UNKNOWN "context deadline exceeded"): same meaning.
-        return RequestTimeout(f"{where}: no answer before the deadline ({details})", **kw)
-    if code == "FAILED_PRECONDITION":
-        if "not leader" in low:
-            return NotLeader(f"{where}: the member is not the leader ({details})", **kw)
-        if "bad leader transferee" in low:
-            return BadLeaderTransferee(f"{where}: the target is not a voting member ({details})", **kw)
-        transient = any(m in low for m in _TRANSIENT_MEMBERSHIP)
-        return MembershipError(f"{where}: refused ({details})", transient=transient, **kw)
-    if code == "NOT_FOUND" and "member not found" in low:
-        return MemberNotFound(f"{where}: member not found ({details})", **kw)
-    if code in ("PERMISSION_DENIED", "UNAUTHENTICATED"):
-        return PermissionDenied(f"{where}: permission denied ({details})", **kw)
-    if "leader transfer took too long" in low:
-        return LeaderTransferTimeout(f"{where}: leader transfer took too long ({details})", **kw)
-    return EtcdServerError(f"{where}: {code} ({details})", transient=code in _TRANSIENT_CODES, **kw)
+    cls, what, transient = _classify(code, details.lower())
+    out = cls(f"{call} on {endpoint}: {what} ({details})", endpoint=endpoint, code=code, details=details)
+    if transient is not None:
+        out.transient = transient
+    return out
 
 
 def translate(err: BaseException, *, endpoint: str, call: str) -> EtcdError:

@@ -23,10 +23,10 @@ import time
 import aiohttp
 
 from opsmanager import pki
-from opsmanager.etcd import endpoints, errors
+from opsmanager.etcd import access, errors
 
 
-def _client_context(identity: endpoints.TLSIdentity | None) -> ssl.SSLContext:
+def _client_context(identity: access.TLSIdentity | None) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE  # we read the certificate; trust is judged by the caller, not here
@@ -49,7 +49,7 @@ async def served_certificate(
     port: int,
     server_name: str | None = None,
     *,
-    identity: endpoints.TLSIdentity | None = None,
+    identity: access.TLSIdentity | None = None,
     timeout: float = 3.0,
 ) -> pki.CertInfo:
     """The leaf certificate ``host:port`` serves on a new TLS connection (serial, fingerprint, notAfter, issuer...).
@@ -122,7 +122,7 @@ def reason_means_no_quorum(reason: str) -> bool:
     return any(marker in up for marker in _NO_QUORUM_REASONS)
 
 
-async def http_health(session: aiohttp.ClientSession, endpoint: endpoints.Endpoint, *, timeout: float) -> Health:
+async def http_health(session: aiohttp.ClientSession, endpoint: access.Endpoint, *, timeout: float) -> Health:
     """``GET <metrics_url>/health``. Raises :class:`errors.MemberUnreachable` when the port does not accept the
     connection and :class:`errors.RequestTimeout` when it accepts but does not answer in time (etcd's handler waits
     for a linearizable read, which hangs without quorum)."""

@@ -23,8 +23,8 @@ import requests
 
 from e2e import localcluster, writer
 from opsmanager import pki
+from opsmanager.etcd import access, errors
 from opsmanager.etcd import client as etcd_client
-from opsmanager.etcd import endpoints, errors
 
 pytestmark = pytest.mark.slow
 
@@ -182,7 +182,7 @@ async def test_server_name_override_verifies_the_certificate_dns_name(etcd_mtls_
 
 
 async def test_tls_failures_are_typed_and_the_identity_can_be_swapped(etcd_mtls_cluster: Cluster) -> None:
-    foreign = endpoints.TLSIdentity(pki.make_ca("someone-else").cert_pem, name="foreign")
+    foreign = access.TLSIdentity(pki.make_ca("someone-else").cert_pem, name="foreign")
     async with etcd_client.EtcdClient(etcd_mtls_cluster.endpoints(), tls=foreign, timeout=2) as c:
         with pytest.raises(errors.TLSHandshakeFailed):
             await c.status("m0")  # we do not trust the member
@@ -205,7 +205,7 @@ async def test_dual_scheme_endpoint_uses_the_scheme_that_answers(etcd_mtls_clust
 
 async def test_no_grpc_error_escapes_the_public_calls(etcd_mtls_cluster: Cluster) -> None:
     x, y = etcd_mtls_cluster.subnet
-    dead = endpoints.Endpoint("dead", f"127.{x}.{y}.250", metrics_port=None)
+    dead = access.Endpoint("dead", f"127.{x}.{y}.250", metrics_port=None)
     calls = {
         "status": lambda c: c.status("dead"),
         "leader": lambda c: c.leader(timeout=0.5),
@@ -220,7 +220,7 @@ async def test_no_grpc_error_escapes_the_public_calls(etcd_mtls_cluster: Cluster
         "wait_recovered": lambda c: c.wait_recovered("dead", expected_voters=3, timeout=0.5),
         "served_certificate": lambda c: c.served_certificate("dead"),
     }
-    foreign = endpoints.TLSIdentity(pki.make_ca("x").cert_pem, name="foreign")
+    foreign = access.TLSIdentity(pki.make_ca("x").cert_pem, name="foreign")
     for tls, eps in ((etcd_mtls_cluster.tls_identity(), [dead]), (foreign, etcd_mtls_cluster.endpoints()[:1])):
         async with etcd_client.EtcdClient(eps, tls=tls, timeout=0.5) as c:
             for name, call in calls.items():

@@ -16,8 +16,8 @@ import pathlib
 import pytest
 
 from e2e import localcluster, writer
+from opsmanager.etcd import access
 from opsmanager.etcd import client as etcd_client
-from opsmanager.etcd import endpoints
 from tests.fixtures.etcd_cluster import ClusterFactory
 
 
@@ -69,7 +69,7 @@ async def test_server_tls_mode_dual_scheme_restart_writer_and_cleanup(etcd_clust
 
         # The writer: a dead target first is skipped, counts stay honest, targets can change while running.
         x, y = cluster.subnet
-        dead = endpoints.Endpoint("dead", f"127.{x}.{y}.250", schemes=("http",))
+        dead = access.Endpoint("dead", f"127.{x}.{y}.250", schemes=("http",))
         live_http, live_https = writer.Target(dual, "http"), writer.Target(dual, "https", ident)
         w = writer.Writer([writer.Target(dead, "http"), live_https], key=b"/test/writer")
         async with w:
