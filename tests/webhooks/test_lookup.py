@@ -1,0 +1,143 @@
+"""The Kubernetes-API Etcd lookup, through the official client against a small HTTP API server on loopback.
+
+We test these aspects: an existing Etcd is returned (the client hits the right group/version/plural/namespace
+path); 404 is "no such Etcd"; 403 and a refused connection raise ``EtcdLookupError`` (never "not found"); a
+kubeconfig file works; and the whole chain — HTTPS webhook → lookup → API server — denies and allows correctly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import pathlib
+import socket
+import ssl
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import kubernetes
+import pytest
+from aiohttp import web
+
+from tests.webhooks import conftest
+from webhooks import lookup as lookup_module
+from webhooks import server, validation
+
+
+class FakeApi:
+    """Serves GET of namespaced ``etcds.opsmanager.dev`` objects; records the paths it was asked for."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.paths: list[str] = []
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.paths.append(request.path)
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        if name == "forbidden":
+            return web.json_response({"kind": "Status", "code": 403, "reason": "Forbidden"}, status=403)
+        obj = self.objects.get((ns, name))
+        if obj is None:
+            return web.json_response({"kind": "Status", "apiVersion": "v1", "code": 404, "reason": "NotFound",
+                                      "message": f'etcds.opsmanager.dev "{name}" not found'}, status=404)
+        return web.json_response(obj)
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/apis/opsmanager.dev/v1alpha1/namespaces/{ns}/etcds/{name}", self.handle)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[FakeApi]:
+    fake = FakeApi()
+    fake.objects[("demo", "etcd-cluster")] = copy.deepcopy(conftest.DB)
+    await fake.start()
+    try:
+        yield fake
+    finally:
+        await fake.stop()
+
+
+def client_for(url: str) -> kubernetes.client.ApiClient:
+    configuration = kubernetes.client.Configuration()
+    configuration.host = url
+    return kubernetes.client.ApiClient(configuration)
+
+
+async def test_existing_etcd_is_returned_from_the_right_path(api: FakeApi) -> None:
+    look = lookup_module.KubernetesEtcdLookup(client_for(api.url))
+    obj = await asyncio.to_thread(look.get_etcd, "demo", "etcd-cluster")
+    assert obj == conftest.DB
+    assert api.paths == ["/apis/opsmanager.dev/v1alpha1/namespaces/demo/etcds/etcd-cluster"]
+
+
+async def test_404_is_none_and_other_errors_raise(api: FakeApi) -> None:
+    look = lookup_module.KubernetesEtcdLookup(client_for(api.url))
+    assert await asyncio.to_thread(look.get_etcd, "other", "etcd-cluster") is None
+    with pytest.raises(validation.EtcdLookupError, match="HTTP 403"):
+        await asyncio.to_thread(look.get_etcd, "demo", "forbidden")
+
+
+async def test_unreachable_api_raises_lookup_error() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    look = lookup_module.KubernetesEtcdLookup(client_for(f"http://127.0.0.1:{port}"), timeout=2)
+    look_client = look._client
+    assert look_client is not None
+    look_client.configuration.retries = 0
+    with pytest.raises(validation.EtcdLookupError, match="GET etcds demo/x"):
+        await asyncio.to_thread(look.get_etcd, "demo", "x")
+
+
+async def test_kubeconfig_file_is_used(api: FakeApi, tmp_path: pathlib.Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sandbox",
+        "clusters": [{"name": "sandbox", "cluster": {"server": api.url}}],
+        "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": "me"}}],
+        "users": [{"name": "me", "user": {"token": "t"}}],
+    }))
+    look = lookup_module.KubernetesEtcdLookup(kubeconfig=str(kubeconfig))
+    try:
+        assert (await asyncio.to_thread(look.get_etcd, "demo", "etcd-cluster")) == conftest.DB
+    finally:
+        look.close()
+
+
+async def test_webhook_through_the_api_lookup(
+    api: FakeApi, cert_dir: pathlib.Path, client_ssl: ssl.SSLContext
+) -> None:
+    look = lookup_module.KubernetesEtcdLookup(client_for(api.url))
+    ops = {"apiVersion": "ops.opsmanager.dev/v1alpha1", "kind": "EtcdOpsRequest",
+           "metadata": {"name": "r", "namespace": "demo"},
+           "spec": {"type": "Restart", "databaseRef": {"name": "etcd-cluster"}}}
+    missing = copy.deepcopy(ops)
+    missing["spec"]["databaseRef"]["name"] = "nope"
+    forbidden = copy.deepcopy(ops)
+    forbidden["spec"]["databaseRef"]["name"] = "forbidden"
+    async with server.WebhookServer(cert_file=cert_dir / "tls.crt", key_file=cert_dir / "tls.key",
+                                    lookup=look) as srv, \
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl)) as http:
+        answers = []
+        for obj in (ops, missing, forbidden):
+            async with http.post(srv.url + "/validate-etcdopsrequest", json=conftest.review(obj)) as resp:
+                assert resp.status == 200
+                answers.append((await resp.json())["response"])
+    assert answers[0]["allowed"] is True
+    assert answers[1]["status"]["message"].endswith("spec.databaseRef demo/nope is invalid or not found")
+    assert answers[2]["status"]["code"] == 503
+    assert "looking up Etcd demo/forbidden failed" in answers[2]["status"]["message"]
