@@ -1,0 +1,72 @@
+"""PodDisruptionBudget arithmetic (the disruption controller's status and the eviction decision), pure.
+
+``expectedPods`` is the number of pods the budget covers: the sum of ``spec.replicas`` of the StatefulSets
+owning matching pods, or the number of matching pods when they have no such owner. ``currentHealthy``
+counts matching pods that are Ready and not being deleted.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from opsmanager.sandbox.apiserver import selectors
+
+Obj = dict[str, Any]
+
+
+def is_ready(pod: Obj) -> bool:
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def covered_pods(pdb: Obj, pods: list[Obj]) -> list[Obj]:
+    selector = (pdb.get("spec") or {}).get("selector")
+    return [p for p in pods if selectors.matches_selector_object(
+        selector, p["metadata"].get("labels") or {}, none_matches=False)]
+
+
+def _resolve(value: Any, total: int, round_up: bool) -> int:
+    if isinstance(value, str) and value.endswith("%"):
+        share = total * int(value[:-1]) / 100
+        return math.ceil(share) if round_up else math.floor(share)
+    return int(value)
+
+
+def status(pdb: Obj, pods: list[Obj], statefulsets: list[Obj]) -> Obj:
+    covered = covered_pods(pdb, pods)
+    owners = {s["metadata"]["uid"]: s for s in statefulsets}
+    owning: dict[str, Obj] = {}
+    unowned = 0
+    for pod in covered:
+        refs = [r for r in pod["metadata"].get("ownerReferences") or [] if r.get("controller")]
+        if refs and refs[0].get("uid") in owners:
+            owning[refs[0]["uid"]] = owners[refs[0]["uid"]]
+        else:
+            unowned += 1
+    expected = unowned + sum(int((s.get("spec") or {}).get("replicas", 1)) for s in owning.values())
+    healthy = sum(1 for p in covered if is_ready(p))
+    spec = pdb.get("spec") or {}
+    if spec.get("maxUnavailable") is not None:
+        desired = max(0, expected - _resolve(spec["maxUnavailable"], expected, True))
+    else:
+        desired = _resolve(spec.get("minAvailable", 1), expected, True)
+    allowed = max(0, healthy - desired)
+    return {
+        "observedGeneration": pdb["metadata"].get("generation", 1),
+        "disruptionsAllowed": allowed,
+        "currentHealthy": healthy,
+        "desiredHealthy": desired,
+        "expectedPods": expected,
+        "conditions": [{
+            "type": "DisruptionAllowed",
+            "status": "True" if allowed > 0 else "False",
+            "reason": "SufficientPods" if allowed > 0 else "InsufficientPods",
+            "message": "",
+            "observedGeneration": pdb["metadata"].get("generation", 1),
+        }],
+    }

@@ -1,0 +1,205 @@
+"""Structural-schema handling for custom resources: defaulting, pruning, validation and the one CEL rule
+worth having (``self == oldSelf`` immutability), as the real apiextensions-apiserver does on create/update.
+
+Order, as on a real server: drop ``null`` of non-nullable fields, apply ``default``s (also inside defaulted
+values), prune unknown fields (reporting them, so ``fieldValidation=Strict`` can reject instead), then
+validate (type, enum, required, bounds, lengths, pattern, items) and check transition rules.
+Other CEL rules are ignored: this is a sandbox, not a CEL interpreter.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+Cause = dict[str, str]
+_ROOT_KEEP = ("apiVersion", "kind", "metadata")
+_CEL_SAME = re.compile(r"^\s*self((?:\.\w+)*)\s*==\s*oldSelf((?:\.\w+)*)\s*$")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def default(schema: dict[str, Any], value: Any, root: bool = True) -> Any:
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        for key, sub in props.items():
+            if root and key in _ROOT_KEEP:
+                continue
+            if key in value and value[key] is None and not sub.get("nullable"):
+                del value[key]
+            if key not in value and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+            if key in value:
+                value[key] = default(sub, value[key], root=False)
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for key in value:
+                if key not in props:
+                    value[key] = default(extra, value[key], root=False)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [default(schema["items"], item, root=False) for item in value]
+    return value
+
+
+def prune(schema: dict[str, Any], value: Any, path: str = "", root: bool = True) -> list[str]:
+    """Remove fields the schema does not declare (in place); return their paths."""
+    unknown: list[str] = []
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        preserve = schema.get("x-kubernetes-preserve-unknown-fields") is True
+        embedded = schema.get("x-kubernetes-embedded-resource") is True
+        for key in list(value):
+            if (root or embedded) and key in _ROOT_KEEP:
+                continue
+            if props is not None and key in props:
+                unknown += prune(props[key], value[key], _join(path, key), root=False)
+            elif isinstance(extra, dict):
+                unknown += prune(extra, value[key], _join(path, key), root=False)
+            elif extra is True or preserve:
+                continue
+            elif props is not None or schema.get("type") == "object":
+                unknown.append(_join(path, key))
+                del value[key]
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            unknown += prune(schema["items"], item, f"{path}[{i}]", root=False)
+    return unknown
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, str | int | float | bool) or value is None else f'"{_type_of(value)}"'
+
+
+def _type_of(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "null"
+
+
+def _type_ok(expected: str, value: Any) -> bool:
+    actual = _type_of(value)
+    if expected == "number":
+        return actual in ("number", "integer")
+    if expected == "integer" and isinstance(value, float):
+        return value.is_integer()
+    return actual == expected
+
+
+def validate(schema: dict[str, Any], value: Any, path: str = "", root: bool = True) -> list[Cause]:
+    causes: list[Cause] = []
+    if value is None:
+        if not schema.get("nullable") and not root:
+            causes.append({"reason": "FieldValueTypeInvalid", "field": path,
+                           "message": f'Invalid value: "null": {path} in body must be of type '
+                                      f'{schema.get("type", "object")}: "null"'})
+        return causes
+    if schema.get("x-kubernetes-int-or-string"):
+        if not isinstance(value, int | str) or isinstance(value, bool):
+            causes.append({"reason": "FieldValueTypeInvalid", "field": path,
+                           "message": f"Invalid value: {_shown(value)}: {path} in body must be of type "
+                                      f"integer or string: {_shown(value)}"})
+        return causes
+    expected = schema.get("type")
+    if expected and not _type_ok(expected, value):
+        return [{"reason": "FieldValueTypeInvalid", "field": path,
+                 "message": f'Invalid value: "{_type_of(value)}": {path} in body must be of type {expected}: '
+                            f'"{_type_of(value)}"'}]
+    if "enum" in schema and value not in schema["enum"]:
+        supported = ", ".join(json.dumps(v) for v in schema["enum"])
+        causes.append({"reason": "FieldValueNotSupported", "field": path,
+                       "message": f"Unsupported value: {json.dumps(value)}: supported values: {supported}"})
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            causes.append({"reason": "FieldValueInvalid", "field": path,
+                           "message": f"Invalid value: {value}: {path} in body should be greater than or "
+                                      f"equal to {schema['minimum']}"})
+        if "maximum" in schema and value > schema["maximum"]:
+            causes.append({"reason": "FieldValueInvalid", "field": path,
+                           "message": f"Invalid value: {value}: {path} in body should be less than or equal "
+                                      f"to {schema['maximum']}"})
+    if isinstance(value, str):
+        if "minLength" in schema and len(value) < schema["minLength"]:
+            causes.append({"reason": "FieldValueInvalid", "field": path,
+                           "message": f'Invalid value: "{value}": {path} in body should be at least '
+                                      f'{schema["minLength"]} chars long'})
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            causes.append({"reason": "TooLong", "field": path,
+                           "message": f"Too long: may not be more than {schema['maxLength']} bytes"})
+        if "pattern" in schema and not re.search(schema["pattern"], value):
+            causes.append({"reason": "FieldValueInvalid", "field": path,
+                           "message": f'Invalid value: "{value}": {path} in body should match '
+                                      f"'{schema['pattern']}'"})
+    if isinstance(value, list):
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            causes.append({"reason": "FieldValueInvalid", "field": path,
+                           "message": f"Invalid value: {len(value)}: {path} in body should have at least "
+                                      f"{schema['minItems']} items"})
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            causes.append({"reason": "TooMany", "field": path,
+                           "message": f"Too many: {len(value)}: must have at most {schema['maxItems']} items"})
+        if isinstance(schema.get("items"), dict):
+            for i, item in enumerate(value):
+                causes += validate(schema["items"], item, f"{path}[{i}]", root=False)
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        for key in schema.get("required") or []:
+            if key not in value:
+                causes.append({"reason": "FieldValueRequired", "field": _join(path, key),
+                               "message": "Required value"})
+        for key, sub in props.items():
+            if key in value and not (root and key in _ROOT_KEEP):
+                causes += validate(sub, value[key], _join(path, key), root=False)
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for key, item in value.items():
+                if key not in props:
+                    causes += validate(extra, item, _join(path, key), root=False)
+    return causes
+
+
+def _walk(value: Any, dotted: str) -> tuple[bool, Any]:
+    for part in [p for p in dotted.split(".") if p]:
+        if not isinstance(value, dict) or part not in value:
+            return False, None
+        value = value[part]
+    return True, value
+
+
+def transition_rules(schema: dict[str, Any], new: Any, old: Any, path: str = "") -> list[Cause]:
+    """Check ``self == oldSelf``-shaped x-kubernetes-validations where both old and new values exist.
+
+    Rules inside list items are not checked (they need list-type correlation).
+    """
+    causes: list[Cause] = []
+    if new is None or old is None:
+        return causes
+    for rule in schema.get("x-kubernetes-validations") or []:
+        m = _CEL_SAME.match(rule.get("rule", ""))
+        if not m or m.group(1) != m.group(2):
+            continue
+        has_new, new_value = _walk(new, m.group(1))
+        has_old, old_value = _walk(old, m.group(1))
+        if has_new and has_old and new_value != old_value:
+            message = rule.get("message") or f"failed rule: {rule['rule'].strip()}"
+            causes.append({"reason": rule.get("reason", "FieldValueInvalid"), "field": path or "<nil>",
+                           "message": f'Invalid value: "{_type_of(new)}": {message}'})
+    if isinstance(new, dict) and isinstance(old, dict):
+        for key, sub in (schema.get("properties") or {}).items():
+            if key in new and key in old:
+                causes += transition_rules(sub, new[key], old[key], _join(path, key))
+    return causes

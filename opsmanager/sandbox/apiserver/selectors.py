@@ -1,0 +1,153 @@
+"""Label and field selectors: the query-string forms (``labelSelector=``, ``fieldSelector=``) and the
+structured ``LabelSelector`` (``matchLabels``/``matchExpressions``) used by PDBs and webhook configurations.
+
+Query-string label selectors support ``=``, ``==``, ``!=``, ``in``, ``notin``, ``key`` (exists), ``!key``
+(does not exist), ``>`` and ``<``. Field selectors support ``=``, ``==`` and ``!=`` on any dotted path of
+the object (the real server allows only a per-kind list; being wider costs nothing and serves
+``metadata.name``, ``metadata.namespace``, ``status.phase``, ``spec.nodeName``, ``involvedObject.uid`` ...).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from opsmanager.sandbox.apiserver import errors
+
+Predicate = Callable[[dict[str, Any]], bool]
+
+_SET_RE = re.compile(r"^\s*([^\s!=<>(),]+)\s+(in|notin)\s*\(([^)]*)\)\s*$")
+_OP_RE = re.compile(r"^\s*([^\s!=<>(),]+)\s*(==|=|!=|>|<)\s*([^\s!=<>(),]*)\s*$")
+_KEY_RE = re.compile(r"^\s*(!?)\s*([^\s!=<>(),]+)\s*$")
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def _split_terms(text: str) -> list[str]:
+    terms, depth, current = [], 0, []
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            terms.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    terms.append("".join(current))
+    return [t for t in terms if t.strip()]
+
+
+def _check_key(key: str, selector: str) -> None:
+    if not _LABEL_KEY.match(key):
+        raise errors.bad_request(f"unable to parse requirement: invalid label key {key!r} in {selector!r}")
+
+
+def parse_label_selector(text: str | None) -> Callable[[Mapping[str, str]], bool]:
+    """Compile a query-string label selector into a predicate over a labels mapping."""
+    checks: list[Callable[[Mapping[str, str]], bool]] = []
+    for term in _split_terms(text or ""):
+        if m := _SET_RE.match(term):
+            key, op, raw = m.group(1), m.group(2), m.group(3)
+            _check_key(key, text or "")
+            values = {v.strip() for v in raw.split(",") if v.strip()}
+            if op == "in":
+                checks.append(lambda labels, k=key, vs=values: k in labels and labels[k] in vs)
+            else:
+                checks.append(lambda labels, k=key, vs=values: k not in labels or labels[k] not in vs)
+        elif m := _OP_RE.match(term):
+            key, op, value = m.group(1), m.group(2), m.group(3)
+            _check_key(key, text or "")
+            if op in ("=", "=="):
+                checks.append(lambda labels, k=key, v=value: labels.get(k) == v)
+            elif op == "!=":
+                checks.append(lambda labels, k=key, v=value: labels.get(k) != v)
+            else:
+                try:
+                    bound = int(value)
+                except ValueError:
+                    raise errors.bad_request(f"unable to parse requirement: for 'Gt', 'Lt' operators, the value "
+                                             f"must be an integer: {term!r}") from None
+                checks.append(lambda labels, k=key, b=bound, gt=(op == ">"): _compare(labels.get(k), b, gt))
+        elif m := _KEY_RE.match(term):
+            neg, key = m.group(1), m.group(2)
+            _check_key(key, text or "")
+            if neg:
+                checks.append(lambda labels, k=key: k not in labels)
+            else:
+                checks.append(lambda labels, k=key: k in labels)
+        else:
+            raise errors.bad_request(f"unable to parse requirement: {term!r} in label selector {text!r}")
+    return lambda labels: all(check(labels) for check in checks)
+
+
+def _compare(value: str | None, bound: int, greater: bool) -> bool:
+    try:
+        number = int(value) if value is not None else None
+    except ValueError:
+        return False
+    return number is not None and (number > bound if greater else number < bound)
+
+
+def lookup(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(part)
+    return obj
+
+
+def _field_string(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def parse_field_selector(text: str | None) -> Predicate:
+    checks: list[Predicate] = []
+    for term in _split_terms(text or ""):
+        m = re.match(r"^\s*([A-Za-z0-9_.]+)\s*(==|=|!=)\s*(.*?)\s*$", term)
+        if not m:
+            raise errors.bad_request(f"invalid selector: {text!r}; can't understand {term!r}")
+        path, op, value = m.group(1), m.group(2), m.group(3).replace("\\,", ",").replace("\\=", "=")
+        if op == "!=":
+            checks.append(lambda o, p=path, v=value: _field_string(lookup(o, p)) != v)
+        else:
+            checks.append(lambda o, p=path, v=value: _field_string(lookup(o, p)) == v)
+    return lambda obj: all(check(obj) for check in checks)
+
+
+def matches_selector_object(selector: dict[str, Any] | None, labels: Mapping[str, str],
+                            *, none_matches: bool) -> bool:
+    """A structured LabelSelector; ``none_matches`` says what a missing (null) selector means for the caller."""
+    if selector is None:
+        return none_matches
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In" and not (key in labels and labels[key] in values):
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def selector_string(selector: dict[str, Any] | None) -> str:
+    """``matchLabels``/``matchExpressions`` as the string form the Scale subresource reports."""
+    if not selector:
+        return ""
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        op, key, values = expr.get("operator"), expr.get("key"), ",".join(expr.get("values") or [])
+        parts.append({"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})",
+                      "Exists": key, "DoesNotExist": f"!{key}"}.get(op, key))
+    return ",".join(parts)

@@ -1,0 +1,478 @@
+"""HTTP transport of the sandbox API server (aiohttp): URL parsing, content negotiation, watch streams.
+
+The semantics live in ``operations.py``; this module maps REST paths and verbs onto them and shapes the
+responses like kube-apiserver: ``kind: Status`` errors, 201 on create, Table output on
+``Accept: ...;as=Table``, watch streams of ``{"type": ..., "object": ...}`` lines with BOOKMARKs,
+``timeoutSeconds`` and 410 Gone as an ERROR event, admission warnings as ``Warning: 299`` headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import time
+from importlib import resources as package_files
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from opsmanager.sandbox.apiserver import (
+    admission,
+    controllers,
+    discovery,
+    errors,
+    kubeconfig,
+    operations,
+    patching,
+    resources,
+    selectors,
+    store,
+    tables,
+)
+
+logger = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-opsmanager-sandbox", "gitCommit": "sandbox",
+           "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23",
+           "compiler": "gc", "platform": "linux/amd64"}
+INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+def _json(body: Any, status: int = 200, warnings: list[str] | None = None,
+          content_type: str = "application/json") -> web.Response:
+    headers = [("Cache-Control", "no-cache, private")]
+    for warning in warnings or []:
+        headers.append(("Warning", f'299 - "{warning}"'))
+    return web.Response(status=status, body=json.dumps(body).encode(), content_type=None,
+                        headers=[("Content-Type", content_type), *headers])
+
+
+def _table_requested(accept: str) -> bool:
+    return any("as=Table" in part and "g=meta.k8s.io" in part for part in accept.split(","))
+
+
+def _flag(value: str | None) -> bool:
+    return value in ("true", "1", "True")
+
+
+class APIServer:
+    """An in-memory Kubernetes API server over real HTTP.
+
+    ``history_size`` bounds the watch history (an older resourceVersion gets 410 Gone);
+    ``bookmark_interval`` is how often a watch with ``allowWatchBookmarks`` gets a BOOKMARK;
+    ``cert_manager`` installs the cert-manager.io CRDs (Issuer, ClusterIssuer, Certificate) at start.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, history_size: int = 10000,
+                 bookmark_interval: float = 30.0, cert_manager: bool = True) -> None:
+        self.host = host
+        self.port = port
+        self.bookmark_interval = bookmark_interval
+        self.registry = resources.Registry()
+        self.store = store.Store(history_size=history_size)
+        self.admission = admission.Admission(self.store)
+        self.cluster = operations.Cluster(self.registry, self.store, self.admission)
+        self.controllers = controllers.Controllers(self.cluster)
+        self.requests: collections.deque[tuple[str, str, int]] = collections.deque(maxlen=20000)
+        self._cert_manager = cert_manager
+        self._runner: web.AppRunner | None = None
+        self._watch_tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        ns_rt = self.registry.get("", "v1", "namespaces")
+        assert ns_rt is not None
+        for name in INITIAL_NAMESPACES:
+            if self.store.get(("", "namespaces"), "", name) is None:
+                await self.cluster.create(ns_rt, "", {"metadata": {"name": name}})
+        if self._cert_manager:
+            text = package_files.files("opsmanager.sandbox.apiserver").joinpath("certmanager-crds.yaml").read_text()
+            await self.apply_objects(list(yaml.safe_load_all(text)))
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        self.controllers.start()
+        logger.info("sandbox API server listening on %s", self.url)
+
+    async def stop(self) -> None:
+        await self.controllers.stop()
+        self.store.close_all()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await self.admission.close()
+
+    def register_service_address(self, namespace: str, service_name: str, service_port: int,
+                                 target_host: str, target_port: int) -> None:
+        """Where a webhook ``service`` clientConfig ``<service_name>.<namespace>:<service_port>`` listens."""
+        self.admission.register_service(namespace, service_name, service_port, target_host, target_port)
+
+    def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
+        return kubeconfig.write(path, self.url, namespace=namespace)
+
+    async def apply_objects(self, objects: list[Obj]) -> list[Obj]:
+        """Create or replace objects (e.g. CRDs) in-process, like ``kubectl apply`` without the HTTP."""
+        done = []
+        for obj in objects:
+            if not obj:
+                continue
+            rt = self.registry.by_kind(obj.get("apiVersion", ""), obj.get("kind", ""))
+            if rt is None:
+                raise errors.bad_request(f"no kind {obj.get('kind')!r} is registered for version "
+                                         f"{obj.get('apiVersion')!r}")
+            ns = (obj.get("metadata") or {}).get("namespace") or "default" if rt.namespaced else ""
+            name = obj["metadata"]["name"]
+            if self.store.get(rt.storage_key, ns, name) is None:
+                created, _ = await self.cluster.create(rt, ns, obj)
+                done.append(created)
+            else:
+                def replace(current: Obj, body: Obj = obj) -> Obj:
+                    new = dict(body)
+                    new["metadata"] = dict(body["metadata"], resourceVersion=current["metadata"]["resourceVersion"])
+                    return new
+                updated, _ = await self.cluster.update(rt, ns, name, replace)
+                done.append(updated)
+        return done
+
+    # -- routing -------------------------------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            response = await self._dispatch(request)
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except errors.StatusError as e:
+            response = _json(e.body(), e.code)
+            for key, value in e.headers.items():
+                response.headers[key] = value
+        except Exception as e:  # a bug in the sandbox must still answer like a server
+            logger.exception("sandbox API server failed on %s %s", request.method, request.path_qs)
+            err = errors.internal(f"{type(e).__name__}: {e}")
+            response = _json(err.body(), err.code)
+        self.requests.append((request.method, request.path_qs, response.status))
+        return response
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        path = request.path.rstrip("/") or "/"
+        accept = request.headers.get("Accept", "")
+        if path == "/version":
+            return _json(VERSION)
+        if path in ("/healthz", "/livez", "/readyz"):
+            return web.Response(text="ok")
+        if path == "/api":
+            if discovery.AGGREGATED in accept:
+                return _json(discovery.aggregated(self.registry, core=True), content_type=discovery.AGGREGATED)
+            return _json(discovery.api_versions(f"{self.host}:{self.port}"))
+        if path == "/apis":
+            if discovery.AGGREGATED in accept:
+                return _json(discovery.aggregated(self.registry, core=False), content_type=discovery.AGGREGATED)
+            return _json(discovery.api_group_list(self.registry))
+        if path == "/openapi/v3":
+            return _json(discovery.openapi_v3_root(self.registry))
+        if path.startswith("/openapi/v3/"):
+            doc = discovery.openapi_v3_document(self.registry, path[len("/openapi/v3/"):])
+            if doc is None:
+                raise errors.no_resource(path)
+            return _json(doc)
+        parts = [p for p in path.split("/") if p]
+        if not parts or parts[0] not in ("api", "apis"):
+            raise errors.no_resource(path)
+        if parts[0] == "api":
+            group, rest = "", parts[1:]
+        else:
+            if len(parts) == 2:
+                doc = discovery.api_group(self.registry, parts[1])
+                if doc is None:
+                    raise errors.no_resource(path)
+                return _json(doc)
+            group, rest = parts[1], parts[2:]
+        version, rest = rest[0], rest[1:]
+        if not rest:
+            doc = discovery.resource_list(self.registry, group, version)
+            if doc is None:
+                raise errors.no_resource(path)
+            return _json(doc)
+        namespace: str | None = None
+        if rest[0] == "namespaces" and len(rest) >= 3 and not (
+                group == "" and len(rest) == 3 and rest[2] in ("status", "finalize")):
+            namespace, rest = rest[1], rest[2:]
+        if len(rest) > 3:
+            raise errors.no_resource(path)
+        plural = rest[0]
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        rt = self.registry.get(group, version, plural)
+        if rt is None or (not rt.namespaced and namespace is not None) or \
+                (rt.namespaced and namespace is None and name is not None) or \
+                (sub is not None and sub not in rt.subresources):
+            raise errors.no_resource(path)
+        return await self._resource(request, rt, namespace, name, sub)
+
+    async def _body(self, request: web.Request) -> Any:
+        raw = await request.read()
+        if not raw:
+            return None
+        ctype = request.content_type
+        try:
+            if "yaml" in ctype:
+                return yaml.safe_load(raw)
+            return json.loads(raw)
+        except (ValueError, yaml.YAMLError) as e:
+            raise errors.bad_request(f"the body of the request could not be decoded: {e}") from e
+
+    async def _resource(self, request: web.Request, rt: resources.ResourceType, namespace: str | None,
+                        name: str | None, sub: str | None) -> web.StreamResponse:
+        q = request.query
+        method = request.method
+        ns = namespace or ""
+        dry_run = bool(q.getall("dryRun", []))
+        validation = q.get("fieldValidation", "")
+        table = _table_requested(request.headers.get("Accept", ""))
+        include = q.get("includeObject", "Metadata")
+        if method == "GET" and name is None:
+            if _flag(q.get("watch")):
+                return await self._watch(request, rt, namespace, table, include)
+            return self._list(rt, namespace, q, table, include)
+        if method == "GET":
+            obj = self.cluster.get(rt, ns, name)  # type: ignore[arg-type]
+            if sub == "scale":
+                return _json(self.cluster.scale_of(rt, obj))
+            if table and sub is None:
+                return _json(tables.table(rt, [obj], include=include, resource_version=obj["metadata"].get(
+                    "resourceVersion", "")))
+            return _json(obj)
+        if method == "POST" and name is None:
+            obj, warnings = await self.cluster.create(rt, ns, await self._body(request), dry_run=dry_run,
+                                                      validation=validation)
+            return _json(obj, 201, warnings)
+        if method == "POST" and sub == "eviction":
+            return _json(await self.cluster.evict(ns, name, await self._body(request)), 201)  # type: ignore[arg-type]
+        if method == "POST" and sub == "binding":
+            return _json(self.cluster.bind(ns, name, await self._body(request)), 201)  # type: ignore[arg-type]
+        if method == "PUT" and name is not None:
+            return await self._put(request, rt, ns, name, sub, dry_run, validation)
+        if method == "PATCH" and name is not None:
+            return await self._patch(request, rt, ns, name, sub, dry_run, validation)
+        if method == "DELETE" and name is not None and sub is None:
+            body = await self._body(request)
+            options = dict(body) if isinstance(body, dict) else {}
+            for param in ("propagationPolicy", "gracePeriodSeconds", "orphanDependents"):
+                if param in q:
+                    value: Any = q[param]
+                    if param == "gracePeriodSeconds":
+                        value = int(value)
+                    elif param == "orphanDependents":
+                        value = _flag(value)
+                    options[param] = value
+            if dry_run:
+                options["dryRun"] = ["All"]
+            code, result = await self.cluster.delete(rt, ns, name, options)
+            return _json(result, code)
+        if method == "DELETE" and name is None:
+            items, _, _, _ = self.cluster.list(rt, namespace, label_selector=q.get("labelSelector"),
+                                               field_selector=q.get("fieldSelector"))
+            for item in items:
+                await self.cluster.delete(rt, item["metadata"].get("namespace") or "", item["metadata"]["name"], {})
+            return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+        raise errors.method_not_allowed()
+
+    def _list(self, rt: resources.ResourceType, namespace: str | None, q: Any, table: bool,
+              include: str) -> web.Response:
+        limit = int(q["limit"]) if q.get("limit") else None
+        items, rv, token, remaining = self.cluster.list(
+            rt, namespace, label_selector=q.get("labelSelector"), field_selector=q.get("fieldSelector"),
+            limit=limit, continue_token=q.get("continue"))
+        if table:
+            return _json(tables.table(rt, items, include=include, resource_version=rv, continue_token=token))
+        meta: Obj = {"resourceVersion": rv}
+        if token:
+            meta["continue"] = token
+            meta["remainingItemCount"] = remaining
+        return _json({"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": items})
+
+    async def _put(self, request: web.Request, rt: resources.ResourceType, ns: str, name: str, sub: str | None,
+                   dry_run: bool, validation: str) -> web.Response:
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request must be a JSON object")
+        if sub == "scale":
+            obj, warnings = await self.cluster.update(
+                rt, ns, name, self.cluster.scale_mutator(rt, lambda scale: body), subresource="scale",
+                dry_run=dry_run)
+            return _json(self.cluster.scale_of(rt, obj), 200, warnings)
+        if sub == "finalize":
+            def finalize(current: Obj) -> Obj:
+                current["spec"] = body.get("spec") or {}
+                current["metadata"]["resourceVersion"] = (body.get("metadata") or {}).get(
+                    "resourceVersion") or current["metadata"]["resourceVersion"]
+                return current
+            obj, warnings = await self.cluster.update(rt, ns, name, finalize, dry_run=dry_run)
+            return _json(obj, 200, warnings)
+        obj, warnings = await self.cluster.update(rt, ns, name, lambda current: body, subresource=sub,
+                                                  dry_run=dry_run, validation=validation, require_rv=sub is None)
+        return _json(obj, 200, warnings)
+
+    async def _patch(self, request: web.Request, rt: resources.ResourceType, ns: str, name: str,
+                     sub: str | None, dry_run: bool, validation: str) -> web.Response:
+        ctype = request.content_type
+        raw = await request.read()
+        try:
+            patch = yaml.safe_load(raw) if "yaml" in ctype else json.loads(raw or b"null")
+        except (ValueError, yaml.YAMLError) as e:
+            raise errors.bad_request(f"the body of the request could not be decoded: {e}") from e
+        if ctype == "application/json-patch+json":
+            def apply(current: Obj) -> Obj:
+                return patching.json_patch(current, patch)
+        elif ctype == "application/merge-patch+json":
+            def apply(current: Obj) -> Obj:
+                return patching.merge_patch(current, patch)  # type: ignore[no-any-return]
+        elif ctype == "application/strategic-merge-patch+json":
+            if rt.custom:
+                raise errors.unsupported_media_type(ctype)
+
+            def apply(current: Obj) -> Obj:
+                return patching.strategic_merge_patch(current, patch, rt.kind)
+        elif ctype == "application/apply-patch+yaml":
+            if self.store.get(rt.storage_key, ns if rt.namespaced else "", name) is None:
+                if not isinstance(patch, dict):
+                    raise errors.bad_request("the applied configuration must be an object")
+                patch.setdefault("metadata", {})["name"] = name
+                obj, warnings = await self.cluster.create(rt, ns, patch, dry_run=dry_run, validation=validation)
+                return _json(obj, 201, warnings)
+
+            def apply(current: Obj) -> Obj:
+                if rt.custom:
+                    return patching.merge_patch(current, patch)  # type: ignore[no-any-return]
+                return patching.strategic_merge_patch(current, patch, rt.kind)
+        else:
+            raise errors.unsupported_media_type(ctype)
+        if sub == "scale":
+            obj, warnings = await self.cluster.update(
+                rt, ns, name, self.cluster.scale_mutator(rt, apply), subresource="scale", dry_run=dry_run)
+            return _json(self.cluster.scale_of(rt, obj), 200, warnings)
+        obj, warnings = await self.cluster.update(rt, ns, name, apply, subresource=sub, dry_run=dry_run,
+                                                  validation=validation)
+        return _json(obj, 200, warnings)
+
+    # -- watching ------------------------------------------------------------------------------------------
+
+    async def _watch(self, request: web.Request, rt: resources.ResourceType, namespace: str | None,
+                     table: bool, include: str) -> web.StreamResponse:
+        q = request.query
+        match_labels = selectors.parse_label_selector(q.get("labelSelector"))
+        match_fields = selectors.parse_field_selector(q.get("fieldSelector"))
+        timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else 1800.0
+        bookmarks = _flag(q.get("allowWatchBookmarks"))
+        send_initial = _flag(q.get("sendInitialEvents"))
+        rv = q.get("resourceVersion", "")
+        scope = namespace if rt.namespaced else None
+        key = rt.storage_key
+
+        def matches(obj: Obj) -> tuple[bool, Obj]:
+            view = operations.external(rt, obj)
+            return match_labels(obj["metadata"].get("labels") or {}) and match_fields(view), view
+
+        def translate(change: store.Change) -> tuple[str, Obj] | None:
+            new_ok, view = matches(change.obj)
+            if change.type == "ADDED":
+                return ("ADDED", view) if new_ok else None
+            old_ok = matches(change.old)[0] if change.old is not None else False
+            if change.type == "DELETED":
+                return ("DELETED", view) if (old_ok or new_ok) else None
+            if new_ok and old_ok:
+                return "MODIFIED", view
+            if new_ok:
+                return "ADDED", view
+            if old_ok:
+                return "DELETED", view
+            return None
+
+        sub = self.store.subscribe(key, scope)
+        try:
+            first: list[tuple[str, Obj]] = []
+            expired: str | None = None
+            if send_initial or rv in ("", "0"):
+                for obj in self.store.list(key, scope):
+                    ok, view = matches(obj)
+                    if ok:
+                        first.append(("ADDED", view))
+            else:
+                try:
+                    since = int(rv)
+                except ValueError:
+                    raise errors.bad_request(f"invalid resource version {rv!r}") from None
+                try:
+                    for change in self.store.since(key, scope, since):
+                        event = translate(change)
+                        if event:
+                            first.append(event)
+                except store.TooOld as e:
+                    expired = str(e)
+            response = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
+                                                               "Cache-Control": "no-cache, private"})
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            headers_sent = False
+
+            async def send(kind: str, obj: Obj) -> None:
+                nonlocal headers_sent
+                if table and kind not in ("ERROR", "BOOKMARK"):
+                    obj = tables.table(rt, [obj], include=include, resource_version=obj["metadata"].get(
+                        "resourceVersion", ""), headers=not headers_sent)
+                    headers_sent = True
+                await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+
+            def bookmark(initial_end: bool = False) -> Obj:
+                meta: Obj = {"resourceVersion": str(self.store.rv)}
+                if initial_end:
+                    meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+                return {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}
+
+            if expired is not None:
+                gone = errors.gone(expired).body()
+                await send("ERROR", gone)
+                return response
+            for kind, obj in first:
+                await send(kind, obj)
+            if send_initial and bookmarks:
+                await send("BOOKMARK", bookmark(initial_end=True))
+            deadline = time.monotonic() + timeout
+            next_bookmark = time.monotonic() + self.bookmark_interval
+            while True:
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                wait = deadline - now
+                if bookmarks:
+                    wait = min(wait, max(0.0, next_bookmark - now))
+                try:
+                    change = await asyncio.wait_for(sub.queue.get(), timeout=wait)
+                except TimeoutError:
+                    if bookmarks and time.monotonic() >= next_bookmark and sub.queue.empty():
+                        await send("BOOKMARK", bookmark())
+                        next_bookmark = time.monotonic() + self.bookmark_interval
+                    continue
+                if change is None:
+                    break
+                event = translate(change)
+                if event:
+                    await send(*event)
+            return response
+        finally:
+            sub.close()
