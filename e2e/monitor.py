@@ -1,0 +1,84 @@
+"""The leader monitor: who leads, at which raft term, sampled every few tens of milliseconds during an operation.
+
+"No unplanned leader election" is measured here. Every change of leadership in etcd is an election at a higher
+raft term; a MoveLeader is one too (a planned one). So ``unplanned = term increments - MoveLeader calls``. With
+pre-vote (on by default in 3.5) a restarting follower does not bump the term, so a well-run rolling restart shows
+exactly one term increment per MoveLeader; a killed leader shows an election of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+
+from opsmanager.etcd import access
+from opsmanager.etcd import client as etcd_client
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaderChange:
+    at: float  # seconds since the monitor started
+    term: int
+    leader_id: int
+
+
+@dataclasses.dataclass(frozen=True)
+class MonitorResult:
+    first_term: int
+    last_term: int
+    changes: tuple[LeaderChange, ...]
+
+    @property
+    def elections(self) -> int:
+        return max(0, self.last_term - self.first_term)
+
+
+class LeaderMonitor:
+    def __init__(self, endpoints: list[access.Endpoint], *, identity: access.TLSIdentity | None = None,
+                 interval: float = 0.05) -> None:
+        self._client = etcd_client.EtcdClient(endpoints, tls=identity, timeout=0.5)
+        self.interval = interval
+        self._task: asyncio.Task[None] | None = None
+        self._changes: list[LeaderChange] = []
+        self._first_term = 0
+        self._last = (0, 0)
+        self._started = 0.0
+
+    def set_identity(self, identity: access.TLSIdentity | None) -> None:
+        self._client.set_tls(identity)
+
+    def set_endpoints(self, endpoints: list[access.Endpoint]) -> None:
+        self._client.set_endpoints(endpoints)
+
+    async def start(self) -> None:
+        self._started = time.monotonic()
+        self._task = asyncio.create_task(self._run(), name="leader-monitor")
+
+    async def stop(self) -> MonitorResult:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._client.close()
+        return self.result
+
+    @property
+    def result(self) -> MonitorResult:
+        return MonitorResult(self._first_term, self._last[0], tuple(self._changes))
+
+    async def _run(self) -> None:
+        while True:
+            views = await self._client.statuses(timeout=0.4)
+            now = time.monotonic() - self._started
+            best = max(((s.raft_term, s.leader_id) for s in views.values()
+                        if isinstance(s, etcd_client.MemberStatus) and s.leader_id), default=None)
+            if best is not None:
+                if not self._first_term:
+                    self._first_term = best[0]
+                    self._last = best
+                elif best[0] > self._last[0] or (best[0] == self._last[0] and best[1] != self._last[1]):
+                    self._changes.append(LeaderChange(now, best[0], best[1]))
+                    self._last = best
+            await asyncio.sleep(self.interval)
