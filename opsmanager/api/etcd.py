@@ -154,8 +154,8 @@ class EtcdSpec(common.Model):
     deletion_policy: Literal["Delete", "WipeOut", "DoNotTerminate"] = pydantic.Field(
         default=constants.DELETION_DELETE,
         description=(
-            "What deleting the Etcd does: `Delete` removes the workload and keeps nothing but Secrets the user "
-            "made, `WipeOut` also deletes volumes and Secrets, `DoNotTerminate` refuses the deletion."
+            "What deleting the Etcd does (as in KubeDB): `Delete` removes the members and their volumes but keeps "
+            "the Secrets, `WipeOut` also deletes the Secrets, `DoNotTerminate` makes the webhook refuse the deletion."
         ),
     )
     halted: bool = pydantic.Field(
