@@ -1,0 +1,165 @@
+"""Cluster DNS for sandbox pods, served through each pod's own ``/etc/hosts``.
+
+A real pod resolves ``<hostname>.<subdomain>.<ns>.svc.cluster.local`` and Service names through CoreDNS. The
+sandbox has no DNS server: every pod gets a hosts file (bind-mounted on its ``/etc/hosts``, rewritten in place
+when pods and Services change) listing the records CoreDNS would serve, in the forms a pod can type:
+
+- a pod with ``hostname`` + ``subdomain``, selected by a Service named ``<subdomain>`` in its namespace, is
+  published as ``<h>.<s>.<ns>.svc.<domain>`` (first on its line, so the reverse lookup of its IP — the PTR —
+  is this FQDN, as with CoreDNS), ``<h>.<s>.<ns>.svc``, ``<h>.<s>.<ns>`` and, for pods of the same namespace,
+  ``<h>.<s>`` (what the search path ``<ns>.svc.<domain>`` would complete);
+- a Service is published as ``<svc>.<ns>.svc.<domain>``, ``<svc>.<ns>.svc``, ``<svc>.<ns>`` and (same
+  namespace) ``<svc>``, with one line per endpoint pod IP. There are no virtual IPs: a ClusterIP Service
+  name resolves to its endpoint pod IPs, so connect to the ``targetPort``;
+- endpoints follow the endpoints controller: pods that match the selector, are not terminating and are Ready
+  — or any pod with an IP when the Service sets ``publishNotReadyAddresses: true`` (etcd needs that to
+  bootstrap, on a real cluster as here);
+- the pod's own line carries its FQDN, its hostname and ``localhost`` (a pod's loopback is its own IP here).
+
+Peer connections between sandbox pods arrive from 127.0.0.1: all pods share the host's loopback and Linux
+picks 127.0.0.1 as the source address of any connection to 127.0.0.0/8 (``src 127.0.0.1`` on the local
+route), so a server cannot see which pod connected. etcd's peer SAN check reverse-resolves the remote address
+and compares the names with the client certificate's DNS SANs; so the hosts file maps 127.0.0.1 to the FQDNs
+(only the ``.svc.<domain>`` form, what a PTR returns) of the published pods of the pod's own subdomain. A peer
+certificate whose SANs cover those FQDNs (``*.<s>.<ns>.svc.<domain>``) passes, one with only the ``.svc``
+wildcard fails — as on a real cluster; what the sandbox cannot check is *which* member connected. That line
+is written last so that forward lookups of those FQDNs return the pod IP first (Go keeps hosts-file order).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+
+@dataclasses.dataclass(frozen=True)
+class PodRecord:
+    namespace: str
+    name: str
+    ip: str
+    hostname: str = ""
+    subdomain: str = ""
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    ready: bool = False
+    terminating: bool = False
+
+    @property
+    def host(self) -> str:
+        return self.hostname or self.name
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceRecord:
+    namespace: str
+    name: str
+    selector: Mapping[str, str] | None
+    publish_not_ready: bool = False
+
+
+def _selects(svc: ServiceRecord, pod: PodRecord) -> bool:
+    if svc.namespace != pod.namespace or not svc.selector:
+        return False
+    return all(pod.labels.get(k) == v for k, v in svc.selector.items())
+
+
+def _endpoint(svc: ServiceRecord, pod: PodRecord) -> bool:
+    if not pod.ip or not _selects(svc, pod):
+        return False
+    if svc.publish_not_ready:
+        return True
+    return pod.ready and not pod.terminating
+
+
+def published_pods(pods: Iterable[PodRecord], services: Iterable[ServiceRecord]) -> list[PodRecord]:
+    """Pods that have a ``<hostname>.<subdomain>`` record (see module docstring)."""
+    svcs = {(s.namespace, s.name): s for s in services}
+    out = []
+    for pod in pods:
+        if not pod.subdomain:
+            continue
+        svc = svcs.get((pod.namespace, pod.subdomain))
+        if svc is not None and _endpoint(svc, pod):
+            out.append(pod)
+    return sorted(out, key=lambda p: (p.namespace, p.name))
+
+
+def _pod_names(pod: PodRecord, viewer_ns: str, domain: str) -> list[str]:
+    base = f"{pod.host}.{pod.subdomain}.{pod.namespace}"
+    names = [f"{base}.svc.{domain}", f"{base}.svc", base]
+    if pod.namespace == viewer_ns:
+        names.append(f"{pod.host}.{pod.subdomain}")
+    return names
+
+
+def _svc_names(svc: ServiceRecord, viewer_ns: str, domain: str) -> list[str]:
+    base = f"{svc.name}.{svc.namespace}"
+    names = [f"{base}.svc.{domain}", f"{base}.svc", base]
+    if svc.namespace == viewer_ns:
+        names.append(svc.name)
+    return names
+
+
+def hosts_file(me: PodRecord, pods: Iterable[PodRecord], services: Iterable[ServiceRecord],
+               domain: str = "cluster.local") -> str:
+    """The ``/etc/hosts`` of pod ``me``."""
+    pods = list(pods)
+    services = list(services)
+    published = published_pods(pods, services)
+    lines: dict[str, list[str]] = {}
+
+    own: list[str] = []
+    if me.subdomain:
+        own += [f"{me.host}.{me.subdomain}.{me.namespace}.svc.{domain}"]
+    own += [me.host, "localhost"]
+    if me.subdomain:
+        own += _pod_names(me, me.namespace, domain)[1:]
+    lines[me.ip] = list(dict.fromkeys(own))
+
+    for pod in published:
+        names = _pod_names(pod, me.namespace, domain)
+        if pod.ip == me.ip:
+            lines[me.ip] = list(dict.fromkeys(lines[me.ip] + names))
+        else:
+            lines.setdefault(pod.ip, [])
+            lines[pod.ip] = list(dict.fromkeys(lines[pod.ip] + names))
+
+    out = ["# Kubernetes-managed hosts file (opsmanager sandbox): pod and Service DNS records of the cluster.",
+           "# Rewritten in place by the sandbox kubelet; see opsmanager/sandbox/dns.py."]
+    out += [f"{ip}\t{' '.join(names)}" for ip, names in lines.items()]
+    for svc in sorted(services, key=lambda s: (s.namespace, s.name)):
+        names = _svc_names(svc, me.namespace, domain)
+        for pod in sorted(pods, key=lambda p: (p.namespace, p.name)):
+            if _endpoint(svc, pod):
+                out.append(f"{pod.ip}\t{' '.join(names)}")
+    peers = [f"{p.host}.{p.subdomain}.{p.namespace}.svc.{domain}" for p in published
+             if me.subdomain and p.namespace == me.namespace and p.subdomain == me.subdomain]
+    if peers:
+        out.append("# peer connections between sandbox pods come from 127.0.0.1 (shared loopback): reverse-map it")
+        out.append(f"127.0.0.1\t{' '.join(peers)}")
+    return "\n".join(out) + "\n"
+
+
+def resolv_conf(namespace: str, domain: str = "cluster.local", nameserver: str = "127.0.0.53") -> str:
+    """A pod's resolv.conf: the cluster search path (names not in the hosts file fail fast)."""
+    return (f"search {namespace}.svc.{domain} svc.{domain} {domain}\n"
+            f"nameserver {nameserver}\noptions ndots:5 timeout:1 attempts:1\n")
+
+
+NSSWITCH = "hosts: files dns\n"
+
+
+def write_in_place(path: Path, content: str) -> bool:
+    """Replace ``path``'s content keeping its inode (a bind mount pins the inode). False if unchanged."""
+    data = content.encode()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size == len(data) and os.pread(fd, size, 0) == data:
+            return False
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+        return True
+    finally:
+        os.close(fd)

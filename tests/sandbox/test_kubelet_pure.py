@@ -1,0 +1,187 @@
+"""The kubelet's pure parts, without processes: container env/argv rules, pod-local addresses, pod DNS
+(hosts file content and order), the ``..data`` atomic writer, pod IP allocation."""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+
+import pytest
+
+from opsmanager.sandbox import addresses, containers, dns, volumes
+
+POD = {
+    "metadata": {"name": "etcd-1", "namespace": "prod", "uid": "u-1", "labels": {"app": "etcd"},
+                 "annotations": {"a": "b"}},
+    "spec": {"hostname": "etcd-1", "subdomain": "etcd"},
+}
+
+
+def _no_secret(ns: str, name: str) -> None:
+    return None
+
+
+def test_expansion_follows_kubernetes_rules() -> None:
+    env = {"A": "x", "B": "y"}
+    assert containers.expand("$(A)-$(B)", env) == "x-y"
+    assert containers.expand("$(MISSING)", env) == "$(MISSING)"
+    assert containers.expand("$$(A)", env) == "$(A)"
+    assert containers.expand("cost $5 $(A", env) == "cost $5 $(A"
+
+
+def test_env_downward_api_and_expansion_in_definition_order() -> None:
+    ctr = {"name": "etcd", "env": [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "LBL", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+        {"name": "URL", "value": "http://$(POD_NAME).etcd.$(NS).svc:2379,$(LATER)"},
+        {"name": "LATER", "value": "z"},
+        {"name": "LISTEN", "value": "http://0.0.0.0:2379"},
+    ]}
+    env = containers.resolve_env(ctr, POD, pod_ip="127.9.1.2", secrets=_no_secret, configmaps=_no_secret)
+    assert env["POD_NAME"] == "etcd-1" and env["NS"] == "prod" and env["IP"] == "127.9.1.2"
+    assert env["LBL"] == "etcd"
+    assert env["URL"] == "http://etcd-1.etcd.prod.svc:2379,$(LATER)"  # LATER defined after: not expanded
+    assert env["LISTEN"] == "http://127.9.1.2:2379"
+    assert env["HOSTNAME"] == "etcd-1"
+
+
+def test_env_secret_refs_missing_secret_is_a_config_error() -> None:
+    ctr = {"name": "c", "env": [{"name": "P", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}
+    with pytest.raises(containers.ContainerConfigError, match='secret "s" not found'):
+        containers.resolve_env(ctr, POD, pod_ip="127.9.1.2", secrets=_no_secret, configmaps=_no_secret)
+    env = containers.resolve_env(ctr, POD, pod_ip="127.9.1.2", secrets=lambda ns, n: {"k": b"v"},
+                                 configmaps=_no_secret)
+    assert env["P"] == "v"
+    optional = {"name": "c", "env": [{"name": "P", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k",
+                                                                                  "optional": True}}}]}
+    assert "P" not in containers.resolve_env(optional, POD, pod_ip="1", secrets=_no_secret, configmaps=_no_secret)
+
+
+def test_argv_uses_command_args_and_image_cmd_like_a_container_runtime() -> None:
+    env = {"N": "etcd-0"}
+    assert containers.build_argv({"command": ["etcd"], "args": ["--name=$(N)"]}, env, pod_ip="127.1.1.1") == [
+        "etcd", "--name=etcd-0"]
+    assert containers.build_argv({}, env, pod_ip="127.1.1.1") == ["/usr/local/bin/etcd"]
+    # args without command replace the image CMD (the etcd images have no ENTRYPOINT)
+    assert containers.build_argv({"args": ["etcd", "--x"]}, env, pod_ip="1") == ["etcd", "--x"]
+    assert containers.build_argv({"command": ["etcd", "--listen-client-urls=http://0.0.0.0:2379,"
+                                              "http://127.0.0.1:2379", "--listen-peer-urls=https://[::]:2380"]},
+                                 env, pod_ip="127.4.0.9") == [
+        "etcd", "--listen-client-urls=http://127.4.0.9:2379,http://127.4.0.9:2379",
+        "--listen-peer-urls=https://127.4.0.9:2380"]
+
+
+def test_pod_local_rewrite_leaves_other_addresses_alone() -> None:
+    assert containers.pod_local("10.0.0.0 127.0.0.12 127.0.0.1.5 a0.0.0.0", "X") == \
+        "10.0.0.0 127.0.0.12 127.0.0.1.5 a0.0.0.0"
+    assert containers.pod_local("0.0.0.0:1 127.0.0.1 [::1]:2", "X") == "X:1 X X:2"
+
+
+@pytest.mark.parametrize("image,ok", [
+    ("registry.k8s.io/etcd:3.5.1-0", True), ("quay.io/coreos/etcd:v3.5.1", True),
+    ("gcr.io/etcd-development/etcd:v3.5.1", True), ("busybox:1.36", False), ("etcd-io/nginx:1", False),
+])
+def test_only_etcd_images_run(image: str, ok: bool) -> None:
+    assert containers.is_etcd_image(image) is ok
+
+
+def _records() -> tuple[list[dns.PodRecord], list[dns.ServiceRecord]]:
+    lbl = {"app": "etcd"}
+    pods = [dns.PodRecord("prod", f"etcd-{i}", f"127.9.1.{i + 1}", f"etcd-{i}", "etcd", lbl, ready=i != 2)
+            for i in range(3)]
+    return pods, [dns.ServiceRecord("prod", "etcd", lbl, publish_not_ready=True)]
+
+
+def test_hosts_file_ptr_is_the_fqdn_and_peers_resolve() -> None:
+    pods, svcs = _records()
+    text = dns.hosts_file(pods[0], pods, svcs)
+    lines = [ln.split("\t") for ln in text.splitlines() if not ln.startswith("#")]
+    by_ip: dict[str, list[str]] = {}
+    for ip, names in lines:
+        by_ip.setdefault(ip, []).extend(names.split())
+    # the first name listed for a pod IP (what a reverse lookup returns first) is the FQDN
+    for i in range(3):
+        assert by_ip[f"127.9.1.{i + 1}"][0] == f"etcd-{i}.etcd.prod.svc.cluster.local"
+        assert f"etcd-{i}.etcd.prod.svc" in by_ip[f"127.9.1.{i + 1}"]
+        assert f"etcd-{i}.etcd" in by_ip[f"127.9.1.{i + 1}"]
+    assert "localhost" in by_ip["127.9.1.1"] and "localhost" not in by_ip["127.9.1.2"]
+    assert "etcd.prod.svc.cluster.local" in by_ip["127.9.1.3"]  # service name -> every endpoint
+    # 127.0.0.1 (the source of every peer connection) maps to the FQDNs only, on the last line
+    assert lines[-1][0] == "127.0.0.1"
+    assert lines[-1][1].split() == [f"etcd-{i}.etcd.prod.svc.cluster.local" for i in range(3)]
+
+
+def test_hosts_file_publishes_only_ready_pods_without_publish_not_ready() -> None:
+    pods, _ = _records()
+    svcs = [dns.ServiceRecord("prod", "etcd", {"app": "etcd"}, publish_not_ready=False)]
+    text = dns.hosts_file(pods[0], pods, svcs)
+    assert "etcd-1.etcd.prod.svc" in text
+    assert "etcd-2.etcd" not in text  # not ready
+    # no Service named like the subdomain: no pod records at all (only the pod's own names)
+    alone = dns.hosts_file(pods[0], pods, [])
+    assert "etcd-1" not in alone and alone.count("etcd-0.etcd.prod.svc.cluster.local") == 1
+
+
+def test_hosts_file_other_namespace_has_no_short_forms() -> None:
+    pods, svcs = _records()
+    viewer = dns.PodRecord("other", "client", "127.9.2.1")
+    text = dns.hosts_file(viewer, pods, svcs)
+    assert "etcd-0.etcd.prod.svc" in text and "\tetcd-0.etcd\n" not in text and " etcd-0.etcd " not in text
+    assert "127.0.0.1" not in text  # no subdomain, no peers
+
+
+def test_write_in_place_keeps_the_inode(tmp_path: Path) -> None:
+    path = tmp_path / "hosts"
+    assert dns.write_in_place(path, "a long first content\n")
+    inode = path.stat().st_ino
+    assert dns.write_in_place(path, "short\n")
+    assert not dns.write_in_place(path, "short\n")
+    assert path.read_text() == "short\n" and path.stat().st_ino == inode
+
+
+def test_atomic_writer_layout_and_swap(tmp_path: Path) -> None:
+    target = tmp_path / "vol"
+    writer = volumes.AtomicWriter(target)
+    assert writer.write({"tls.crt": volumes.FileProjection(b"one"), "sub/x": volumes.FileProjection(b"s", 0o600)})
+    first = os.readlink(target / "..data")
+    assert first.startswith("..") and (target / first).is_dir()
+    assert os.readlink(target / "tls.crt") == "..data/tls.crt"
+    assert os.readlink(target / "sub") == "..data/sub"
+    assert (target / "tls.crt").read_bytes() == b"one"
+    assert (target / "sub" / "x").stat().st_mode & 0o777 == 0o600
+    assert not writer.write({"tls.crt": volumes.FileProjection(b"one"), "sub/x": volumes.FileProjection(b"s", 0o600)})
+    assert writer.write({"tls.crt": volumes.FileProjection(b"two")})
+    second = os.readlink(target / "..data")
+    assert second != first and not (target / first).exists()  # old payload removed after the swap
+    assert (target / "tls.crt").read_bytes() == b"two"
+    assert not os.path.lexists(target / "sub")  # keys gone from the object disappear
+
+
+def test_project_keys_items_modes_and_missing_keys() -> None:
+    data = {"tls.crt": b"c", "tls.key": b"k"}
+    out = volumes.project_keys(data, [{"key": "tls.key", "path": "peer.key", "mode": 0o600}], 0o640,
+                               kind="Secret", name="s", optional=False)
+    assert out == {"peer.key": volumes.FileProjection(b"k", 0o600)}
+    assert volumes.project_keys(data, None, 0o640, kind="Secret", name="s", optional=False)["tls.crt"].mode == 0o640
+    with pytest.raises(volumes.VolumeError, match="non-existent secret key: ca.crt"):
+        volumes.project_keys(data, [{"key": "ca.crt", "path": "ca.crt"}], None, kind="Secret", name="s",
+                             optional=False)
+    with pytest.raises(volumes.VolumeError, match='Secret "s" not found'):
+        volumes.project_keys(None, None, None, kind="Secret", name="s", optional=False)
+    assert volumes.project_keys(None, None, None, kind="Secret", name="s", optional=True) == {}
+    assert volumes.decode_secret({"data": {"a": base64.b64encode(b"x").decode()}}) == {"a": b"x"}
+
+
+def test_addresses_are_stable_per_pod_and_sandboxes_never_share_a_range(tmp_path: Path) -> None:
+    with addresses.PodAddresses(lock_dir=tmp_path) as a, addresses.PodAddresses(lock_dir=tmp_path) as b:
+        assert a.second_octet != b.second_octet
+        ip = a.allocate("ns", "etcd-0")
+        assert ip.startswith(f"127.{a.second_octet}.") and a.allocate("ns", "etcd-1") != ip
+        assert a.allocate("ns", "etcd-0") == ip
+        with pytest.raises(addresses.AddressSpaceExhausted, match="reserved by another sandbox"):
+            addresses.PodAddresses(a.second_octet, lock_dir=tmp_path)
+    with addresses.PodAddresses(a.second_octet, lock_dir=tmp_path) as again:  # released on close
+        assert again.allocate("ns", "x").startswith(f"127.{a.second_octet}.")

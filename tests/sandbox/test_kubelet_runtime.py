@@ -1,0 +1,171 @@
+"""The kubelet's process runtime on real etcd processes, without an API server (``StandaloneHost``).
+
+We test: an etcd pod comes up on its own loopback IP with downward-API env, ``$(VAR)`` expansion, ``0.0.0.0``
+binds and a pod DNS name resolved through its private /etc/hosts; a crash restarts it with its data (same member
+ID) and the status shows it, then back-off; an unsupported image waits visibly; a Secret update reaches the
+mounted files through the ``..data`` swap; deletion honours the grace period and SIGKILLs; a failing liveness
+probe restarts the container.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import signal
+import time
+from typing import Any
+
+import aiohttp
+import pytest
+
+from opsmanager.sandbox import dns, kubelet
+from tests.fixtures.sandbox_controllers import wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def etcd_pod(name: str = "etcd-0", **extra_container: Any) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "etcd",
+        "image": "quay.io/coreos/etcd:v3.5.1",
+        "command": ["/usr/local/bin/etcd"],
+        "args": [
+            "--name=$(POD_NAME)", "--data-dir=/var/run/etcd/data",
+            "--listen-client-urls=http://0.0.0.0:2379",
+            "--advertise-client-urls=http://$(POD_NAME).etcd.$(POD_NAMESPACE).svc:2379",
+            "--listen-peer-urls=http://0.0.0.0:2380",
+            "--initial-advertise-peer-urls=http://$(POD_NAME).etcd.$(POD_NAMESPACE).svc.cluster.local:2380",
+            "--initial-cluster=$(POD_NAME)=http://$(POD_NAME).etcd.$(POD_NAMESPACE).svc.cluster.local:2380",
+        ],
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+        "volumeMounts": [{"name": "data", "mountPath": "/var/run/etcd"}],
+        "readinessProbe": {"httpGet": {"path": "/health", "port": 2379}, "periodSeconds": 1},
+    }
+    container.update(extra_container)
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": "etcd"}},
+        "spec": {"hostname": name, "subdomain": "etcd", "terminationGracePeriodSeconds": 5,
+                 "containers": [container],
+                 "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": f"data-{name}"}}]},
+    }
+
+
+def add_claim(host: kubelet.StandaloneHost, name: str) -> None:
+    host.put({"kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": "default", "uid": name}})
+    host.service_records[:] = [dns.ServiceRecord("default", "etcd", {"app": "etcd"}, publish_not_ready=True)]
+
+
+async def member_id(ip: str) -> str:
+    async with aiohttp.ClientSession() as sess:
+        async with sess.post(f"http://{ip}:2379/v3/maintenance/status", json={}) as resp:
+            return str((await resp.json(content_type=None))["header"]["member_id"])
+
+
+def ctr_status(host: kubelet.StandaloneHost, pod: str = "etcd-0") -> dict[str, Any]:
+    return host.statuses.get(pod, {}).get("containerStatuses", [{}])[0]
+
+
+async def test_etcd_pod_runs_restarts_with_its_data_and_backs_off(standalone_kubelet: kubelet.StandaloneHost) -> None:
+    host = standalone_kubelet
+    add_claim(host, "data-etcd-0")
+    worker = host.run_pod(etcd_pod())
+    await wait_until(lambda: worker.ready, 15, message="etcd pod ready")
+    status = host.statuses["etcd-0"]
+    assert status["phase"] == "Running" and status["podIP"] == worker.ip
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {
+        "PodReadyToStartContainers": "True", "Initialized": "True", "ContainersReady": "True", "Ready": "True",
+        "PodScheduled": "True"}
+    async with aiohttp.ClientSession() as sess, sess.get(f"http://{worker.ip}:2379/health") as resp:
+        assert (await resp.json(content_type=None))["health"] == "true"
+    first_id = await member_id(worker.ip)
+    first_pid = worker.pids()["etcd"]
+    # the data dir is the PVC directory on the host, seen by etcd at its mountPath
+    assert list((host.config.dir / "pvc" / "default").glob("data-etcd-0-*/data/member/wal"))
+
+    os.kill(first_pid, signal.SIGKILL)
+    await wait_until(lambda: ctr_status(host).get("restartCount") == 1 and worker.ready, 15,
+                     message="restart after a crash")
+    cs = ctr_status(host)
+    assert cs["lastState"]["terminated"]["exitCode"] == 137 and cs["lastState"]["terminated"]["reason"] == "Error"
+    assert worker.pids()["etcd"] != first_pid
+    assert await member_id(worker.ip) == first_id  # same member: the data survived the restart
+
+    os.kill(worker.pids()["etcd"], signal.SIGKILL)  # second crash: back-off (1 s in this fixture)
+    await wait_until(lambda: ctr_status(host).get("state", {}).get("waiting", {}).get("reason") == "CrashLoopBackOff",
+                     5, interval=0.01, message="CrashLoopBackOff")
+    assert "back-off 1s restarting failed container=etcd pod=etcd-0_default" in \
+        ctr_status(host)["state"]["waiting"]["message"]
+    assert host.statuses["etcd-0"]["conditions"][3]["status"] == "False"  # Ready
+    await wait_until(lambda: ctr_status(host).get("restartCount") == 2 and worker.ready, 15)
+
+
+async def test_unsupported_image_waits_visibly(standalone_kubelet: kubelet.StandaloneHost) -> None:
+    host = standalone_kubelet
+    pod = {"metadata": {"name": "web", "namespace": "default"},
+           "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27"}]}}
+    host.run_pod(pod)
+    await wait_until(lambda: ctr_status(host, "web").get("state", {}).get("waiting", {}).get("reason")
+                     == "ImageNotSupportedBySandbox", 5)
+    assert host.statuses["web"]["phase"] == "Pending"
+    assert any(reason == "Failed" and "nginx:1.27" in msg for _, _, reason, msg in host.recorder.recorded)
+
+
+async def test_secret_update_reaches_mounted_files(standalone_kubelet: kubelet.StandaloneHost) -> None:
+    host = standalone_kubelet
+
+    def secret(value: bytes) -> dict[str, Any]:
+        return {"kind": "Secret", "metadata": {"name": "certs", "namespace": "default"},
+                "data": {"tls.crt": base64.b64encode(value).decode()}}
+
+    host.put(secret(b"first"))
+    pod = {"metadata": {"name": "reader", "namespace": "default"},
+           "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+               "name": "sh", "image": "registry.k8s.io/etcd:3.5.1-0",
+               # reads the file through the container's own view of the mount
+               "command": ["/bin/sh", "-c", "while true; do cat /etc/certs/tls.crt > /tmp/seen; "
+                           "cp /tmp/seen /out/seen.tmp && mv /out/seen.tmp /out/seen; sleep 0.05; done"],
+               "volumeMounts": [{"name": "certs", "mountPath": "/etc/certs", "readOnly": True},
+                                {"name": "out", "mountPath": "/out"}]}],
+               "volumes": [{"name": "certs", "secret": {"secretName": "certs"}}, {"name": "out", "emptyDir": {}}]}}
+    worker = host.run_pod(pod)
+    seen = worker.dir / "volumes" / "out" / "seen"
+    await wait_until(lambda: seen.exists() and seen.read_bytes() == b"first", 10)
+    data_before = os.readlink(worker.dir / "volumes" / "certs" / "..data")
+    host.put(secret(b"second"))
+    await wait_until(lambda: seen.read_bytes() == b"second", 10, message="updated Secret seen inside the container")
+    assert os.readlink(worker.dir / "volumes" / "certs" / "..data") != data_before
+
+
+async def test_deletion_waits_the_grace_period_then_kills(standalone_kubelet: kubelet.StandaloneHost) -> None:
+    host = standalone_kubelet
+    pod = {"metadata": {"name": "stubborn", "namespace": "default"},
+           "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+               "name": "sh", "image": "registry.k8s.io/etcd:3.5.1-0",
+               "command": ["/bin/sh", "-c", "trap '' TERM; while true; do sleep 0.1; done"]}]}}
+    worker = host.run_pod(pod)
+    await wait_until(lambda: worker.pids().get("sh"), 10)
+    pid = worker.pids()["sh"]
+    started = time.monotonic()
+    await host.delete_pod("stubborn")
+    elapsed = time.monotonic() - started
+    assert 0.9 <= elapsed < 4, elapsed
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+async def test_failing_liveness_probe_restarts_the_container(standalone_kubelet: kubelet.StandaloneHost) -> None:
+    host = standalone_kubelet
+    pod = {"metadata": {"name": "sick", "namespace": "default"},
+           "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+               "name": "sh", "image": "registry.k8s.io/etcd:3.5.1-0",
+               "command": ["/bin/sh", "-c", "exec sleep 1000"],
+               "livenessProbe": {"exec": {"command": ["/bin/sh", "-c", "test -e /tmp/healthy"]},
+                                 "periodSeconds": 1, "failureThreshold": 1}}]}}
+    host.run_pod(pod)
+    await wait_until(lambda: ctr_status(host, "sick").get("restartCount", 0) >= 1, 15, message="liveness restart")
+    assert any(reason == "Killing" and "failed liveness probe" in msg for _, _, reason, msg in host.recorder.recorded)
+    assert ctr_status(host, "sick")["lastState"]["terminated"]["exitCode"] in (137, 143)
+    await asyncio.sleep(0)
