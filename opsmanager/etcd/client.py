@@ -500,6 +500,13 @@ class EtcdClient:
                 leader = await self.leader(timeout=max(0.05, deadline - loop.time()))
                 current, previous = leader.endpoint, leader.member_id
                 rpc_started = loop.time()
+            except errors.MemberUnreachable:
+                if via is None or redirects or loop.time() >= deadline:
+                    raise
+                redirects += 1  # the member we were pointed at is down: ask the leader instead
+                leader = await self.leader(timeout=max(0.05, deadline - loop.time()))
+                current, previous = leader.endpoint, leader.member_id
+                rpc_started = loop.time()
             except errors.RequestTimeout as err:
                 raise errors.LeaderTransferTimeout(
                     f"MoveLeader to {target_id:x} via {current.label}: not finished within {timeout}s ({err})",
