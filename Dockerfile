@@ -1,0 +1,17 @@
+# The operator image. Default command: `opsmanager run` (the operator). The admission webhook runs from the same
+# image with args `webhook serve --port 8443 --tls-cert /tls/tls.crt --tls-key /tls/tls.key`.
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY opsmanager ./opsmanager
+COPY webhooks ./webhooks
+COPY e2e ./e2e
+RUN pip install --no-cache-dir --prefix=/install .
+
+FROM python:3.11-slim
+COPY --from=build /install /usr/local
+RUN useradd --system --uid 65532 --no-create-home --shell /usr/sbin/nologin opsmanager
+USER 65532:65532
+ENV PYTHONUNBUFFERED=1
+ENTRYPOINT ["opsmanager"]
+CMD ["run"]
