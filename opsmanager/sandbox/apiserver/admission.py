@@ -177,10 +177,10 @@ class Admission:
                 if resp.status != 200:
                     raise CallFailed(f'an error on the server ("{text[:200]}") has prevented the request from '
                                      f"succeeding")
+        except TimeoutError as e:  # before ClientError: aiohttp's timeouts are both
+            raise CallFailed(f'Post "{shown}": context deadline exceeded') from e
         except (aiohttp.ClientError, ssl.SSLError, OSError) as e:
             raise CallFailed(f'Post "{shown}": {e}') from e
-        except TimeoutError as e:
-            raise CallFailed(f'Post "{shown}": context deadline exceeded') from e
         try:
             response = json.loads(text)["response"]
         except (ValueError, KeyError, TypeError) as e:
