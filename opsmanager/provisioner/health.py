@@ -1,0 +1,110 @@
+"""From what each member said to one verdict: the Etcd's ``phase`` and the facts behind it.
+
+Pure: :mod:`opsmanager.provisioner.observe` asks the members (through the etcd admin client, with the operator's
+own client certificate) and hands the answers here as :class:`MemberView` values.
+
+The phase follows KubeDB's meaning, decided from **real member health**, not from pod readiness alone:
+
+- ``Ready``: every expected member is healthy (has a leader, no alarm, answers a linearizable read) and all of
+  them name the same leader, which is one of them;
+- ``Critical``: a quorum (``replicas // 2 + 1``) is healthy, but not all — the cluster serves, one more failure
+  may stop it;
+- ``NotReady``: no quorum is healthy — the cluster does not serve writes;
+- ``Provisioning``: not Ready yet and never was (the ``Provisioned`` condition is not True);
+- ``Halted``: ``spec.halted`` is true (members stopped on purpose, data kept).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from opsmanager.api import constants
+
+
+@dataclasses.dataclass(frozen=True)
+class MemberView:
+    """One expected member as observed. ``healthy`` is etcd's own notion (a linearizable read went through);
+    ``leader_id``/``member_id`` come from its Status (0 when unknown); ``pod_ready`` is the kubelet's readiness."""
+
+    name: str
+    pod_ready: bool = False
+    reachable: bool = False
+    healthy: bool = False
+    member_id: int = 0
+    leader_id: int = 0
+    reason: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The assessment of one observation; ``phase`` is computed by :func:`phase_of` from it."""
+
+    replicas: int
+    healthy: tuple[str, ...]
+    pods_ready: tuple[str, ...]
+    reachable: tuple[str, ...]
+    leader: str | None
+    all_healthy_one_leader: bool
+    has_quorum: bool
+    problems: tuple[str, ...]
+    blocked: str = ""  # why nothing could be asked at all (no StatefulSet, no client identity)
+
+    @property
+    def accepting_connections(self) -> bool:
+        return bool(self.healthy)
+
+    def summary(self) -> str:
+        """A stable, human-readable line (no timings, so an unchanged cluster writes no new status)."""
+        if self.blocked:
+            return self.blocked
+        text = f"{len(self.healthy)}/{self.replicas} members healthy"
+        if self.leader:
+            text += f", leader {self.leader}"
+        if self.problems:
+            text += "; " + "; ".join(self.problems)
+        return text
+
+
+def quorum(replicas: int) -> int:
+    return replicas // 2 + 1
+
+
+def assess(replicas: int, views: Sequence[MemberView], *, blocked: str = "") -> Verdict:
+    """Judge the members. ``views`` should hold one entry per expected member; a missing one counts as down."""
+    by_name = {v.name: v for v in views}
+    healthy = tuple(sorted(v.name for v in views if v.healthy))
+    leader_ids = {v.leader_id for v in views if v.healthy}
+    ids = {v.member_id: v.name for v in views if v.member_id}
+    leader: str | None = None
+    if len(leader_ids) == 1:
+        (leader_id,) = leader_ids
+        leader = ids.get(leader_id) if leader_id else None
+    problems = tuple(
+        f"{v.name}: {v.reason or 'unhealthy'}" for v in sorted(by_name.values(), key=lambda v: v.name)
+        if not v.healthy
+    )
+    return Verdict(
+        replicas=replicas,
+        healthy=healthy,
+        pods_ready=tuple(sorted(v.name for v in views if v.pod_ready)),
+        reachable=tuple(sorted(v.name for v in views if v.reachable)),
+        leader=leader,
+        all_healthy_one_leader=len(healthy) == replicas and replicas > 0 and leader is not None,
+        has_quorum=len(healthy) >= quorum(replicas),
+        problems=problems,
+        blocked=blocked,
+    )
+
+
+def phase_of(verdict: Verdict, *, halted: bool, provisioned: bool) -> str:
+    """The one place the Etcd's phase is decided."""
+    if halted:
+        return constants.DB_PHASE_HALTED
+    if verdict.all_healthy_one_leader:
+        return constants.DB_PHASE_READY
+    if not provisioned:
+        return constants.DB_PHASE_PROVISIONING
+    if verdict.has_quorum:
+        return constants.DB_PHASE_CRITICAL
+    return constants.DB_PHASE_NOT_READY

@@ -1,0 +1,144 @@
+"""The provisioner's status transactions: pure ``status -> status`` functions for ``kube.transact_status``.
+
+The Etcd's status is shared: the provisioner writes ``phase``, ``observedGeneration`` and its own conditions, the
+ops engine writes ``Paused`` (and nothing of ours). Every write goes through ``kube.transact_status`` (re-read,
+apply these functions, skip a no-op, optimistic lock, retry on 409), and these functions only ever set the
+condition types listed in :data:`OWNED_CONDITIONS` — never ``Paused`` — so neither side overwrites the other.
+
+Messages carry no timings or counters that change while nothing happens, so a steady cluster writes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+from opsmanager.api import conditions, constants
+from opsmanager.provisioner import health
+
+Status = dict[str, Any]
+Mutation = Callable[[Status], Status]
+
+# Our own condition types (besides KubeDB's database conditions in api.constants):
+# Reconciled: did the last reconcile finish (False: waiting for certificates, blocked by a foreign object, paused)?
+COND_RECONCILED = "Reconciled"
+# DeletionBlocked: deletion was requested but spec.deletionPolicy is DoNotTerminate.
+COND_DELETION_BLOCKED = "DeletionBlocked"
+
+OWNED_CONDITIONS = (
+    constants.COND_PROVISIONING_STARTED,
+    constants.COND_REPLICA_READY,
+    constants.COND_ACCEPTING_CONNECTION,
+    constants.COND_READY,
+    constants.COND_PROVISIONED,
+    constants.COND_HALTED,
+    COND_RECONCILED,
+    COND_DELETION_BLOCKED,
+)
+
+# Reasons (KubeDB's where it has one).
+REASON_PROVISIONING_STARTED = "DatabaseProvisioningStartedSuccessfully"
+REASON_ALL_REPLICAS_READY = "AllReplicasAreReady"
+REASON_REPLICAS_NOT_READY = "SomeReplicasAreNotReady"
+REASON_ACCEPTING = "DatabaseAcceptingConnectionRequest"
+REASON_NOT_ACCEPTING = "DatabaseNotAcceptingConnectionRequest"
+REASON_READY = "ReadinessCheckSucceeded"
+REASON_NOT_READY = "ReadinessCheckFailed"
+REASON_PROVISIONED = "DatabaseSuccessfullyProvisioned"
+REASON_HALTED = "DatabaseHalted"
+REASON_RESUMED = "DatabaseResumed"
+
+
+def _set(status: Status, type_: str, value: str, reason: str, message: str, generation: int | None,
+         now: datetime.datetime | None) -> None:
+    if type_ not in OWNED_CONDITIONS:  # a guard for future edits: the engine's conditions are not ours to write
+        raise ValueError(f"the provisioner does not own condition {type_!r}")
+    status["conditions"] = conditions.set_condition(
+        status.get("conditions"), type_, value, reason=reason, message=message,
+        observed_generation=generation, now=now,
+    )
+
+
+def is_paused(status: Status | None) -> bool:
+    """True while an ops request owns the cluster (condition ``Paused=True``, written by the ops engine)."""
+    return conditions.is_true((status or {}).get("conditions"), constants.COND_PAUSED)
+
+
+def paused_by(status: Status | None) -> str:
+    """The reason of the ``Paused`` condition (the ops request's name), or ``""``."""
+    cond = conditions.get_condition((status or {}).get("conditions"), constants.COND_PAUSED)
+    return str(cond.get("reason") or "") if cond else ""
+
+
+def is_provisioned(status: Status | None) -> bool:
+    return conditions.is_true((status or {}).get("conditions"), constants.COND_PROVISIONED)
+
+
+def provisioning_started(generation: int | None, *, now: datetime.datetime | None = None) -> Mutation:
+    """First contact: ``ProvisioningStarted=True`` and ``phase: Provisioning`` unless a phase is already there."""
+    def mutate(status: Status) -> Status:
+        if not conditions.is_true(status.get("conditions"), constants.COND_PROVISIONING_STARTED):
+            _set(status, constants.COND_PROVISIONING_STARTED, constants.TRUE, REASON_PROVISIONING_STARTED,
+                 "The operator started provisioning the cluster", generation, now)
+        status.setdefault("phase", constants.DB_PHASE_PROVISIONING)
+        return status
+    return mutate
+
+
+def reconciled(ok: bool, reason: str, message: str, generation: int | None, *,
+               now: datetime.datetime | None = None) -> Mutation:
+    """Record the outcome of a reconcile; a finished one also sets ``observedGeneration``."""
+    def mutate(status: Status) -> Status:
+        _set(status, COND_RECONCILED, constants.TRUE if ok else constants.FALSE, reason, message, generation, now)
+        if ok and generation is not None:
+            status["observedGeneration"] = generation
+        return status
+    return mutate
+
+
+def deletion_blocked(message: str, generation: int | None, *, now: datetime.datetime | None = None) -> Mutation:
+    def mutate(status: Status) -> Status:
+        _set(status, COND_DELETION_BLOCKED, constants.TRUE, constants.DELETION_DO_NOT_TERMINATE, message,
+             generation, now)
+        return status
+    return mutate
+
+
+def observed(verdict: health.Verdict, *, halted: bool, generation: int | None,
+             now: datetime.datetime | None = None) -> Mutation:
+    """Phase and the database conditions from one health verdict."""
+    def mutate(status: Status) -> Status:
+        provisioned = is_provisioned(status)
+        phase = health.phase_of(verdict, halted=halted, provisioned=provisioned)
+        status["phase"] = phase
+        if halted:
+            _set(status, constants.COND_HALTED, constants.TRUE, REASON_HALTED,
+                 "spec.halted is true: members stopped, data volumes kept", generation, now)
+        elif conditions.get_condition(status.get("conditions"), constants.COND_HALTED) is not None:
+            _set(status, constants.COND_HALTED, constants.FALSE, REASON_RESUMED,
+                 "spec.halted is false: members running", generation, now)
+        ready_pods = len(verdict.pods_ready)
+        if verdict.replicas and ready_pods == verdict.replicas:
+            _set(status, constants.COND_REPLICA_READY, constants.TRUE, REASON_ALL_REPLICAS_READY,
+                 f"All desired replicas are ready ({ready_pods}/{verdict.replicas})", generation, now)
+        else:
+            _set(status, constants.COND_REPLICA_READY, constants.FALSE, REASON_REPLICAS_NOT_READY,
+                 f"{ready_pods}/{verdict.replicas} pods ready", generation, now)
+        if verdict.accepting_connections:
+            _set(status, constants.COND_ACCEPTING_CONNECTION, constants.TRUE, REASON_ACCEPTING,
+                 f"{len(verdict.healthy)}/{verdict.replicas} members answer a linearizable read", generation, now)
+        else:
+            _set(status, constants.COND_ACCEPTING_CONNECTION, constants.FALSE, REASON_NOT_ACCEPTING,
+                 verdict.summary(), generation, now)
+        if phase == constants.DB_PHASE_READY:
+            _set(status, constants.COND_READY, constants.TRUE, REASON_READY, verdict.summary(), generation, now)
+        else:
+            _set(status, constants.COND_READY, constants.FALSE, REASON_NOT_READY,
+                 f"phase {phase}: {verdict.summary()}", generation, now)
+        if phase == constants.DB_PHASE_READY and not provisioned:
+            # Set once, the first time the cluster is Ready, and never cleared (KubeDB's meaning).
+            _set(status, constants.COND_PROVISIONED, constants.TRUE, REASON_PROVISIONED,
+                 "The cluster reached Ready for the first time", generation, now)
+        return status
+    return mutate

@@ -1,0 +1,113 @@
+"""Status transactions: the provisioner's conditions and phase, never the engine's Paused, no-ops stay no-ops."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from typing import Any
+
+import pytest
+
+from opsmanager.api import conditions, constants
+from opsmanager.provisioner import health, status
+
+T0 = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
+T1 = T0 + datetime.timedelta(minutes=5)
+
+
+def ready_verdict() -> health.Verdict:
+    return health.assess(3, [health.MemberView(f"db-{i}", True, True, True, i + 1, 1) for i in range(3)])
+
+
+def critical_verdict() -> health.Verdict:
+    views = [health.MemberView(f"db-{i}", True, True, True, i + 1, 1) for i in range(2)]
+    return health.assess(3, [*views, health.MemberView("db-2", reason="unreachable")])
+
+
+def paused_status() -> dict[str, Any]:
+    return {"conditions": conditions.set_condition(None, constants.COND_PAUSED, constants.TRUE,
+                                                   reason="add-tls", message="owned by add-tls", now=T0)}
+
+
+def test_the_paused_condition_is_never_touched() -> None:
+    before = paused_status()
+    after = copy.deepcopy(before)
+    for mutate in (status.provisioning_started(1, now=T1), status.reconciled(False, "Paused", "m", 1, now=T1),
+                   status.observed(ready_verdict(), halted=False, generation=1, now=T1),
+                   status.deletion_blocked("m", 1, now=T1)):
+        after = mutate(after)
+    assert conditions.get_condition(after["conditions"], constants.COND_PAUSED) == before["conditions"][0]
+    assert status.is_paused(after) and status.paused_by(after) == "add-tls"
+
+
+def test_paused_false_or_absent_is_not_paused() -> None:
+    assert not status.is_paused({})
+    assert not status.is_paused(None)
+    s = {"conditions": conditions.set_condition(None, constants.COND_PAUSED, constants.FALSE, reason="x")}
+    assert not status.is_paused(s)
+
+
+def test_provisioning_started_once_and_phase_only_when_absent() -> None:
+    s = status.provisioning_started(1, now=T0)({})
+    assert s["phase"] == constants.DB_PHASE_PROVISIONING
+    assert conditions.is_true(s["conditions"], constants.COND_PROVISIONING_STARTED)
+    s["phase"] = constants.DB_PHASE_READY
+    again = status.provisioning_started(2, now=T1)(copy.deepcopy(s))
+    assert again == s  # a no-op: transact_status writes nothing
+
+
+def test_ready_sets_provisioned_once_and_never_clears_it() -> None:
+    s = status.observed(ready_verdict(), halted=False, generation=1, now=T0)({})
+    assert s["phase"] == constants.DB_PHASE_READY
+    for type_ in (constants.COND_READY, constants.COND_PROVISIONED, constants.COND_REPLICA_READY,
+                  constants.COND_ACCEPTING_CONNECTION):
+        assert conditions.is_true(s["conditions"], type_), type_
+    s = status.observed(critical_verdict(), halted=False, generation=1, now=T1)(s)
+    assert s["phase"] == constants.DB_PHASE_CRITICAL
+    assert conditions.is_false(s["conditions"], constants.COND_READY)
+    assert conditions.is_true(s["conditions"], constants.COND_PROVISIONED)
+    provisioned = conditions.get_condition(s["conditions"], constants.COND_PROVISIONED)
+    assert provisioned is not None and provisioned["lastTransitionTime"] == "2026-01-01T12:00:00Z"
+
+
+def test_before_first_ready_the_phase_is_provisioning() -> None:
+    s = status.observed(critical_verdict(), halted=False, generation=1, now=T0)({})
+    assert s["phase"] == constants.DB_PHASE_PROVISIONING
+    assert not status.is_provisioned(s)
+
+
+def test_an_unchanged_observation_is_a_no_op() -> None:
+    s = status.observed(ready_verdict(), halted=False, generation=3, now=T0)({})
+    again = status.observed(ready_verdict(), halted=False, generation=3, now=T1)(copy.deepcopy(s))
+    assert again == s
+
+
+def test_halted_then_resumed() -> None:
+    s = status.observed(health.assess(3, [], blocked="halted"), halted=True, generation=2, now=T0)({})
+    assert s["phase"] == constants.DB_PHASE_HALTED
+    assert conditions.is_true(s["conditions"], constants.COND_HALTED)
+    s = status.observed(ready_verdict(), halted=False, generation=3, now=T1)(s)
+    assert s["phase"] == constants.DB_PHASE_READY
+    assert conditions.is_false(s["conditions"], constants.COND_HALTED)
+    never = status.observed(ready_verdict(), halted=False, generation=3, now=T1)({})
+    assert conditions.get_condition(never["conditions"], constants.COND_HALTED) is None
+
+
+def test_reconciled_sets_observed_generation_only_when_done() -> None:
+    s = status.reconciled(False, "WaitingForCertificates", "waiting", 4, now=T0)({})
+    assert "observedGeneration" not in s
+    assert conditions.is_false(s["conditions"], status.COND_RECONCILED)
+    s = status.reconciled(True, "Reconciled", "ok", 4, now=T1)(s)
+    assert s["observedGeneration"] == 4
+    assert conditions.is_true(s["conditions"], status.COND_RECONCILED)
+
+
+def test_the_ready_condition_follows_the_phase_exactly() -> None:
+    for verdict in (ready_verdict(), critical_verdict(), health.assess(3, [])):
+        s = status.observed(verdict, halted=False, generation=1, now=T0)({"conditions": []})
+        assert conditions.is_true(s["conditions"], constants.COND_READY) == (s["phase"] == constants.DB_PHASE_READY)
+
+
+def test_refuses_to_write_a_condition_it_does_not_own() -> None:
+    with pytest.raises(ValueError, match="does not own condition 'Paused'"):
+        status._set({}, constants.COND_PAUSED, constants.TRUE, "r", "m", 1, T0)
