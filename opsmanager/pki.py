@@ -256,3 +256,57 @@ def signed_by(cert_pem: bytes, ca_pem: bytes) -> bool:
         except (ValueError, TypeError, Exception):  # InvalidSignature is not a ValueError
             continue
     return False
+
+
+def make_self_signed(
+    common_name: str,
+    *,
+    dns_names: Iterable[str] = (),
+    ip_addresses: Iterable[str] = (),
+    uris: Iterable[str] = (),
+    emails: Iterable[str] = (),
+    usages: Iterable[Usage] = ("server", "client"),
+    duration: datetime.timedelta = datetime.timedelta(days=90),
+    organizations: Sequence[str] = (),
+    org_units: Sequence[str] = (),
+    is_ca: bool = False,
+    key_algorithm: str = "ECDSA",
+    key_encoding: str = "PKCS8",
+) -> KeyPair:
+    """A certificate signed by its own key, with any SANs and usages (cert-manager's SelfSigned issuer).
+
+    With ``is_ca=True`` it can sign others (keyCertSign, cRLSign) — the usual bootstrap of a CA Issuer.
+    """
+    key = _new_key(key_algorithm)
+    now = _now()
+    subject = _name(common_name, organizations, org_units)
+    sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dict.fromkeys(dns_names)]
+    sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in dict.fromkeys(ip_addresses)]
+    sans += [x509.UniformResourceIdentifier(u) for u in uris]
+    sans += [x509.RFC822Name(e) for e in emails]
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + duration)
+        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=key_algorithm.upper() == "RSA",
+                data_encipherment=False, key_agreement=False, key_cert_sign=is_ca, crl_sign=is_ca,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+    )
+    ekus = list(dict.fromkeys(_EKU[u] for u in usages if u in _EKU))
+    if ekus:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(ekus), critical=False)
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    cert = builder.sign(key, hashes.SHA256())
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key, key_encoding))

@@ -44,3 +44,16 @@ def test_bundle_keeps_order_and_drops_duplicates() -> None:
 def test_keypair_repr_never_shows_the_key() -> None:
     kp = pki.make_ca("secretive")
     assert "PRIVATE" not in repr(kp) and "redacted" in repr(kp)
+
+
+def test_self_signed_leaf_and_ca_verify_against_themselves() -> None:
+    leaf = pki.make_self_signed("web", dns_names=["a.example", "*.b.example"], ip_addresses=["127.0.0.1"],
+                                usages=("server auth",), key_encoding="PKCS1")
+    info = pki.cert_info(leaf.cert_pem)
+    assert info.issuer == info.subject and not info.is_ca
+    assert info.dns_names == ("a.example", "*.b.example") and info.ip_addresses == ("127.0.0.1",)
+    assert pki.signed_by(leaf.cert_pem, leaf.cert_pem) and pki.key_matches_cert(leaf.cert_pem, leaf.key_pem)
+    assert leaf.key_pem.startswith(b"-----BEGIN EC PRIVATE KEY-----")  # PKCS1 = SEC1 for EC keys
+    ca = pki.make_self_signed("root", is_ca=True, usages=())
+    assert pki.cert_info(ca.cert_pem).is_ca
+    assert pki.signed_by(pki.make_leaf(ca, "child").cert_pem, ca.cert_pem)
