@@ -158,7 +158,7 @@ def render(
 
 def to_yaml(objects: Sequence[dict[str, Any]]) -> str:
     """A multi-document YAML stream, with the generated-file header."""
-    return HEADER + yaml.safe_dump_all(list(objects), sort_keys=False, default_flow_style=False, width=110)
+    return HEADER + str(yaml.safe_dump_all(list(objects), sort_keys=False, default_flow_style=False, width=110))
 
 
 def files() -> dict[str, str]:

@@ -55,17 +55,16 @@ class WebhookServer:
         self,
         host: str = "127.0.0.1",
         port: int = 0,
-        *,
-        cert_file: str | os.PathLike[str],
-        key_file: str | os.PathLike[str],
-        lookup: validation.EtcdLookup,
+        cert_file: str | os.PathLike[str] = "tls.crt",
+        key_file: str | os.PathLike[str] = "tls.key",
+        lookup: validation.EtcdLookup | None = None,
         reload_interval: float = 2.0,
     ) -> None:
         self.host = host
         self._requested_port = port
         self.cert_file = os.fspath(cert_file)
         self.key_file = os.fspath(key_file)
-        self.lookup = lookup
+        self.lookup: validation.EtcdLookup = lookup if lookup is not None else validation.InMemoryEtcdLookup()
         self.reload_interval = reload_interval
         self.reloads = 0
         self._port: int | None = None

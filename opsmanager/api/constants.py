@@ -14,7 +14,7 @@ from typing import Final
 
 ETCD_GROUP: Final = "opsmanager.dev"
 ETCD_VERSION: Final = "v1alpha1"
-ETCD_API_VERSION: Final = f"{ETCD_GROUP}/{ETCD_VERSION}"
+ETCD_API_VERSION: Final = "opsmanager.dev/v1alpha1"
 ETCD_KIND: Final = "Etcd"
 ETCD_LIST_KIND: Final = "EtcdList"
 ETCD_PLURAL: Final = "etcds"
@@ -24,7 +24,7 @@ ETCD_CATEGORIES: Final = ("datastore", "opsmanager", "all")
 
 OPS_GROUP: Final = "ops.opsmanager.dev"
 OPS_VERSION: Final = "v1alpha1"
-OPS_API_VERSION: Final = f"{OPS_GROUP}/{OPS_VERSION}"
+OPS_API_VERSION: Final = "ops.opsmanager.dev/v1alpha1"
 OPS_KIND: Final = "EtcdOpsRequest"
 OPS_LIST_KIND: Final = "EtcdOpsRequestList"
 OPS_PLURAL: Final = "etcdopsrequests"

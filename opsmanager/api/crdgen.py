@@ -222,7 +222,7 @@ def crd(spec: CRDSpec) -> dict[str, Any]:
 def render(spec: CRDSpec) -> str:
     """The YAML text of one CRD file, header included."""
     body = yaml.safe_dump(crd(spec), sort_keys=False, allow_unicode=True, width=110, default_flow_style=False)
-    return HEADER + body
+    return HEADER + str(body)
 
 
 def render_all() -> dict[str, str]:

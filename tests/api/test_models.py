@@ -230,3 +230,8 @@ def test_format_duration_prints_like_go() -> None:
 
 def test_per_pod_condition_type_is_kubedb_style() -> None:
     assert constants.per_pod_type(constants.STEP_EVICT_POD, "etcd-0") == "EvictPod--etcd-0"
+
+
+def test_api_version_constants_match_group_and_version() -> None:
+    assert constants.ETCD_API_VERSION == f"{constants.ETCD_GROUP}/{constants.ETCD_VERSION}"
+    assert constants.OPS_API_VERSION == f"{constants.OPS_GROUP}/{constants.OPS_VERSION}"
