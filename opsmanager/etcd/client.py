@@ -659,7 +659,8 @@ class EtcdClient:
 
         Uses ``GET /health`` on the plain-HTTP metrics port when the endpoint has one, else reproduces the same check
         over gRPC (Status + a linearizable Range). Returns a :class:`probes.Health` — never raises for an unhealthy or
-        unreachable member — and always within about ``timeout`` (x schemes for the gRPC path).
+        unreachable member — and within ``timeout`` (plus up to 1 s to confirm, by Status, that a member whose
+        ``/health`` hung is alive).
         ``no_quorum`` is set when the member answers but consensus does not.
         """
         ep = self.endpoint(endpoint)
@@ -682,8 +683,9 @@ class EtcdClient:
         return await self._grpc_health(ep, timeout, started)
 
     async def _grpc_health(self, ep: access.Endpoint, timeout: float, started: float) -> probes.Health:
+        deadline = asyncio.get_running_loop().time() + timeout  # one budget for Status and the read together
         try:
-            st = await self.status(ep, timeout=timeout)
+            st = await self.status(ep, timeout=timeout, deadline=deadline)
         except errors.EtcdError as err:
             return probes.Health(ep.label, False, f"unreachable: {err}", reachable=False, via="grpc",
                                  took=time.monotonic() - started)
@@ -696,7 +698,7 @@ class EtcdClient:
             return probes.Health(ep.label, False, "RAFT NO LEADER", no_quorum=True, via=via,
                                  took=time.monotonic() - started)
         try:
-            await self.get(HEALTH_KEY, endpoint=ep, scheme=st.scheme, timeout=timeout)
+            await self.get(HEALTH_KEY, endpoint=ep, scheme=st.scheme, timeout=timeout, deadline=deadline)
         except (errors.NoQuorum, errors.RequestTimeout) as err:
             return probes.Health(ep.label, False, f"linearizable read failed: {err}", no_quorum=True, via=via,
                                  took=time.monotonic() - started)
