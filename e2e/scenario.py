@@ -1,0 +1,286 @@
+"""End-to-end scenarios on the sandbox: a live cluster, a live writer, an operation, and what it cost.
+
+One harness serves the demo (``opsmanager demo``), the end-to-end tests and the benchmarks, so the numbers they
+print are measured the same way: a writer putting every 20 ms through every member, holding a client identity
+from each CA the scenario may move to (an application that was told about the new CA in advance), and a leader
+monitor counting raft elections. ``unplanned elections = elections - MoveLeader calls the engine made``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import dataclasses
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from e2e import monitor, writer
+from opsmanager import kube, pki
+from opsmanager.api import constants
+from opsmanager.etcd import access
+from opsmanager.etcd import client as etcd_client
+from opsmanager.provisioner import naming
+
+NAMESPACE = "demo"
+Printer = Callable[[str], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class OpResult:
+    """One operation, as the user and the writer experienced it."""
+
+    name: str
+    phase: str
+    wall_seconds: float
+    writes_ok: int
+    writes_failed: int
+    max_gap: float
+    elections: int
+    leader_moves: int
+    conditions: tuple[str, ...]
+    failure: str = ""
+
+    @property
+    def unplanned_elections(self) -> int:
+        return max(0, self.elections - self.leader_moves)
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+class OperatorProcess:
+    """``opsmanager run`` as a child process (so a test can SIGKILL it), logging to a file."""
+
+    def __init__(self, kubeconfig: pathlib.Path, log_path: pathlib.Path) -> None:
+        self.kubeconfig, self.log_path = kubeconfig, log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "opsmanager", "run", "--kubeconfig", str(self.kubeconfig), "--all-namespaces",
+             "--standalone"],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        log.close()
+
+    def kill(self) -> None:
+        """SIGKILL: the crash case."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+class Scenario:
+    """A sandbox with the operator running, helpers to make CAs, Etcds and requests, and the live measurements."""
+
+    def __init__(self, workdir: str | os.PathLike[str], *, printer: Printer | None = None,
+                 namespace: str = NAMESPACE) -> None:
+        self.dir = pathlib.Path(workdir)
+        self.print = printer or (lambda _line: None)
+        self.namespace = namespace
+        self.sandbox: Any = None
+        self.kube: kube.Kube | None = None
+        self.operator: OperatorProcess | None = None
+        self.cas: dict[str, pki.KeyPair] = {}
+
+    async def __aenter__(self) -> Scenario:
+        from opsmanager.sandbox import cluster as sandbox_cluster
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.sandbox = sandbox_cluster.Sandbox(dir=self.dir, operator=False)
+        await self.sandbox.__aenter__()
+        self.kube = kube.Kube.from_kubeconfig(str(self.sandbox.kubeconfig))
+        await self.ensure_namespace(self.namespace)
+        self.operator = OperatorProcess(pathlib.Path(self.sandbox.kubeconfig), self.dir / "operator.log")
+        self.operator.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.operator is not None:
+            self.operator.stop()
+        if self.kube is not None:
+            self.kube.close()
+        if self.sandbox is not None:
+            await self.sandbox.__aexit__(*exc)
+
+    @property
+    def k(self) -> kube.Kube:
+        assert self.kube is not None, "use Scenario as an async context manager"
+        return self.kube
+
+    async def ensure_namespace(self, name: str) -> None:
+        with contextlib.suppress(kube.Conflict):
+            await self.k.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+    # --- certificate authorities and issuers -------------------------------------------------------------------
+
+    async def ca_issuer(self, name: str) -> pki.KeyPair:
+        """A cert-manager CA Issuer ``name`` backed by a fresh CA (kept, so the writer can hold an identity)."""
+        ca = pki.make_ca(f"{name}-root")
+        self.cas[name] = ca
+        await self.k.apply({
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": f"{name}-keypair", "namespace": self.namespace},
+            "data": {"tls.crt": b64(ca.cert_pem), "tls.key": b64(ca.key_pem)},
+        })
+        await self.k.apply({
+            "apiVersion": "cert-manager.io/v1", "kind": "Issuer",
+            "metadata": {"name": name, "namespace": self.namespace},
+            "spec": {"ca": {"secretName": f"{name}-keypair"}},
+        })
+        return ca
+
+    def writer_identities(self) -> list[access.TLSIdentity]:
+        """A client identity from every CA made so far, each trusting all of them."""
+        trust = pki.bundle(*(ca.cert_pem for ca in self.cas.values()))
+        ids = []
+        for name, ca in self.cas.items():
+            leaf = pki.make_leaf(ca, "writer", usages=("client",))
+            ids.append(access.TLSIdentity(ca_pem=trust, cert_pem=leaf.cert_pem, key_pem=leaf.key_pem,
+                                          name=f"id-{name}"))
+        return ids
+
+    # --- Etcd ----------------------------------------------------------------------------------------------
+
+    async def create_etcd(self, name: str, *, issuer: str | None = None, replicas: int = 3) -> None:
+        spec: dict[str, Any] = {"version": constants.DEFAULT_ETCD_VERSION, "replicas": replicas,
+                                "storageType": "Durable", "deletionPolicy": "WipeOut"}
+        if issuer is not None:
+            spec["tls"] = {"issuerRef": {"apiGroup": "cert-manager.io", "kind": "Issuer", "name": issuer}}
+        await self.k.create({"apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
+                             "metadata": {"name": name, "namespace": self.namespace}, "spec": spec})
+
+    async def wait_for(self, what: str, probe: Callable[[], Any], *, timeout: float,
+                       interval: float = 0.2) -> Any:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            last = await probe()
+            if last:
+                return last
+            await asyncio.sleep(interval)
+        raise TimeoutError(f"{what}: not reached within {timeout:.0f}s")
+
+    async def etcd_phase(self, name: str) -> str | None:
+        obj = await self.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, self.namespace, name)
+        return ((obj or {}).get("status") or {}).get("phase")
+
+    async def wait_ready(self, name: str, *, timeout: float = 60.0) -> None:
+        async def ready() -> bool:
+            return await self.etcd_phase(name) == constants.DB_PHASE_READY
+        await self.wait_for(f"Etcd {name} Ready", ready, timeout=timeout)
+
+    async def endpoints(self, name: str, replicas: int = 3) -> list[access.Endpoint]:
+        """Every member, both schemes (the writer tries whichever works), verified by the pod's DNS name."""
+        out = []
+        for pod_name in naming.pods(name, replicas):
+            pod = await self.k.get("v1", "Pod", self.namespace, pod_name)
+            ip = ((pod or {}).get("status") or {}).get("podIP")
+            if ip:
+                out.append(access.Endpoint(
+                    name=pod_name, host=ip, schemes=("https", "http"),
+                    server_name=naming.pod_fqdn(name, self.namespace, pod_name)))
+        return out
+
+    # --- requests --------------------------------------------------------------------------------------------
+
+    async def submit(self, request_name: str, db: str, type_: str, **spec: Any) -> None:
+        body = {"apiVersion": constants.OPS_API_VERSION, "kind": constants.OPS_KIND,
+                "metadata": {"name": request_name, "namespace": self.namespace},
+                "spec": {"type": type_, "databaseRef": {"name": db}, **spec}}
+        await self.k.create(body)
+
+    async def request(self, name: str) -> dict[str, Any] | None:
+        return await self.k.get(constants.OPS_API_VERSION, constants.OPS_KIND, self.namespace, name)
+
+    async def watch_request(self, name: str, *, timeout: float = 300.0) -> dict[str, Any]:
+        """Poll until the request is terminal, printing each condition as it changes."""
+        seen: dict[str, tuple[str, str]] = {}
+        deadline = time.monotonic() + timeout
+        while True:
+            req = await self.request(name) or {}
+            status = req.get("status") or {}
+            for cond in status.get("conditions") or []:
+                key = (cond.get("status", ""), cond.get("message", ""))
+                if seen.get(cond["type"]) != key:
+                    seen[cond["type"]] = key
+                    self.print(f"    {cond['type']:<44} {cond.get('status'):<6} {cond.get('message', '')}")
+            if status.get("phase") in constants.TERMINAL_OPS_PHASES:
+                return req
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"EtcdOpsRequest {name}: still {status.get('phase')} after {timeout:.0f}s")
+            await asyncio.sleep(0.2)
+
+    async def leader_moves(self, request_name: str) -> int:
+        events = await self.k.list("v1", "Event", self.namespace)
+        return sum(1 for e in events if e.get("reason") == "MoveLeader"
+                   and (e.get("involvedObject") or {}).get("name") == request_name)
+
+    @contextlib.asynccontextmanager
+    async def live(self, db: str, replicas: int = 3) -> AsyncIterator[tuple[writer.Writer, monitor.LeaderMonitor]]:
+        """The live writer and leader monitor on ``db``."""
+        eps = await self.endpoints(db, replicas)
+        ids = self.writer_identities()
+        w = writer.Writer(writer.targets_for(eps, identities=[*ids, None]))
+        mon = monitor.LeaderMonitor(eps, identity=ids[0] if ids else None)
+        await w.start()
+        await mon.start()
+        try:
+            await w.wait_ok(5, timeout=20)
+            yield w, mon
+        finally:
+            await mon.stop()
+            await w.stop()
+
+    async def operate(self, request_name: str, db: str, type_: str, *, timeout: float = 300.0,
+                      **spec: Any) -> OpResult:
+        """Submit a request and follow it with the live writer and the leader monitor running."""
+        async with self.live(db) as (w, mon):
+            before = w.snapshot()
+            started = time.monotonic()
+            await self.submit(request_name, db, type_, **spec)
+            req = await self.watch_request(request_name, timeout=timeout)
+            wall = time.monotonic() - started
+            after = w.snapshot()
+            mres = mon.result
+        status = req.get("status") or {}
+        failure = ""
+        for cond in status.get("conditions") or []:
+            if cond["type"] == constants.COND_FAILED:
+                failure = cond.get("message", "")
+        return OpResult(
+            name=request_name, phase=status.get("phase", ""), wall_seconds=wall,
+            writes_ok=after.ok - before.ok, writes_failed=after.failed - before.failed, max_gap=after.max_gap,
+            elections=mres.elections, leader_moves=await self.leader_moves(request_name),
+            conditions=tuple(c["type"] for c in status.get("conditions") or []), failure=failure,
+        )
+
+    async def served_serials(self, db: str, *, identity: access.TLSIdentity | None = None) -> dict[str, int]:
+        """The serial each member serves on its client port now (fresh handshake)."""
+        eps = await self.endpoints(db)
+        ident = identity or (self.writer_identities() or [None])[-1]
+        out = {}
+        async with etcd_client.EtcdClient(eps, tls=ident) as client:
+            for ep in eps:
+                info = await client.served_certificate(ep.name, port="client")
+                out[ep.name] = info.serial
+        return out
