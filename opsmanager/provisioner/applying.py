@@ -143,7 +143,10 @@ def desired_statefulset(rendered: Obj, live: Mapping[str, Any] | None, *, restar
                 want["spec"][field] = copy.deepcopy(live_spec[field])
             else:
                 want["spec"].pop(field, None)
-    want["metadata"].setdefault("annotations", {})[ANNOTATION_SPEC_HASH] = spec_hash(want["spec"])
+    # The hash leaves the immutable fields out: the API server defaults inside them (volumeClaimTemplates), and
+    # they are never updated anyway.
+    hashed = {k: v for k, v in want["spec"].items() if k not in STATEFULSET_IMMUTABLE}
+    want["metadata"].setdefault("annotations", {})[ANNOTATION_SPEC_HASH] = spec_hash(hashed)
     return want
 
 

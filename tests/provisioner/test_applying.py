@@ -126,3 +126,14 @@ def test_parse_names_the_bad_field() -> None:
 def test_outcome_ok_only_when_done() -> None:
     assert applying.Outcome(applying.DONE, "Reconciled", "").ok
     assert not applying.Outcome(applying.WAITING, "WaitingForCertificates", "", delay=2).ok
+
+
+def test_defaults_inside_immutable_fields_do_not_trigger_an_update() -> None:
+    db = make_db()
+    live = live_sts(db)
+    live["spec"]["volumeClaimTemplates"][0].update(apiVersion="v1", kind="PersistentVolumeClaim",
+                                                   status={"phase": "Pending"})
+    live["spec"]["volumeClaimTemplates"][0]["spec"]["volumeMode"] = "Filesystem"
+    live["metadata"]["annotations"][applying.ANNOTATION_SPEC_HASH] = applying.desired_statefulset(
+        render.render_statefulset(db), None)["metadata"]["annotations"][applying.ANNOTATION_SPEC_HASH]
+    assert applying.statefulset_update(render.render_statefulset(db), live) is None

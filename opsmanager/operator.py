@@ -1,0 +1,324 @@
+"""``opsmanager run``: the operator process — kopf, in-process, with the provisioner and the ops engine.
+
+    opsmanager run [--kubeconfig PATH] [--namespace NS ... | --all-namespaces] [--standalone]
+                   [--interval SECONDS] [--liveness URL] [--verbose | --debug | --quiet]
+
+One process runs both halves KubeDB splits in two: the provisioner's handlers on ``etcds.opsmanager.dev``
+(:mod:`opsmanager.provisioner.handlers`) and, when it is installed, the ops engine's on ``etcdopsrequests``
+(:mod:`opsmanager.ops.handlers`, imported behind a guard so the operator runs without it). They cooperate through
+the Etcd's ``Paused`` condition.
+
+Why our own login handler: kopf's built-in ``login_via_client`` loads the *default* kubeconfig; the operator must
+use the one it was given (``--kubeconfig``, e.g. the sandbox's), or the in-cluster service account when none is
+given and none is found. It reads the file with the official client (so tokens, client certificates, exec
+plugins and a plain ``http://127.0.0.1:<port>`` server all work) and hands kopf the resulting credentials.
+
+kopf settings: finalizer, progress and diff-base annotations live under ``opsmanager.dev/`` (not kopf's
+``kopf.zalando.org``), progress is kept in annotations only so ``status`` stays ours, and kopf posts Kubernetes
+events only for warnings (the handlers post their own, on transitions).
+
+Tests, the sandbox and the demo start it as a subprocess with :class:`OperatorProcess` (``python -m opsmanager run
+--kubeconfig K ...``, ready when its liveness endpoint answers, stopped by PID), or in-process with
+:func:`run_async` and a ``stop_flag``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import importlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import kopf
+import kubernetes
+
+from opsmanager import kube
+from opsmanager.provisioner import handlers as provisioner_handlers
+
+log = logging.getLogger("opsmanager.operator")
+
+ANNOTATION_PREFIX = "opsmanager.dev"
+FINALIZER = "opsmanager.dev/finalizer"
+OPS_HANDLERS_MODULE = "opsmanager.ops.handlers"
+_BUILT: set[int] = set()
+
+
+def connection_info(kubeconfig: str | None, *, context: str | None = None) -> kopf.ConnectionInfo:
+    """kopf credentials from ``kubeconfig`` (default: ``$KUBECONFIG`` or ``~/.kube/config``), else in-cluster."""
+    config = kubernetes.client.Configuration()
+    try:
+        kubernetes.config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=config)
+    except (kubernetes.config.ConfigException, FileNotFoundError, TypeError) as exc:
+        if kubeconfig is not None:
+            raise kopf.LoginError(f"cannot load kubeconfig {kubeconfig!r}: {exc}") from exc
+        try:
+            kubernetes.config.load_incluster_config(client_configuration=config)
+        except kubernetes.config.ConfigException as exc2:
+            raise kopf.LoginError("no kubeconfig found (give --kubeconfig or set $KUBECONFIG) and not running "
+                                  f"in a cluster: {exc2}") from exc2
+    header = config.get_api_key_with_prefix("BearerToken") or config.get_api_key_with_prefix("authorization")
+    parts = header.split(" ", 1) if header else []
+    scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+    return kopf.ConnectionInfo(
+        server=config.host,
+        ca_path=config.ssl_ca_cert,
+        insecure=not config.verify_ssl,
+        username=config.username or None,
+        password=config.password or None,
+        scheme=scheme,
+        token=token,
+        certificate_path=config.cert_file,
+        private_key_path=config.key_file,
+    )
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    """The operator's kopf settings (see the module doc)."""
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 60
+
+
+class RoutineTimerFilter(logging.Filter):
+    """Drop kopf's per-run "Timer 'status' is invoked/succeeded" lines: the status timer runs every few seconds for
+    every Etcd, and an idle operator should not fill its log. Failures are still logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.startswith("Timer 'status'") and message.endswith(("succeeded.", "is invoked.")))
+
+
+def quiet_routine_logs() -> None:
+    logging.getLogger("kopf.objects").addFilter(RoutineTimerFilter())
+
+
+def load_ops_handlers() -> bool:
+    """Import the ops engine's handlers when the module exists (it registers itself in kopf's default registry,
+    or through a ``register(registry)`` function). False when the engine is not installed."""
+    try:
+        module = importlib.import_module(OPS_HANDLERS_MODULE)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if not (OPS_HANDLERS_MODULE == missing or OPS_HANDLERS_MODULE.startswith(missing + ".")):
+            raise  # the engine is there but one of its imports is broken: say so, do not hide it
+        log.warning("%s is not installed: running the provisioner only", OPS_HANDLERS_MODULE)
+        return False
+    register = getattr(module, "register", None)
+    if callable(register):
+        register(kopf.get_default_registry())
+    return True
+
+
+def build_registry(kubeconfig: str | None, *, interval: float, with_ops: bool = True) -> kopf.OperatorRegistry:
+    """kopf's default registry with login, settings, the provisioner and (when present) the ops engine.
+
+    Once per process: the handlers are registered in kopf's global registry (the ops engine registers itself
+    there on import), so a second call returns the same registry unchanged."""
+    registry = kopf.get_default_registry()
+    if id(registry) in _BUILT:
+        return registry
+    _BUILT.add(id(registry))
+
+    @kopf.on.login(registry=registry, id="opsmanager-login")
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return connection_info(kubeconfig)
+
+    @kopf.on.startup(registry=registry, id="opsmanager-settings")
+    def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        configure(settings)
+
+    provisioner_handlers.register(registry, interval=interval)
+    if with_ops:
+        load_ops_handlers()
+    return registry
+
+
+def make_memo(kubeconfig: str | None) -> kopf.Memo:
+    return kopf.Memo(kube=kube.Kube.from_kubeconfig(kubeconfig))
+
+
+async def run_async(
+    kubeconfig: str | None,
+    *,
+    namespaces: Collection[str] = (),
+    clusterwide: bool = False,
+    standalone: bool = True,
+    interval: float = provisioner_handlers.DEFAULT_INTERVAL,
+    liveness_endpoint: str | None = None,
+    stop_flag: asyncio.Event | None = None,
+    ready_flag: asyncio.Event | None = None,
+    with_ops: bool = True,
+) -> None:
+    """Run the operator in the current event loop until ``stop_flag`` is set (or it is cancelled)."""
+    if kubeconfig:
+        os.environ["KUBECONFIG"] = kubeconfig  # for code that loads it itself (the ops engine's client)
+    registry = build_registry(kubeconfig, interval=interval, with_ops=with_ops)
+    memo = make_memo(kubeconfig)
+    quiet_routine_logs()
+    try:
+        await kopf.operator(
+            registry=registry, memo=memo, standalone=standalone, clusterwide=clusterwide,
+            namespaces=list(namespaces), liveness_endpoint=liveness_endpoint,
+            stop_flag=stop_flag, ready_flag=ready_flag,
+        )
+    finally:
+        memo.kube.close()
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="opsmanager run", description="Run the etcd ops-manager operator.")
+    parser.add_argument("--kubeconfig", metavar="PATH",
+                        help="kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, else in-cluster)")
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", action="append", default=[], metavar="NS",
+                       help="watch this namespace (repeatable); default: all namespaces")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (the default)")
+    parser.add_argument("--standalone", action="store_true",
+                        help="no peering: do not coordinate with other operator replicas")
+    parser.add_argument("--interval", type=float, default=provisioner_handlers.DEFAULT_INTERVAL, metavar="SECONDS",
+                        help="how often each Etcd is reconciled and its status refreshed (default %(default)s)")
+    parser.add_argument("--liveness", metavar="URL",
+                        help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    parser.add_argument("--no-ops", action="store_true", help="run the provisioner only, without the ops engine")
+    verbosity = parser.add_mutually_exclusive_group()
+    verbosity.add_argument("-v", "--verbose", action="store_true")
+    verbosity.add_argument("--debug", action="store_true")
+    verbosity.add_argument("-q", "--quiet", action="store_true")
+    args = parser.parse_args(list(argv))
+    if args.interval <= 0:
+        parser.error(f"--interval must be greater than 0 seconds, got {args.interval}")
+    if args.kubeconfig and not os.path.exists(args.kubeconfig):
+        parser.error(f"--kubeconfig {args.kubeconfig}: no such file")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    kopf.configure(verbose=args.verbose, debug=args.debug, quiet=args.quiet)
+    if not args.debug:
+        quiet_routine_logs()
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = args.kubeconfig
+    registry = build_registry(args.kubeconfig, interval=args.interval, with_ops=not args.no_ops)
+    memo = make_memo(args.kubeconfig)
+    clusterwide = not args.namespace
+    log.info("opsmanager operator: %s, api %s", "all namespaces" if clusterwide else ", ".join(args.namespace),
+             memo.kube.host)
+    try:
+        kopf.run(registry=registry, memo=memo, standalone=args.standalone, clusterwide=clusterwide,
+                 namespaces=args.namespace, liveness_endpoint=args.liveness)
+    finally:
+        memo.kube.close()
+    return 0
+
+
+# --- running it as a subprocess (tests, sandbox, demo) -------------------------------------------------------
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclasses.dataclass
+class OperatorProcess:
+    """``opsmanager run`` in a child process. Start with :meth:`start`, stop with :meth:`stop` (by PID, SIGTERM
+    then SIGKILL); :meth:`log` returns what it printed (kept in ``log_path``)."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    liveness_url: str
+    _log_file: IO[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @classmethod
+    def start(cls, kubeconfig: str | os.PathLike[str], *, log_path: str | os.PathLike[str],
+              namespaces: Sequence[str] = (), interval: float | None = None, standalone: bool = True,
+              with_ops: bool = True, verbose: bool = False, extra_args: Sequence[str] = (),
+              env: dict[str, str] | None = None, ready_timeout: float = 30.0) -> OperatorProcess:
+        """Start the operator against ``kubeconfig`` and wait until it serves its liveness probe."""
+        port = free_port()
+        url = f"http://127.0.0.1:{port}/healthz"
+        argv = [sys.executable, "-m", "opsmanager", "run", "--kubeconfig", os.fspath(kubeconfig), "--liveness", url]
+        for ns in namespaces:
+            argv += ["--namespace", ns]
+        if interval is not None:
+            argv += ["--interval", str(interval)]
+        if standalone:
+            argv.append("--standalone")
+        if not with_ops:
+            argv.append("--no-ops")
+        if verbose:
+            argv.append("--verbose")
+        argv += list(extra_args)
+        path = Path(log_path)
+        log_file = path.open("ab")
+        process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env={**os.environ, **(env or {})})
+        op = cls(process, path, url, log_file)
+        try:
+            op.wait_ready(ready_timeout)
+        except BaseException:
+            op.stop()
+            raise
+        return op
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the operator exited with code {self.process.returncode} before it was ready:\n"
+                                   f"{self.log()[-3000:]}")
+            try:
+                with urllib.request.urlopen(self.liveness_url, timeout=1.0) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"the operator did not become ready within {timeout}s:\n{self.log()[-3000:]}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM, wait up to ``timeout``, then SIGKILL. Returns the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        return self.process.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""``opsmanager run``: argument checks, kopf credentials from a given kubeconfig, the ops-engine import guard,
+the quiet timer log filter. (The process itself runs in test_operator_apiserver.py and the e2e tests.)"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import kopf
+import pytest
+import yaml
+
+from opsmanager import operator
+
+
+def write_kubeconfig(path: Path, server: str, *, token: str | None = None) -> Path:
+    user: dict[str, str] = {"token": token} if token else {}
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "s", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "c", "context": {"cluster": "s", "user": "u", "namespace": "x"}}],
+    }))
+    return path
+
+
+def test_connection_info_uses_the_given_kubeconfig_with_a_plain_http_server(tmp_path: Path) -> None:
+    info = operator.connection_info(str(write_kubeconfig(tmp_path / "kc", "http://127.0.0.1:34567", token="t0k")))
+    assert info.server == "http://127.0.0.1:34567"
+    assert info.token == "t0k" and info.scheme == "Bearer"
+    assert info.certificate_path is None and info.private_key_path is None
+
+
+def test_connection_info_without_a_token(tmp_path: Path) -> None:
+    info = operator.connection_info(str(write_kubeconfig(tmp_path / "kc", "http://127.0.0.1:1")))
+    assert info.server == "http://127.0.0.1:1" and info.token is None
+
+
+def test_a_missing_kubeconfig_is_a_login_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(kopf.LoginError, match="nope"):
+        operator.connection_info(str(tmp_path / "nope"))
+
+
+def test_parse_args_defaults_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = operator.parse_args([])
+    assert args.namespace == [] and args.interval == 5.0 and not args.standalone
+    kc = write_kubeconfig(tmp_path / "kc", "http://127.0.0.1:1")
+    args = operator.parse_args(["--kubeconfig", str(kc), "-n", "a", "-n", "b", "--standalone", "--interval", "1"])
+    assert args.namespace == ["a", "b"] and args.standalone and args.interval == 1.0
+    for bad, message in ((["--interval", "0"], "--interval must be greater than 0"),
+                         (["--kubeconfig", str(tmp_path / "missing")], "no such file"),
+                         (["-n", "a", "-A"], "not allowed with")):
+        with pytest.raises(SystemExit):
+            operator.parse_args(bad)
+        assert message in capsys.readouterr().err
+
+
+def test_kopf_settings_keep_everything_under_our_prefix() -> None:
+    settings = kopf.OperatorSettings()
+    operator.configure(settings)
+    assert settings.persistence.finalizer == "opsmanager.dev/finalizer"
+    assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
+    assert settings.posting.level == logging.WARNING
+
+
+def test_ops_handlers_are_optional(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(operator, "OPS_HANDLERS_MODULE", "opsmanager.no_such_engine.handlers")
+    assert operator.load_ops_handlers() is False
+
+
+def test_a_broken_ops_engine_is_not_hidden(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "broken_engine_pkg").mkdir()
+    (tmp_path / "broken_engine_pkg" / "__init__.py").write_text("")
+    (tmp_path / "broken_engine_pkg" / "handlers.py").write_text("import opsmanager_missing_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(operator, "OPS_HANDLERS_MODULE", "broken_engine_pkg.handlers")
+    with pytest.raises(ModuleNotFoundError, match="opsmanager_missing_dependency_xyz"):
+        operator.load_ops_handlers()
+
+
+def test_routine_timer_lines_are_dropped_but_failures_kept() -> None:
+    f = operator.RoutineTimerFilter()
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("kopf.objects", logging.INFO, __file__, 1, msg, None, None)
+    assert not f.filter(record("Timer 'status' succeeded."))
+    assert not f.filter(record("Timer 'status' is invoked."))
+    assert f.filter(record("Timer 'status' failed with an exception. Will retry."))
+    assert f.filter(record("Handler 'provision' succeeded."))
