@@ -1,0 +1,207 @@
+"""The whole sandbox in one object: API server + kubelet + StatefulSet controller + cert-manager (+ extras).
+
+    async with Sandbox(dir=".sandbox") as sb:
+        sb.url, sb.kubeconfig, sb.dir        # http://127.0.0.1:<port>, <dir>/kubeconfig, <dir>
+        await sb.apply(yaml_text_or_objects)   # create-or-replace, like kubectl apply
+        sb.client                              # async KubeClient for the controllers' style of access
+
+Start order: API server (with cert-manager's CRDs), ``crds/*.yaml`` applied, namespace ``cert-manager``,
+kubeconfig written, then the controllers, then the extra components. Stop order is the reverse; the kubelet
+stops every pod process by PID (SIGTERM, grace capped at ``shutdown_grace``, SIGKILL), also when the body of
+the ``async with`` raised. Stopping the sandbox is not a node drain: when every member of an etcd cluster gets
+SIGTERM at once the leader waits ~7 s for a leadership transfer nobody can take, so the default grace at
+shutdown is 2 s. Each container process also carries ``PR_SET_PDEATHSIG=SIGKILL``, so even a
+killed sandbox process leaves no etcd behind.
+
+Extra components are the hook for the operator and the admission webhook: callables taking the started
+:class:`Sandbox` and returning an async context manager; they are entered after the controllers are running
+and exited first. :data:`DEFAULT_COMPONENTS` is what ``opsmanager sandbox up`` starts unless
+``--no-operator`` is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from opsmanager.sandbox import (
+    addresses,
+    certmanager,
+    kubeclient,
+    kubelet,
+    statefulset,
+)
+from opsmanager.sandbox import apiserver as sandbox_apiserver
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Component = Callable[["Sandbox"], contextlib.AbstractAsyncContextManager[Any]]
+
+# The operator and the admission webhook will be added here by their issues, e.g.
+#   DEFAULT_COMPONENTS.append(operator_component)   # lambda sb: run_operator(kubeconfig=sb.kubeconfig)
+# `opsmanager sandbox up` starts these unless --no-operator is given.
+DEFAULT_COMPONENTS: list[Component] = []
+
+REPO_CRDS = Path(__file__).resolve().parents[2] / "crds"
+
+
+class Sandbox:
+    """The local control plane with real etcd pods (see module docstring)."""
+
+    def __init__(self, dir: str | Path = ".sandbox", *, host: str = "127.0.0.1", port: int = 0,
+                 speed: float = 1.0, volume_refresh_delay: float = 0.5, shutdown_grace: float = 2.0,
+                 crds_dir: str | Path | None = REPO_CRDS, components: Sequence[Component] = (),
+                 issuance_delay: float = 0.0, cluster_domain: str = "cluster.local",
+                 bookmark_interval: float = 5.0) -> None:
+        self.dir = Path(dir).resolve()
+        self.host = host
+        self.port = port
+        self.speed = speed
+        self.volume_refresh_delay = volume_refresh_delay
+        self.shutdown_grace = shutdown_grace
+        self.crds_dir = Path(crds_dir) if crds_dir is not None else None
+        self.components = list(components)
+        self.issuance_delay = issuance_delay
+        self.cluster_domain = cluster_domain
+        self.bookmark_interval = bookmark_interval
+        self.apiserver: sandbox_apiserver.APIServer | None = None
+        self.client: kubeclient.KubeClient = kubeclient.KubeClient("http://unset")
+        self.addresses: addresses.PodAddresses | None = None
+        self.kubelet: kubelet.Kubelet | None = None
+        self.statefulsets: statefulset.Controller | None = None
+        self.certmanager: certmanager.Controller | None = None
+        self.crds: list[str] = []
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.apiserver is not None, "the sandbox is not started"
+        return self.apiserver.url
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubeconfig"
+
+    async def __aenter__(self) -> Sandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        # The API server keeps its objects in memory, so every start is a new cluster: what an earlier run left
+        # on disk (pod roots, claim data, logs) belongs to objects that no longer exist.
+        for sub in ("pods", "pvc", "node", "logs"):
+            shutil.rmtree(self.dir / sub, ignore_errors=True)
+        stack = contextlib.AsyncExitStack()
+        self._stack = stack
+        try:
+            self.apiserver = sandbox_apiserver.APIServer(self.host, self.port,
+                                                         bookmark_interval=self.bookmark_interval)
+            await self.apiserver.start()
+            stack.push_async_callback(self.apiserver.stop)
+            if self.crds_dir is not None and self.crds_dir.is_dir() and any(self.crds_dir.glob("*.y*ml")):
+                self.crds = await sandbox_apiserver.apply_crd_files(self.apiserver, [self.crds_dir])
+            self.client = kubeclient.KubeClient(self.apiserver.url)
+            stack.push_async_callback(self.client.close)
+            await self._ensure_namespace("cert-manager")
+            self.apiserver.write_kubeconfig(self.kubeconfig)
+
+            self.addresses = addresses.PodAddresses()
+            stack.callback(self.addresses.close)
+            self.kubelet = kubelet.Kubelet(
+                self.client,
+                kubelet.KubeletConfig(dir=self.dir, speed=self.speed, volume_refresh_delay=self.volume_refresh_delay,
+                                      cluster_domain=self.cluster_domain, shutdown_grace=self.shutdown_grace),
+                self.addresses)
+            stack.push_async_callback(self.kubelet.stop)
+            await self.kubelet.start()
+            self.statefulsets = statefulset.Controller(self.client)
+            stack.push_async_callback(self.statefulsets.stop)
+            await self.statefulsets.start()
+            self.certmanager = certmanager.Controller(self.client, issuance_delay=self.issuance_delay)
+            stack.push_async_callback(self.certmanager.stop)
+            await self.certmanager.start()
+            for component in self.components:
+                await stack.enter_async_context(component(self))
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    async def _ensure_namespace(self, name: str) -> None:
+        try:
+            await self.client.create(kubeclient.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                                                             "metadata": {"name": name}})
+        except kubeclient.AlreadyExists:
+            pass
+
+    # -- conveniences for tests and demos ----------------------------------------------------------------------------
+
+    def resources(self) -> list[kubeclient.Resource]:
+        """Kinds the client knows: built-ins plus the CRDs applied at start."""
+        extra = []
+        if self.crds_dir is not None and self.crds:
+            for doc in sandbox_apiserver.load_crd_files([self.crds_dir]):
+                extra.append(kubeclient.resource_from_crd(doc))
+        return extra
+
+    async def apply(self, manifests: str | Path | Obj | Iterable[Obj]) -> list[Obj]:
+        """Create each object, or replace it if it exists (keeping its resourceVersion), like ``kubectl apply``.
+
+        ``manifests`` is YAML text, a path to a YAML file, one object or a list of objects.
+        """
+        if isinstance(manifests, Path):
+            docs = [d for d in yaml.safe_load_all(manifests.read_text()) if d]
+        elif isinstance(manifests, str):
+            docs = [d for d in yaml.safe_load_all(manifests) if d]
+        elif isinstance(manifests, dict):
+            docs = [manifests]
+        else:
+            docs = list(manifests)
+        extra = self.resources()
+        out = []
+        for doc in docs:
+            res = kubeclient.resource_for(doc["apiVersion"], doc["kind"], extra)
+            meta = doc.setdefault("metadata", {})
+            ns = meta.get("namespace") or ("default" if res.namespaced else None)
+            if res.namespaced:
+                meta["namespace"] = ns
+            try:
+                out.append(await self.client.create(res, doc, ns))
+            except kubeclient.AlreadyExists:
+                current = await self.client.get(res, meta["name"], ns)
+                body = dict(doc, metadata=dict(meta, resourceVersion=current["metadata"]["resourceVersion"]))
+                if "status" in current and "status" not in body:
+                    body["status"] = current["status"]
+                out.append(await self.client.replace(res, body))
+        return out
+
+    async def wait_ready_pods(self, namespace: str, label_selector: str, count: int, timeout: float = 30.0) -> list[Obj]:
+        """Wait until ``count`` pods matching ``label_selector`` are Ready; returns them."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            pods = (await self.client.list(kubeclient.PODS, namespace, label_selector=label_selector)).get("items")
+            ready = [p for p in pods or [] if statefulset.is_running_and_ready(p)
+                     and not statefulset.is_terminating(p)]
+            if len(ready) >= count:
+                return ready
+            if loop.time() > deadline:
+                raise TimeoutError(f"{len(ready)}/{count} pods ({label_selector}) Ready in {namespace} "
+                                   f"after {timeout}s")
+            await asyncio.sleep(0.1)
