@@ -397,12 +397,13 @@ async def _delete_if_ours(k: kube.Kube, db: etcd_api.Etcd, api_version: str, kin
 
 
 async def finalize(k: kube.Kube, obj: Mapping[str, Any]) -> Outcome:
-    """Deletion of the Etcd, by ``spec.deletionPolicy``:
+    """Deletion of the Etcd, by ``spec.deletionPolicy`` (KubeDB's meaning):
 
-    - ``DoNotTerminate``: nothing is deleted; ``blocked`` (the handler keeps the finalizer and says why);
-    - ``Delete``: the workload objects the operator created (StatefulSet, Services, PDB, Certificates, trust
-      bundle); data volumes and cert-manager's Secrets are kept;
-    - ``WipeOut``: also, once the member pods are gone, the data PVCs and the certificate Secrets.
+    - ``DoNotTerminate``: nothing is deleted; ``blocked`` (the handler keeps the finalizer and says why). The
+      webhook refuses such a deletion up front; this is the second line when the webhook is not installed;
+    - ``Delete``: the objects the operator created (StatefulSet, Services, PDB, Certificates, trust bundle) and,
+      once the member pods are gone, the members' data volumes; the certificate Secrets are kept;
+    - ``WipeOut``: the same, and the certificate Secrets too.
     """
     db = parse(obj)
     if db.spec.deletion_policy == constants.DELETION_DO_NOT_TERMINATE:
@@ -418,9 +419,7 @@ async def finalize(k: kube.Kube, obj: Mapping[str, Any]) -> Outcome:
     for alias in constants.CERT_ALIASES:
         await _delete_if_ours(k, db, CERTIFICATE_API, "Certificate", naming.certificate(name, alias), changed)
     await _delete_if_ours(k, db, "v1", "Secret", naming.trust_bundle_secret(name), changed)
-    if db.spec.deletion_policy != constants.DELETION_WIPE_OUT:
-        return Outcome(DONE, REASON_DELETED, "workload deleted; data volumes and certificate Secrets kept",
-                       changed=tuple(changed))
+    # Volumes only once no member runs on them.
     selector = ",".join(f"{key}={value}" for key, value in naming.selector_labels(name).items())
     pods = await k.list("v1", "Pod", ns, label_selector=selector)
     if pods:
@@ -430,6 +429,9 @@ async def finalize(k: kube.Kube, obj: Mapping[str, Any]) -> Outcome:
     for pvc in pvc_names(await k.list("v1", "PersistentVolumeClaim", ns), name):
         if await k.delete("v1", "PersistentVolumeClaim", ns, pvc):
             changed.append(f"PersistentVolumeClaim {pvc}")
+    if db.spec.deletion_policy != constants.DELETION_WIPE_OUT:
+        return Outcome(DONE, REASON_DELETED, "members and their volumes deleted; certificate Secrets kept",
+                       changed=tuple(changed))
     tls = db.spec.tls
     for alias in constants.CERT_ALIASES:
         secret_name = render.secret_name(db, tls, alias)
@@ -439,5 +441,5 @@ async def finalize(k: kube.Kube, obj: Mapping[str, Any]) -> Outcome:
             continue
         if await k.delete("v1", "Secret", ns, secret_name, uid=secret["metadata"].get("uid")):
             changed.append(f"Secret {secret_name}")
-    return Outcome(DONE, REASON_DELETED, "workload, data volumes and certificate Secrets deleted",
+    return Outcome(DONE, REASON_DELETED, "members, their volumes and the certificate Secrets deleted",
                    changed=tuple(changed))

@@ -8,7 +8,7 @@ What the API server alone lets us check fast, with the test playing cert-manager
 - pause: with ``Paused=True`` a deleted StatefulSet is not recreated, and is once the pause is removed;
 - re-apply keeps the ops engine's ``restartedAt``; ``halted`` scales to 0 and reports ``Halted``;
 - a steady cluster writes nothing (idle passes change no resourceVersion);
-- deletionPolicy DoNotTerminate / Delete / WipeOut.
+- deletionPolicy DoNotTerminate (kept, condition + event), Delete (volumes go, Secrets stay), WipeOut (both go).
 
 One API server and one operator for the module; every Etcd has its own name.
 """
@@ -259,7 +259,7 @@ async def test_do_not_terminate_keeps_the_etcd_until_the_policy_changes(env: Env
     await eventually(gone, timeout=30.0, what="deleted after the policy change")
 
 
-async def test_delete_keeps_volumes_and_wipeout_removes_them_with_the_secrets(env: Env, k: kube.Kube) -> None:
+async def test_delete_removes_volumes_keeps_secrets_and_wipeout_removes_both(env: Env, k: kube.Kube) -> None:
     for name, policy in (("del", "Delete"), ("wipe", "WipeOut")):
         await k.create(etcd_obj(name, tls=True, deletionPolicy=policy, storageType="Durable"))
         ca = pki.make_ca(f"{name}-ca")
@@ -279,8 +279,9 @@ async def test_delete_keeps_volumes_and_wipeout_removes_them_with_the_secrets(en
         for obj in (("v1", "Service", name), ("v1", "Service", f"{name}-pods"),
                     ("policy/v1", "PodDisruptionBudget", name), ("cert-manager.io/v1", "Certificate", f"{name}-server")):
             await eventually(lambda o=obj: _absent(k, *o), what=f"{obj} deleted")
-    assert await k.get("v1", "PersistentVolumeClaim", NS, "data-del-0") is not None
-    assert await k.get("v1", "Secret", NS, "del-server-cert") is not None
+    assert await k.get("v1", "PersistentVolumeClaim", NS, "data-del-0") is None
+    for alias in constants.CERT_ALIASES:
+        assert await k.get("v1", "Secret", NS, f"del-{alias}-cert") is not None
     assert await k.get("v1", "PersistentVolumeClaim", NS, "data-wipe-0") is None
     for alias in constants.CERT_ALIASES:
         assert await k.get("v1", "Secret", NS, f"wipe-{alias}-cert") is None
