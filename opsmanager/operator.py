@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import importlib
 import logging
@@ -37,7 +38,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -318,6 +319,22 @@ class OperatorProcess:
             self._log_file.close()
             self._log_file = None
         return self.process.returncode
+
+
+@contextlib.asynccontextmanager
+async def sandbox_component(sandbox: Any, *, interval: float | None = None,
+                            with_ops: bool = True) -> AsyncIterator[OperatorProcess]:
+    """The operator as a sandbox component (``Sandbox(components=[operator.sandbox_component])``): started against
+    ``sandbox.kubeconfig`` for all namespaces, logging to ``<sandbox.dir>/logs/operator.log``, stopped by PID on
+    exit. Takes any object with ``kubeconfig`` and ``dir`` (no import of the sandbox here)."""
+    logs = Path(sandbox.dir) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    op = await asyncio.to_thread(OperatorProcess.start, sandbox.kubeconfig, log_path=logs / "operator.log",
+                                 interval=interval, with_ops=with_ops)
+    try:
+        yield op
+    finally:
+        await asyncio.to_thread(op.stop)
 
 
 if __name__ == "__main__":
