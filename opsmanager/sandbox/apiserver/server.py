@@ -43,6 +43,10 @@ VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-opsmanager-sandbo
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
+class _ClientGone(Exception):
+    """The watching client closed its connection."""
+
+
 def _json(body: Any, status: int = 200, warnings: list[str] | None = None,
           content_type: str = "application/json") -> web.Response:
     headers = [("Cache-Control", "no-cache, private")]
@@ -436,7 +440,10 @@ class APIServer:
                     obj = tables.table(rt, [obj], include=include, resource_version=obj["metadata"].get(
                         "resourceVersion", ""), headers=not headers_sent)
                     headers_sent = True
-                await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+                try:
+                    await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+                except ConnectionResetError as e:  # the client went away: end this watch quietly
+                    raise _ClientGone from e
 
             def bookmark(initial_end: bool = False) -> Obj:
                 meta: Obj = {"resourceVersion": str(self.store.rv)}
@@ -473,6 +480,8 @@ class APIServer:
                 event = translate(change)
                 if event:
                     await send(*event)
+            return response
+        except _ClientGone:
             return response
         finally:
             sub.close()
