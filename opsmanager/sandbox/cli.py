@@ -1,0 +1,82 @@
+"""``opsmanager sandbox up``: run the local sandbox until SIGINT/SIGTERM.
+
+    opsmanager sandbox up [--dir .sandbox] [--no-operator] [--port N] [--apply FILE ...] [--speed F]
+
+Starts the API server (with ``crds/*.yaml`` and cert-manager's kinds), the kubelet, the StatefulSet controller
+and cert-manager, writes ``<dir>/kubeconfig``, applies the ``--apply`` manifests, prints how to point kubectl at
+it, and runs until interrupted; then stops every process it started (by PID) and exits 0. The operator and the
+admission webhook (``cluster.DEFAULT_COMPONENTS``) start inside it unless ``--no-operator`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from opsmanager.sandbox import cluster, process
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="opsmanager sandbox", description="the local Kubernetes sandbox")
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start the sandbox and run until SIGINT/SIGTERM")
+    up.add_argument("--dir", default=".sandbox", help="state directory: kubeconfig, logs, volumes (default .sandbox)")
+    up.add_argument("--no-operator", action="store_true",
+                    help="do not start the operator and the admission webhook inside the sandbox")
+    up.add_argument("--port", type=int, default=0, help="API server port on 127.0.0.1 (default: a free one)")
+    up.add_argument("--apply", action="append", default=[], metavar="FILE",
+                    help="YAML manifests to apply once the sandbox is up (repeatable)")
+    up.add_argument("--speed", type=float, default=1.0,
+                    help="multiply probe periods and restart back-off by this factor (default 1.0 = real time)")
+    up.add_argument("--crds", default=str(cluster.REPO_CRDS), help="CRD directory to apply (default: repo crds/)")
+    up.add_argument("-v", "--verbose", action="store_true", help="log the controllers' work")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    args = _parser().parse_args(list(argv))
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        logging.getLogger("aiohttp").setLevel(logging.CRITICAL)  # disconnects of watches at shutdown
+    for path in args.apply:
+        if not Path(path).is_file():
+            print(f"opsmanager sandbox up: --apply {path}: no such file", file=sys.stderr)
+            return 2
+    try:
+        return asyncio.run(_up(args))
+    except process.SandboxUnsupported as exc:
+        print(f"opsmanager sandbox up: this machine cannot run the sandbox: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _up(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    components = [] if args.no_operator else list(cluster.DEFAULT_COMPONENTS)
+    crds = Path(args.crds) if args.crds else None
+    async with cluster.Sandbox(dir=args.dir, port=args.port, speed=args.speed, components=components,
+                               crds_dir=crds) as sb:
+        for path in args.apply:
+            await sb.apply(Path(path))
+        extras = "none" if not components else ", ".join(getattr(c, "__name__", repr(c)) for c in components)
+        print(f"sandbox up in {time.monotonic() - started:.2f}s: API server {sb.url} (state in {sb.dir})\n"
+              f"  CRDs: {', '.join(sb.crds) or 'none'}; extra components: {extras}\n"
+              f"  point kubectl at it with:\n"
+              f"    export KUBECONFIG={sb.kubeconfig}\n"
+              f"    kubectl get pods -A\n"
+              f"  container logs: {sb.dir / 'logs'}/<namespace>/<pod>/<container>.log\n"
+              f"  stop with Ctrl-C (SIGINT) or SIGTERM", flush=True)
+        await stop.wait()
+        print("stopping the sandbox ...", flush=True)
+    print("sandbox stopped", flush=True)
+    return 0
