@@ -83,7 +83,9 @@ class Store:
 
     def since(self, key: Key, namespace: str | None, rv: int) -> list[Change]:
         """Changes after ``rv`` of ``key`` (in ``namespace`` if given); TooOld if the history lost some."""
-        if rv < self.compacted_rv:
+        if rv < self.compacted_rv or rv > self.rv:
+            # Newer than anything stored: a client resuming against a restarted (in-memory) server. The real
+            # server times out with "Too large resource version"; 410 makes every client relist instead.
             raise TooOld(rv, self.compacted_rv + 1)
         return [c for c in self._history
                 if c.rv > rv and c.key == key and (namespace is None or c.namespace == namespace)]
