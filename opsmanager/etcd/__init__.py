@@ -12,9 +12,10 @@ Inside the package, import modules (``from opsmanager.etcd import errors``); the
 """
 
 from opsmanager.etcd.access import SCHEMES, Endpoint, TLSIdentity
-from opsmanager.etcd.client import EtcdClient, LeaderMove, Member, MemberStatus, Recovery
+from opsmanager.etcd.client import EtcdClient, KVHash, LeaderMove, Member, MemberStatus, Recovery
 from opsmanager.etcd.errors import (
     BadLeaderTransferee,
+    DataInconsistent,
     DeadlinePassed,
     EtcdError,
     EtcdServerError,
@@ -35,8 +36,8 @@ from opsmanager.etcd.probes import Health, served_certificate
 
 __all__ = [
     "SCHEMES", "Endpoint", "TLSIdentity",
-    "EtcdClient", "LeaderMove", "Member", "MemberStatus", "Recovery", "Health", "served_certificate",
+    "EtcdClient", "KVHash", "LeaderMove", "Member", "MemberStatus", "Recovery", "Health", "served_certificate",
     "EtcdError", "MemberUnreachable", "TLSHandshakeFailed", "RequestTimeout", "DeadlinePassed", "NoQuorum",
     "NotLeader", "LeaderTransferTimeout", "LearnerNotSupported", "MembershipError", "MemberNotFound",
-    "BadLeaderTransferee", "PermissionDenied", "NotRecovered", "EtcdServerError", "is_transient",
+    "BadLeaderTransferee", "PermissionDenied", "NotRecovered", "DataInconsistent", "EtcdServerError", "is_transient",
 ]

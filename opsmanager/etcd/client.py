@@ -153,6 +153,31 @@ class Recovery:
     polls: int
 
 
+@dataclasses.dataclass(frozen=True)
+class KVHash:
+    """HashKV of one member: the hash of its key-value store up to ``revision``."""
+
+    endpoint: str
+    member_id: int
+    revision: int
+    hash: int
+    compact_revision: int
+
+
+def inconsistent_hashes(hashes: Sequence[KVHash]) -> list[str]:
+    """Pure: human-readable disagreements among hashes taken at the same revision (members whose compaction
+    differs are not comparable and are skipped, as etcd's own corruption check does). Empty when consistent."""
+    problems = []
+    by_compaction: dict[tuple[int, int], list[KVHash]] = {}
+    for h in hashes:
+        by_compaction.setdefault((h.revision, h.compact_revision), []).append(h)
+    for (revision, compacted), group in sorted(by_compaction.items()):
+        if len({h.hash for h in group}) > 1:
+            views = ", ".join(f"{h.endpoint}={h.hash:08x}" for h in group)
+            problems.append(f"revision {revision} (compacted at {compacted}): {views}")
+    return problems
+
+
 Health = probes.Health
 
 
@@ -539,6 +564,37 @@ class EtcdClient:
                     f"{self._describe(views)}")
             await asyncio.sleep(0.02)
 
+    async def hash_kv(self, endpoint: access.Endpoint | str, *, revision: int = 0, timeout: float | None = None,
+                      deadline: float | None = None) -> KVHash:
+        """HashKV of one member at ``revision`` (0: its current revision). Costs a scan of the store."""
+        ep = self.endpoint(endpoint)
+        request = rpc_pb2.HashKVRequest(revision=revision)
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.HashKVResponse:
+            return await c.maintenance.HashKV(request, timeout=t)  # type: ignore[no-any-return]
+
+        resp, _ = await self._call(ep, "HashKV", fn, timeout=timeout, deadline=deadline)
+        return KVHash(endpoint=ep.name, member_id=resp.header.member_id, revision=revision or resp.header.revision,
+                      hash=resp.hash, compact_revision=resp.compact_revision)
+
+    async def check_consistency(self, *, timeout: float | None = None,
+                                deadline: float | None = None) -> list[KVHash]:
+        """Hash every endpoint's key-value store at one revision (the lowest current revision among them) and compare.
+        Raises :class:`errors.DataInconsistent` when members with the same compaction disagree; returns the hashes.
+        Every endpoint must answer (an unreachable one raises its error); learners are skipped (they refuse HashKV)."""
+        views = await self.statuses(timeout=timeout, deadline=deadline)
+        failed = [v for v in views.values() if isinstance(v, errors.EtcdError)]
+        if failed:
+            raise failed[0]
+        statuses = [v for v in views.values() if isinstance(v, MemberStatus) and not v.is_learner]
+        revision = min(st.revision for st in statuses)
+        hashes = list(await asyncio.gather(*(self.hash_kv(st.endpoint, revision=revision, timeout=timeout,
+                                                          deadline=deadline) for st in statuses)))
+        problems = inconsistent_hashes(hashes)
+        if problems:
+            raise errors.DataInconsistent("members disagree on the key-value store: " + "; ".join(problems))
+        return hashes
+
     # -- Cluster --
 
     async def members(self, *, linearizable: bool = True, timeout: float | None = None,
@@ -708,13 +764,17 @@ class EtcdClient:
         return probes.Health(ep.label, True, via=via, took=time.monotonic() - started)
 
     async def wait_recovered(self, member: access.Endpoint | str, *, expected_voters: int,
-                             timeout: float = 30.0, poll_interval: float = 0.1) -> Recovery:
+                             timeout: float = 30.0, poll_interval: float = 0.1,
+                             check_hash: bool = False) -> Recovery:
         """The gate after ``member`` restarted. Polls until all of these hold, or ``timeout`` seconds pass:
 
         1. MemberList (linearizable) has ``expected_voters`` voters and no learners;
         2. every endpoint is healthy (:meth:`health`);
         3. the member's applied index has reached the leader's commit index (sampled just before);
-        4. a linearizable read through the member succeeds.
+        4. a linearizable read through the member succeeds;
+        5. with ``check_hash``: every member hashes its store identically at one revision (:meth:`check_consistency`;
+           a scan of the store on every member, so off by default). A mismatch raises
+           :class:`errors.DataInconsistent` at once — it does not heal by waiting.
 
         Raises :class:`errors.NoQuorum` when the last blocker was lost quorum, else :class:`errors.NotRecovered`
         with the blocker as ``reason`` — never later than about ``timeout`` (+ one poll's own bound).
@@ -732,7 +792,11 @@ class EtcdClient:
             step = max(0.05, min(self.timeout, deadline - loop.time()))
             try:
                 result = await self._recovery_check(ep, expected_voters, step, deadline)
+                if check_hash:
+                    await self.check_consistency(timeout=step, deadline=deadline)
                 return dataclasses.replace(result, seconds=loop.time() - started, polls=polls)
+            except errors.DataInconsistent:
+                raise
             except errors.DeadlinePassed as err:
                 if polls == 1:
                     blocker = err

@@ -21,6 +21,7 @@ happened.
     │   └── BadLeaderTransferee  MoveLeader target is not a voting member
     ├── PermissionDenied         etcd auth refused the call
     ├── NotRecovered             wait_recovered's gate did not pass before its deadline (reason attached)
+    ├── DataInconsistent         members hash their key-value store differently at the same revision
     └── EtcdServerError          anything else etcd or gRPC reported (the gRPC code name is kept)
 
 Transient versus fatal: :func:`is_transient` is the one predicate callers use to choose between "retry later"
@@ -124,6 +125,14 @@ class NotRecovered(EtcdError):
     def __init__(self, message: str, *, reason: str, endpoint: str | None = None) -> None:
         super().__init__(message, endpoint=endpoint)
         self.reason = reason
+
+
+class DataInconsistent(EtcdError):
+    """Members disagree on the key-value store at the same revision (HashKV). Fatal: it does not heal by waiting —
+    the diverged member must be replaced. (Seen on etcd 3.5.0-3.5.2 after a member is killed mid-apply,
+    etcd-io/etcd#13766.)"""
+
+    transient = False
 
 
 class EtcdServerError(EtcdError):

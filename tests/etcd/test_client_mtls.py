@@ -219,12 +219,14 @@ async def test_no_grpc_error_escapes_the_public_calls(etcd_mtls_cluster: Cluster
         "move_leader": lambda c: c.move_leader(1, timeout=1),
         "wait_recovered": lambda c: c.wait_recovered("dead", expected_voters=3, timeout=0.5),
         "served_certificate": lambda c: c.served_certificate("dead"),
+        "hash_kv": lambda c: c.hash_kv("dead"),
+        "check_consistency": lambda c: c.check_consistency(timeout=0.5),
     }
     foreign = access.TLSIdentity(pki.make_ca("x").cert_pem, name="foreign")
     for tls, eps in ((etcd_mtls_cluster.tls_identity(), [dead]), (foreign, etcd_mtls_cluster.endpoints()[:1])):
         async with etcd_client.EtcdClient(eps, tls=tls, timeout=0.5) as c:
             for name, call in calls.items():
-                if name in ("status", "wait_recovered", "served_certificate") and eps[0].name != "dead":
+                if name in ("status", "wait_recovered", "served_certificate", "hash_kv") and eps[0].name != "dead":
                     continue
                 with pytest.raises(errors.EtcdError) as info:
                     await call(c)
@@ -251,7 +253,9 @@ async def test_wait_recovered_gates_a_restarted_follower(client: etcd_client.Etc
         assert "health" in info.value.reason or "unreachable" in info.value.reason.lower(), info.value.reason
     finally:
         etcd_mtls_cluster.start_member(name, wait=None)
-    recovery = await client.wait_recovered(name, expected_voters=3, timeout=20)
+    recovery = await client.wait_recovered(name, expected_voters=3, timeout=20, check_hash=True)
     assert recovery.member == name and recovery.voters == 3
     assert recovery.applied_index >= recovery.leader_commit_index and recovery.seconds < 20
     assert await client.get("/test/lag/19", endpoint=name) == b"x" * 100
+    hashes = await client.check_consistency()
+    assert len(hashes) == 3 and len({(h.revision, h.hash) for h in hashes}) == 1

@@ -213,3 +213,19 @@ class MoveLeaderResponse(_message.Message):
     HEADER_FIELD_NUMBER: _ClassVar[int]
     header: ResponseHeader
     def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...
+
+class HashKVRequest(_message.Message):
+    __slots__ = ("revision",)
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    def __init__(self, revision: _Optional[int] = ...) -> None: ...
+
+class HashKVResponse(_message.Message):
+    __slots__ = ("header", "hash", "compact_revision")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    COMPACT_REVISION_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    hash: int
+    compact_revision: int
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., hash: _Optional[int] = ..., compact_revision: _Optional[int] = ...) -> None: ...

@@ -403,6 +403,11 @@ class MaintenanceStub:
                 request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.MoveLeaderRequest.SerializeToString,
                 response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.MoveLeaderResponse.FromString,
                 _registered_method=True)
+        self.HashKV = channel.unary_unary(
+                '/etcdserverpb.Maintenance/HashKV',
+                request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.HashKVRequest.SerializeToString,
+                response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.HashKVResponse.FromString,
+                _registered_method=True)
 
 
 class MaintenanceServicer:
@@ -420,6 +425,12 @@ class MaintenanceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HashKV(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MaintenanceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -432,6 +443,11 @@ def add_MaintenanceServicer_to_server(servicer, server):
                     servicer.MoveLeader,
                     request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.MoveLeaderRequest.FromString,
                     response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.MoveLeaderResponse.SerializeToString,
+            ),
+            'HashKV': grpc.unary_unary_rpc_method_handler(
+                    servicer.HashKV,
+                    request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.HashKVRequest.FromString,
+                    response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.HashKVResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -488,6 +504,33 @@ class Maintenance:
             '/etcdserverpb.Maintenance/MoveLeader',
             opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.MoveLeaderRequest.SerializeToString,
             opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.MoveLeaderResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HashKV(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.Maintenance/HashKV',
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.HashKVRequest.SerializeToString,
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.HashKVResponse.FromString,
             options,
             channel_credentials,
             insecure,
