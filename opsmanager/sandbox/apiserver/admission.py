@@ -170,7 +170,7 @@ class Admission:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         try:
-            async with self._session.post(url, json=review, ssl=context if url.startswith("https") else None,
+            async with self._session.post(url, json=review, ssl=context,
                                           server_hostname=server_name,
                                           timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 text = await resp.text()

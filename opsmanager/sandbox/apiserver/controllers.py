@@ -86,10 +86,11 @@ class Controllers:
             for ref in obj["metadata"].get("ownerReferences") or []:
                 dependents.setdefault(ref.get("uid", ""), []).append((key, obj))
         for key, snapshot in everything:
-            obj = self.cluster.store.get(key, snapshot["metadata"].get("namespace") or "",
-                                         snapshot["metadata"]["name"])
-            if obj is None or obj["metadata"].get("uid") != snapshot["metadata"].get("uid"):
+            found = self.cluster.store.get(key, snapshot["metadata"].get("namespace") or "",
+                                           snapshot["metadata"]["name"])
+            if found is None or found["metadata"].get("uid") != snapshot["metadata"].get("uid"):
                 continue  # changed earlier in this pass: the next pass sees it as it is now
+            obj = found
             meta = obj["metadata"]
             refs = meta.get("ownerReferences") or []
             if refs:

@@ -20,7 +20,7 @@ def is_ready(pod: Obj) -> bool:
         return False
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Ready":
-            return cond.get("status") == "True"
+            return bool(cond.get("status") == "True")
     return False
 
 

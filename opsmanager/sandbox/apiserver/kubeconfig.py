@@ -21,7 +21,7 @@ def render(url: str, *, name: str = "opsmanager-sandbox", namespace: str = "defa
         "current-context": name,
         "preferences": {},
     }
-    return yaml.safe_dump(config, sort_keys=False)
+    return str(yaml.safe_dump(config, sort_keys=False))
 
 
 def write(path: str | Path, url: str, *, namespace: str = "default") -> Path:

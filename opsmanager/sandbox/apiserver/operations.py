@@ -18,6 +18,7 @@ server's GuaranteedUpdate).
 from __future__ import annotations
 
 import base64
+import builtins
 import copy
 import datetime
 import json
@@ -221,12 +222,12 @@ class Cluster:
 
     def list(self, rt: resources.ResourceType, namespace: str | None, *, label_selector: str | None = None,
              field_selector: str | None = None, limit: int | None = None,
-             continue_token: str | None = None) -> tuple[list[Obj], str, str, int | None]:
+             continue_token: str | None = None) -> tuple[builtins.list[Obj], str, str, int | None]:
         """Matching objects, the list resourceVersion, the next continue token and the remaining count."""
         match_labels = selectors.parse_label_selector(label_selector)
         match_fields = selectors.parse_field_selector(field_selector)
         list_rv = str(self.store.rv)
-        start: list[str] | None = None
+        start: builtins.list[str] | None = None
         if continue_token:
             try:
                 token = json.loads(base64.urlsafe_b64decode(continue_token.encode()))
@@ -266,7 +267,7 @@ class Cluster:
                                    f"unable to create new content in namespace {namespace} because it is being "
                                    f"terminated")
 
-    def _default_and_prune(self, rt: resources.ResourceType, obj: Obj, validation: str) -> list[str]:
+    def _default_and_prune(self, rt: resources.ResourceType, obj: Obj, validation: str) -> builtins.list[str]:
         if not rt.custom:
             defaults.apply(rt.kind, obj)
             if rt.storage_key == CRD_KEY:
@@ -302,7 +303,7 @@ class Cluster:
             raise errors.invalid(rt.group, rt.kind, obj["metadata"]["name"], causes)
 
     async def create(self, rt: resources.ResourceType, namespace: str, body: Any, *, dry_run: bool = False,
-                     validation: str = "") -> tuple[Obj, list[str]]:
+                     validation: str = "") -> tuple[Obj, builtins.list[str]]:
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request must be a JSON object")
         obj = copy.deepcopy(body)
@@ -364,9 +365,9 @@ class Cluster:
 
     async def _admit(self, rt: resources.ResourceType, operation: str, obj: Obj, old: Obj | None,
                      namespace: str, subresource: str | None, dry_run: bool,
-                     validation: str) -> tuple[Obj, list[str]]:
+                     validation: str) -> tuple[Obj, builtins.list[str]]:
         """Mutating webhooks, re-defaulting, schema validation, validating webhooks."""
-        warnings: list[str] = []
+        warnings: builtins.list[str] = []
         mutated, w = await self.admission.mutate(rt, operation, external(rt, obj),
                                                  external(rt, old) if old else None, namespace, subresource,
                                                  dry_run)
@@ -384,7 +385,7 @@ class Cluster:
 
     async def update(self, rt: resources.ResourceType, namespace: str, name: str, mutate: Mutator, *,
                      subresource: str | None = None, dry_run: bool = False, validation: str = "",
-                     require_rv: bool = False) -> tuple[Obj, list[str]]:
+                     require_rv: bool = False) -> tuple[Obj, builtins.list[str]]:
         """Read-modify-write with ``mutate`` (given the served form of the current object)."""
         for _ in range(20):
             old = self.lookup(rt, namespace, name)
@@ -509,12 +510,12 @@ class Cluster:
         grace = 0
         if key == ("", "pods"):
             spec, phase = obj.get("spec") or {}, (obj.get("status") or {}).get("phase")
-            grace = options.get("gracePeriodSeconds")
-            if grace is None:
-                grace = spec.get("terminationGracePeriodSeconds", 30)
+            requested = options.get("gracePeriodSeconds")
+            if requested is None:
+                requested = spec.get("terminationGracePeriodSeconds", 30)
+            grace = max(0, int(requested))
             if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
                 grace = 0
-            grace = max(0, int(grace))
         new = copy.deepcopy(obj)
         new_meta = new["metadata"]
         finalizers = list(new_meta.get("finalizers") or [])

@@ -146,9 +146,9 @@ def _smp_map(original: Any, patch: dict[str, Any], kind: str, path: tuple[str, .
 def _smp_list(original: Any, patch: list[Any], kind: str, path: tuple[str, ...]) -> list[Any]:
     strategy, key = patch_meta(kind, path)
     if any(isinstance(item, dict) and item.get("$patch") == "replace" and len(item) == 1 for item in patch):
-        return _strip([i for i in patch if not (isinstance(i, dict) and i.get("$patch") == "replace")])
+        return list(_strip([i for i in patch if not (isinstance(i, dict) and i.get("$patch") == "replace")]))
     if strategy != "merge" or not isinstance(original, list):
-        return _strip([i for i in patch if not (isinstance(i, dict) and i.get("$patch") == "delete")])
+        return list(_strip([i for i in patch if not (isinstance(i, dict) and i.get("$patch") == "delete")]))
     result = list(original)
     if key is None:  # a set of primitives
         return result + [x for x in patch if x not in result]

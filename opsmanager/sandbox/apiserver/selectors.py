@@ -24,7 +24,9 @@ _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-
 
 
 def _split_terms(text: str) -> list[str]:
-    terms, depth, current = [], 0, []
+    terms: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "(":
             depth += 1
@@ -46,40 +48,67 @@ def _check_key(key: str, selector: str) -> None:
 
 def parse_label_selector(text: str | None) -> Callable[[Mapping[str, str]], bool]:
     """Compile a query-string label selector into a predicate over a labels mapping."""
-    checks: list[Callable[[Mapping[str, str]], bool]] = []
+    checks: list[LabelCheck] = []
     for term in _split_terms(text or ""):
         if m := _SET_RE.match(term):
             key, op, raw = m.group(1), m.group(2), m.group(3)
             _check_key(key, text or "")
             values = {v.strip() for v in raw.split(",") if v.strip()}
-            if op == "in":
-                checks.append(lambda labels, k=key, vs=values: k in labels and labels[k] in vs)
-            else:
-                checks.append(lambda labels, k=key, vs=values: k not in labels or labels[k] not in vs)
+            checks.append(_in_set(key, values, negate=(op == "notin")))
         elif m := _OP_RE.match(term):
             key, op, value = m.group(1), m.group(2), m.group(3)
             _check_key(key, text or "")
-            if op in ("=", "=="):
-                checks.append(lambda labels, k=key, v=value: labels.get(k) == v)
-            elif op == "!=":
-                checks.append(lambda labels, k=key, v=value: labels.get(k) != v)
+            if op in ("=", "==", "!="):
+                checks.append(_equals(key, value, negate=(op == "!=")))
             else:
                 try:
                     bound = int(value)
                 except ValueError:
                     raise errors.bad_request(f"unable to parse requirement: for 'Gt', 'Lt' operators, the value "
                                              f"must be an integer: {term!r}") from None
-                checks.append(lambda labels, k=key, b=bound, gt=(op == ">"): _compare(labels.get(k), b, gt))
+                checks.append(_bounded(key, bound, greater=(op == ">")))
         elif m := _KEY_RE.match(term):
             neg, key = m.group(1), m.group(2)
             _check_key(key, text or "")
-            if neg:
-                checks.append(lambda labels, k=key: k not in labels)
-            else:
-                checks.append(lambda labels, k=key: k in labels)
+            checks.append(_exists(key, negate=bool(neg)))
         else:
             raise errors.bad_request(f"unable to parse requirement: {term!r} in label selector {text!r}")
     return lambda labels: all(check(labels) for check in checks)
+
+
+LabelCheck = Callable[[Mapping[str, str]], bool]
+
+
+def _in_set(key: str, values: set[str], negate: bool) -> LabelCheck:
+    def check(labels: Mapping[str, str]) -> bool:
+        inside = key in labels and labels[key] in values
+        return not inside if negate else inside
+    return check
+
+
+def _equals(key: str, value: str, negate: bool) -> LabelCheck:
+    def check(labels: Mapping[str, str]) -> bool:
+        return (labels.get(key) != value) if negate else (labels.get(key) == value)
+    return check
+
+
+def _bounded(key: str, bound: int, greater: bool) -> LabelCheck:
+    def check(labels: Mapping[str, str]) -> bool:
+        return _compare(labels.get(key), bound, greater)
+    return check
+
+
+def _exists(key: str, negate: bool) -> LabelCheck:
+    def check(labels: Mapping[str, str]) -> bool:
+        return (key not in labels) if negate else (key in labels)
+    return check
+
+
+def _field_equals(path: str, value: str, negate: bool) -> Predicate:
+    def check(obj: dict[str, Any]) -> bool:
+        same = _field_string(lookup(obj, path)) == value
+        return not same if negate else same
+    return check
 
 
 def _compare(value: str | None, bound: int, greater: bool) -> bool:
@@ -113,10 +142,7 @@ def parse_field_selector(text: str | None) -> Predicate:
         if not m:
             raise errors.bad_request(f"invalid selector: {text!r}; can't understand {term!r}")
         path, op, value = m.group(1), m.group(2), m.group(3).replace("\\,", ",").replace("\\=", "=")
-        if op == "!=":
-            checks.append(lambda o, p=path, v=value: _field_string(lookup(o, p)) != v)
-        else:
-            checks.append(lambda o, p=path, v=value: _field_string(lookup(o, p)) == v)
+        checks.append(_field_equals(path, value, negate=(op == "!=")))
     return lambda obj: all(check(obj) for check in checks)
 
 

@@ -108,7 +108,7 @@ class APIServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
-        sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
+        sockets = getattr(site._server, "sockets", None) or []
         if sockets:
             self.port = sockets[0].getsockname()[1]
         self.controllers.start()
@@ -469,15 +469,15 @@ class APIServer:
                 if bookmarks:
                     wait = min(wait, max(0.0, next_bookmark - now))
                 try:
-                    change = await asyncio.wait_for(sub.queue.get(), timeout=wait)
+                    item: store.Change | None = await asyncio.wait_for(sub.queue.get(), timeout=wait)
                 except TimeoutError:
                     if bookmarks and time.monotonic() >= next_bookmark and sub.queue.empty():
                         await send("BOOKMARK", bookmark())
                         next_bookmark = time.monotonic() + self.bookmark_interval
                     continue
-                if change is None:
+                if item is None:
                     break
-                event = translate(change)
+                event = translate(item)
                 if event:
                     await send(*event)
             return response

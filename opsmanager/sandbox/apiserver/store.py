@@ -13,6 +13,7 @@ Stored dicts are never mutated in place: writers pass a fresh dict, readers copy
 from __future__ import annotations
 
 import asyncio
+import builtins
 import collections
 import dataclasses
 from collections.abc import Callable
@@ -74,14 +75,14 @@ class Store:
     def get(self, key: Key, namespace: str, name: str) -> Obj | None:
         return self._objects[key].get((namespace, name))
 
-    def list(self, key: Key, namespace: str | None = None) -> list[Obj]:
+    def list(self, key: Key, namespace: str | None = None) -> builtins.list[Obj]:
         items = self._objects[key]
         return [items[k] for k in sorted(items) if namespace is None or k[0] == namespace]
 
-    def keys(self) -> list[Key]:
+    def keys(self) -> builtins.list[Key]:
         return [k for k, v in self._objects.items() if v]
 
-    def since(self, key: Key, namespace: str | None, rv: int) -> list[Change]:
+    def since(self, key: Key, namespace: str | None, rv: int) -> builtins.list[Change]:
         """Changes after ``rv`` of ``key`` (in ``namespace`` if given); TooOld if the history lost some."""
         if rv < self.compacted_rv or rv > self.rv:
             # Newer than anything stored: a client resuming against a restarted (in-memory) server. The real

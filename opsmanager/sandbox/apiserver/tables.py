@@ -145,8 +145,14 @@ def _custom_columns(rt: resources.ResourceType) -> list[Column]:
     for col in rt.printer_columns:
         definition = _definition(col["name"], "string" if col.get("type") == "date" else col.get("type", "string"),
                                  col.get("format", ""), col.get("description", ""), col.get("priority", 0))
-        columns.append((definition, lambda o, now, c=col: _custom_cell(c, o, now)))
+        columns.append((definition, _cell_of(col)))
     return columns
+
+
+def _cell_of(column: dict[str, Any]) -> Callable[[Obj, datetime.datetime], Cell]:
+    def cell(obj: Obj, now: datetime.datetime) -> Cell:
+        return _custom_cell(column, obj, now)
+    return cell
 
 
 def _pod_status(pod: Obj) -> str:

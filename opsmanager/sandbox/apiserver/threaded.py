@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -64,9 +64,10 @@ class ThreadedAPIServer:
         ready.result(timeout)
         return self
 
-    def call(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float = 60.0, **kwargs: Any) -> T:
+    def call(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, timeout: float = 60.0,
+             **kwargs: Any) -> T:
         assert self._loop is not None, "not started"
-        future = asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self._loop)
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self._loop)
         return future.result(timeout)
 
     def call_soon(self, fn: Callable[..., T], *args: Any, timeout: float = 60.0) -> T:
