@@ -770,8 +770,10 @@ class PodWorker:
             self.stopped.set()
 
     def pids(self) -> dict[str, int]:
+        """PIDs of the containers that are running (started, not exited)."""
         return {r.name: r.process.pid for r in self.init_runners + self.runners
-                if r.process is not None and r.process.returncode is None and r.process.pid is not None}
+                if r.process is not None and r.process.returncode is None and r.process.pid is not None
+                and "running" in r.state}
 
 
 def _vol_uses(vol: Obj, kind: str, name: str) -> bool:
@@ -965,6 +967,7 @@ class Kubelet(_HostBase):
         self._written: dict[str, Obj] = {}
         self._bg: set[asyncio.Task[Any]] = set()
         self._released_pvcs: dict[str, Path] = {}
+        self._binding_pvcs: set[str] = set()
 
     # -- PodHost ---------------------------------------------------------------------------------------------------
 
@@ -1051,9 +1054,18 @@ class Kubelet(_HostBase):
             return
         ip = self.addresses.allocate(meta.get("namespace") or "default", meta["name"])
         worker = self._new_worker(pod, ip)
-        if not node:
-            self._spawn(self._bind(pod))
-        worker.start()
+        if node:
+            worker.start()
+        else:
+            self._spawn(self._bind_and_start(pod, worker))
+
+    async def _bind_and_start(self, pod: Obj, worker: PodWorker) -> None:
+        """Bind the pod to this node (what the scheduler does), then run it."""
+        try:
+            await self._bind(pod)
+        finally:
+            if not worker.terminating:
+                worker.start()
 
     async def _bind(self, pod: Obj) -> None:
         meta = pod["metadata"]
@@ -1112,7 +1124,10 @@ class Kubelet(_HostBase):
             else:
                 shutil.rmtree(path, ignore_errors=True)
             return
-        if (pvc.get("status") or {}).get("phase") != "Bound" and not meta.get("deletionTimestamp"):
+        uid = str(meta.get("uid"))
+        if (pvc.get("status") or {}).get("phase") != "Bound" and not meta.get("deletionTimestamp") \
+                and uid not in self._binding_pvcs:
+            self._binding_pvcs.add(uid)
             self._spawn(self._bind_pvc(pvc))
 
     async def _bind_pvc(self, pvc: Obj) -> None:
@@ -1121,6 +1136,12 @@ class Kubelet(_HostBase):
         status = {"phase": "Bound", "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
                   "capacity": {"storage": ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")}}
         self.pvc_dir(pvc).mkdir(parents=True, exist_ok=True)
+        if not spec.get("volumeName"):  # the PV controller records the bound volume's name
+            try:
+                await self.client.patch(kubeclient.PVCS, meta["name"],
+                                        {"spec": {"volumeName": f"pvc-{meta.get('uid')}"}}, meta.get("namespace"))
+            except kubeclient.ApiError as exc:
+                log.debug("pvc %s/%s volumeName: %s", meta.get("namespace"), meta["name"], exc)
         try:
             await self.client.patch(kubeclient.PVCS, meta["name"], {"status": status}, meta.get("namespace"),
                                     subresource="status")
@@ -1128,6 +1149,8 @@ class Kubelet(_HostBase):
             pass
         except kubeclient.ApiError as exc:
             log.warning("binding pvc %s/%s: %s", meta.get("namespace"), meta["name"], exc)
+        finally:
+            self._binding_pvcs.discard(str(meta.get("uid")))
 
     def _release_pvcs(self, worker: PodWorker) -> None:
         for uid in worker.pvc_uids:

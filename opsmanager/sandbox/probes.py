@@ -77,7 +77,13 @@ async def _http(spec: Obj, container: Obj, pod_ip: str, timeout: float) -> Probe
                     return ProbeResult(True)
                 return ProbeResult(False, f"HTTP probe failed with statuscode: {resp.status} ({body!r})")
     except TimeoutError:
-        return ProbeResult(False, f'Get "{url}": context deadline exceeded')
+        return ProbeResult(False, f'Get "{url}": context deadline exceeded (Client.Timeout exceeded while awaiting '
+                           "headers)")
+    except aiohttp.ClientConnectorError as exc:
+        host_port = f"{exc.host}:{exc.port}"
+        return ProbeResult(False, f'Get "{url}": dial tcp {host_port}: connect: connection refused'
+                           if isinstance(exc.os_error, ConnectionRefusedError) else f'Get "{url}": dial tcp {host_port}: '
+                           f"{exc.os_error}")
     except (aiohttp.ClientError, OSError) as exc:
         return ProbeResult(False, f'Get "{url}": {exc}')
 

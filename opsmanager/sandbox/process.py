@@ -207,7 +207,23 @@ class ContainerProcess:
                 start_new_session=True, cwd="/")
         finally:
             os.close(log_fd)
+        await self._entered_root()
         return self.proc.pid
+
+    async def _entered_root(self, timeout: float = 10.0) -> None:
+        """Wait until the process has chrooted into the container's root (its setup is done) or has exited:
+        only then is the container "started" (probes, exec, signals reach the real program)."""
+        assert self.proc is not None
+        root = os.path.realpath(self.spec.root)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.proc.returncode is None and loop.time() < deadline:
+            try:
+                if os.readlink(f"/proc/{self.proc.pid}/root") == root:
+                    return
+            except OSError:
+                return  # gone (reaped by the watcher): wait() reports the exit
+            await asyncio.sleep(0.005)
 
     async def wait(self) -> int:
         assert self.proc is not None

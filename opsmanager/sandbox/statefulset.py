@@ -222,6 +222,7 @@ class Plan:
     update_revisions: list[Obj] = dataclasses.field(default_factory=list)   # revision number bumps
     delete_revisions: list[str] = dataclasses.field(default_factory=list)
     create_claims: list[Obj] = dataclasses.field(default_factory=list)
+    claim_pods: dict[str, str] = dataclasses.field(default_factory=dict)        # claim name -> pod name
     create_pods: list[Obj] = dataclasses.field(default_factory=list)
     delete_pods: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)   # (name, uid, reason)
     delete_claims: list[str] = dataclasses.field(default_factory=list)
@@ -328,6 +329,7 @@ def plan(sts: Obj, pods: list[Obj], revisions: list[Obj], claims: set[str], *,
             for claim in new_claims(sts, pod_name):
                 if claim["metadata"]["name"] not in claims:
                     out.create_claims.append(claim)
+                    out.claim_pods[claim["metadata"]["name"]] = pod_name
             template, rev = template_for(ordinal)
             out.create_pods.append(new_pod(sts, template, ordinal, rev))
             if monotonic:
@@ -466,8 +468,8 @@ class Controller:
             try:
                 await self.client.create(kubeclient.PVCS, claim, ns)
                 self.recorder.event(sts, "Normal", "SuccessfulCreate",
-                                    f"create Claim {claim['metadata']['name']} Pod {name} in StatefulSet {name} "
-                                    "success")
+                                    f"create Claim {claim['metadata']['name']} Pod "
+                                    f"{p.claim_pods.get(claim['metadata']['name'], '')} in StatefulSet {name} success")
             except kubeclient.AlreadyExists:
                 pass
         for pod in p.create_pods:

@@ -101,6 +101,16 @@ def test_intermediate_chain_goes_into_tls_crt_and_root_into_ca_crt() -> None:
     assert pki.cert_info(ca_pem).common_name == "root"
 
 
+def test_key_encoding_algorithm_and_subject_are_honoured() -> None:
+    ca = pki.make_ca()
+    secret = issued(cert(privateKey={"algorithm": "RSA", "encoding": "PKCS8"},
+                         subject={"organizations": ["acme"], "organizationalUnits": ["etcd"]}), ca)
+    key = base64.b64decode(secret["data"]["tls.key"])
+    assert key.startswith(b"-----BEGIN PRIVATE KEY-----")  # PKCS8
+    subject = pki.cert_info(base64.b64decode(secret["data"]["tls.crt"])).subject
+    assert "O=acme" in subject and "OU=etcd" in subject
+
+
 def test_self_signed_certificate_is_its_own_ca() -> None:
     pair, ca_pem = cm.sign(cm.desired(cert(isCA=True, commonName="my-ca", dnsNames=None)),
                            cm.issuer_state({"spec": {"selfSigned": {}}}, None))

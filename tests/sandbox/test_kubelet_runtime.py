@@ -144,9 +144,11 @@ async def test_deletion_waits_the_grace_period_then_kills(standalone_kubelet: ku
     pod = {"metadata": {"name": "stubborn", "namespace": "default"},
            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
                "name": "sh", "image": "registry.k8s.io/etcd:3.5.1-0",
-               "command": ["/bin/sh", "-c", "trap '' TERM; while true; do sleep 0.1; done"]}]}}
+               "command": ["/bin/sh", "-c", "trap '' TERM; touch /out/trapped; while true; do sleep 0.1; done"],
+               "volumeMounts": [{"name": "out", "mountPath": "/out"}]}],
+               "volumes": [{"name": "out", "emptyDir": {}}]}}
     worker = host.run_pod(pod)
-    await wait_until(lambda: worker.pids().get("sh"), 10)
+    await wait_until(lambda: (worker.dir / "volumes" / "out" / "trapped").exists(), 10, message="TERM ignored")
     pid = worker.pids()["sh"]
     started = time.monotonic()
     await host.delete_pod("stubborn")

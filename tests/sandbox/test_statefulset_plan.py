@@ -55,6 +55,7 @@ def test_parallel_creates_every_ordinal_with_claims_identity_and_owner() -> None
     p = ss.plan(sts, [], [], set())
     assert [x["metadata"]["name"] for x in p.create_pods] == ["etcd-0", "etcd-1", "etcd-2"]
     assert [c["metadata"]["name"] for c in p.create_claims] == ["data-etcd-0", "data-etcd-1", "data-etcd-2"]
+    assert p.claim_pods["data-etcd-2"] == "etcd-2"
     assert p.create_claims[0]["metadata"]["labels"] == {"app": "etcd"}
     pod = p.create_pods[1]
     assert pod["spec"]["hostname"] == "etcd-1" and pod["spec"]["subdomain"] == "etcd-peers"
