@@ -34,8 +34,10 @@ import yaml
 from opsmanager.sandbox import (
     addresses,
     certmanager,
+    containers,
     kubeclient,
     kubelet,
+    process,
     statefulset,
 )
 from opsmanager.sandbox import apiserver as sandbox_apiserver
@@ -190,6 +192,25 @@ class Sandbox:
                     body["status"] = current["status"]
                 out.append(await self.client.replace(res, body))
         return out
+
+    async def exec(self, namespace: str, pod: str, container: str, argv: Sequence[str], *,
+                   timeout: float = 30.0) -> tuple[int, str]:
+        """Run ``argv`` in a running container (what ``kubectl exec`` does; the API server does not serve
+        ``pods/exec``). Returns (exit code, combined output). The container's environment is used."""
+        assert self.kubelet is not None, "the sandbox is not started"
+        worker = self.kubelet.worker(namespace, pod)
+        runner = next((r for r in (worker.runners if worker else []) if r.name == container), None)
+        pid = (worker.pids() if worker else {}).get(container)
+        if runner is None or pid is None:
+            raise LookupError(f"container {container!r} of pod {namespace}/{pod} is not running")
+        argv = [containers.pod_local(a, worker.ip) for a in argv]  # type: ignore[union-attr]
+        code, out = await process.exec_in(pid, argv, runner.env, timeout)
+        return code, out.decode(errors="replace")
+
+    def logs(self, namespace: str, pod: str, container: str) -> str:
+        """The container's log (``<dir>/logs/<ns>/<pod>/<container>.log``, all restarts appended)."""
+        path = self.dir / "logs" / namespace / pod / f"{container}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
 
     async def wait_ready_pods(self, namespace: str, label_selector: str, count: int, timeout: float = 30.0) -> list[Obj]:
         """Wait until ``count`` pods matching ``label_selector`` are Ready; returns them."""

@@ -81,6 +81,11 @@ async def test_plain_etcd_statefulset_is_healthy_and_a_deleted_member_comes_back
     assert sorted((sb.dir / "pvc" / "default").iterdir()) == data_dirs
     for ip in ips.values():
         assert await wait_until(lambda ip=ip: healthy(ip), 10)
+    # etcdctl inside the restarted member's container, against its own "localhost"
+    code, out = await sb.exec("default", "etcd-1", "etcd", ["etcdctl", "--endpoints=http://127.0.0.1:2379",
+                                                            "member", "list"])
+    assert code == 0 and out.count("started") == 3, out
+    assert "ready to serve client requests" in sb.logs("default", "etcd-1", "etcd")
     print(f"\nmeasured: delete etcd-1 -> replacement Ready in {restart_seconds:.2f}s")
 
 
