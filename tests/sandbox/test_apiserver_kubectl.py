@@ -152,3 +152,19 @@ def test_webhook_denial_reaches_stderr(apiserver: SandboxAPI, kubectl: Any, widg
     widget["spec"]["size"] = 7
     result = kubectl("apply", "-f", "-", input=yaml.safe_dump(widget))
     assert result.returncode == 0 and "Warning: size 7 is large" in result.stderr, result.stderr
+
+
+def test_create_generators_sending_protobuf(apiserver: SandboxAPI, kubectl: Any) -> None:
+    assert kubectl("create", "namespace", "demo").stdout.strip() == "namespace/demo created"
+    result = kubectl("create", "secret", "generic", "s", "--from-literal=user=root", "-n", "demo")
+    assert result.returncode == 0, result.stderr
+    result = kubectl("create", "configmap", "c", "--from-literal=k=v", "-n", "demo")
+    assert result.returncode == 0, result.stderr
+    core = k.CoreV1Api(apiserver.api_client)
+    secret = core.read_namespaced_secret("s", "demo")
+    assert secret.data == {"user": "cm9vdA=="} and secret.type == "Opaque"
+    assert core.read_namespaced_config_map("c", "demo").data == {"k": "v"}
+    assert core.read_namespace("demo").metadata.labels == {"kubernetes.io/metadata.name": "demo"}
+    result = kubectl("delete", "namespace", "demo", "--timeout=20s")
+    assert result.returncode == 0, result.stderr
+    assert "demo" not in {n.metadata.name for n in core.list_namespace().items}

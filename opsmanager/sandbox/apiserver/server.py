@@ -28,6 +28,7 @@ from opsmanager.sandbox.apiserver import (
     kubeconfig,
     operations,
     patching,
+    protobuf,
     resources,
     selectors,
     store,
@@ -233,6 +234,11 @@ class APIServer:
         if not raw:
             return None
         ctype = request.content_type
+        if "protobuf" in ctype:  # kubectl create namespace/secret/configmap send protobuf
+            try:
+                return protobuf.decode(raw)
+            except protobuf.Unsupported:
+                raise errors.unsupported_media_type(ctype) from None
         try:
             if "yaml" in ctype:
                 return yaml.safe_load(raw)
