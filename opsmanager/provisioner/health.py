@@ -5,8 +5,9 @@ own client certificate) and hands the answers here as :class:`MemberView` values
 
 The phase follows KubeDB's meaning, decided from **real member health**, not from pod readiness alone:
 
-- ``Ready``: every expected member is healthy (has a leader, no alarm, answers a linearizable read) and all of
-  them name the same leader, which is one of them;
+- ``Ready``: every expected member is healthy (has a leader, no alarm, answers a linearizable read), all of
+  them name the same leader, which is one of them, and every pod is Ready for the kubelet (so the client Service
+  has every member behind it);
 - ``Critical``: a quorum (``replicas // 2 + 1``) is healthy, but not all — the cluster serves, one more failure
   may stop it;
 - ``NotReady``: no quorum is healthy — the cluster does not serve writes;
@@ -90,7 +91,8 @@ def assess(replicas: int, views: Sequence[MemberView], *, blocked: str = "") -> 
         pods_ready=tuple(sorted(v.name for v in views if v.pod_ready)),
         reachable=tuple(sorted(v.name for v in views if v.reachable)),
         leader=leader,
-        all_healthy_one_leader=len(healthy) == replicas and replicas > 0 and leader is not None,
+        all_healthy_one_leader=(len(healthy) == replicas and replicas > 0 and leader is not None
+                                and all(v.pod_ready for v in views if v.healthy)),
         has_quorum=len(healthy) >= quorum(replicas),
         problems=problems,
         blocked=blocked,

@@ -70,3 +70,10 @@ def test_single_member_cluster() -> None:
 def test_blocked_summary_is_the_reason() -> None:
     v = health.assess(3, [], blocked="cannot check the members over TLS: x")
     assert v.summary() == "cannot check the members over TLS: x" and not v.accepting_connections
+
+
+def test_healthy_members_whose_pods_are_not_ready_yet_are_not_ready() -> None:
+    v = health.assess(3, [member(0), member(1), member(2, ready=False)])
+    assert not v.all_healthy_one_leader and v.has_quorum
+    assert phase(v) == constants.DB_PHASE_CRITICAL
+    assert phase(v, provisioned=False) == constants.DB_PHASE_PROVISIONING
