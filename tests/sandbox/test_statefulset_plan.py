@@ -164,3 +164,15 @@ def test_revision_hash_is_stable_and_changes_with_the_template() -> None:
     assert ss.revision_hash(ss.template_patch(a)) == ss.revision_hash(ss.template_patch(make_sts()))
     assert ss.revision_hash(ss.template_patch(a)) != ss.revision_hash(ss.template_patch(b))
     assert set(ss.revision_hash(ss.template_patch(a))) <= set("bcdfghjklmnpqrstvwxz2456789")
+
+
+def test_claims_of_scaled_away_pods_are_deleted_only_when_the_policy_says_so() -> None:
+    sts = make_sts(replicas=2)
+    pods, revs, _ = settle(sts)
+    claims = {"data-etcd-0", "data-etcd-1", "data-etcd-2", "other-claim"}
+    assert ss.plan(sts, pods, revs, claims).delete_claims == []  # Retain by default
+    sts["spec"]["persistentVolumeClaimRetentionPolicy"] = {"whenScaled": "Delete"}
+    assert ss.plan(sts, pods, revs, claims).delete_claims == ["data-etcd-2"]
+    sts["spec"]["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": "Delete"}
+    owner = ss.plan(make_sts(replicas=1) | {"spec": sts["spec"] | {"replicas": 1}}, [], [], set()).create_claims[0]
+    assert owner["metadata"]["ownerReferences"][0]["kind"] == "StatefulSet"
