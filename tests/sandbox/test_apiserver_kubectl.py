@@ -168,3 +168,32 @@ def test_create_generators_sending_protobuf(apiserver: SandboxAPI, kubectl: Any)
     result = kubectl("delete", "namespace", "demo", "--timeout=20s")
     assert result.returncode == 0, result.stderr
     assert "demo" not in {n.metadata.name for n in core.list_namespace().items}
+
+
+def test_logs_come_from_the_registered_log_source(apiserver: SandboxAPI, kubectl: Any, tmp_path: Path) -> None:
+    log = tmp_path / "etcd.log"
+    log.write_text("line 1\nline 2\n")
+    apiserver.threaded.call_soon(apiserver.server.set_log_source,
+                                 lambda ns, pod, container: log if (ns, pod, container) == ("default", "p", "etcd")
+                                 else None)
+    k.CoreV1Api(apiserver.api_client).create_namespaced_pod("default", {
+        "metadata": {"name": "p"}, "spec": {"containers": [{"name": "etcd", "image": "etcd:3.5.1"}]}})
+    assert kubectl("logs", "p").stdout == "line 1\nline 2\n"
+    assert kubectl("logs", "p", "--tail=1").stdout == "line 2\n"
+    env = dict(os.environ, HOME=str(tmp_path))
+    process = subprocess.Popen(["/usr/bin/kubectl", "--kubeconfig", str(apiserver.kubeconfig), "--cache-dir",
+                                str(tmp_path / "cache"), "logs", "-f", "p"], stdout=subprocess.PIPE, text=True, env=env)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout or []), daemon=True)
+    reader.start()
+    try:
+        eventually(lambda: len(lines) >= 2, timeout=15)
+        with log.open("a") as f:
+            f.write("line 3\n")
+        eventually(lambda: lines[-1:] == ["line 3\n"], timeout=15)
+    finally:
+        process.kill()
+        process.wait(10)
+    code, _, _ = apiserver.raw("PATCH", "/api/v1/namespaces/default/pods/p/log", {"x": 1},
+                               content_type="application/merge-patch+json")
+    assert code == 405

@@ -29,9 +29,11 @@ _SUBRESOURCE_KINDS = {
     "eviction": ("policy", "v1", "Eviction"),
     "binding": ("", "v1", "Binding"),
     "finalize": None,
+    "log": ("", "v1", "Pod"),
 }
 _SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "scale": ["get", "patch", "update"],
-                      "eviction": ["create"], "binding": ["create"], "finalize": ["update"]}
+                      "eviction": ["create"], "binding": ["create"], "finalize": ["update"],
+                      "log": ["get"]}
 
 
 def _gv(group: str, version: str) -> str:

@@ -72,7 +72,7 @@ BUILTINS: tuple[ResourceType, ...] = (
     _core("Secret", "secrets"),
     _core("ConfigMap", "configmaps", short=("cm",)),
     _core("Service", "services", short=("svc",), sub=("status",), cats=("all",)),
-    _core("Pod", "pods", short=("po",), sub=("status", "eviction", "binding"), cats=("all",)),
+    _core("Pod", "pods", short=("po",), sub=("status", "eviction", "binding", "log"), cats=("all",)),
     _core("Event", "events", short=("ev",)),
     _core("PersistentVolumeClaim", "persistentvolumeclaims", short=("pvc",), sub=("status",)),
     _grouped("apps", "v1", "StatefulSet", "statefulsets", short=("sts",), sub=("status", "scale"), cats=("all",),

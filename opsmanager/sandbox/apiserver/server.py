@@ -13,6 +13,7 @@ import collections
 import json
 import logging
 import time
+from collections.abc import Callable
 from importlib import resources as package_files
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ Obj = dict[str, Any]
 VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-opsmanager-sandbox", "gitCommit": "sandbox",
            "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23",
            "compiler": "gc", "platform": "linux/amd64"}
+LogSource = Callable[[str, str, str], "str | Path | None"]
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
@@ -86,6 +88,7 @@ class APIServer:
         self.requests: collections.deque[tuple[str, str, int]] = collections.deque(maxlen=20000)
         self._cert_manager = cert_manager
         self._runner: web.AppRunner | None = None
+        self._log_source: LogSource | None = None
         self._watch_tasks: set[asyncio.Task[Any]] = set()
 
     @property
@@ -127,6 +130,11 @@ class APIServer:
                                  target_host: str, target_port: int) -> None:
         """Where a webhook ``service`` clientConfig ``<service_name>.<namespace>:<service_port>`` listens."""
         self.admission.register_service(namespace, service_name, service_port, target_host, target_port)
+
+    def set_log_source(self, source: LogSource | None) -> None:
+        """Serve ``pods/<name>/log`` (``kubectl logs``) from files: ``source(namespace, pod, container)`` returns
+        the path of that container's log (the kubelet's), or None when there is none."""
+        self._log_source = source
 
     def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
         return kubeconfig.write(path, self.url, namespace=namespace)
@@ -255,12 +263,19 @@ class APIServer:
         validation = q.get("fieldValidation", "")
         table = _table_requested(request.headers.get("Accept", ""))
         include = q.get("includeObject", "Metadata")
+        allowed = {None: ("GET", "PUT", "PATCH", "DELETE", "POST"), "status": ("GET", "PUT", "PATCH"),
+                   "scale": ("GET", "PUT", "PATCH"), "finalize": ("PUT",), "log": ("GET",),
+                   "eviction": ("POST",), "binding": ("POST",)}
+        if method not in allowed.get(sub, ()):
+            raise errors.method_not_allowed()
         if method == "GET" and name is None:
             if _flag(q.get("watch")):
                 return await self._watch(request, rt, namespace, table, include)
             return self._list(rt, namespace, q, table, include)
         if method == "GET":
             obj = self.cluster.get(rt, ns, name)  # type: ignore[arg-type]
+            if sub == "log":
+                return await self._log(request, obj)
             if sub == "scale":
                 return _json(self.cluster.scale_of(rt, obj))
             if table and sub is None:
@@ -379,6 +394,46 @@ class APIServer:
         obj, warnings = await self.cluster.update(rt, ns, name, apply, subresource=sub, dry_run=dry_run,
                                                   validation=validation)
         return _json(obj, 200, warnings)
+
+    async def _log(self, request: web.Request, pod: Obj) -> web.StreamResponse:
+        q = request.query
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        names = [c["name"] for c in spec.get("containers") or []]
+        container = q.get("container") or (names[0] if len(names) == 1 else None)
+        if container is None:
+            raise errors.bad_request(f"a container name must be specified for pod {meta['name']}, choose one of: "
+                                     f"[{' '.join(names)}]")
+        if container not in names + [c["name"] for c in spec.get("initContainers") or []]:
+            raise errors.bad_request(f"container {container} is not valid for pod {meta['name']}")
+        path = self._log_source(meta.get("namespace", ""), meta["name"], container) if self._log_source else None
+        if path is None or not Path(path).exists():
+            raise errors.bad_request(f'container "{container}" in pod "{meta["name"]}" is waiting to start: '
+                                     f"no logs yet")
+        data = Path(path).read_bytes()
+        if q.get("tailLines"):
+            lines = data.splitlines(keepends=True)
+            data = b"".join(lines[-int(q["tailLines"]):]) if int(q["tailLines"]) > 0 else b""
+        if not _flag(q.get("follow")):
+            return web.Response(body=data, content_type="text/plain")
+        response = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        offset = Path(path).stat().st_size
+        try:
+            await response.write(data)
+            while self._runner is not None:
+                await asyncio.sleep(0.2)
+                size = Path(path).stat().st_size if Path(path).exists() else 0
+                if size > offset:
+                    with open(path, "rb") as f:
+                        f.seek(offset)
+                        await response.write(f.read(size - offset))
+                    offset = size
+                elif self.store.get(("", "pods"), meta.get("namespace", ""), meta["name"]) is None:
+                    break
+        except ConnectionResetError:
+            pass
+        return response
 
     # -- watching ------------------------------------------------------------------------------------------
 
