@@ -252,3 +252,23 @@ async def test_peer_certificate_without_the_cluster_local_form_is_rejected(full_
         return False
 
     await wait_until(rejected, 15, interval=0.1, message="etcd rejecting a peer whose PTR name is not in its SANs")
+
+
+async def test_cluster_issuer_reads_its_ca_from_the_cert_manager_namespace(full_sandbox: cluster.Sandbox) -> None:
+    sb = full_sandbox
+    ca = pki.make_ca("cluster-ca")
+    await sb.apply([
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "cluster-ca", "namespace": "cert-manager"},
+         "data": {"tls.crt": b64(ca.cert_pem), "tls.key": b64(ca.key_pem)}},
+        {"apiVersion": "cert-manager.io/v1", "kind": "ClusterIssuer", "metadata": {"name": "cluster-ca"},
+         "spec": {"ca": {"secretName": "cluster-ca"}}},
+        {"apiVersion": "cert-manager.io/v1", "kind": "Certificate", "metadata": {"name": "client", "namespace": NS},
+         "spec": {"secretName": "client-tls", "commonName": "root", "usages": ["client auth"],
+                  "issuerRef": {"name": "cluster-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}}},
+    ])
+    await wait_until(lambda: issued_at(sb, "client", 1), 10)
+    secret = await sb.client.get(kubeclient.SECRETS, "client-tls", NS)
+    assert secret["metadata"]["annotations"]["cert-manager.io/issuer-kind"] == "ClusterIssuer"
+    assert pki.signed_by(base64.b64decode(secret["data"]["tls.crt"]), ca.cert_pem)
+    issuer = await sb.client.get(kubeclient.CLUSTERISSUERS, "cluster-ca")
+    assert cond(issuer, "Ready")["status"] == "True"
