@@ -112,6 +112,7 @@ class Sandbox:
                                                          bookmark_interval=self.bookmark_interval)
             await self.apiserver.start()
             stack.push_async_callback(self.apiserver.stop)
+            self.apiserver.set_log_source(self._log_path)  # kubectl logs reads the kubelet's files
             if self.crds_dir is not None and self.crds_dir.is_dir() and any(self.crds_dir.glob("*.y*ml")):
                 self.crds = await sandbox_apiserver.apply_crd_files(self.apiserver, [self.crds_dir])
             self.client = kubeclient.KubeClient(self.apiserver.url)
@@ -207,9 +208,13 @@ class Sandbox:
         code, out = await process.exec_in(pid, argv, runner.env, timeout)
         return code, out.decode(errors="replace")
 
+    def _log_path(self, namespace: str, pod: str, container: str) -> Path:
+        return self.dir / "logs" / namespace / pod / f"{container}.log"
+
     def logs(self, namespace: str, pod: str, container: str) -> str:
-        """The container's log (``<dir>/logs/<ns>/<pod>/<container>.log``, all restarts appended)."""
-        path = self.dir / "logs" / namespace / pod / f"{container}.log"
+        """The container's log (``<dir>/logs/<ns>/<pod>/<container>.log``, all restarts appended); the same file
+        ``kubectl logs`` serves."""
+        path = self._log_path(namespace, pod, container)
         return path.read_text(errors="replace") if path.exists() else ""
 
     async def wait_ready_pods(self, namespace: str, label_selector: str, count: int, timeout: float = 30.0) -> list[Obj]:

@@ -103,6 +103,10 @@ def test_sandbox_up_runs_a_healthy_cluster_fast_and_leaves_nothing_behind(tmp_pa
             return "3/3" in out.stdout
 
         asyncio_free_wait(kubectl_sees_3_of_3, 10)
+        logs = subprocess.run(["/usr/bin/kubectl", "--kubeconfig", str(state / "kubeconfig"), "--cache-dir",
+                               str(tmp_path / "kube-cache"), "logs", "etcd-0", "--tail", "50"],
+                              capture_output=True, text=True, timeout=30, env=dict(os.environ, HOME=str(tmp_path)))
+        assert logs.returncode == 0 and '"msg":"ready to serve client requests"' in logs.stdout, logs.stderr
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
