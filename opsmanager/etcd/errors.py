@@ -129,8 +129,8 @@ class NotRecovered(EtcdError):
 
 class DataInconsistent(EtcdError):
     """Members disagree on the key-value store at the same revision (HashKV). Fatal: it does not heal by waiting —
-    the diverged member must be replaced. (Seen on etcd 3.5.0-3.5.2 after a member is killed mid-apply,
-    etcd-io/etcd#13766.)"""
+    the diverged member must be replaced. (etcd 3.5.0-3.5.2 can diverge when a member is killed mid-apply,
+    etcd-io/etcd#13766; we run 3.5.1.)"""
 
     transient = False
 

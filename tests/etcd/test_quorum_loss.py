@@ -71,7 +71,8 @@ async def test_probes_report_no_quorum_in_time_and_recovery_follows(etcd_cluster
         for name in ("m1", "m2"):
             recovery = await c.wait_recovered(name, expected_voters=3, timeout=20)
             assert recovery.voters == 3 and recovery.applied_index >= recovery.leader_commit_index
-        # Read through m0, the member that was never killed: etcd 3.5.0-3.5.2 may lose a write on a member that is
-        # SIGKILLed while applying it (etcd-io/etcd#13766, fixed in 3.5.3) — seen here once under load.
+        # Read through m0, the member that was never killed. Once (of ~30 runs, under heavy CPU load) a linearizable
+        # read through a SIGKILLed-and-restarted member returned nothing for this key; that matches etcd 3.5.0-3.5.2's
+        # crash inconsistency (etcd-io/etcd#13766, fixed in 3.5.3) but was not reproduced. Not this test's subject.
         assert await c.get("/test/before", endpoint="m0") == b"1"
         assert (await c.health("m0")).healthy
