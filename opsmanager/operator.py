@@ -60,12 +60,13 @@ def connection_info(kubeconfig: str | None, *, context: str | None = None) -> ko
     """kopf credentials from ``kubeconfig`` (default: ``$KUBECONFIG`` or ``~/.kube/config``), else in-cluster."""
     config = kubernetes.client.Configuration()
     try:
-        kubernetes.config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=config)
+        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, context=context, client_configuration=config)
     except (kubernetes.config.ConfigException, FileNotFoundError, TypeError) as exc:
         if kubeconfig is not None:
             raise kopf.LoginError(f"cannot load kubeconfig {kubeconfig!r}: {exc}") from exc
         try:
-            kubernetes.config.load_incluster_config(client_configuration=config)
+            kubernetes.config.load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
         except kubernetes.config.ConfigException as exc2:
             raise kopf.LoginError("no kubeconfig found (give --kubeconfig or set $KUBECONFIG) and not running "
                                   f"in a cluster: {exc2}") from exc2

@@ -30,6 +30,7 @@ from opsmanager import kube
 from opsmanager.api import conditions, constants
 from opsmanager.provisioner import applying, observe, status
 
+Logger = logging.Logger | logging.LoggerAdapter[Any]
 RESOURCE = (constants.ETCD_GROUP, constants.ETCD_VERSION, constants.ETCD_PLURAL)
 DEFAULT_INTERVAL = 5.0
 
@@ -46,7 +47,7 @@ def _lock(memo: Any) -> asyncio.Lock:
     if lock is None:
         lock = asyncio.Lock()
         memo.provisioner_lock = lock
-    return lock  # type: ignore[no-any-return]
+    return lock
 
 
 def _ident(body: Mapping[str, Any]) -> tuple[str, str, int | None]:
@@ -54,7 +55,7 @@ def _ident(body: Mapping[str, Any]) -> tuple[str, str, int | None]:
     return meta.get("namespace") or "default", meta["name"], meta.get("generation")
 
 
-async def _record(k: kube.Kube, body: Mapping[str, Any], outcome: applying.Outcome, logger: logging.Logger) -> None:
+async def _record(k: kube.Kube, body: Mapping[str, Any], outcome: applying.Outcome, logger: Logger) -> None:
     """Write the outcome as the Reconciled condition; an event when the reason changes (not on every pass)."""
     ns, name, generation = _ident(body)
     previous = conditions.get_condition((body.get("status") or {}).get("conditions"), status.COND_RECONCILED)
@@ -73,7 +74,7 @@ async def _record(k: kube.Kube, body: Mapping[str, Any], outcome: applying.Outco
 
 
 async def reconcile_once(k: kube.Kube, namespace: str, name: str, memo: Any,
-                         logger: logging.Logger) -> tuple[applying.Outcome, dict[str, Any] | None]:
+                         logger: Logger) -> tuple[applying.Outcome, dict[str, Any] | None]:
     """One reconcile pass on a fresh read of the Etcd, under the object's lock, with its outcome recorded in status.
     Returns the outcome and the object as read (None when it is gone)."""
     async with _lock(memo):
@@ -100,24 +101,24 @@ def register(registry: kopf.OperatorRegistry, *, interval: float = DEFAULT_INTER
     @kopf.on.resume(*RESOURCE, registry=registry, id="provision")
     @kopf.on.create(*RESOURCE, registry=registry, id="provision")
     @kopf.on.update(*RESOURCE, registry=registry, id="provision", field="spec")
-    async def provision(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
-        ns, name, _ = _ident(body)
+    async def provision(body: kopf.Body, memo: Any, logger: Logger, **_: Any) -> None:
+        ns, name, _generation = _ident(body)
         outcome, _obj = await reconcile_once(_kube(memo), ns, name, memo, logger)
         if outcome.state in (applying.WAITING, applying.BLOCKED):
             raise kopf.TemporaryError(outcome.message, delay=outcome.delay)
 
     @kopf.timer(*RESOURCE, registry=registry, id="status", interval=interval)
-    async def keep(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    async def keep(body: kopf.Body, memo: Any, logger: Logger, **_: Any) -> None:
         k = _kube(memo)
         if (body.get("metadata") or {}).get("deletionTimestamp"):
             return
-        ns, name, _ = _ident(body)
+        ns, name, _generation = _ident(body)
         _outcome, fresh = await reconcile_once(k, ns, name, memo, logger)
         if fresh is not None:
             await report_status(k, fresh)
 
     @kopf.on.delete(*RESOURCE, registry=registry, id="finalize")
-    async def finalize(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    async def finalize(body: kopf.Body, memo: Any, logger: Logger, **_: Any) -> None:
         k = _kube(memo)
         async with _lock(memo):
             outcome = await applying.finalize(k, body)

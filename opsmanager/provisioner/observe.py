@@ -36,7 +36,7 @@ TIMEOUT = 2.0  # per member and call: a status pass stays well inside the timer 
 def pod_ready(pod: Mapping[str, Any]) -> bool:
     for cond in (pod.get("status") or {}).get("conditions") or ():
         if cond.get("type") == "Ready":
-            return cond.get("status") == "True"
+            return bool(cond.get("status") == "True")
     return False
 
 

@@ -27,7 +27,7 @@ def controller_of(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The ownerReference marked ``controller: true``, or None."""
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
         if ref.get("controller"):
-            return ref
+            return dict(ref)
     return None
 
 

@@ -75,14 +75,14 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
             k.close()
 
 
-async def eventually(check: Callable[[], Awaitable[T]], timeout: float = 60.0, what: str = "") -> T:
+async def eventually(check: Callable[[], Awaitable[T | None]], timeout: float = 60.0, what: str = "") -> T:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    last: Any = None
+    last: T | None = None
     while loop.time() < deadline:
         last = await check()
         if last:
-            return last  # type: ignore[no-any-return]
+            return last
         await asyncio.sleep(0.2)
     raise AssertionError(f"not met within {timeout}s: {what} (last: {last!r})")
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import glob
 import json
 from collections.abc import Awaitable, Callable, Iterator
@@ -78,15 +79,15 @@ async def k(env: Env) -> Any:
         client.close()
 
 
-async def eventually(check: Callable[[], Awaitable[T]], timeout: float = 15.0, what: str = "") -> T:
+async def eventually(check: Callable[[], Awaitable[T | None]], timeout: float = 15.0, what: str = "") -> T:
     """Poll ``check`` until it returns a truthy value; fail with the last value at the deadline."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    last: Any = None
+    last: T | None = None
     while loop.time() < deadline:
         last = await check()
         if last:
-            return last  # type: ignore[no-any-return]
+            return last
         await asyncio.sleep(0.1)
     raise AssertionError(f"not met within {timeout}s: {what} (last: {last!r})")
 
@@ -269,16 +270,16 @@ async def test_delete_removes_volumes_keeps_secrets_and_wipeout_removes_both(env
         await k.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                         "metadata": {"name": f"data-{name}-0", "namespace": NS},
                         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
-        await eventually(lambda n=name: k.get("apps/v1", "StatefulSet", NS, n), what=f"{name} StatefulSet")
+        await eventually(functools.partial(k.get, "apps/v1", "StatefulSet", NS, name), what=f"{name} StatefulSet")
         await k.delete(*ETCD, NS, name)
 
     async def gone(name: str) -> bool:
         return await k.get(*ETCD, NS, name) is None and await k.get("apps/v1", "StatefulSet", NS, name) is None
     for name in ("del", "wipe"):
-        await eventually(lambda n=name: gone(n), timeout=30.0, what=f"{name} deleted")
+        await eventually(functools.partial(gone, name), timeout=30.0, what=f"{name} deleted")
         for obj in (("v1", "Service", name), ("v1", "Service", f"{name}-pods"),
                     ("policy/v1", "PodDisruptionBudget", name), ("cert-manager.io/v1", "Certificate", f"{name}-server")):
-            await eventually(lambda o=obj: _absent(k, *o), what=f"{obj} deleted")
+            await eventually(functools.partial(_absent, k, *obj), what=f"{obj} deleted")
     assert await k.get("v1", "PersistentVolumeClaim", NS, "data-del-0") is None
     for alias in constants.CERT_ALIASES:
         assert await k.get("v1", "Secret", NS, f"del-{alias}-cert") is not None
