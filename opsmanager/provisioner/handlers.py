@@ -113,8 +113,8 @@ def register(registry: kopf.OperatorRegistry, *, interval: float = DEFAULT_INTER
         if (body.get("metadata") or {}).get("deletionTimestamp"):
             return
         ns, name, _generation = _ident(body)
-        _outcome, fresh = await reconcile_once(k, ns, name, memo, logger)
-        if fresh is not None:
+        outcome, fresh = await reconcile_once(k, ns, name, memo, logger)
+        if fresh is not None and outcome.reason != applying.REASON_INVALID_SPEC:
             await report_status(k, fresh)
 
     @kopf.on.delete(*RESOURCE, registry=registry, id="finalize")
