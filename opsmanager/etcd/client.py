@@ -341,7 +341,7 @@ class EtcdClient:
             raise errors.DeadlinePassed(f"{call} on {ep.label}: deadline passed before any attempt",
                                         endpoint=ep.label)
         # One error for the caller: the most specific kind seen, naming every attempt.
-        rank = (errors.TLSHandshakeFailed, errors.NoQuorum, errors.LearnerNotSupported, errors.RequestTimeout)
+        rank = (errors.TLSHandshakeFailed, errors.RequestTimeout)
         chosen = failures[0]
         for kind in rank:
             hit = [f for f in failures if isinstance(f[1], kind)]
@@ -362,9 +362,11 @@ class EtcdClient:
         if self._last_good is not None:
             order.sort(key=lambda e: e.name != self._last_good)
         failures: list[errors.EtcdError] = []
+        untried = list(order)
         for ep in order:
             if deadline is not None and asyncio.get_running_loop().time() >= deadline:
                 break
+            untried.remove(ep)
             try:
                 result, _ = await self._call(ep, call, fn, timeout=timeout, deadline=deadline)
             except _TRY_NEXT as err:
@@ -372,26 +374,36 @@ class EtcdClient:
                 continue
             self._last_good = ep.name
             return result, ep
-        raise self._cluster_error(call, failures)
+        # Endpoints the deadline left untried still count as down when their channels say so.
+        known_down = sum(1 for ep in untried if self._channel_down(ep))
+        raise self._cluster_error(call, failures, known_down=known_down)
 
-    def _cluster_error(self, call: str, failures: list[errors.EtcdError]) -> errors.EtcdError:
-        """The error for "no endpoint could do it": NoQuorum when any member said so, or when some member was
-        reachable but the call timed out while fewer than a majority of the endpoints answered at all."""
+    def _channel_down(self, ep: access.Endpoint) -> bool:
+        """True when every cached channel to ``ep`` is failing to connect (local state, no I/O); False if unknown."""
+        conns = [c for (target, *_), c in self._conns.items() if target == ep.target]
+        failing = (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.CONNECTING)
+        return bool(conns) and all(c.channel.get_state(try_to_connect=False) in failing for c in conns)
+
+    def _cluster_error(self, call: str, failures: list[errors.EtcdError], *,
+                       known_down: int = 0) -> errors.EtcdError:
+        """The error for "no endpoint could do it". NoQuorum when a member said so, or when the members that
+        answered could not finish the call while a majority of the endpoints did not answer at all (with 2 of 3
+        members down, the survivor's linearizable calls time out: that is lost quorum, not a slow member)."""
         if not failures:
             return errors.DeadlinePassed(f"{call}: deadline passed before any endpoint was tried")
         detail = "; ".join(str(f) for f in failures)
-        cause = failures[0]
-        reachable = [f for f in failures if not isinstance(f, (errors.MemberUnreachable, errors.TLSHandshakeFailed))]
+        down = [f for f in failures if isinstance(f, (errors.MemberUnreachable, errors.TLSHandshakeFailed))]
+        answered = [f for f in failures if f not in down]
         if any(isinstance(f, errors.NoQuorum) for f in failures) or (
-                reachable and len(reachable) <= len(self._endpoints) // 2):
+                answered and len(down) + known_down > len(self._endpoints) // 2):
             err: errors.EtcdError = errors.NoQuorum(f"{call}: no quorum: {detail}")
+        elif answered:
+            return answered[0]
         elif all(isinstance(f, errors.TLSHandshakeFailed) for f in failures):
             err = errors.TLSHandshakeFailed(f"{call}: TLS handshake failed on every endpoint: {detail}")
-        elif reachable:
-            return reachable[0]
         else:
             err = errors.MemberUnreachable(f"{call}: no endpoint reachable: {detail}")
-        err.__cause__ = cause
+        err.__cause__ = failures[0]
         return err
 
     # -- Maintenance --
@@ -478,8 +490,13 @@ class EtcdClient:
                 for ep in self._endpoints:  # a configured endpoint under the same name wins (TLS name, ports)
                     if ep.name == m.name:
                         return ep
-                schemes = sorted({u.split("://", 1)[0] for u in m.client_urls}, key=lambda s: s != "https")
-                first = next(u for u in m.client_urls if u.startswith(schemes[0]))
+                usable = {u.split("://", 1)[0] for u in m.client_urls} & set(access.SCHEMES)
+                if self._tls is None:
+                    usable.discard("https")  # we could not dial it anyway
+                if not usable:
+                    return None
+                schemes = sorted(usable, key=lambda s: s != "https")
+                first = next(u for u in m.client_urls if u.startswith(f"{schemes[0]}://"))
                 return dataclasses.replace(access.Endpoint.from_url(m.name, first, metrics_port=None),
                                            schemes=tuple(schemes))
         return None
