@@ -14,18 +14,16 @@ import contextlib
 import dataclasses
 import os
 import pathlib
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from e2e import monitor, writer
-from opsmanager import kube, pki
+from opsmanager import kube, operator, pki
 from opsmanager.api import constants
 from opsmanager.etcd import access
 from opsmanager.etcd import client as etcd_client
+from opsmanager.etcd import errors as etcd_errors
 from opsmanager.provisioner import naming
 
 NAMESPACE = "demo"
@@ -56,39 +54,6 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-class OperatorProcess:
-    """``opsmanager run`` as a child process (so a test can SIGKILL it), logging to a file."""
-
-    def __init__(self, kubeconfig: pathlib.Path, log_path: pathlib.Path) -> None:
-        self.kubeconfig, self.log_path = kubeconfig, log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "opsmanager", "run", "--kubeconfig", str(self.kubeconfig), "--all-namespaces",
-             "--standalone"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        log.close()
-
-    def kill(self) -> None:
-        """SIGKILL: the crash case."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-
 class Scenario:
     """A sandbox with the operator running, helpers to make CAs, Etcds and requests, and the live measurements."""
 
@@ -99,24 +64,37 @@ class Scenario:
         self.namespace = namespace
         self.sandbox: Any = None
         self.kube: kube.Kube | None = None
-        self.operator: OperatorProcess | None = None
+        self.operator: operator.OperatorProcess | None = None
         self.cas: dict[str, pki.KeyPair] = {}
 
     async def __aenter__(self) -> Scenario:
         from opsmanager.sandbox import cluster as sandbox_cluster
 
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.sandbox = sandbox_cluster.Sandbox(dir=self.dir, operator=False)
+        self.sandbox = sandbox_cluster.Sandbox(dir=self.dir)
         await self.sandbox.__aenter__()
         self.kube = kube.Kube.from_kubeconfig(str(self.sandbox.kubeconfig))
         await self.ensure_namespace(self.namespace)
-        self.operator = OperatorProcess(pathlib.Path(self.sandbox.kubeconfig), self.dir / "operator.log")
-        self.operator.start()
+        await self.start_operator()
         return self
+
+    async def start_operator(self) -> None:
+        """``opsmanager run`` as a child process (so a test can SIGKILL it), logging to ``operator.log``.
+        Started from a thread: its readiness wait blocks, and this loop also serves the sandbox's API."""
+        self.operator = await asyncio.to_thread(
+            operator.OperatorProcess.start, self.sandbox.kubeconfig, log_path=self.dir / "operator.log",
+            interval=1.0)
+
+    async def kill_operator(self) -> None:
+        """SIGKILL the operator: the crash case."""
+        assert self.operator is not None
+        self.operator.process.kill()
+        await asyncio.to_thread(self.operator.process.wait, 10)
+        await asyncio.to_thread(self.operator.stop)
 
     async def __aexit__(self, *exc: object) -> None:
         if self.operator is not None:
-            self.operator.stop()
+            await asyncio.to_thread(self.operator.stop)
         if self.kube is not None:
             self.kube.close()
         if self.sandbox is not None:
@@ -274,13 +252,18 @@ class Scenario:
             conditions=tuple(c["type"] for c in status.get("conditions") or []), failure=failure,
         )
 
-    async def served_serials(self, db: str, *, identity: access.TLSIdentity | None = None) -> dict[str, int]:
-        """The serial each member serves on its client port now (fresh handshake)."""
+    async def served_serials(self, db: str) -> dict[str, int]:
+        """The serial each member serves on its client port now (fresh handshake), with whichever of the
+        writer's identities the members accept."""
         eps = await self.endpoints(db)
-        ident = identity or (self.writer_identities() or [None])[-1]
-        out = {}
-        async with etcd_client.EtcdClient(eps, tls=ident) as client:
-            for ep in eps:
-                info = await client.served_certificate(ep.name, port="client")
-                out[ep.name] = info.serial
-        return out
+        last: Exception | None = None
+        for ident in self.writer_identities():
+            out = {}
+            try:
+                async with etcd_client.EtcdClient(eps, tls=ident) as client:
+                    for ep in eps:
+                        out[ep.name] = (await client.served_certificate(ep.name, port="client")).serial
+                return out
+            except etcd_errors.TLSHandshakeFailed as err:
+                last = err
+        raise RuntimeError(f"no identity of the writer is accepted by every member: {last}")

@@ -8,6 +8,7 @@ or the sandbox.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -35,6 +36,8 @@ def _load(target: str) -> Callable[[Sequence[str]], int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # gRPC's C core logs every failed TLS handshake at INFO; during a TLS transition probing both schemes is normal.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print(_usage())

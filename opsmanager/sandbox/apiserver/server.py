@@ -526,16 +526,22 @@ class APIServer:
                 now = time.monotonic()
                 if now >= deadline:
                     break
-                wait = deadline - now
-                if bookmarks:
-                    wait = min(wait, max(0.0, next_bookmark - now))
+                # Queued changes first: with a bookmark due and changes queued, waiting on the queue with a zero
+                # timeout never runs the getter (asyncio cancels it before it starts) and the watch would stall.
                 try:
-                    item: store.Change | None = await asyncio.wait_for(sub.queue.get(), timeout=wait)
-                except TimeoutError:
-                    if bookmarks and time.monotonic() >= next_bookmark and sub.queue.empty():
+                    item: store.Change | None = sub.queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    if bookmarks and now >= next_bookmark:
                         await send("BOOKMARK", bookmark())
                         next_bookmark = time.monotonic() + self.bookmark_interval
-                    continue
+                        continue
+                    wait = deadline - now
+                    if bookmarks:
+                        wait = min(wait, next_bookmark - now)
+                    try:
+                        item = await asyncio.wait_for(sub.queue.get(), timeout=wait)
+                    except TimeoutError:
+                        continue
                 if item is None:
                     break
                 event = translate(item)
