@@ -267,3 +267,35 @@ class Scenario:
             except etcd_errors.TLSHandshakeFailed as err:
                 last = err
         raise RuntimeError(f"no identity of the writer is accepted by every member: {last}")
+
+
+class PodTracker:
+    """Records every pod UID seen per member pod while running: a member restarted once shows two UIDs."""
+
+    def __init__(self, sc: Scenario, db: str, replicas: int = 3, interval: float = 0.1) -> None:
+        self.sc, self.db, self.interval = sc, db, interval
+        self.names = naming.pods(db, replicas)
+        self.uids: dict[str, list[str]] = {n: [] for n in self.names}
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            for name in self.names:
+                pod = await self.sc.k.get("v1", "Pod", self.sc.namespace, name)
+                uid = (pod or {}).get("metadata", {}).get("uid")
+                if uid and uid not in self.uids[name]:
+                    self.uids[name].append(uid)
+            await asyncio.sleep(self.interval)
+
+    async def __aenter__(self) -> PodTracker:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    def restarts(self) -> dict[str, int]:
+        return {n: max(0, len(u) - 1) for n, u in self.uids.items()}
