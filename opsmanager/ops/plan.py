@@ -169,6 +169,9 @@ COND_PLAINTEXT_LISTENERS_ADDED = "PlaintextListenersAdded"
 def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec) -> Plan:
     current = db.spec.tls
     change = classify(current, req)
+    if change in (TLSChange.REMOVE, TLSChange.ROTATE) and current is None:
+        what = "remove" if change is TLSChange.REMOVE else "rotateCertificates"
+        raise ValueError(f"tls.{what} needs TLS enabled on Etcd {db.metadata.name}, and spec.tls is not set")
     desired = desired_tls(current, req)
     steps: list[Step]
     if change is TLSChange.ADD:

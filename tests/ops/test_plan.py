@@ -117,3 +117,10 @@ def test_reconfigure_tls_without_tls_is_rejected() -> None:
         {"metadata": {"name": "r"}, "spec": {"type": "ReconfigureTLS", "databaseRef": {"name": "db"}}})
     with pytest.raises(ValueError, match="spec.tls is nil"):
         plan.plan_for(db(), bad)
+
+
+def test_remove_or_rotate_without_tls_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="tls.remove needs TLS enabled"):
+        plan.plan_for(db(), req(remove=True))
+    with pytest.raises(ValueError, match="tls.rotateCertificates needs TLS enabled"):
+        plan.plan_for(db(), req(rotateCertificates=True))
