@@ -177,7 +177,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "**no**"
     if isinstance(value, float):
-        return f"{value:.2f}" if value < 100 else f"{value:.0f}"
+        return f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}"
     return str(value)
 
 
@@ -290,8 +290,8 @@ the CA Issuer `ca-a`) and deletes it afterwards, so a naive run that breaks its 
 
 SCALE_TEXT = """
 Ten 3-member plaintext Etcds (30 etcd processes), then one `ReconfigureTLS` add-TLS request on each, all submitted
-at once to one operator. *One cluster alone* is the same request on an eleventh cluster, measured just before,
-in the same sandbox. The operator talks to the API server through a counting proxy, so *API requests* are the
+at once to one operator. *One cluster alone* is the same request on a cluster alone in the same sandbox, measured
+just before the ten are created. The operator talks to the API server through a counting proxy, so *API requests* are the
 operator's own (provisioner and engine, watches included), over the concurrent phase, divided by the number of
 operations; peak RSS is `VmHWM` and CPU the `utime+stime` delta of the operator process (`/proc/<pid>`). A live
 writer and leader monitor run on one of the ten clusters as a canary.

@@ -1,0 +1,272 @@
+"""Scale: one operator, many 3-member Etcds reconfigured at once (``opsmanager bench --scenario scale``).
+
+Why: a KubeDB-style operator runs every request of a cluster fleet in one process. What matters is whether ten
+clusters at once take about as long as one (each request mostly waits on etcd and cert-manager, so they should
+overlap), what the operator costs in memory and CPU while doing it, and how many Kubernetes API requests an
+operation costs — the API server is shared with everything else in a real cluster.
+
+How: the operator talks to the API server through :class:`CountingProxy` (a streaming HTTP reverse proxy that
+counts every request, watches included), so the counts are the operator's own and not the kubelet's or the
+StatefulSet controller's. Memory and CPU come from ``/proc/<pid>`` of the operator process (:func:`read_proc`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import os
+import pathlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import yaml
+from aiohttp import web
+
+from e2e import naive, scenario
+from opsmanager import operator
+from opsmanager.api import constants
+from opsmanager.provisioner import handlers as provisioner_handlers
+
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host",
+              "proxy-connection", "te", "trailer", "upgrade"}
+
+
+def resource_of(path: str) -> str:
+    """The resource (and subresource) a Kubernetes API path addresses: ``/api/v1/namespaces/a/pods/p/status`` →
+    ``pods/status``; discovery and other paths → ``discovery``."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if parts[:1] == ["api"] and len(parts) >= 3:
+        rest = parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 4:
+        rest = parts[3:]
+    else:
+        return "discovery"
+    if rest[:1] == ["namespaces"] and len(rest) >= 3:
+        rest = rest[2:]
+    elif rest[:1] == ["namespaces"]:
+        return "namespaces"
+    if not rest:
+        return "discovery"
+    return rest[0] if len(rest) < 3 else f"{rest[0]}/{rest[2]}"
+
+
+def request_key(method: str, path_qs: str) -> str:
+    """``GET pods``, ``WATCH etcds``, ``PATCH etcds/status`` …: how requests are grouped in the report."""
+    verb = "WATCH" if method == "GET" and "watch=true" in path_qs.lower() else method
+    return f"{verb} {resource_of(path_qs)}"
+
+
+class CountingProxy:
+    """A reverse proxy in front of the API server that counts requests by :func:`request_key` and streams
+    responses (watches) through unchanged."""
+
+    def __init__(self, upstream: str, host: str = "127.0.0.1") -> None:
+        self.upstream = upstream.rstrip("/")
+        self.host = host
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self.url = ""
+
+    async def start(self) -> str:
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False)
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://{self.host}:{port}"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def snapshot(self) -> collections.Counter[str]:
+        return collections.Counter(self.counts)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        assert self._session is not None
+        self.counts[request_key(request.method, request.path_qs)] += 1
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        body = await request.read()
+        async with self._session.request(request.method, self.upstream + request.path_qs, headers=headers,
+                                         data=body or None) as upstream:
+            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            for key, value in upstream.headers.items():
+                if key.lower() not in HOP_BY_HOP:
+                    response.headers.add(key, value)
+            if "Content-Encoding" in upstream.headers:
+                response.headers["Content-Encoding"] = upstream.headers["Content-Encoding"]
+            await response.prepare(request)
+            with contextlib.suppress(ConnectionResetError, aiohttp.ClientPayloadError):
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+            with contextlib.suppress(ConnectionResetError):
+                await response.write_eof()
+            return response
+
+
+def write_proxied_kubeconfig(source: pathlib.Path, target: pathlib.Path, server: str) -> pathlib.Path:
+    """A copy of ``source`` whose clusters all point at ``server``."""
+    doc = yaml.safe_load(source.read_text())
+    for cluster in doc.get("clusters") or []:
+        cluster.setdefault("cluster", {})["server"] = server
+    target.write_text(yaml.safe_dump(doc))
+    return target
+
+
+# --- /proc of the operator -----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcSample:
+    rss_kb: int
+    peak_rss_kb: int  # VmHWM: the high-water mark over the process's life
+    cpu_seconds: float  # utime + stime
+
+
+def parse_proc(status_text: str, stat_text: str, clock_ticks: int) -> ProcSample:
+    """Pure: ``/proc/<pid>/status`` and ``/proc/<pid>/stat`` → RSS, peak RSS and CPU seconds."""
+    fields = {}
+    for line in status_text.splitlines():
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+
+    def kb(key: str) -> int:
+        value = fields.get(key, "0 kB").split()
+        return int(value[0]) if value else 0
+
+    # comm (field 2) may hold spaces and parentheses: split after the last ')'. utime, stime are fields 14, 15.
+    rest = stat_text.rsplit(")", 1)[1].split()
+    utime, stime = int(rest[11]), int(rest[12])
+    return ProcSample(kb("VmRSS"), kb("VmHWM"), (utime + stime) / clock_ticks)
+
+
+def read_proc(pid: int) -> ProcSample:
+    base = pathlib.Path(f"/proc/{pid}")
+    return parse_proc((base / "status").read_text(), (base / "stat").read_text(), os.sysconf("SC_CLK_TCK"))
+
+
+# --- the scenario ---------------------------------------------------------------------------------------------
+
+
+async def _wait_terminal(sc: scenario.Scenario, names: list[str], started: float, *,
+                         timeout: float) -> dict[str, tuple[str, float]]:
+    """Poll every request (one LIST a poll) until all are terminal; their phase and time from ``started``."""
+    done: dict[str, tuple[str, float]] = {}
+    deadline = time.monotonic() + timeout
+    while len(done) < len(names):
+        if time.monotonic() > deadline:
+            missing = sorted(set(names) - set(done))
+            raise TimeoutError(f"requests {missing} not finished within {timeout:.0f}s")
+        for req in await sc.k.list(constants.OPS_API_VERSION, constants.OPS_KIND, sc.namespace):
+            name = req["metadata"]["name"]
+            phase = (req.get("status") or {}).get("phase")
+            if name in names and name not in done and phase in constants.TERMINAL_OPS_PHASES:
+                done[name] = (phase, time.monotonic() - started)
+        await asyncio.sleep(0.25)
+    return done
+
+
+def _delta(after: collections.Counter[str], before: collections.Counter[str]) -> collections.Counter[str]:
+    out = collections.Counter(after)
+    out.subtract(before)
+    return collections.Counter({k: v for k, v in out.items() if v > 0})
+
+
+ADD_TLS = {"tls": {"issuerRef": {"apiGroup": "cert-manager.io", "kind": "Issuer", "name": "ca-a"}}}
+
+
+async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: int = 10) -> dict[str, Any]:
+    """One cluster alone, then ``clusters`` at once, add TLS on each; the ``scale`` record of the benchmark."""
+    from e2e import bench as bench_module
+
+    proxy: CountingProxy | None = None
+    async with scenario.Scenario(workdir, namespace="scale") as sc:
+        try:
+            # Route the operator through the counting proxy (same operator, default --interval).
+            await asyncio.to_thread(sc.operator.stop)
+            proxy = CountingProxy(sc.sandbox.url)
+            await proxy.start()
+            kubeconfig = write_proxied_kubeconfig(sc.sandbox.kubeconfig, workdir / "kubeconfig-proxied", proxy.url)
+            sc.operator = await asyncio.to_thread(operator.OperatorProcess.start, kubeconfig,
+                                                  log_path=workdir / "operator.log")
+            pid = sc.operator.pid
+            await sc.ca_issuer("ca-a")
+
+            # One cluster alone.
+            await bench_module.fresh_etcd(sc, "solo", None)
+            before, cpu_before = proxy.snapshot(), read_proc(pid).cpu_seconds
+            started = time.monotonic()
+            await sc.submit("solo-add-tls", "solo", constants.OPS_TYPE_RECONFIGURE_TLS, **ADD_TLS)
+            solo = await _wait_terminal(sc, ["solo-add-tls"], started, timeout=300)
+            single_phase, single_wall = solo["solo-add-tls"]
+            single_requests = sum(_delta(proxy.snapshot(), before).values())
+            single_cpu = read_proc(pid).cpu_seconds - cpu_before
+            say(f"scale: one cluster alone: {single_phase} in {single_wall:.1f}s, {single_requests} operator API "
+                f"requests, {single_cpu:.1f} CPU s")
+            await bench_module.delete_etcd(sc, "solo")
+
+            # N clusters at once.
+            names = [f"s{i:02d}" for i in range(clusters)]
+            created = time.monotonic()
+            for name in names:
+                await sc.create_etcd(name)
+            await asyncio.gather(*(sc.wait_ready(name, timeout=300) for name in names))
+            say(f"scale: {clusters} Etcds ({3 * clusters} etcd processes) Ready in {time.monotonic() - created:.0f}s")
+            requests = [f"{name}-add-tls" for name in names]
+            async with sc.live(names[0]) as (w, mon):
+                w_before = w.snapshot()
+                before, cpu_before = proxy.snapshot(), read_proc(pid).cpu_seconds
+                started = time.monotonic()
+                for req, name in zip(requests, names, strict=True):
+                    await sc.submit(req, name, constants.OPS_TYPE_RECONFIGURE_TLS, **ADD_TLS)
+                done = await _wait_terminal(sc, requests, started, timeout=900)
+                makespan = max(t for _, t in done.values())
+                sample = read_proc(pid)
+                counts = _delta(proxy.snapshot(), before)
+                w_after, mres = w.snapshot(), mon.result
+            moves = await sc.leader_moves(requests[0])
+            healthy = await asyncio.gather(*(naive.cluster_healthy(sc, name) for name in names))
+        finally:
+            if proxy is not None:
+                # the operator first (its watches go through the proxy), then the proxy
+                if sc.operator is not None:
+                    await asyncio.to_thread(sc.operator.stop)
+                await proxy.stop()
+    successful = sum(1 for phase, _ in done.values() if phase == constants.PHASE_SUCCESSFUL)
+    total_requests = sum(counts.values())
+    record = {
+        "scenario": "scale", "strategy": bench_module.ENGINE, "operation": "add TLS", "clusters": clusters,
+        "successful": successful, "healthy_after": sum(healthy), "single_wall_s": round(single_wall, 1),
+        "single_api_requests": single_requests, "single_cpu_s": round(single_cpu, 1),
+        "makespan_s": round(makespan, 1), "makespan_over_single": bench_module.ratio(makespan, single_wall),
+        "per_request_wall_s": {k: round(v[1], 1) for k, v in sorted(done.items())},
+        "operator_peak_rss_mb": round(sample.peak_rss_kb / 1024, 1),
+        "operator_cpu_s": round(sample.cpu_seconds - cpu_before, 1),
+        "api_requests_total": total_requests, "api_requests_per_operation": round(total_requests / clusters),
+        "api_requests_by_verb": dict(counts.most_common()),
+        "canary_writes_failed": w_after.failed - w_before.failed,
+        "canary_writes_total": (w_after.ok - w_before.ok) + (w_after.failed - w_before.failed),
+        "canary_max_write_stall_s": round(w_after.max_gap, 3),
+        "canary_unplanned_elections": max(0, mres.elections - moves),
+        "operator_interval_s": provisioner_handlers.DEFAULT_INTERVAL,
+        "measured_at": bench_module.now_text(),
+    }
+    say(f"scale: {successful}/{clusters} Successful; makespan {makespan:.1f}s = {record['makespan_over_single']} × one "
+        f"cluster; operator peak RSS {record['operator_peak_rss_mb']} MB, {record['operator_cpu_s']} CPU s; "
+        f"{record['api_requests_per_operation']} API requests per operation; canary writes failed "
+        f"{record['canary_writes_failed']}/{record['canary_writes_total']}, unplanned elections "
+        f"{record['canary_unplanned_elections']}")
+    return record

@@ -1,0 +1,165 @@
+"""Pure parts of the benchmark: records, merging, the markdown page, /proc parsing, API path grouping,
+percentiles and the webhook fuzz generator. No processes, no sockets."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from e2e import bench, scale, webhook_load
+from webhooks import admission
+
+
+def _engine(**over: object) -> dict[str, object]:
+    base = dict(scenario_key="add-tls", operation="add TLS", strategy=bench.ENGINE, outcome="Successful", ok=True,
+                healthy_after=True, writes_failed=0, writes_ok=900, max_stall=0.05, elections=2, leader_moves=2,
+                wall=20.0, member_restarts=6, bare_restart_sum=10.0)
+    base.update(over)
+    return bench.run_record(**base)  # type: ignore[arg-type]
+
+
+def test_run_record_derives_totals_ratio_and_unplanned_elections() -> None:
+    rec = _engine(writes_failed=3, writes_ok=97, elections=5, leader_moves=2, wall=25.0, bare_restart_sum=10.0)
+    assert rec["writes_total"] == 100
+    assert rec["unplanned_elections"] == 3
+    assert rec["wall_over_bare_restarts"] == 2.5
+    assert rec["method"] == bench.STRATEGY_TEXT[bench.ENGINE]
+    assert bench.ratio(5.0, 0.0) is None
+
+
+def test_merge_replaces_only_the_rerun_pairs() -> None:
+    old = [_engine(), _engine(strategy="naive-https-only-restart", ok=False), _engine(scenario_key="rotate")]
+    new = [_engine(wall=99.0)]
+    merged = bench.merge_records(old, new)
+    assert len(merged) == 3
+    engine_add = [r for r in merged if r["scenario"] == "add-tls" and r["strategy"] == bench.ENGINE]
+    assert [r["wall_s"] for r in engine_add] == [99.0]
+
+
+def test_order_puts_engine_first_and_operations_in_their_order() -> None:
+    recs = [_engine(scenario_key="restart", strategy="naive-sigkill-ordinal"), _engine(scenario_key="restart"),
+            _engine(strategy="naive-https-only-restart"), {"scenario": "bare-restart", "strategy": "pod delete"}]
+    ordered = sorted(recs, key=bench.order_key)
+    assert [(r["scenario"], r["strategy"]) for r in ordered] == [
+        ("bare-restart", "pod delete"), ("add-tls", "naive-https-only-restart"), ("restart", bench.ENGINE),
+        ("restart", "naive-sigkill-ordinal")]
+
+
+def test_verdict_flags_engine_failures_but_not_naive_ones() -> None:
+    assert bench.verdict([_engine(), _engine(strategy="naive-https-only-restart", writes_failed=40, ok=False)]) == []
+    problems = bench.verdict([_engine(writes_failed=1)])
+    assert len(problems) == 1 and "1 failed writes" in problems[0]
+    assert bench.verdict([_engine(elections=3, leader_moves=2)])
+    scale_rec = {"scenario": "scale", "strategy": bench.ENGINE, "successful": 9, "clusters": 10,
+                 "canary_writes_failed": 0, "canary_unplanned_elections": 0}
+    assert bench.verdict([scale_rec])
+
+
+def test_select_scenarios() -> None:
+    assert bench.select("all") == (list(bench.OPERATION_KEYS), True, True)
+    assert bench.select("rotate") == (["rotate"], False, False)
+    assert bench.select("scale") == ([], True, False)
+    assert bench.select("webhook") == ([], False, True)
+    assert set(bench.OPERATION_KEYS) == {"add-tls", "rotate", "issuer-change", "remove-tls", "restart"}
+    assert all(op.naive for op in bench.OPERATIONS)
+
+
+def test_markdown_has_machine_tables_and_every_row(tmp_path: pathlib.Path) -> None:
+    records = [
+        {"scenario": "bare-restart", "strategy": "pod delete", "operation": "bare member restart",
+         "steps": ["bare-0 3.20s"], "bare_restart_sum_s": 9.6, "measured_at": "2026-11-29T15:00:00Z"},
+        _engine(), _engine(strategy="naive-https-only-restart", outcome="members not back within 30s: x-2",
+                           ok=False, healthy_after=False, writes_failed=29, steps=["x-2 delete: not back within 30s"]),
+        {"scenario": "scale", "strategy": bench.ENGINE, "operation": "add TLS", "clusters": 10, "successful": 10,
+         "single_wall_s": 20.0, "makespan_s": 40.0, "makespan_over_single": 2.0, "operator_peak_rss_mb": 120.5,
+         "operator_cpu_s": 30.2, "api_requests_per_operation": 400, "canary_writes_failed": 0,
+         "canary_writes_total": 2000, "canary_unplanned_elections": 0, "api_requests_by_verb": {"GET pods": 10}},
+        {"scenario": "webhook-latency", "strategy": bench.ENGINE, "reviews": 4000, "concurrency": 200,
+         "p50_ms": 100.0, "p99_ms": 150.0, "max_ms": 160.0, "throughput_per_s": 2000, "errors": 0},
+        {"scenario": "webhook-fuzz", "strategy": bench.ENGINE, "reviews": 10000, "concurrency": 50,
+         "http_status": {"200": 5000, "400": 5000}, "denial_codes": {"422": 100}, "http_500": 0, "body_500": 0},
+    ]
+    path = tmp_path / "benchmarks.json"
+    doc = bench.write_outputs(records, path, tmp_path / "benchmarks.md", elapsed=600.0)
+    assert json.loads(path.read_text())["runs"] == doc["runs"]
+    text = (tmp_path / "benchmarks.md").read_text()
+    assert f"{doc['machine']['nproc']} CPUs" in text
+    assert "| add TLS | opsmanager EtcdOpsRequest | Successful | yes | 0/900 |" in text
+    assert "| add TLS | naive: restart onto https-only, no peer-URL update | members not back" in text
+    assert "**no**" in text  # healthy after: no
+    assert "| 10 × 3 | add TLS | 10/10 | 20.0 | 40.0 | 2.00 | 120.5 | 30.2 | 400 | 0/2000 | 0 |" in text
+    assert "| 4000 | 200 | 100.0 | 150.0 | 160.0 | 2000 | 0 |" in text
+    assert "**0 HTTP 500, 0 reviews answered with code 500**" in text
+    assert "sum **9.60 s**" in text
+    # a partial re-run keeps the other rows
+    bench.write_outputs([_engine(wall=33.0)], path, tmp_path / "benchmarks.md", elapsed=None)
+    again = json.loads(path.read_text())
+    assert len(again["runs"]) == len(records) and again["elapsed_s"] == 600.0
+    assert "| 33.0 |" in (tmp_path / "benchmarks.md").read_text()
+
+
+@pytest.mark.parametrize(("path", "want"), [
+    ("/api/v1/namespaces/demo/pods/demo-0/status", "pods/status"),
+    ("/api/v1/namespaces/demo/pods?labelSelector=a%3Db", "pods"),
+    ("/api/v1/namespaces/demo/pods/demo-0/eviction", "pods/eviction"),
+    ("/apis/opsmanager.dev/v1alpha1/namespaces/demo/etcds/x", "etcds"),
+    ("/apis/opsmanager.dev/v1alpha1/etcds?watch=true", "etcds"),
+    ("/api/v1/namespaces", "namespaces"),
+    ("/api/v1/namespaces/demo", "namespaces"),
+    ("/apis", "discovery"),
+    ("/version", "discovery"),
+])
+def test_resource_of(path: str, want: str) -> None:
+    assert scale.resource_of(path) == want
+
+
+def test_request_key_tells_watches_apart() -> None:
+    assert scale.request_key("GET", "/apis/opsmanager.dev/v1alpha1/etcds?watch=true&resourceVersion=1") == \
+        "WATCH etcds"
+    assert scale.request_key("PATCH", "/apis/opsmanager.dev/v1alpha1/namespaces/a/etcds/b/status") == \
+        "PATCH etcds/status"
+
+
+def test_parse_proc_reads_rss_peak_and_cpu() -> None:
+    status = "Name:\tpython3\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\nThreads:\t9\n"
+    # comm with a space and a parenthesis; utime=250 stime=50 ticks
+    stat = "4242 (python (x) y) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 9 0 100 1000 200"
+    sample = scale.parse_proc(status, stat, 100)
+    assert sample.rss_kb == 102400 and sample.peak_rss_kb == 204800
+    assert sample.cpu_seconds == pytest.approx(3.0)
+
+
+def test_percentile_interpolates() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert webhook_load.percentile(values, 50) == pytest.approx(50.5)
+    assert webhook_load.percentile(values, 99) == pytest.approx(99.01)
+    assert webhook_load.percentile([7.0], 99) == 7.0
+    with pytest.raises(ValueError):
+        webhook_load.percentile([], 50)
+
+
+def test_fuzz_reviews_are_reproducible_and_varied() -> None:
+    first = webhook_load.fuzz_reviews(2000, seed=3)
+    assert first == webhook_load.fuzz_reviews(2000, seed=3)
+    assert first != webhook_load.fuzz_reviews(2000, seed=4)
+    paths = {p for p, _ in first}
+    assert set(admission.ENDPOINTS) <= paths and "/nope" in paths
+    parsed = 0
+    for _, body in first:
+        try:
+            json.loads(body)
+            parsed += 1
+        except ValueError:
+            pass
+    assert 0 < len(first) - parsed < len(first) // 5  # some broken bodies, mostly JSON
+    valid = [b for p, b in first if p in admission.ENDPOINTS]
+    well_formed = 0
+    for body in valid:
+        try:
+            admission.parse_review(body, admission.ENDPOINTS["/validate-etcdopsrequest"])
+            well_formed += 1
+        except admission.BadReview:
+            pass
+    assert well_formed > 50  # the mutator keeps enough reviews intact to reach the rules
