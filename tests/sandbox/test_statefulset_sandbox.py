@@ -67,7 +67,8 @@ async def test_plain_etcd_statefulset_is_healthy_and_a_deleted_member_comes_back
     async def replaced() -> bool:
         pod = await sb.client.get_or_none(kubeclient.PODS, "etcd-1", "default")
         return bool(pod and pod["metadata"]["uid"] != pod1["metadata"]["uid"]
-                    and any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"]["conditions"]))
+                    and any(c["type"] == "Ready" and c["status"] == "True"
+                        for c in (pod.get("status") or {}).get("conditions") or []))
 
     await wait_until(replaced, 30, interval=0.05, message="etcd-1 recreated and Ready")
     restart_seconds = time.monotonic() - started
