@@ -1,0 +1,267 @@
+"""Fault injection on the sandbox with real etcd (issue 7): the operator SIGKILLed at step boundaries of every TLS
+operation, an issuer that never issues, and a member whose etcd crash-loops during a roll.
+
+One sandbox and one operator for the module; each test makes its own Etcd. "No double restart" is checked from
+outside the engine: every pod UID and every etcd PID each member had while the operation ran (a member restarted
+once per pass shows passes + 1 of each; a second restart in a pass, or a crash, shows more).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from e2e import naive, scenario
+from opsmanager.api import conditions, constants
+from opsmanager.provisioner import naming
+
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+
+ISSUER = {"apiGroup": "cert-manager.io", "kind": "Issuer"}
+Conds = list[dict[str, Any]]
+Trigger = tuple[str, Callable[[Conds], bool]]
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    async with scenario.Scenario(tmp_path_factory.mktemp("faults"), namespace="faults") as s:
+        await s.ca_issuer("ca-a")
+        await s.ca_issuer("ca-b")
+        yield s
+
+
+class PidTracker:
+    """Every etcd PID each member had (from the sandbox kubelet) while running."""
+
+    def __init__(self, sc: scenario.Scenario, db: str, replicas: int = 3) -> None:
+        self.sc, self.names = sc, naming.pods(db, replicas)
+        self.pids: dict[str, list[int]] = {n: [] for n in self.names}
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            for name in self.names:
+                pid = naive.etcd_pid(self.sc, name)
+                if pid is not None and pid not in self.pids[name]:
+                    self.pids[name].append(pid)
+            await asyncio.sleep(0.05)
+
+    async def __aenter__(self) -> PidTracker:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+
+    def restarts(self) -> dict[str, int]:
+        return {n: max(0, len(p) - 1) for n, p in self.pids.items()}
+
+
+async def fresh_etcd(sc: scenario.Scenario, name: str, issuer: str | None = None) -> None:
+    await sc.create_etcd(name, issuer=issuer)
+    await sc.wait_ready(name, timeout=90)
+
+
+async def drop_etcd(sc: scenario.Scenario, name: str) -> None:
+    await sc.k.delete(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, name)
+
+
+async def paused(sc: scenario.Scenario, db: str) -> bool:
+    obj = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db)
+    return conditions.is_true(((obj or {}).get("status") or {}).get("conditions"), constants.COND_PAUSED)
+
+
+def true(type_: str) -> Callable[[Conds], bool]:
+    return lambda conds: conditions.is_true(conds, type_)
+
+
+def restarting_in(pass_condition: str, after: str | None = None) -> Callable[[Conds], bool]:
+    """Mid-roll: a member of the pass ``pass_condition`` has been deleted and is not Ready yet (its
+    ``CheckPodReady--<pod>`` is False), ``after`` (the pass before, if any) being done."""
+    prefix = constants.STEP_CHECK_POD_READY + constants.PER_POD_SEPARATOR
+
+    def check(conds: Conds) -> bool:
+        if conditions.is_true(conds, pass_condition) or (after is not None and not conditions.is_true(conds, after)):
+            return False
+        return any(c["type"].startswith(prefix) and c["status"] == constants.FALSE for c in conds)
+    return check
+
+
+async def operate_with_kills(sc: scenario.Scenario, request: str, db: str, spec: dict[str, Any],
+                             triggers: Sequence[Trigger]) -> tuple[dict[str, Any], list[str], scenario.OpResult]:
+    """Submit the request with the live writer running; SIGKILL the operator (and start it again) the first time
+    each trigger's predicate holds on the request's conditions. Returns the finished request, the boundaries the
+    operator was killed at, and the writer's numbers."""
+    killed: list[str] = []
+    pending = list(triggers)
+    async with sc.live(db) as (w, mon):
+        before = w.snapshot()
+        started = time.monotonic()
+        await sc.submit(request, db, "ReconfigureTLS", **spec)
+        deadline = started + 400
+        while True:
+            req = await sc.request(request) or {}
+            status = req.get("status") or {}
+            if status.get("phase") in constants.TERMINAL_OPS_PHASES:
+                break
+            conds = status.get("conditions") or []
+            for trigger in list(pending):
+                if trigger[1](conds):
+                    pending.remove(trigger)
+                    await sc.kill_operator()
+                    killed.append(trigger[0])
+                    await sc.start_operator()
+                    break
+            assert time.monotonic() < deadline, f"{request}: still {status.get('phase')} after 400s"
+            await asyncio.sleep(0.05)
+        after, mres = w.snapshot(), mon.result
+    result = scenario.OpResult(
+        name=request, phase=status.get("phase", ""), wall_seconds=time.monotonic() - started,
+        writes_ok=after.ok - before.ok, writes_failed=after.failed - before.failed, max_gap=after.max_gap,
+        elections=mres.elections, leader_moves=await sc.leader_moves(request),
+        conditions=tuple(c["type"] for c in status.get("conditions") or []))
+    return req, killed, result
+
+
+OPERATIONS: list[tuple[str, dict[str, Any], int, list[Trigger]]] = [
+    ("add-tls", {"tls": {"issuerRef": {**ISSUER, "name": "ca-a"}}}, 2, [
+        ("CertificateSynced", true(constants.COND_CERTIFICATE_SYNCED)),
+        ("mid-roll of TLSListenersAdded", restarting_in("TLSListenersAdded")),
+        ("PeerURLsUpdated", true(constants.COND_PEER_URLS_UPDATED)),
+        ("RestartPods", true(constants.COND_RESTART_PODS)),
+    ]),
+    ("rotate", {"tls": {"rotateCertificates": True}}, 1, [
+        ("IssueCertificatesSucceeded", true(constants.COND_ISSUE_CERTIFICATES_SUCCEEDED)),
+        ("UpdateStatefulSet", true(constants.COND_UPDATE_STATEFULSET)),
+    ]),
+    ("change-issuer", {"tls": {"issuerRef": {**ISSUER, "name": "ca-b"}}}, 3, [
+        ("TrustBundleWidened", true(constants.COND_TRUST_BUNDLE_WIDENED)),
+        ("CertificateSynced", true(constants.COND_CERTIFICATE_SYNCED)),
+        ("mid-roll of TrustBundleNarrowed",
+         restarting_in(constants.COND_TRUST_BUNDLE_NARROWED, after=constants.COND_RESTART_PODS)),
+    ]),
+    ("remove-tls", {"tls": {"remove": True}}, 2, [
+        ("PlaintextListenersAdded", true("PlaintextListenersAdded")),
+        ("PeerURLsUpdated", true(constants.COND_PEER_URLS_UPDATED)),
+    ]),
+]
+
+
+async def test_operator_killed_at_step_boundaries_of_every_tls_operation(sc: scenario.Scenario) -> None:
+    """add TLS → rotate → issuer change → remove TLS on one live cluster, the operator SIGKILLed and restarted at
+    2–4 boundaries of each: every request Successful, each member restarted exactly once per pass (pod UIDs and
+    etcd PIDs), no failed write, no unplanned election, and no pause left behind."""
+    db = "kills"
+    await fresh_etcd(sc, db)
+    for name, spec, passes, triggers in OPERATIONS:
+        async with scenario.PodTracker(sc, db) as uids, PidTracker(sc, db) as pids:
+            req, killed, result = await operate_with_kills(sc, f"{db}-{name}", db, spec, triggers)
+        failed = conditions.get_condition(req["status"].get("conditions"), constants.COND_FAILED)
+        assert result.phase == constants.PHASE_SUCCESSFUL, (name, failed)
+        assert len(killed) >= 2, f"{name}: the operator was killed at {killed} only; the triggers never held"
+        want = {n: passes for n in uids.names}
+        assert uids.restarts() == want, f"{name}: pod UIDs per member {uids.uids} (killed at {killed})"
+        assert pids.restarts() == want, f"{name}: etcd PIDs per member {pids.pids} (killed at {killed})"
+        assert result.writes_failed == 0, f"{name}: {result.writes_failed} failed writes (killed at {killed})"
+        assert result.unplanned_elections == 0, f"{name}: {result.elections} elections, {result.leader_moves} moves"
+        assert not await paused(sc, db), f"{name}: the Etcd is still paused"
+        await sc.wait_ready(db, timeout=60)
+    await drop_etcd(sc, db)
+
+
+async def test_an_issuer_that_never_issues_fails_the_request_on_timeout_and_resumes(sc: scenario.Scenario) -> None:
+    db = "ghost"
+    await fresh_etcd(sc, db)
+    # An Issuer whose CA Secret does not exist: cert-manager never issues from it.
+    await sc.k.create({"apiVersion": "cert-manager.io/v1", "kind": "Issuer",
+                       "metadata": {"name": "ghost", "namespace": sc.namespace},
+                       "spec": {"ca": {"secretName": "ghost-keypair-missing"}}})
+    sts_before = await sc.k.get("apps/v1", "StatefulSet", sc.namespace, db)
+    async with scenario.PodTracker(sc, db) as uids:
+        started = time.monotonic()
+        await sc.submit("ghost-add", db, "ReconfigureTLS", timeout="15s",
+                        tls={"issuerRef": {**ISSUER, "name": "ghost"}})
+        req = await sc.watch_request("ghost-add", timeout=120)
+        elapsed = time.monotonic() - started
+    assert req["status"]["phase"] == constants.PHASE_FAILED
+    failed = conditions.get_condition(req["status"]["conditions"], constants.COND_FAILED)
+    assert failed is not None and constants.COND_CERTIFICATE_SYNCED in failed["message"], failed
+    # lastTransitionTime has one-second resolution, so the 15 s budget may end up to a second early
+    assert 14 <= elapsed < 60, f"failed after {elapsed:.1f}s; spec.timeout is 15s"
+    assert not await paused(sc, db)
+    assert uids.restarts() == {n: 0 for n in uids.names}, uids.uids  # nothing was touched
+    sts_after = await sc.k.get("apps/v1", "StatefulSet", sc.namespace, db)
+    assert sts_before is not None and sts_after is not None
+    assert sts_after["spec"]["template"] == sts_before["spec"]["template"]
+    assert await naive.cluster_healthy(sc, db)
+    obj = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db)
+    assert "tls" not in (obj or {})["spec"]
+    await drop_etcd(sc, db)
+
+
+async def test_a_member_crash_looping_during_a_roll_fails_the_request_and_keeps_quorum(
+        sc: scenario.Scenario) -> None:
+    """The first member the roll restarts has its etcd SIGKILLed every time the kubelet starts it: the request
+    fails naming it, the other two members are never touched and keep serving writes, the Etcd is resumed."""
+    db = "crashloop"
+    await fresh_etcd(sc, db)
+    members = naming.pods(db, 3)
+    kills: list[int] = []
+    victim: list[str] = []
+    initial = {m: naive.etcd_pid(sc, m) for m in members}
+
+    async def crash_loop(request: str) -> None:
+        while not victim:
+            req = await sc.request(request) or {}
+            conds = (req.get("status") or {}).get("conditions")
+            victim.extend(m for m in members
+                          if conditions.is_true(conds, constants.per_pod_type(constants.STEP_EVICT_POD, m)))
+            await asyncio.sleep(0.02)
+        while True:
+            pid = naive.etcd_pid(sc, victim[0])
+            if pid is not None and pid not in kills and pid != initial[victim[0]]:  # not the one shutting down
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    kills.append(pid)
+                except ProcessLookupError:
+                    pass
+            await asyncio.sleep(0.02)
+
+    async with scenario.PodTracker(sc, db) as uids, sc.live(db) as (w, _mon):
+        killer = asyncio.create_task(crash_loop("crashloop-restart"))
+        try:
+            before = w.snapshot()
+            await sc.submit("crashloop-restart", db, "Restart", timeout="15s")
+            req = await sc.watch_request("crashloop-restart", timeout=120)
+            after = w.snapshot()
+        finally:
+            killer.cancel()
+            try:
+                await killer
+            except asyncio.CancelledError:
+                pass
+    assert victim and kills, "the roll never restarted a member"
+    assert req["status"]["phase"] == constants.PHASE_FAILED, req["status"]
+    failed = conditions.get_condition(req["status"]["conditions"], constants.COND_FAILED)
+    assert failed is not None and victim[0] in failed["message"], failed
+    others = [m for m in members if m != victim[0]]
+    assert all(uids.restarts()[m] == 0 for m in others), uids.uids
+    assert after.failed - before.failed == 0, f"quorum lost: {after.failed - before.failed} failed writes"
+    assert after.ok - before.ok > 100
+    assert not await paused(sc, db)
+    # quorum kept: the two untouched members answer /health true (a linearizable read through each)
+    ips = await naive.pod_ips(sc, db)
+    assert all(await asyncio.gather(*(naive.member_healthy(ips[m]) for m in others)))
+    await drop_etcd(sc, db)
