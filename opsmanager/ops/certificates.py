@@ -22,39 +22,26 @@ from opsmanager import kube, pki
 from opsmanager.api import conditions, constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.ops import context, plan
-from opsmanager.provisioner import naming, render
+from opsmanager.provisioner import material, naming, ownership, render
 
 CERT_API = "cert-manager.io/v1"
 ANNOTATION_ROTATION = "ops.opsmanager.dev/rotation"  # "<request uid>/<baseline revision>" on a Certificate
 PROBE_SUFFIX = "ca-probe"
 
 
-def _owner_problem(obj: dict[str, Any], db_uid: str | None, what: str) -> str | None:
-    for ref in obj.get("metadata", {}).get("ownerReferences") or []:
-        if ref.get("controller") and ref.get("uid") != db_uid:
-            return (f"{what} {obj['metadata'].get('namespace')}/{obj['metadata']['name']} is controlled by "
-                    f"{ref.get('kind')}/{ref.get('name')}; the operator never adopts it. Delete it, or set "
-                    f"spec.tls.certificates[].secretName to a free name")
-    return None
-
-
 async def check_ownership(ctx: context.OpsContext, certs: list[dict[str, Any]]) -> str | None:
-    """Why the desired Certificates cannot be applied (a foreign Certificate or Secret in the way), or None."""
+    """Why the desired Certificates cannot be applied (a foreign Certificate or Secret in the way), or None.
+    The same rules as the provisioner's (:mod:`opsmanager.provisioner.ownership`)."""
     db_uid = ctx.db_obj["metadata"].get("uid")
+    where = f"{ctx.namespace}/{ctx.db_name}"
     for cert in certs:
         name = cert["metadata"]["name"]
         live = await ctx.kube.get(CERT_API, "Certificate", ctx.namespace, name)
-        if live is not None and (problem := _owner_problem(live, db_uid, "Certificate")):
+        if problem := ownership.foreign_owned(live, where, db_uid):
             return problem
         secret = await ctx.secret(cert["spec"]["secretName"])
-        if secret is not None:
-            if problem := _owner_problem(secret, db_uid, "Secret"):
-                return problem
-            owner_cert = (secret["metadata"].get("annotations") or {}).get("cert-manager.io/certificate-name")
-            if owner_cert not in (None, name):
-                return (f"Secret {ctx.namespace}/{cert['spec']['secretName']} belongs to Certificate {owner_cert}; "
-                        f"the operator never adopts it. Choose another secretName for alias "
-                        f"{cert['metadata']['labels'].get(naming.LABEL_COMPONENT)}")
+        if problem := ownership.foreign_secret(secret, where, db_uid, name):
+            return problem
     return None
 
 
@@ -85,9 +72,9 @@ async def material_problem(ctx: context.OpsContext, cert: dict[str, Any]) -> str
         return f"Certificate {name} is Ready for an older spec (generation {ready.get('observedGeneration')})"
     secret_name = cert["spec"]["secretName"]
     secret = await ctx.secret(secret_name)
-    problem = context.tls_secret_problem(secret)
-    if problem:
-        return f"Secret {secret_name} {problem}"
+    verdict = material.check_secret(secret, f"{ctx.namespace}/{secret_name}")
+    if not verdict.complete:
+        return verdict.problem
     assert secret is not None
     if not _issuer_matches(cert, secret):
         return f"Secret {secret_name} was issued by another issuer than {cert['spec']['issuerRef']['name']}"
@@ -255,11 +242,12 @@ async def delete_certificates(ctx: context.OpsContext, tls: etcd_api.TLSConfig) 
     for cert in render.render_certificates(ctx.db, tls):
         name = cert["metadata"]["name"]
         live = await ctx.kube.get(CERT_API, "Certificate", ctx.namespace, name)
-        if live is not None and _owner_problem(live, db_uid, "Certificate") is None:
+        if live is not None and ownership.is_controlled_by(live, db_uid):
             await ctx.kube.delete(CERT_API, "Certificate", ctx.namespace, name)
         secret = await ctx.secret(cert["spec"]["secretName"])
         if secret is not None:
             ann = secret["metadata"].get("annotations") or {}
-            if ann.get("cert-manager.io/certificate-name") == name and _owner_problem(secret, db_uid, "Secret") is None:
+            if ann.get(ownership.CERTIFICATE_NAME_ANNOTATION) == name and ownership.foreign_secret(
+                    secret, f"{ctx.namespace}/{ctx.db_name}", db_uid, name) is None:
                 await ctx.kube.delete("v1", "Secret", ctx.namespace, cert["spec"]["secretName"])
     await ctx.kube.delete("v1", "Secret", ctx.namespace, naming.trust_bundle_secret(ctx.db_name))

@@ -20,7 +20,7 @@ from opsmanager.api import opsrequest as ops_api
 from opsmanager.etcd import access
 from opsmanager.etcd import client as etcd_client
 from opsmanager.ops import plan as plan_mod
-from opsmanager.provisioner import naming, render
+from opsmanager.provisioner import material, naming, render
 
 log = logging.getLogger("opsmanager.ops")
 
@@ -70,24 +70,6 @@ def secret_bytes(secret: dict[str, Any] | None, key: str) -> bytes | None:
         return base64.b64decode(value)
     except (ValueError, TypeError):
         return None
-
-
-def tls_secret_problem(secret: dict[str, Any] | None) -> str | None:
-    """Why a certificate Secret cannot be mounted yet (None when complete): all of ``tls.crt``, ``tls.key``,
-    ``ca.crt`` present and parseable, and the key belongs to the certificate. etcd exits on a missing file and
-    rejects handshakes on a key/cert mismatch (measured), so a member is never pointed at anything less."""
-    if secret is None:
-        return "does not exist yet"
-    missing = [k for k in ("tls.crt", "tls.key", "ca.crt") if not secret_bytes(secret, k)]
-    if missing:
-        return f"has no {', '.join(missing)} yet"
-    cert, key = secret_bytes(secret, "tls.crt"), secret_bytes(secret, "tls.key")
-    assert cert is not None and key is not None
-    if not pki.split_pem(cert):
-        return "tls.crt is not a PEM certificate"
-    if not pki.key_matches_cert(cert, key):
-        return "tls.key does not belong to tls.crt"
-    return None
 
 
 @dataclasses.dataclass
@@ -206,7 +188,7 @@ class OpsContext:
                 ca = secret_bytes(sec, "ca.crt")
                 if ca:
                     cas.append(ca)
-                if alias == constants.ALIAS_CLIENT and client_secret is None and tls_secret_problem(sec) is None:
+                if alias == constants.ALIAS_CLIENT and client_secret is None and material.check_secret(sec, alias).complete:
                     client_secret = sec
         if not cas:
             return None

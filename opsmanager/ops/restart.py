@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from opsmanager import kube
+from opsmanager import kube, pki
 from opsmanager.api import constants
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
@@ -111,8 +111,6 @@ async def _expected_serials(ctx: context.OpsContext, step: plan.Step) -> dict[st
         secret = await ctx.secret(render.secret_name(ctx.db_name, step.tls, alias))
         cert = context.secret_bytes(secret, "tls.crt")
         if cert:
-            from opsmanager import pki
-
             out[alias] = pki.cert_info(cert).serial
     return out
 

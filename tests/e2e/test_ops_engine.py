@@ -159,7 +159,7 @@ async def test_a_foreign_owned_certificate_stops_the_request_before_anything_is_
     assert req["status"]["phase"] == constants.PHASE_FAILED
     failed = conditions.get_condition(req["status"]["conditions"], constants.COND_FAILED)
     assert failed is not None and f"Certificate {sc.namespace}/{db}-server" in failed["message"]
-    assert "ConfigMap/someone-else" in failed["message"]
+    assert "controlled by ConfigMap someone-else" in failed["message"]
     sts_after = await sc.k.get("apps/v1", "StatefulSet", sc.namespace, db)
     assert sts_before is not None and sts_after is not None
     assert sts_after["spec"]["template"] == sts_before["spec"]["template"]
