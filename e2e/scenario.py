@@ -69,9 +69,12 @@ class Scenario:
 
     async def __aenter__(self) -> Scenario:
         from opsmanager.sandbox import cluster as sandbox_cluster
+        from opsmanager.sandbox import components as sandbox_components
 
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.sandbox = sandbox_cluster.Sandbox(dir=self.dir)
+        # The admission webhook runs in the sandbox as on a real cluster; the operator is a child process of its own
+        # so that a test can SIGKILL it.
+        self.sandbox = sandbox_cluster.Sandbox(dir=self.dir, components=[sandbox_components.webhook])
         await self.sandbox.__aenter__()
         self.kube = kube.Kube.from_kubeconfig(str(self.sandbox.kubeconfig))
         await self.ensure_namespace(self.namespace)

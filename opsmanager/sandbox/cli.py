@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from opsmanager.sandbox import cluster, process
+from opsmanager.sandbox import components as sandbox_components
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -62,7 +63,7 @@ async def _up(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    components = [] if args.no_operator else list(cluster.DEFAULT_COMPONENTS)
+    components = [] if args.no_operator else [*cluster.DEFAULT_COMPONENTS, *sandbox_components.DEFAULTS]
     crds = Path(args.crds) if args.crds else None
     async with cluster.Sandbox(dir=args.dir, port=args.port, speed=args.speed, components=components,
                                crds_dir=crds) as sb:

@@ -47,9 +47,8 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 Component = Callable[["Sandbox"], contextlib.AbstractAsyncContextManager[Any]]
 
-# The operator and the admission webhook will be added here by their issues, e.g.
-#   DEFAULT_COMPONENTS.append(operator_component)   # lambda sb: run_operator(kubeconfig=sb.kubeconfig)
-# `opsmanager sandbox up` starts these unless --no-operator is given.
+# Extra components `opsmanager sandbox up` starts besides the admission webhook and the operator
+# (opsmanager.sandbox.components.DEFAULTS), unless --no-operator is given.
 DEFAULT_COMPONENTS: list[Component] = []
 
 REPO_CRDS = Path(__file__).resolve().parents[2] / "crds"
