@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 
 from e2e import scenario
-from opsmanager import pki
+from opsmanager import kube, pki
 
 OPERATIONS = (
     ("add-tls", "add TLS", {"tls": {"issuerRef": {"apiGroup": "cert-manager.io", "kind": "Issuer",
@@ -66,6 +66,12 @@ async def run(workdir: pathlib.Path, db: str = "demo") -> int:
         await sc.create_etcd(db)
         await sc.wait_ready(db, timeout=90)
         say(f"Etcd {sc.namespace}/{db}: 3 members Ready (plaintext) at {time.monotonic() - started:.1f}s")
+        try:
+            await sc.submit("invalid", db, "ReconfigureTLS", tls={"remove": True, "rotateCertificates": True})
+            say("!! the admission webhook let an invalid request through")
+            return 1
+        except kube.Invalid as denied:
+            say(f"an invalid request is refused at once by the admission webhook:\n  {denied}")
         results: list[tuple[str, scenario.OpResult]] = []
         for name, label, spec in OPERATIONS:
             say(f"\n== {label}: EtcdOpsRequest {name}")
