@@ -104,11 +104,13 @@ class RoutineTimerFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return not (message.startswith("Timer 'status'") and message.endswith(("succeeded.", "is invoked.")))
+        return not (message.startswith(("Timer 'status'", "Timer 'heal-pause'"))
+                    and message.endswith(("succeeded.", "is invoked.")))
 
 
 def quiet_routine_logs() -> None:
     logging.getLogger("kopf.objects").addFilter(RoutineTimerFilter())
+    logging.getLogger("transitions").setLevel(logging.WARNING)  # the phase machine's per-transition INFO lines
 
 
 def load_ops_handlers() -> bool:

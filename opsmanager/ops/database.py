@@ -58,13 +58,16 @@ async def resume(client: kube.Kube, namespace: str, db_name: str, request_name: 
     return removed
 
 
-async def heal(client: kube.Kube, namespace: str | None = None) -> list[str]:
-    """Resume every Etcd paused by a request that no longer exists or has finished. Returns what it healed."""
+async def heal(client: kube.Kube, namespace: str | None = None, *, only: str | None = None) -> list[str]:
+    """Resume every Etcd (or only the one named ``only``) paused by a request that no longer exists or has
+    finished. Returns what it healed."""
     healed = []
     namespaces = [namespace] if namespace else [
         n["metadata"]["name"] for n in await client.list("v1", "Namespace", None)]
     for ns in namespaces:
         for db in await client.list(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns):
+            if only is not None and db["metadata"]["name"] != only:
+                continue
             holder = paused_by(db)
             if holder is None:
                 continue

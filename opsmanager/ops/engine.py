@@ -131,7 +131,8 @@ class Engine:
 
     async def reconcile(self, namespace: str, name: str) -> Outcome:
         req = await self.kube.get(constants.OPS_API_VERSION, constants.OPS_KIND, namespace, name)
-        if req is None:
+        if req is None:  # deleted (perhaps before kopf's finalizer was on it): release any pause it held
+            await database.heal(self.kube, namespace)
             return Outcome(finished=True)
         phase = (req.get("status") or {}).get("phase")
         lifecycle = Lifecycle(phase)

@@ -62,6 +62,21 @@ async def drive_ops_request(name: str, namespace: str, logger: logging.Logger, *
         await asyncio.sleep(outcome.delay)
 
 
+def _paused(status: Any, **_: Any) -> bool:
+    return database.paused_by({"status": status or {}}) is not None
+
+
+@kopf.timer(constants.ETCD_GROUP, constants.ETCD_VERSION, constants.ETCD_PLURAL, id="heal-pause", interval=3.0,
+            when=_paused)
+async def heal_pause(namespace: str, name: str, status: Any, logger: logging.Logger, **_: Any) -> None:
+    """While an Etcd is paused, check every few seconds that the request holding the pause still exists and is
+    active. A request deleted before kopf could put its finalizer on it (so no delete handler runs) would
+    otherwise leave the Etcd paused for good."""
+    healed = await database.heal(get_engine().kube, namespace, only=name)
+    if healed:
+        logger.info("resumed Etcd %s/%s: its pausing request is no longer active", namespace, name)
+
+
 @kopf.on.delete(constants.OPS_GROUP, constants.OPS_VERSION, constants.OPS_PLURAL, optional=True)
 async def release_on_delete(name: str, namespace: str, spec: Any, **_: Any) -> None:
     """A request deleted mid-flight releases its pause (never leave an Etcd paused)."""
