@@ -32,7 +32,7 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from e2e import naive, scenario
@@ -286,6 +286,18 @@ the CA Issuer `ca-a`) and deletes it afterwards, so a naive run that breaks its 
   the StatefulSet and Secrets the way their authors do, and restart members by deleting pods in ordinal order,
   waiting for each to be Ready for at most 30 s and then going on. *restart*'s naive baselines SIGKILL each etcd
   in ordinal order (the kubelet restarts it), or delete every pod at once.
+
+How to read the numbers:
+- A naive run's wall time includes its bounded 30 s waits for members that never came back, and for a cluster
+  broken for good (*healthy after: no*) the stall is cut where the strategy ends — a lower bound: it does not
+  recover without manual repair.
+- SIGKILL's "back" is a new etcd process answering `/health` (a crashed container restarts inside a pod that stays
+  Ready), while a pod deletion waits for the replacement pod to be Ready (readiness probe every 2 s); so SIGKILL
+  wall times are not comparable with the rolls'. What it costs is in the stall and the failed writes.
+- The engine restarts each member once per pass (add/remove TLS: 2 passes, issuer change: 3, rotate and restart:
+  1), so its wall time is about passes × Σ bare restarts plus certificate issuance and the checks between members.
+- Stalls without failed writes are the writer failing over from a member that went away; the JSON keeps the
+  writer's first failed tries per run (`writer_notes`) to read them against.
 """
 
 SCALE_TEXT = """
@@ -349,19 +361,68 @@ async def bare_restarts(sc: scenario.Scenario, say: Printer) -> Record:
             "member_restart_s": [round(s.seconds, 2) for s in steps], "measured_at": now_text()}
 
 
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """What the live writer and the leader monitor saw while an action ran."""
+
+    value: Any  # what the action returned
+    error: str
+    wall: float
+    writes_ok: int
+    writes_failed: int
+    max_stall: float
+    elections: int
+    writer_notes: tuple[str, ...]  # the writer's first failed tries and failed ops, for reading stalls
+
+
+async def measure(sc: scenario.Scenario, db: str, action: Callable[[], Awaitable[Any]]) -> Measured:
+    """Run ``action`` with the live writer and the leader monitor on ``db`` — the same for every strategy."""
+    error, value = "", None
+    async with sc.live(db) as (w, mon):
+        before = w.snapshot()
+        started = time.monotonic()
+        progress = [started]
+        watch = asyncio.create_task(_last_success(w, progress))
+        try:
+            value = await action()
+        except (RuntimeError, TimeoutError, kube.KubeError) as err:
+            error = f"{type(err).__name__}: {err}"
+        finally:
+            watch.cancel()
+        wall = time.monotonic() - started
+        after = w.snapshot()
+        # A stall still going on when the action ends (a cluster broken for good) counts too; the writer's own
+        # max gap only closes a gap at its next success.
+        stall = max(after.max_gap, time.monotonic() - progress[0])
+        mres = mon.result
+    return Measured(value, error, wall, after.ok - before.ok, after.failed - before.failed, stall, mres.elections,
+                    tuple(note[:300] for note in after.errors[len(before.errors):][:8]))
+
+
 async def run_engine(sc: scenario.Scenario, op: Operation, bare_sum: float, say: Printer) -> Record:
     db = f"{op.key}-e"
+    request = f"{db}-op"
     await fresh_etcd(sc, db, op.initial_issuer)
     say(f"\n== {op.label}: {STRATEGY_TEXT[ENGINE]} on a fresh Etcd {db}")
-    result = await sc.operate(f"{db}-op", db, op.request_type, timeout=600, **op.request_spec)
+
+    async def action() -> dict[str, Any]:
+        await sc.submit(request, db, op.request_type, **op.request_spec)
+        return await sc.watch_request(request, timeout=600)
+
+    m = await measure(sc, db, action)
+    status = (m.value or {}).get("status") or {}
+    phase = status.get("phase") or m.error or "unknown"
+    failure = next((c.get("message", "") for c in status.get("conditions") or []
+                    if c["type"] == constants.COND_FAILED), "")
     healthy = await naive.cluster_healthy(sc, db)
+    moves = await sc.leader_moves(request)
     await delete_etcd(sc, db)
     rec = run_record(
-        scenario_key=op.key, operation=op.label, strategy=ENGINE, outcome=result.phase,
-        ok=result.phase == constants.PHASE_SUCCESSFUL, healthy_after=healthy, writes_failed=result.writes_failed,
-        writes_ok=result.writes_ok, max_stall=result.max_gap, elections=result.elections,
-        leader_moves=result.leader_moves, wall=result.wall_seconds, member_restarts=3 * op.engine_passes,
-        bare_restart_sum=bare_sum, failure=result.failure)
+        scenario_key=op.key, operation=op.label, strategy=ENGINE, outcome=phase,
+        ok=phase == constants.PHASE_SUCCESSFUL, healthy_after=healthy, writes_failed=m.writes_failed,
+        writes_ok=m.writes_ok, max_stall=m.max_stall, elections=m.elections, leader_moves=moves, wall=m.wall,
+        member_restarts=3 * op.engine_passes, bare_restart_sum=bare_sum, failure=failure,
+        writer_notes=list(m.writer_notes))
     say(_line(rec))
     return rec
 
@@ -371,35 +432,18 @@ async def run_naive(sc: scenario.Scenario, op: Operation, variant: NaiveVariant,
     db = f"{op.key}-n{index}"
     await fresh_etcd(sc, db, op.initial_issuer)
     say(f"\n== {op.label}: {STRATEGY_TEXT[variant.strategy]} on a fresh Etcd {db}")
-    error = ""
-    outcome: naive.NaiveOutcome | None = None
-    async with sc.live(db) as (w, mon):
-        before = w.snapshot()
-        started = time.monotonic()
-        progress = [started]
-        watch = asyncio.create_task(_last_success(w, progress))
-        try:
-            outcome = await variant.run(sc, db)
-        except (RuntimeError, TimeoutError, kube.KubeError) as err:
-            error = f"{type(err).__name__}: {err}"
-        finally:
-            watch.cancel()
-        wall = time.monotonic() - started
-        after = w.snapshot()
-        # A stall still going on when the strategy ends (a cluster broken for good) counts too; the writer's own
-        # max gap only closes a gap at its next success.
-        stall = max(after.max_gap, time.monotonic() - progress[0])
-        mres = mon.result
+    m = await measure(sc, db, lambda: variant.run(sc, db))
     healthy = await naive.cluster_healthy(sc, db)
     await delete_etcd(sc, db)
+    outcome: naive.NaiveOutcome | None = m.value
     steps = [s.describe() for s in outcome.steps] if outcome is not None else []
-    text = error or (outcome.summary if outcome is not None else "")
     rec = run_record(
-        scenario_key=op.key, operation=op.label, strategy=variant.strategy, outcome=text,
+        scenario_key=op.key, operation=op.label, strategy=variant.strategy,
+        outcome=m.error or (outcome.summary if outcome is not None else ""),
         ok=outcome is not None and outcome.completed and healthy, healthy_after=healthy,
-        writes_failed=after.failed - before.failed, writes_ok=after.ok - before.ok, max_stall=stall,
-        elections=mres.elections, leader_moves=0, wall=wall, member_restarts=len(steps), bare_restart_sum=bare_sum,
-        steps=steps)
+        writes_failed=m.writes_failed, writes_ok=m.writes_ok, max_stall=m.max_stall, elections=m.elections,
+        leader_moves=0, wall=m.wall, member_restarts=len(steps), bare_restart_sum=bare_sum, steps=steps,
+        writer_notes=list(m.writer_notes))
     say(_line(rec))
     return rec
 
