@@ -16,7 +16,6 @@ healthy, no learners, the member caught up, a linearizable read through it) → 
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from opsmanager import kube, pki
@@ -24,7 +23,7 @@ from opsmanager.api import constants
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import certificates, context, plan, rollout
-from opsmanager.provisioner import naming, render
+from opsmanager.provisioner import applying, render
 
 T, F = constants.TRUE, constants.FALSE
 POST_CHECKS = (constants.STEP_CHECK_POD_READY, constants.STEP_ETCD_CLUSTER_HEALTHY,
@@ -41,18 +40,13 @@ async def apply_statefulset(ctx: context.OpsContext, step: plan.Step) -> context
     """Re-render the StatefulSet for the step's wiring (replace the pod template as a whole) and wait until the
     StatefulSet controller has observed it."""
     assert step.wiring is not None
-    sts = await ctx.statefulset()
-    if sts is None:
+    if await ctx.statefulset() is None:
         return context.Fail(f"StatefulSet {ctx.namespace}/{ctx.db_name} does not exist", reason="NoStatefulSet")
-    desired = render.render_statefulset(
-        ctx.db, step.wiring, template_annotations={naming.ANNOTATION_RESTARTED_AT: restart_token(ctx, step)})
-    if sts["spec"].get("template") != desired["spec"]["template"]:
-        new = copy.deepcopy(sts)
-        new["spec"]["template"] = desired["spec"]["template"]
-        try:
-            sts = await ctx.kube.replace(new)
-        except kube.Conflict:
-            return context.Progress("the StatefulSet changed while it was updated; retrying", delay=0.1)
+    try:
+        # The provisioner's apply: PUT only when the render (or the restart token) differs from what is live.
+        sts = await applying.apply_statefulset(ctx.kube, ctx.db, step.wiring, restarted_at=restart_token(ctx, step))
+    except kube.Conflict:
+        return context.Progress("the StatefulSet changed while it was updated; retrying", delay=0.1)
     status = sts.get("status") or {}
     if status.get("observedGeneration", 0) < sts["metadata"].get("generation", 0) or not status.get("updateRevision"):
         return context.Progress("waiting for the StatefulSet controller to observe the new template", delay=0.2)

@@ -1,7 +1,6 @@
 """What the benchmark found in code it does not own, each as a test that fails until it is fixed.
 
-Marked ``xfail(strict=True)``: the suite stays green while the defect is there, and turns red (XPASS) the day it is
-fixed, so the mark is removed with the fix.
+Each was marked ``xfail(strict=True)`` until fixed; the fixed ones stay as regression tests.
 
 - The scale benchmark counted **23.5 StatefulSet PUTs per add-TLS request** (235 for ten), where the request changes
   the pod template twice. ``opsmanager.ops.restart.apply_statefulset`` compares the rendered template with the
@@ -24,14 +23,14 @@ from opsmanager.api import etcd as etcd_api
 from opsmanager.ops import context, plan, restart
 from opsmanager.provisioner import render
 
+pytestmark = pytest.mark.slow
+
 
 def _puts(server: Any) -> int:
     return sum(1 for method, path, _status in list(server.requests)
                if method == "PUT" and "/statefulsets/" in path)
 
 
-@pytest.mark.xfail(strict=True, reason="ops.restart.apply_statefulset compares the rendered pod template with the "
-                                       "API server's defaulted one, so it PUTs the StatefulSet on every reconcile")
 async def test_a_pass_does_not_rewrite_a_statefulset_whose_template_is_already_in_place(apiserver: Any) -> None:
     db_obj = {"apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
               "metadata": {"name": "finding", "namespace": "default"},
