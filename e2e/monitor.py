@@ -37,20 +37,18 @@ class MonitorResult:
 
 class LeaderMonitor:
     def __init__(self, endpoints: list[access.Endpoint], *, identity: access.TLSIdentity | None = None,
-                 interval: float = 0.05) -> None:
-        self._client = etcd_client.EtcdClient(endpoints, tls=identity, timeout=0.5)
+                 identities: list[access.TLSIdentity] | None = None, interval: float = 0.05) -> None:
+        """``identities``: every client identity that may be the accepted one during the operation (a CA change
+        moves the members from one to the other); each sample asks with all of them, plus plain http."""
+        ids = list(identities or ([identity] if identity is not None else []))
+        self._clients = [etcd_client.EtcdClient(endpoints, tls=i, timeout=0.5) for i in ids]
+        self._clients.append(etcd_client.EtcdClient([e.with_schemes("http") for e in endpoints], timeout=0.5))
         self.interval = interval
         self._task: asyncio.Task[None] | None = None
         self._changes: list[LeaderChange] = []
         self._first_term = 0
         self._last = (0, 0)
         self._started = 0.0
-
-    def set_identity(self, identity: access.TLSIdentity | None) -> None:
-        self._client.set_tls(identity)
-
-    def set_endpoints(self, endpoints: list[access.Endpoint]) -> None:
-        self._client.set_endpoints(endpoints)
 
     async def start(self) -> None:
         self._started = time.monotonic()
@@ -61,7 +59,8 @@ class LeaderMonitor:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        await self._client.close()
+        for client in self._clients:
+            await client.close()
         return self.result
 
     @property
@@ -70,9 +69,9 @@ class LeaderMonitor:
 
     async def _run(self) -> None:
         while True:
-            views = await self._client.statuses(timeout=0.4)
+            answers = await asyncio.gather(*(c.statuses(timeout=0.4) for c in self._clients))
             now = time.monotonic() - self._started
-            best = max(((s.raft_term, s.leader_id) for s in views.values()
+            best = max(((s.raft_term, s.leader_id) for views in answers for s in views.values()
                         if isinstance(s, etcd_client.MemberStatus) and s.leader_id), default=None)
             if best is not None:
                 if not self._first_term:

@@ -222,7 +222,7 @@ class Scenario:
         eps = await self.endpoints(db, replicas)
         ids = self.writer_identities()
         w = writer.Writer(writer.targets_for(eps, identities=[*ids, None]))
-        mon = monitor.LeaderMonitor(eps, identity=ids[0] if ids else None)
+        mon = monitor.LeaderMonitor(eps, identities=ids)
         await w.start()
         await mon.start()
         try:
