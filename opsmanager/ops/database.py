@@ -15,17 +15,23 @@ from opsmanager import kube
 from opsmanager.api import conditions, constants
 from opsmanager.ops import certificates, context, plan
 
+PAUSE_MESSAGE = "EtcdOpsRequest {} is in process"
+
 
 def paused_by(db_obj: dict[str, Any]) -> str | None:
-    """The name of the request holding the pause, or None when not paused."""
+    """The name of the request holding the pause, or None when not paused by a request. A pause someone set by
+    hand (any other message) is theirs: the operator never heals it away."""
     cond = conditions.get_condition((db_obj.get("status") or {}).get("conditions"), constants.COND_PAUSED)
     if cond is None or cond.get("status") != constants.TRUE:
         return None
-    return str(cond.get("reason") or "")
+    holder = str(cond.get("reason") or "")
+    if not holder or cond.get("message") != PAUSE_MESSAGE.format(holder):
+        return None
+    return holder
 
 
 async def pause(ctx: context.OpsContext) -> None:
-    message = f"EtcdOpsRequest {ctx.name} is in process"
+    message = PAUSE_MESSAGE.format(ctx.name)
 
     def mutate(st: dict[str, Any]) -> dict[str, Any]:
         st = dict(st)
