@@ -163,3 +163,13 @@ def test_fuzz_reviews_are_reproducible_and_varied() -> None:
         except admission.BadReview:
             pass
     assert well_formed > 50  # the mutator keeps enough reviews intact to reach the rules
+
+
+def test_render_only_regenerates_the_page_from_the_json(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "b.json"
+    bench.write_outputs([_engine(wall=12.5)], path, tmp_path / "b.md", elapsed=100.0)
+    (tmp_path / "b.md").unlink()
+    assert bench.main(["--json", str(path), "--render-only"]) == 0
+    assert "| 12.5 |" in (tmp_path / "b.md").read_text()
+    with pytest.raises(SystemExit):
+        bench.main(["--render-only"])
