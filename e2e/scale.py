@@ -245,6 +245,7 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
                 if sc.operator is not None:
                     await asyncio.to_thread(sc.operator.stop)
                 await proxy.stop()
+    bench_module.drop_volumes(workdir)
     successful = sum(1 for phase, _ in done.values() if phase == constants.PHASE_SUCCESSFUL)
     total_requests = sum(counts.values())
     record = {
