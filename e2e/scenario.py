@@ -161,6 +161,19 @@ class Scenario:
             await asyncio.sleep(interval)
         raise TimeoutError(f"{what}: not reached within {timeout:.0f}s")
 
+    async def fresh_etcd(self, name: str, *, issuer: str | None = None, timeout: float = 90.0) -> None:
+        """Create a 3-member Etcd and wait until it is Ready."""
+        await self.create_etcd(name, issuer=issuer)
+        await self.wait_ready(name, timeout=timeout)
+
+    async def drop_etcd(self, name: str) -> None:
+        await self.k.delete(constants.ETCD_API_VERSION, constants.ETCD_KIND, self.namespace, name)
+
+    async def is_paused(self, name: str) -> bool:
+        obj = await self.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, self.namespace, name)
+        return any(c.get("type") == constants.COND_PAUSED and c.get("status") == constants.TRUE
+                   for c in ((obj or {}).get("status") or {}).get("conditions") or [])
+
     async def etcd_phase(self, name: str) -> str | None:
         obj = await self.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, self.namespace, name)
         return ((obj or {}).get("status") or {}).get("phase")

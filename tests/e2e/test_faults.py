@@ -69,20 +69,6 @@ class PidTracker:
         return {n: max(0, len(p) - 1) for n, p in self.pids.items()}
 
 
-async def fresh_etcd(sc: scenario.Scenario, name: str, issuer: str | None = None) -> None:
-    await sc.create_etcd(name, issuer=issuer)
-    await sc.wait_ready(name, timeout=90)
-
-
-async def drop_etcd(sc: scenario.Scenario, name: str) -> None:
-    await sc.k.delete(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, name)
-
-
-async def paused(sc: scenario.Scenario, db: str) -> bool:
-    obj = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db)
-    return conditions.is_true(((obj or {}).get("status") or {}).get("conditions"), constants.COND_PAUSED)
-
-
 def true(type_: str) -> Callable[[Conds], bool]:
     return lambda conds: conditions.is_true(conds, type_)
 
@@ -164,7 +150,7 @@ async def test_operator_killed_at_step_boundaries_of_every_tls_operation(sc: sce
     2–4 boundaries of each: every request Successful, each member restarted exactly once per pass (pod UIDs and
     etcd PIDs), no failed write, no unplanned election, and no pause left behind."""
     db = "kills"
-    await fresh_etcd(sc, db)
+    await sc.fresh_etcd(db)
     for name, spec, passes, triggers in OPERATIONS:
         async with scenario.PodTracker(sc, db) as uids, PidTracker(sc, db) as pids:
             req, killed, result = await operate_with_kills(sc, f"{db}-{name}", db, spec, triggers)
@@ -176,14 +162,14 @@ async def test_operator_killed_at_step_boundaries_of_every_tls_operation(sc: sce
         assert pids.restarts() == want, f"{name}: etcd PIDs per member {pids.pids} (killed at {killed})"
         assert result.writes_failed == 0, f"{name}: {result.writes_failed} failed writes (killed at {killed})"
         assert result.unplanned_elections == 0, f"{name}: {result.elections} elections, {result.leader_moves} moves"
-        assert not await paused(sc, db), f"{name}: the Etcd is still paused"
+        assert not await sc.is_paused(db), f"{name}: the Etcd is still paused"
         await sc.wait_ready(db, timeout=60)
-    await drop_etcd(sc, db)
+    await sc.drop_etcd(db)
 
 
 async def test_an_issuer_that_never_issues_fails_the_request_on_timeout_and_resumes(sc: scenario.Scenario) -> None:
     db = "ghost"
-    await fresh_etcd(sc, db)
+    await sc.fresh_etcd(db)
     # An Issuer whose CA Secret does not exist: cert-manager never issues from it.
     await sc.k.create({"apiVersion": "cert-manager.io/v1", "kind": "Issuer",
                        "metadata": {"name": "ghost", "namespace": sc.namespace},
@@ -200,7 +186,7 @@ async def test_an_issuer_that_never_issues_fails_the_request_on_timeout_and_resu
     assert failed is not None and constants.COND_CERTIFICATE_SYNCED in failed["message"], failed
     # lastTransitionTime has one-second resolution, so the 15 s budget may end up to a second early
     assert 14 <= elapsed < 60, f"failed after {elapsed:.1f}s; spec.timeout is 15s"
-    assert not await paused(sc, db)
+    assert not await sc.is_paused(db)
     assert uids.restarts() == {n: 0 for n in uids.names}, uids.uids  # nothing was touched
     sts_after = await sc.k.get("apps/v1", "StatefulSet", sc.namespace, db)
     assert sts_before is not None and sts_after is not None
@@ -208,7 +194,7 @@ async def test_an_issuer_that_never_issues_fails_the_request_on_timeout_and_resu
     assert await naive.cluster_healthy(sc, db)
     obj = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db)
     assert "tls" not in (obj or {})["spec"]
-    await drop_etcd(sc, db)
+    await sc.drop_etcd(db)
 
 
 async def test_a_member_crash_looping_during_a_roll_fails_the_request_and_keeps_quorum(
@@ -216,7 +202,7 @@ async def test_a_member_crash_looping_during_a_roll_fails_the_request_and_keeps_
     """The first member the roll restarts has its etcd SIGKILLed every time the kubelet starts it: the request
     fails naming it, the other two members are never touched and keep serving writes, the Etcd is resumed."""
     db = "crashloop"
-    await fresh_etcd(sc, db)
+    await sc.fresh_etcd(db)
     members = naming.pods(db, 3)
     kills: list[int] = []
     victim: list[str] = []
@@ -260,8 +246,8 @@ async def test_a_member_crash_looping_during_a_roll_fails_the_request_and_keeps_
     assert all(uids.restarts()[m] == 0 for m in others), uids.uids
     assert after.failed - before.failed == 0, f"quorum lost: {after.failed - before.failed} failed writes"
     assert after.ok - before.ok > 100
-    assert not await paused(sc, db)
+    assert not await sc.is_paused(db)
     # quorum kept: the two untouched members answer /health true (a linearizable read through each)
     ips = await naive.pod_ips(sc, db)
     assert all(await asyncio.gather(*(naive.member_healthy(ips[m]) for m in others)))
-    await drop_etcd(sc, db)
+    await sc.drop_etcd(db)

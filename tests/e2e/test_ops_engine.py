@@ -41,20 +41,6 @@ async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
         yield s
 
 
-async def fresh_etcd(sc: scenario.Scenario, name: str, issuer: str | None = None) -> None:
-    await sc.create_etcd(name, issuer=issuer)
-    await sc.wait_ready(name, timeout=90)
-
-
-async def drop_etcd(sc: scenario.Scenario, name: str) -> None:
-    await sc.k.delete(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, name)
-
-
-async def paused(sc: scenario.Scenario, db: str) -> bool:
-    obj = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db)
-    return conditions.is_true(((obj or {}).get("status") or {}).get("conditions"), constants.COND_PAUSED)
-
-
 def umbrella(result: scenario.OpResult) -> list[str]:
     return [c for c in result.conditions if constants.PER_POD_SEPARATOR not in c]
 
@@ -68,7 +54,7 @@ async def server_serial(sc: scenario.Scenario, db: str) -> int:
 async def test_all_four_tls_operations_lose_no_write_and_cause_no_unplanned_election(
         sc: scenario.Scenario) -> None:
     db = "four"
-    await fresh_etcd(sc, db)
+    await sc.fresh_etcd(db)
     steps = [
         ("add-tls", {"tls": {"issuerRef": {**ISSUER, "name": "ca-a"}}}),
         ("rotate", {"tls": {"rotateCertificates": True}}),
@@ -90,19 +76,19 @@ async def test_all_four_tls_operations_lose_no_write_and_cause_no_unplanned_elec
             served = await sc.served_serials(db)
             assert set(served.values()) == {want}, f"{name}: members serve {served}, Secret has {want:x}"
             serials.append(want)
-        assert not await paused(sc, db)
+        assert not await sc.is_paused(db)
         await sc.wait_ready(db, timeout=60)
     assert len(set(serials)) == 3  # add, rotate and issuer change each put a new certificate in service
     obj = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db)
     assert "tls" not in (obj or {})["spec"]
     assert await sc.k.get("v1", "Secret", sc.namespace, f"{db}-server-cert") is None  # removed with TLS
-    await drop_etcd(sc, db)
+    await sc.drop_etcd(db)
 
 
 async def test_operator_killed_during_restart_pods_resumes_without_restarting_a_member_twice(
         sc: scenario.Scenario) -> None:
     db = "crash"
-    await fresh_etcd(sc, db)
+    await sc.fresh_etcd(db)
     async with scenario.PodTracker(sc, db) as tracker:
         await sc.submit("crash-restart", db, "Restart")
 
@@ -119,13 +105,13 @@ async def test_operator_killed_during_restart_pods_resumes_without_restarting_a_
         req = await sc.watch_request("crash-restart", timeout=120)
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL
     assert tracker.restarts() == {n: 1 for n in tracker.names}, tracker.uids
-    assert not await paused(sc, db)
-    await drop_etcd(sc, db)
+    assert not await sc.is_paused(db)
+    await sc.drop_etcd(db)
 
 
 async def test_a_member_that_never_becomes_ready_fails_the_request_naming_it(sc: scenario.Scenario) -> None:
     db = "stuck"
-    await fresh_etcd(sc, db)
+    await sc.fresh_etcd(db)
     # The data volume of stuck-2 is being deleted: its pod can start again only when the claim is gone, which a
     # protected claim in use never is — the member will not come back after its restart.
     await sc.k.delete("v1", "PersistentVolumeClaim", sc.namespace, "data-stuck-2")
@@ -134,18 +120,18 @@ async def test_a_member_that_never_becomes_ready_fails_the_request_naming_it(sc:
     assert req["status"]["phase"] == constants.PHASE_FAILED
     failed = conditions.get_condition(req["status"]["conditions"], constants.COND_FAILED)
     assert failed is not None and "stuck-2" in failed["message"], failed
-    assert not await paused(sc, db)
+    assert not await sc.is_paused(db)
     eps = await sc.endpoints(db)
     async with scenario.etcd_client.EtcdClient([e.with_schemes("http") for e in eps]) as client:  # quorum kept
         leader = await client.leader(timeout=5)
         assert leader.endpoint.name in ("stuck-0", "stuck-1")
-    await drop_etcd(sc, db)
+    await sc.drop_etcd(db)
 
 
 async def test_a_foreign_owned_certificate_stops_the_request_before_anything_is_repointed(
         sc: scenario.Scenario) -> None:
     db = "foreign"
-    await fresh_etcd(sc, db)
+    await sc.fresh_etcd(db)
     owner = await sc.k.create({"apiVersion": "v1", "kind": "ConfigMap",
                                "metadata": {"name": "someone-else", "namespace": sc.namespace}})
     await sc.k.create({
@@ -165,14 +151,14 @@ async def test_a_foreign_owned_certificate_stops_the_request_before_anything_is_
     sts_after = await sc.k.get("apps/v1", "StatefulSet", sc.namespace, db)
     assert sts_before is not None and sts_after is not None
     assert sts_after["spec"]["template"] == sts_before["spec"]["template"]
-    assert not await paused(sc, db)
-    await drop_etcd(sc, db)
+    assert not await sc.is_paused(db)
+    await sc.drop_etcd(db)
 
 
 async def test_two_requests_run_one_after_the_other_and_a_deleted_one_leaves_no_pause(
         sc: scenario.Scenario) -> None:
     db = "queue"
-    await fresh_etcd(sc, db)
+    await sc.fresh_etcd(db)
     await sc.submit("queue-first", db, "Restart")
     await sc.submit("queue-second", db, "MoveLeader")
     saw_both_progressing = False
@@ -196,13 +182,13 @@ async def test_two_requests_run_one_after_the_other_and_a_deleted_one_leaves_no_
     await sc.submit("queue-deleted", db, "Restart")
 
     async def is_paused() -> bool:
-        return await paused(sc, db)
+        return await sc.is_paused(db)
 
     await sc.wait_for("the Etcd paused by queue-deleted", is_paused, timeout=60, interval=0.05)
     await sc.k.delete(constants.OPS_API_VERSION, constants.OPS_KIND, sc.namespace, "queue-deleted")
 
     async def resumed() -> bool:
-        return not await paused(sc, db)
+        return not await sc.is_paused(db)
 
     await sc.wait_for("the pause released after the request was deleted", resumed, timeout=30)
-    await drop_etcd(sc, db)
+    await sc.drop_etcd(db)
