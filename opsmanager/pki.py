@@ -87,6 +87,25 @@ def _name(common_name: str, organizations: Sequence[str] = (), org_units: Sequen
     return x509.Name(attrs)
 
 
+def _subject_alt_names(dns_names: Iterable[str], ip_addresses: Iterable[str], uris: Iterable[str],
+                       emails: Iterable[str]) -> list[x509.GeneralName]:
+    sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dict.fromkeys(dns_names)]
+    sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in dict.fromkeys(ip_addresses)]
+    sans += [x509.UniformResourceIdentifier(u) for u in uris]
+    sans += [x509.RFC822Name(e) for e in emails]
+    return sans
+
+
+def _with_usages_and_sans(builder: x509.CertificateBuilder, usages: Iterable[Usage],
+                          sans: list[x509.GeneralName]) -> x509.CertificateBuilder:
+    ekus = list(dict.fromkeys(_EKU[u] for u in usages if u in _EKU))
+    if ekus:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(ekus), critical=False)
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return builder
+
+
 def make_ca(
     common_name: str = "opsmanager-ca",
     *,
@@ -94,30 +113,7 @@ def make_ca(
     organizations: Sequence[str] = (),
 ) -> KeyPair:
     """A self-signed CA certificate (CA:TRUE, keyCertSign, cRLSign)."""
-    key = _new_key()
-    subject = _name(common_name, organizations)
-    now = _now()
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + duration)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+    return make_self_signed(common_name, usages=(), duration=duration, organizations=organizations, is_ca=True)
 
 
 def make_leaf(
@@ -142,10 +138,7 @@ def make_leaf(
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
     key = _new_key(key_algorithm)
     now = _now()
-    sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dict.fromkeys(dns_names)]
-    sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in dict.fromkeys(ip_addresses)]
-    sans += [x509.UniformResourceIdentifier(u) for u in uris]
-    sans += [x509.RFC822Name(e) for e in emails]
+    sans = _subject_alt_names(dns_names, ip_addresses, uris, emails)
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(common_name, organizations, org_units))
@@ -168,11 +161,7 @@ def make_leaf(
             critical=False,
         )
     )
-    ekus = list(dict.fromkeys(_EKU[u] for u in usages if u in _EKU))
-    if ekus:
-        builder = builder.add_extension(x509.ExtendedKeyUsage(ekus), critical=False)
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    builder = _with_usages_and_sans(builder, usages, sans)
     cert = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key, key_encoding))
 
@@ -280,10 +269,7 @@ def make_self_signed(
     key = _new_key(key_algorithm)
     now = _now()
     subject = _name(common_name, organizations, org_units)
-    sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dict.fromkeys(dns_names)]
-    sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in dict.fromkeys(ip_addresses)]
-    sans += [x509.UniformResourceIdentifier(u) for u in uris]
-    sans += [x509.RFC822Name(e) for e in emails]
+    sans = _subject_alt_names(dns_names, ip_addresses, uris, emails)
     builder = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -303,10 +289,6 @@ def make_self_signed(
         )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
     )
-    ekus = list(dict.fromkeys(_EKU[u] for u in usages if u in _EKU))
-    if ekus:
-        builder = builder.add_extension(x509.ExtendedKeyUsage(ekus), critical=False)
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    builder = _with_usages_and_sans(builder, usages, sans)
     cert = builder.sign(key, hashes.SHA256())
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key, key_encoding))
