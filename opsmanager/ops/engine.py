@@ -167,6 +167,10 @@ class Engine:
             siblings.append(_queued(other))
         me = _queued(req)
         decision = queue.decide(me, siblings, (db_obj.get("status") or {}).get("phase"))
+        pause = conditions.get_condition((db_obj.get("status") or {}).get("conditions"), constants.COND_PAUSED)
+        if decision.verdict is queue.Verdict.START and pause is not None and pause.get("status") == constants.TRUE:
+            # Paused by hand (or by a request not finished yet): hands off until whoever paused it resumes it.
+            return Outcome(finished=False, delay=1.0, phase=lifecycle.state)
         if decision.verdict is queue.Verdict.SKIP:
             lifecycle.skip()
             await self._set_phase(req, lifecycle.state, ("Skipped", constants.TRUE, "Skipped", decision.reason))

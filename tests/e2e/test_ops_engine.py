@@ -192,3 +192,38 @@ async def test_two_requests_run_one_after_the_other_and_a_deleted_one_leaves_no_
 
     await sc.wait_for("the pause released after the request was deleted", resumed, timeout=30)
     await sc.drop_etcd(db)
+
+
+async def test_a_request_waits_while_the_etcd_is_paused_by_hand_and_leaves_that_pause_alone(
+        sc: scenario.Scenario) -> None:
+    db = "manual"
+    await sc.fresh_etcd(db)
+
+    def pause(st: dict[str, Any]) -> dict[str, Any]:
+        return {**st, "conditions": conditions.set_condition(
+            st.get("conditions"), constants.COND_PAUSED, constants.TRUE, reason="Maintenance",
+            message="paused by hand for a backup")}
+
+    await sc.k.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db, pause)
+    await sc.submit("manual-restart", db, "Restart")
+
+    async def pending() -> bool:
+        req = await sc.request("manual-restart") or {}
+        return (req.get("status") or {}).get("phase") == constants.PHASE_PENDING
+
+    await sc.wait_for("the request queued", pending, timeout=30)
+    # Watch it for longer than the pause-heal period (3 s): it must stay queued, and the hand-made pause must stay.
+    watch_until = asyncio.get_running_loop().time() + 4.0
+    while asyncio.get_running_loop().time() < watch_until:
+        assert await pending(), "the request started while the Etcd was paused by hand"
+        assert await sc.is_paused(db), "the operator removed a pause it did not set"
+        await asyncio.sleep(0.2)
+
+    def unpause(st: dict[str, Any]) -> dict[str, Any]:
+        return {**st, "conditions": conditions.remove_condition(st.get("conditions"), constants.COND_PAUSED)}
+
+    await sc.k.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db, unpause)
+    req = await sc.watch_request("manual-restart", timeout=120)
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL
+    assert not await sc.is_paused(db)
+    await sc.drop_etcd(db)
