@@ -77,7 +77,9 @@ class LeaderMonitor:
                 if not self._first_term:
                     self._first_term = best[0]
                     self._last = best
-                elif best[0] > self._last[0] or (best[0] == self._last[0] and best[1] != self._last[1]):
+                elif best[0] > self._last[0]:
                     self._changes.append(LeaderChange(now, best[0], best[1]))
                     self._last = best
+                # Same term, another leader id: a lagging member's view of the same election (a term has one
+                # leader), not a change.
             await asyncio.sleep(self.interval)

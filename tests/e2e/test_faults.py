@@ -126,7 +126,9 @@ OPERATIONS: list[tuple[str, dict[str, Any], int, list[Trigger]]] = [
         ("CertificateSynced", true(constants.COND_CERTIFICATE_SYNCED)),
         ("mid-roll of TLSListenersAdded", restarting_in("TLSListenersAdded")),
         ("PeerURLsUpdated", true(constants.COND_PEER_URLS_UPDATED)),
-        ("RestartPods", true(constants.COND_RESTART_PODS)),
+        # Not RestartPods=True: UpdateDatabase and Successful follow it within milliseconds, so a poll may never
+        # see that boundary before the request is terminal. UpdateStatefulSet is followed by a whole roll.
+        ("UpdateStatefulSet", true(constants.COND_UPDATE_STATEFULSET)),
     ]),
     ("rotate", {"tls": {"rotateCertificates": True}}, 1, [
         ("IssueCertificatesSucceeded", true(constants.COND_ISSUE_CERTIFICATES_SUCCEEDED)),
