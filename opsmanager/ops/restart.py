@@ -24,6 +24,7 @@ from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import certificates, context, plan, rollout
 from opsmanager.provisioner import applying, render
+from opsmanager.provisioner import observe as pod_observe
 
 T, F = constants.TRUE, constants.FALSE
 POST_CHECKS = (constants.STEP_CHECK_POD_READY, constants.STEP_ETCD_CLUSTER_HEALTHY,
@@ -54,11 +55,10 @@ async def apply_statefulset(ctx: context.OpsContext, step: plan.Step) -> context
 
 
 def _pod_ready(pod: dict[str, Any] | None) -> bool:
+    """Ready by the kubelet, with an address, and not on its way out (the provisioner's reading of a pod)."""
     if pod is None or pod["metadata"].get("deletionTimestamp"):
         return False
-    conds = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds) and bool(
-        (pod.get("status") or {}).get("podIP"))
+    return pod_observe.pod_ready(pod) and pod_observe.pod_ip(pod) is not None
 
 
 def _revision(pod: dict[str, Any]) -> str | None:
