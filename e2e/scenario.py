@@ -16,7 +16,7 @@ import os
 import pathlib
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Self
 
 from e2e import monitor, writer
 from opsmanager import kube, operator, pki
@@ -285,25 +285,28 @@ class Scenario:
         raise RuntimeError(f"no identity of the writer is accepted by every member: {last}")
 
 
-class PodTracker:
-    """Records every pod UID seen per member pod while running: a member restarted once shows two UIDs."""
+class _MemberTracker:
+    """Polls one identity per member pod while running and records every distinct value seen: a member restarted
+    once shows two. Subclasses say what the identity is."""
 
     def __init__(self, sc: Scenario, db: str, replicas: int = 3, interval: float = 0.1) -> None:
         self.sc, self.db, self.interval = sc, db, interval
         self.names = naming.pods(db, replicas)
-        self.uids: dict[str, list[str]] = {n: [] for n in self.names}
+        self.seen: dict[str, list[Any]] = {n: [] for n in self.names}
         self._task: asyncio.Task[None] | None = None
+
+    async def identity(self, name: str) -> Any:
+        raise NotImplementedError
 
     async def _run(self) -> None:
         while True:
             for name in self.names:
-                pod = await self.sc.k.get("v1", "Pod", self.sc.namespace, name)
-                uid = (pod or {}).get("metadata", {}).get("uid")
-                if uid and uid not in self.uids[name]:
-                    self.uids[name].append(uid)
+                value = await self.identity(name)
+                if value is not None and value not in self.seen[name]:
+                    self.seen[name].append(value)
             await asyncio.sleep(self.interval)
 
-    async def __aenter__(self) -> PodTracker:
+    async def __aenter__(self) -> Self:
         self._task = asyncio.create_task(self._run())
         return self
 
@@ -314,4 +317,27 @@ class PodTracker:
             await self._task
 
     def restarts(self) -> dict[str, int]:
-        return {n: max(0, len(u) - 1) for n, u in self.uids.items()}
+        return {n: max(0, len(v) - 1) for n, v in self.seen.items()}
+
+
+class PodTracker(_MemberTracker):
+    """Every pod UID each member had: a pod recreated by a restart has a new UID."""
+
+    async def identity(self, name: str) -> Any:
+        pod = await self.sc.k.get("v1", "Pod", self.sc.namespace, name)
+        return (pod or {}).get("metadata", {}).get("uid")
+
+    @property
+    def uids(self) -> dict[str, list[Any]]:
+        return self.seen
+
+
+class PidTracker(_MemberTracker):
+    """Every etcd PID each member had (from the sandbox's kubelet): a restarted etcd is a new process."""
+
+    async def identity(self, name: str) -> Any:
+        return self.sc.sandbox.kubelet.pids().get((self.sc.namespace, name, naming.CONTAINER_NAME))
+
+    @property
+    def pids(self) -> dict[str, list[Any]]:
+        return self.seen

@@ -37,38 +37,6 @@ async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
         yield s
 
 
-class PidTracker:
-    """Every etcd PID each member had (from the sandbox kubelet) while running."""
-
-    def __init__(self, sc: scenario.Scenario, db: str, replicas: int = 3) -> None:
-        self.sc, self.names = sc, naming.pods(db, replicas)
-        self.pids: dict[str, list[int]] = {n: [] for n in self.names}
-        self._task: asyncio.Task[None] | None = None
-
-    async def _run(self) -> None:
-        while True:
-            for name in self.names:
-                pid = naive.etcd_pid(self.sc, name)
-                if pid is not None and pid not in self.pids[name]:
-                    self.pids[name].append(pid)
-            await asyncio.sleep(0.05)
-
-    async def __aenter__(self) -> PidTracker:
-        self._task = asyncio.create_task(self._run())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        try:
-            await self._task
-        except asyncio.CancelledError:
-            pass
-
-    def restarts(self) -> dict[str, int]:
-        return {n: max(0, len(p) - 1) for n, p in self.pids.items()}
-
-
 def true(type_: str) -> Callable[[Conds], bool]:
     return lambda conds: conditions.is_true(conds, type_)
 
@@ -154,7 +122,7 @@ async def test_operator_killed_at_step_boundaries_of_every_tls_operation(sc: sce
     db = "kills"
     await sc.fresh_etcd(db)
     for name, spec, passes, triggers in OPERATIONS:
-        async with scenario.PodTracker(sc, db) as uids, PidTracker(sc, db) as pids:
+        async with scenario.PodTracker(sc, db) as uids, scenario.PidTracker(sc, db, interval=0.05) as pids:
             req, killed, result = await operate_with_kills(sc, f"{db}-{name}", db, spec, triggers)
         failed = conditions.get_condition(req["status"].get("conditions"), constants.COND_FAILED)
         assert result.phase == constants.PHASE_SUCCESSFUL, (name, failed)
