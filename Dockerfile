@@ -1,11 +1,10 @@
-# The operator image. Default command: `opsmanager run` (the operator). The admission webhook runs from the same
-# image with args `webhook serve --port 8443 --tls-cert /tls/tls.crt --tls-key /tls/tls.key`.
+# The operator image: the `opsmanager` package and its runtime dependencies only (no sandbox, test or codegen
+# extra, no e2e harness; tests/test_packaging.py checks this file). Default command: `opsmanager run` (the
+# operator). The admission webhook runs from the same image with args `webhook serve --port 8443 --tls-cert /tls/tls.crt --tls-key /tls/tls.key`.
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY opsmanager ./opsmanager
-COPY webhooks ./webhooks
-COPY e2e ./e2e
 RUN pip install --no-cache-dir --prefix=/install .
 
 FROM python:3.11-slim

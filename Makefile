@@ -19,16 +19,16 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check opsmanager webhooks tests e2e
+	$(BIN)/ruff check opsmanager tests e2e
 
 crds: $(STAMP)
 	$(BIN)/opsmanager crds --out crds/
 
 demo: $(STAMP)
-	$(BIN)/opsmanager demo
+	$(BIN)/python -m e2e.demo
 
 bench: $(STAMP)
-	$(BIN)/opsmanager bench --json docs/benchmarks.json
+	$(BIN)/python -m e2e.bench --json docs/benchmarks.json
 
 clean:
 	rm -rf $(VENV) .sandbox .pytest_cache

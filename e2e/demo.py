@@ -1,4 +1,4 @@
-"""``opsmanager demo`` (``make demo``): the whole product on the embedded sandbox, start to end.
+"""``python -m e2e.demo`` (``make demo``): the whole product on the embedded sandbox, start to end.
 
 Sandbox up → a 3-member plaintext Etcd → add TLS → rotate → change the issuer (a new CA) → remove TLS, with a live
 writer putting every 20 ms through every member the whole time. Prints each condition as it happens and a final
@@ -99,7 +99,7 @@ async def run(workdir: pathlib.Path, db: str = "demo") -> int:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="opsmanager demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m e2e.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--dir", default=".sandbox/demo", help="working directory of the sandbox (default %(default)s)")
     args = parser.parse_args(list(argv))
     return asyncio.run(run(pathlib.Path(args.dir)))

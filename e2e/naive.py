@@ -1,5 +1,5 @@
 """The naive strategies others use, run on the same sandbox cluster as our engine so the benchmark can set them
-side by side (``opsmanager bench``).
+side by side (``python -m e2e.bench``).
 
 Each strategy is what an operator or a runbook does when it does not know what ``etcd-measured-3.5.1.md`` shows:
 

@@ -1,4 +1,4 @@
-"""Scale: one operator, many 3-member Etcds reconfigured at once (``opsmanager bench --scenario scale``).
+"""Scale: one operator, many 3-member Etcds reconfigured at once (``python -m e2e.bench --scenario scale``).
 
 Why: a KubeDB-style operator runs every request of a cluster fleet in one process. What matters is whether ten
 clusters at once take about as long as one (each request mostly waits on etcd and cert-manager, so they should

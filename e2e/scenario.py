@@ -1,6 +1,6 @@
 """End-to-end scenarios on the sandbox: a live cluster, a live writer, an operation, and what it cost.
 
-One harness serves the demo (``opsmanager demo``), the end-to-end tests and the benchmarks, so the numbers they
+One harness serves the demo (``python -m e2e.demo``), the end-to-end tests and the benchmarks, so the numbers they
 print are measured the same way: a writer putting every 20 ms through every member, holding a client identity
 from each CA the scenario may move to (an application that was told about the new CA in advance), and a leader
 monitor counting raft elections. ``unplanned elections = elections - MoveLeader calls the engine made``.

@@ -4,7 +4,7 @@ Why: the API server calls the webhook on every create/update of an Etcd or EtcdO
 ``failurePolicy: Fail``; a slow webhook is a slow API, and a crashing one (HTTP 500, or a review answered with
 code 500, which means a rule raised) blocks users. So the benchmark and ``make test`` send it many reviews at once.
 
-Everything is real: ``webhooks.server.WebhookServer`` on loopback HTTPS with a certificate from
+Everything is real: ``opsmanager.webhook.server.WebhookServer`` on loopback HTTPS with a certificate from
 :mod:`opsmanager.pki`, clients verifying it, aiohttp keep-alive connections. The fuzz is a seeded mutator
 (:func:`fuzz_reviews`): valid reviews of every endpoint with fields dropped, retyped or replaced by junk, random
 JSON documents, truncated bodies, and wrong paths — reproducible from its seed.
@@ -29,7 +29,7 @@ from typing import Any
 import aiohttp
 
 from opsmanager import pki
-from webhooks import admission, server, validation
+from opsmanager.webhook import admission, server, validation
 
 API_VERSION = "admission.k8s.io/v1"
 NAMESPACE = "demo"

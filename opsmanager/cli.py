@@ -2,7 +2,8 @@
 
 The table below maps a subcommand to ``module:function``; the function receives the remaining argv and returns
 an exit code. Modules are imported only when their command runs, so ``opsmanager crds`` does not import grpc
-or the sandbox.
+or the sandbox. Only product commands live here; the demo and the benchmarks run from the checkout
+(``python -m e2e.demo``, ``python -m e2e.bench``, or ``make demo`` / ``make bench``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,9 @@ from collections.abc import Callable, Sequence
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "crds": ("opsmanager.api.crdgen:main", "generate CRDs from the API models (--out DIR, --check)"),
-    "webhook": ("webhooks.server:main", "admission webhook server (webhook serve --port P --tls-cert F --tls-key F)"),
+    "webhook": ("opsmanager.webhook.server:main", "admission webhook server (webhook serve --port P --tls-cert F --tls-key F)"),
     "sandbox": ("opsmanager.sandbox.cli:main", "the local sandbox (sandbox up [--dir .sandbox])"),
     "run": ("opsmanager.operator:main", "run the operator (kopf) against a kubeconfig"),
-    "demo": ("e2e.demo:main", "sandbox up, then add TLS, rotate, change issuer, remove TLS on a live cluster"),
-    "bench": ("e2e.bench:main", "benchmarks against naive baselines (--scenario NAME, --json PATH)"),
 }
 
 

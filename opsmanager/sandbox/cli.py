@@ -2,7 +2,7 @@
 
     opsmanager sandbox up [--dir .sandbox] [--no-operator] [--port N] [--apply FILE ...] [--speed F]
 
-Starts the API server (with ``crds/*.yaml`` and cert-manager's kinds), the kubelet, the StatefulSet controller
+Starts the API server (with the CRDs rendered from the API models, or ``--crds DIR``, and cert-manager's kinds), the kubelet, the StatefulSet controller
 and cert-manager, writes ``<dir>/kubeconfig``, applies the ``--apply`` manifests, prints how to point kubectl at
 it, and runs until interrupted; then stops every process it started (by PID) and exits 0. The operator and the
 admission webhook (``cluster.DEFAULT_COMPONENTS``) start inside it unless ``--no-operator`` is given.
@@ -35,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="YAML manifests to apply once the sandbox is up (repeatable)")
     up.add_argument("--speed", type=float, default=1.0,
                     help="multiply probe periods and restart back-off by this factor (default 1.0 = real time)")
-    up.add_argument("--crds", default=str(cluster.REPO_CRDS), help="CRD directory to apply (default: repo crds/)")
+    up.add_argument("--crds", default=None, metavar="DIR",
+                    help="apply the CRD files of DIR (default: the CRDs rendered from the installed API models)")
     up.add_argument("-v", "--verbose", action="store_true", help="log the controllers' work")
     return parser
 
@@ -64,7 +65,7 @@ async def _up(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     components = [] if args.no_operator else [*cluster.DEFAULT_COMPONENTS, *sandbox_components.DEFAULTS]
-    crds = Path(args.crds) if args.crds else None
+    crds = Path(args.crds) if args.crds else cluster.MODEL_CRDS
     async with cluster.Sandbox(dir=args.dir, port=args.port, speed=args.speed, components=components,
                                crds_dir=crds) as sb:
         for path in args.apply:

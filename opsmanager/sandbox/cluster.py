@@ -27,10 +27,11 @@ import logging
 import shutil
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml  # type: ignore[import-untyped,unused-ignore]
 
+from opsmanager.api import crdgen
 from opsmanager.sandbox import (
     addresses,
     certmanager,
@@ -51,7 +52,14 @@ Component = Callable[["Sandbox"], contextlib.AbstractAsyncContextManager[Any]]
 # (opsmanager.sandbox.components.DEFAULTS), unless --no-operator is given.
 DEFAULT_COMPONENTS: list[Component] = []
 
-REPO_CRDS = Path(__file__).resolve().parents[2] / "crds"
+# The default CRDs: rendered in memory from the API models (the same text `opsmanager crds` writes into crds/), so
+# the sandbox works from an installed wheel. Pass a directory to apply CRD files instead, or None for none.
+MODEL_CRDS: Final = "models"
+
+
+def model_crds() -> list[Obj]:
+    """The CustomResourceDefinitions of the API models, as ``opsmanager crds`` renders them."""
+    return [crdgen.crd(spec) for spec in crdgen.CRDS]
 
 
 class Sandbox:
@@ -59,7 +67,7 @@ class Sandbox:
 
     def __init__(self, dir: str | Path = ".sandbox", *, host: str = "127.0.0.1", port: int = 0,
                  speed: float = 1.0, volume_refresh_delay: float = 0.5, shutdown_grace: float = 2.0,
-                 crds_dir: str | Path | None = REPO_CRDS, components: Sequence[Component] = (),
+                 crds_dir: str | Path | None = MODEL_CRDS, components: Sequence[Component] = (),
                  issuance_delay: float = 0.0, cluster_domain: str = "cluster.local",
                  bookmark_interval: float = 5.0) -> None:
         self.dir = Path(dir).resolve()
@@ -68,7 +76,7 @@ class Sandbox:
         self.speed = speed
         self.volume_refresh_delay = volume_refresh_delay
         self.shutdown_grace = shutdown_grace
-        self.crds_dir = Path(crds_dir) if crds_dir is not None else None
+        self.crds_dir = crds_dir if crds_dir in (None, MODEL_CRDS) else Path(crds_dir)
         self.components = list(components)
         self.issuance_delay = issuance_delay
         self.cluster_domain = cluster_domain
@@ -112,8 +120,10 @@ class Sandbox:
             await self.apiserver.start()
             stack.push_async_callback(self.apiserver.stop)
             self.apiserver.set_log_source(self._log_path)  # kubectl logs reads the kubelet's files
-            if self.crds_dir is not None and self.crds_dir.is_dir() and any(self.crds_dir.glob("*.y*ml")):
-                self.crds = await sandbox_apiserver.apply_crd_files(self.apiserver, [self.crds_dir])
+            docs = self._crd_docs()
+            if docs:
+                await self.apiserver.apply_objects(docs)
+                self.crds = [d["metadata"]["name"] for d in docs]
             self.client = kubeclient.KubeClient(self.apiserver.url)
             stack.push_async_callback(self.client.close)
             await self._ensure_namespace("cert-manager")
@@ -156,11 +166,17 @@ class Sandbox:
 
     def resources(self) -> list[kubeclient.Resource]:
         """Kinds the client knows: built-ins plus the CRDs applied at start."""
-        extra = []
-        if self.crds_dir is not None and self.crds:
-            for doc in sandbox_apiserver.load_crd_files([self.crds_dir]):
-                extra.append(kubeclient.resource_from_crd(doc))
-        return extra
+        return [kubeclient.resource_from_crd(doc) for doc in self._crd_docs()] if self.crds else []
+
+    def _crd_docs(self) -> list[Obj]:
+        if self.crds_dir is None:
+            return []
+        if self.crds_dir == MODEL_CRDS:
+            return model_crds()
+        path = Path(self.crds_dir)
+        if not path.is_dir() or not any(path.glob("*.y*ml")):
+            raise FileNotFoundError(f"CRD directory {path} holds no *.yaml files")
+        return sandbox_apiserver.load_crd_files([path])
 
     async def apply(self, manifests: str | Path | Obj | Iterable[Obj]) -> list[Obj]:
         """Create each object, or replace it if it exists (keeping its resourceVersion), like ``kubectl apply``.

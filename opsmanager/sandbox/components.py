@@ -1,6 +1,6 @@
 """The operator and the admission webhook as sandbox components — what ``opsmanager sandbox up`` starts by default.
 
-* :func:`webhook` runs the real admission webhook (:class:`webhooks.server.WebhookServer`) on loopback with a
+* :func:`webhook` runs the real admission webhook (:class:`opsmanager.webhook.server.WebhookServer`) on loopback with a
   serving certificate from a CA made for this sandbox, registers it as the Service
   ``opsmanager-system/opsmanager-webhook:443`` and installs the Validating/MutatingWebhookConfigurations with
   that CA as ``caBundle`` — so ``kubectl apply`` of an invalid request is denied with the webhook's message,
@@ -18,9 +18,9 @@ from typing import Any
 
 from opsmanager import operator as operator_mod
 from opsmanager import pki
-from webhooks import config as webhook_config
-from webhooks import lookup as webhook_lookup
-from webhooks import server as webhook_server
+from opsmanager.webhook import config as webhook_config
+from opsmanager.webhook import lookup as webhook_lookup
+from opsmanager.webhook import server as webhook_server
 
 
 @contextlib.asynccontextmanager

@@ -9,7 +9,7 @@ import pathlib
 import pytest
 
 from e2e import bench, scale, webhook_load
-from webhooks import admission
+from opsmanager.webhook import admission
 
 
 def _engine(**over: object) -> dict[str, object]:

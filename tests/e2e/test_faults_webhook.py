@@ -1,6 +1,6 @@
 """Webhook fuzz at volume: 10,000 generated AdmissionReviews, 50 in flight at once, through the real HTTPS server.
 
-The hypothesis fuzz in ``tests/webhooks/test_fuzz.py`` explores shapes (2,000 examples, one connection); this one is
+The hypothesis fuzz in ``tests/webhook/test_fuzz.py`` explores shapes (2,000 examples, one connection); this one is
 about volume and concurrency: no review may get an HTTP 5xx or a review answered with code 500 (a rule that
 raised), none may fail at the transport, and the server must still answer ``/healthz`` afterwards. The reviews
 come from the seeded mutator in :mod:`e2e.webhook_load`, so a failure is reproducible from the seed.

@@ -21,9 +21,9 @@ import kubernetes
 import pytest
 from aiohttp import web
 
-from tests.webhooks import conftest
-from webhooks import lookup as lookup_module
-from webhooks import server, validation
+from opsmanager.webhook import lookup as lookup_module
+from opsmanager.webhook import server, validation
+from tests.webhook import conftest
 
 
 class FakeApi:

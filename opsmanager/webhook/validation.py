@@ -2,7 +2,7 @@
 
 Transport-free (no HTTP, no Kubernetes client): each function takes plain object dicts and returns a
 :class:`Verdict`. The only outside knowledge, "does this Etcd exist and what is its spec", comes through the
-:class:`EtcdLookup` protocol; :class:`InMemoryEtcdLookup` serves unit tests, ``webhooks.lookup`` the real API.
+:class:`EtcdLookup` protocol; :class:`InMemoryEtcdLookup` serves unit tests, ``opsmanager.webhook.lookup`` the real API.
 
 Sources: ``kubedb/apimachinery pkg/webhooks/ops/v1alpha1/etcd.go`` and ``pkg/webhooks/kubedb/v1alpha2/etcd.go``
 (summarised in ``shared/reference/kubedb-etcd-ops.md`` §4). The order of checks for an ``EtcdOpsRequest``:

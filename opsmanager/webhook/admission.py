@@ -1,6 +1,6 @@
 """AdmissionReview in and out: parse and check the envelope, route to the rules, build the response.
 
-Transport-free, like kopf's ``serve_admission_request``: the aiohttp server (``webhooks.server``) only moves
+Transport-free, like kopf's ``serve_admission_request``: the aiohttp server (``opsmanager.webhook.server``) only moves
 bytes. A malformed envelope (not JSON, not an ``admission.k8s.io/v1`` ``AdmissionReview``, no ``request``, fields
 of the wrong type, an object of another kind than the endpoint admits) raises :class:`BadReview`, which the
 server answers with HTTP 400 and the message. A well-formed review always gets an ``AdmissionReview`` response:
@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from opsmanager.api import constants
-from webhooks import validation
+from opsmanager.webhook import validation
 
 API_VERSION: Final = "admission.k8s.io/v1"
 OPERATIONS: Final = ("CREATE", "UPDATE", "DELETE", "CONNECT")

@@ -15,7 +15,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from webhooks import validation
+from opsmanager.webhook import validation
 
 NS = "demo"
 TLS_DB = {

@@ -1,6 +1,6 @@
 """The admission webhook's HTTPS server (aiohttp): ``opsmanager webhook serve --port P --tls-cert F --tls-key F``.
 
-Only transport lives here; decisions are in ``webhooks.admission`` / ``webhooks.validation``. Routes:
+Only transport lives here; decisions are in ``opsmanager.webhook.admission`` / ``opsmanager.webhook.validation``. Routes:
 
 - ``POST /validate-etcdopsrequest``, ``POST /validate-etcd``, ``POST /mutate-etcd``: AdmissionReview v1 in and out;
   a malformed body gets HTTP 400 with ``{"error": "<what is wrong>"}``;
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from webhooks import admission, validation
+from opsmanager.webhook import admission, validation
 
 log = logging.getLogger("opsmanager.webhook")
 
@@ -216,7 +216,7 @@ class WebhookServer:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from webhooks import lookup as lookup_module  # the Kubernetes client only when serving for real
+    from opsmanager.webhook import lookup as lookup_module  # the Kubernetes client only when serving for real
 
     etcd_lookup = lookup_module.KubernetesEtcdLookup(kubeconfig=args.kubeconfig)
     server = WebhookServer(

@@ -27,8 +27,8 @@ import jsonpatch
 import pytest
 
 from opsmanager import pki
-from tests.webhooks import conftest
-from webhooks import server, validation
+from opsmanager.webhook import server, validation
+from tests.webhook import conftest
 
 OPS = {
     "apiVersion": "ops.opsmanager.dev/v1alpha1", "kind": "EtcdOpsRequest",

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from opsmanager import pki
+from opsmanager.webhook import config, lookup, server
 from tests.fixtures import sandbox as sandbox_fixtures
-from webhooks import config, lookup, server
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]

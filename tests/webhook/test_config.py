@@ -13,14 +13,14 @@ import pathlib
 
 import yaml
 
-from webhooks import admission, config
+from opsmanager.webhook import admission, config
 
-MANIFESTS = pathlib.Path(config.__file__).parent / "manifests"
+MANIFESTS = pathlib.Path(__file__).resolve().parents[2] / "webhooks" / "manifests"
 
 
 def test_committed_manifests_are_up_to_date(tmp_path: pathlib.Path) -> None:
     for name, text in config.files().items():
-        assert (MANIFESTS / name).read_text() == text, f"{name} is stale: run python -m webhooks.config"
+        assert (MANIFESTS / name).read_text() == text, f"{name} is stale: run python -m opsmanager.webhook.config"
     assert sorted(p.name for p in MANIFESTS.glob("*.yaml")) == sorted(config.files())
     assert config.main(["--out", str(tmp_path)]) == 0
     assert {p.name: p.read_text() for p in tmp_path.iterdir()} == config.files()

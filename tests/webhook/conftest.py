@@ -1,6 +1,6 @@
 """Fixtures for the webhook tests: real certificates (``opsmanager.pki``) and the real HTTPS server.
 
-Nothing is mocked: the server is ``webhooks.server.WebhookServer`` on a loopback port with a certificate signed by
+Nothing is mocked: the server is ``opsmanager.webhook.server.WebhookServer`` on a loopback port with a certificate signed by
 a test CA, and clients verify it against that CA. The Etcd lookup is the in-memory implementation (the
 Kubernetes-API one has its own tests against an HTTP API server in ``test_lookup.py``).
 """
@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from opsmanager import pki
-from webhooks import server, validation
+from opsmanager.webhook import server, validation
 
 DB = {
     "apiVersion": "opsmanager.dev/v1alpha1", "kind": "Etcd",

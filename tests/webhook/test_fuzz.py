@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from opsmanager import pki
-from tests.webhooks import conftest
-from webhooks import admission, server, validation
+from opsmanager.webhook import admission, server, validation
+from tests.webhook import conftest
 
 PATHS = [*admission.ENDPOINTS, "/nope", "/validate-etcd/extra"]
 

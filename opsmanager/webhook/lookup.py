@@ -1,8 +1,8 @@
-"""The Kubernetes-API implementation of :class:`webhooks.validation.EtcdLookup`.
+"""The Kubernetes-API implementation of :class:`opsmanager.webhook.validation.EtcdLookup`.
 
 Uses the official ``kubernetes`` client (``CustomObjectsApi``), which is blocking: the server calls it through
 ``asyncio.to_thread``. 404 means "no such Etcd" (the webhook then denies with KubeDB's ``spec.databaseRef ... is
-invalid or not found``); any other failure raises :class:`~webhooks.validation.EtcdLookupError` so the webhook
+invalid or not found``); any other failure raises :class:`~opsmanager.webhook.validation.EtcdLookupError` so the webhook
 says it could not decide instead of claiming the Etcd is missing. Client errors never escape this module.
 """
 
@@ -16,7 +16,7 @@ import urllib3
 from kubernetes.client import exceptions as k8s_exceptions
 
 from opsmanager.api import constants
-from webhooks import validation
+from opsmanager.webhook import validation
 
 
 class KubernetesEtcdLookup:
