@@ -47,9 +47,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from opsmanager import pki
+from opsmanager import kube, pki
 from opsmanager.api import common as api_common
-from opsmanager.sandbox import events, kubeclient, workqueue
+from opsmanager.sandbox import events, workqueue
 
 log = logging.getLogger(__name__)
 
@@ -418,14 +418,14 @@ def _rv(obj: Obj | None) -> int:
 class Controller:
     """Issuer, ClusterIssuer and Certificate controllers, driven by list/watch over HTTP."""
 
-    def __init__(self, client: kubeclient.KubeClient, *, issuance_delay: float = 0.0) -> None:
+    def __init__(self, client: kube.Kube, *, issuance_delay: float = 0.0) -> None:
         self.client = client
         self.issuance_delay = issuance_delay
         self.recorder = events.Recorder(client, "cert-manager-certificates-issuing")
-        self.issuers = kubeclient.Informer(client, kubeclient.ISSUERS)
-        self.cluster_issuers = kubeclient.Informer(client, kubeclient.CLUSTERISSUERS)
-        self.certificates = kubeclient.Informer(client, kubeclient.CERTIFICATES)
-        self.secrets = kubeclient.Informer(client, kubeclient.SECRETS)
+        self.issuers = kube.Informer(client, "cert-manager.io/v1", "Issuer")
+        self.cluster_issuers = kube.Informer(client, "cert-manager.io/v1", "ClusterIssuer")
+        self.certificates = kube.Informer(client, "cert-manager.io/v1", "Certificate")
+        self.secrets = kube.Informer(client, "v1", "Secret")
         self.issuer_queue: workqueue.WorkQueue[tuple[str, str, str]] = workqueue.WorkQueue(
             "cert-manager-issuers", self.reconcile_issuer)
         self.cert_queue: workqueue.WorkQueue[tuple[str, str]] = workqueue.WorkQueue(
@@ -440,7 +440,7 @@ class Controller:
         self.issuers.add_handler(lambda t, o, old: self._issuer_changed("Issuer", o))
         self.cluster_issuers.add_handler(lambda t, o, old: self._issuer_changed("ClusterIssuer", o))
         self.certificates.add_handler(lambda t, o, old: self._seen("Certificate", t, o))
-        self.certificates.add_handler(lambda t, o, old: self.cert_queue.add(kubeclient.key_of(o)))
+        self.certificates.add_handler(lambda t, o, old: self.cert_queue.add(kube.key_of(o)))
         self.secrets.add_handler(lambda t, o, old: self._seen("Secret", t, o))
         self.secrets.add_handler(self._secret_changed)
         informers = (self.secrets, self.issuers, self.cluster_issuers, self.certificates)
@@ -464,21 +464,21 @@ class Controller:
         return mine if mine is not None else cached
 
     def _seen(self, kind: str, etype: str, obj: Obj) -> None:
-        ns, name = kubeclient.key_of(obj)
+        ns, name = kube.key_of(obj)
         mine = self._written.get((kind, ns, name))
         if mine is not None and (etype == "DELETED" or _rv(obj) >= _rv(mine)):
             self._written.pop((kind, ns, name), None)
 
     def _issuer_changed(self, kind: str, issuer: Obj) -> None:
-        ns, name = kubeclient.key_of(issuer)
+        ns, name = kube.key_of(issuer)
         self.issuer_queue.add((kind, ns, name))
         for cert in self.certificates.items(None if kind == "ClusterIssuer" else ns):
             ref = (cert.get("spec") or {}).get("issuerRef") or {}
             if ref.get("name") == name and (ref.get("kind") or "Issuer") == kind:
-                self.cert_queue.add(kubeclient.key_of(cert))
+                self.cert_queue.add(kube.key_of(cert))
 
     def _secret_changed(self, etype: str, secret: Obj, old: Obj | None) -> None:
-        ns, name = kubeclient.key_of(secret)
+        ns, name = kube.key_of(secret)
         for issuer in self.issuers.items(ns):
             if ((issuer.get("spec") or {}).get("ca") or {}).get("secretName") == name:
                 self.issuer_queue.add(("Issuer", ns, issuer["metadata"]["name"]))
@@ -488,7 +488,7 @@ class Controller:
                     self.issuer_queue.add(("ClusterIssuer", "", issuer["metadata"]["name"]))
         for cert in self.certificates.items(ns):
             if (cert.get("spec") or {}).get("secretName") == name:
-                self.cert_queue.add(kubeclient.key_of(cert))
+                self.cert_queue.add(kube.key_of(cert))
 
     def _issuer(self, kind: str, ns: str, name: str) -> tuple[Obj | None, IssuerState]:
         if kind == "ClusterIssuer":
@@ -511,24 +511,24 @@ class Controller:
         issuer, state = self._issuer(kind, ns, name)
         if issuer is None:
             return None
-        res = kubeclient.CLUSTERISSUERS if kind == "ClusterIssuer" else kubeclient.ISSUERS
         conditions = (issuer.get("status") or {}).get("conditions") or []
         new = set_condition(conditions, "Ready", "True" if state.ready else "False", state.reason, state.message,
                             issuer["metadata"].get("generation"))
         if [_cmp(c) for c in new] != [_cmp(c) for c in conditions]:
-            await self.client.patch(res, name, {"status": {"conditions": new}}, ns or None, subresource="status")
+            await self.client.patch("cert-manager.io/v1", kind, ns or None, name, {"status": {"conditions": new}},
+                                    subresource="status")
         return None
 
     # -- certificates -----------------------------------------------------------------------------------------------
 
     async def _write_status(self, cert: Obj, status: Obj) -> Obj | None:
-        ns, name = kubeclient.key_of(cert)
+        ns, name = kube.key_of(cert)
         if status == cert.get("status"):
             return cert
         body = dict(cert, status=status)
         try:
-            updated = await self.client.replace(kubeclient.CERTIFICATES, body, subresource="status")
-        except (kubeclient.Conflict, kubeclient.NotFound):
+            updated = await self.client.replace(body, subresource="status")
+        except (kube.Conflict, kube.NotFound):
             self.cert_queue.add((ns, name))  # re-read and decide again
             return None
         self._written[("Certificate", ns, name)] = updated
@@ -608,10 +608,10 @@ class Controller:
         body = secret_body(cert, want, pair, ca_pem, secret)
         try:
             if secret is None:
-                written = await self.client.create(kubeclient.SECRETS, body, ns)
+                written = await self.client.create(body)
             else:
-                written = await self.client.replace(kubeclient.SECRETS, body)
-        except kubeclient.Conflict:
+                written = await self.client.replace(body)
+        except kube.Conflict:
             return 0.1  # someone changed the Secret meanwhile: decide again
         self._written[("Secret", ns, secret_name)] = written
         self._issued_digest[uid] = want.digest()

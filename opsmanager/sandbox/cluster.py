@@ -3,7 +3,7 @@
     async with Sandbox(dir=".sandbox") as sb:
         sb.url, sb.kubeconfig, sb.dir        # http://127.0.0.1:<port>, <dir>/kubeconfig, <dir>
         await sb.apply(yaml_text_or_objects)   # create-or-replace, like kubectl apply
-        sb.client                              # async KubeClient for the controllers' style of access
+        sb.client                              # the async opsmanager.kube.Kube the controllers share
 
 Start order: API server (with cert-manager's CRDs), ``crds/*.yaml`` applied, namespace ``cert-manager``,
 kubeconfig written, then the controllers, then the extra components. Stop order is the reverse; the kubelet
@@ -31,12 +31,12 @@ from typing import Any, Final
 
 import yaml  # type: ignore[import-untyped,unused-ignore]
 
+from opsmanager import kube
 from opsmanager.api import crdgen
 from opsmanager.sandbox import (
     addresses,
     certmanager,
     containers,
-    kubeclient,
     kubelet,
     process,
     statefulset,
@@ -82,7 +82,7 @@ class Sandbox:
         self.cluster_domain = cluster_domain
         self.bookmark_interval = bookmark_interval
         self.apiserver: sandbox_apiserver.APIServer | None = None
-        self.client: kubeclient.KubeClient = kubeclient.KubeClient("http://unset")
+        self.client: kube.Kube = kube.Kube.for_url("http://unset")
         self.addresses: addresses.PodAddresses | None = None
         self.kubelet: kubelet.Kubelet | None = None
         self.statefulsets: statefulset.Controller | None = None
@@ -124,8 +124,10 @@ class Sandbox:
             if docs:
                 await self.apiserver.apply_objects(docs)
                 self.crds = [d["metadata"]["name"] for d in docs]
-            self.client = kubeclient.KubeClient(self.apiserver.url)
-            stack.push_async_callback(self.client.close)
+            self.client = kube.Kube.for_url(self.apiserver.url)
+            for doc in docs:  # the client's table learns the kinds of the CRDs just applied
+                self.client.resources.add_crd(doc)
+            stack.push_async_callback(self.client.aclose)
             await self._ensure_namespace("cert-manager")
             self.apiserver.write_kubeconfig(self.kubeconfig)
 
@@ -157,16 +159,11 @@ class Sandbox:
 
     async def _ensure_namespace(self, name: str) -> None:
         try:
-            await self.client.create(kubeclient.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
-                                                             "metadata": {"name": name}})
-        except kubeclient.AlreadyExists:
+            await self.client.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        except kube.AlreadyExists:
             pass
 
     # -- conveniences for tests and demos ----------------------------------------------------------------------------
-
-    def resources(self) -> list[kubeclient.Resource]:
-        """Kinds the client knows: built-ins plus the CRDs applied at start."""
-        return [kubeclient.resource_from_crd(doc) for doc in self._crd_docs()] if self.crds else []
 
     def _crd_docs(self) -> list[Obj]:
         if self.crds_dir is None:
@@ -191,22 +188,24 @@ class Sandbox:
             docs = [manifests]
         else:
             docs = list(manifests)
-        extra = self.resources()
         out = []
         for doc in docs:
-            res = kubeclient.resource_for(doc["apiVersion"], doc["kind"], extra)
+            res = self.client.resources.get(doc["apiVersion"], doc["kind"])
             meta = doc.setdefault("metadata", {})
             ns = meta.get("namespace") or ("default" if res.namespaced else None)
             if res.namespaced:
                 meta["namespace"] = ns
             try:
-                out.append(await self.client.create(res, doc, ns))
-            except kubeclient.AlreadyExists:
-                current = await self.client.get(res, meta["name"], ns)
+                out.append(await self.client.create(doc))
+            except kube.AlreadyExists:
+                current = await self.client.get(doc["apiVersion"], doc["kind"], ns, meta["name"])
+                if current is None:  # deleted meanwhile: create it again
+                    out.append(await self.client.create(doc))
+                    continue
                 body = dict(doc, metadata=dict(meta, resourceVersion=current["metadata"]["resourceVersion"]))
                 if "status" in current and "status" not in body:
                     body["status"] = current["status"]
-                out.append(await self.client.replace(res, body))
+                out.append(await self.client.replace(body))
         return out
 
     async def exec(self, namespace: str, pod: str, container: str, argv: Sequence[str], *,
@@ -237,8 +236,8 @@ class Sandbox:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            pods = (await self.client.list(kubeclient.PODS, namespace, label_selector=label_selector)).get("items")
-            ready = [p for p in pods or [] if statefulset.is_running_and_ready(p)
+            pods = await self.client.list("v1", "Pod", namespace, label_selector=label_selector)
+            ready = [p for p in pods if statefulset.is_running_and_ready(p)
                      and not statefulset.is_terminating(p)]
             if len(ready) >= count:
                 return ready

@@ -15,7 +15,7 @@ import logging
 import secrets
 from typing import Any
 
-from opsmanager.sandbox import kubeclient
+from opsmanager import kube
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ def now_rfc3339() -> str:
 
 
 class Recorder:
-    def __init__(self, client: kubeclient.KubeClient | None, component: str, host: str = "sandbox") -> None:
+    def __init__(self, client: kube.Kube | None, component: str, host: str = "sandbox") -> None:
         self.client = client
         self.component = component
         self.host = host
@@ -55,7 +55,7 @@ class Recorder:
             if key in self._seen:
                 name, count = self._seen[key]
                 self._seen[key] = (name, count + 1)
-                await self.client.patch(kubeclient.EVENTS, name, {"count": count + 1, "lastTimestamp": stamp}, ns)
+                await self.client.patch("v1", "Event", ns, name, {"count": count + 1, "lastTimestamp": stamp})
                 return
             name = f"{meta.get('name')}.{secrets.token_hex(8)}"
             involved = {"apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind", ""),
@@ -72,11 +72,11 @@ class Recorder:
                 "source": {"component": self.component, "host": self.host},
                 "reportingComponent": self.component, "reportingInstance": self.host,
             }
-            await self.client.create(kubeclient.EVENTS, body, ns)
+            await self.client.create(body)
             self._seen[key] = (name, 1)
             if len(self._seen) > 2000:
                 self._seen.pop(next(iter(self._seen)))
-        except kubeclient.ApiError as exc:
+        except kube.KubeError as exc:
             log.debug("event %s/%s not recorded: %s", reason, meta.get("name"), exc)
 
     async def flush(self) -> None:

@@ -40,12 +40,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
+from opsmanager import kube
 from opsmanager.sandbox import (
     addresses,
     containers,
     dns,
     events,
-    kubeclient,
     probes,
     process,
     volumes,
@@ -950,17 +950,17 @@ class StandaloneHost(_HostBase):
 class Kubelet(_HostBase):
     """The kubelet of the sandbox's one node, driven by the API server (list/watch over HTTP)."""
 
-    def __init__(self, client: kubeclient.KubeClient, config: KubeletConfig,
+    def __init__(self, client: kube.Kube, config: KubeletConfig,
                  pod_addresses: addresses.PodAddresses) -> None:
         super().__init__(config)
         self.client = client
         self.addresses = pod_addresses
         self.recorder = events.Recorder(client, "kubelet", config.node_name)
-        self.pods = kubeclient.Informer(client, kubeclient.PODS)
-        self.secrets = kubeclient.Informer(client, kubeclient.SECRETS)
-        self.configmaps = kubeclient.Informer(client, kubeclient.CONFIGMAPS)
-        self.service_informer = kubeclient.Informer(client, kubeclient.SERVICES)
-        self.pvcs = kubeclient.Informer(client, kubeclient.PVCS)
+        self.pods = kube.Informer(client, "v1", "Pod")
+        self.secrets = kube.Informer(client, "v1", "Secret")
+        self.configmaps = kube.Informer(client, "v1", "ConfigMap")
+        self.service_informer = kube.Informer(client, "v1", "Service")
+        self.pvcs = kube.Informer(client, "v1", "PersistentVolumeClaim")
         self._dirty: set[str] = set()
         self._dirty_event = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -1072,9 +1072,9 @@ class Kubelet(_HostBase):
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": meta["name"], "uid": meta.get("uid")},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": self.config.node_name}}
         try:
-            await self.client.request("POST", kubeclient.PODS.path(meta.get("namespace"), meta["name"],
-                                                                   "binding"), body=body)
-        except kubeclient.ApiError as exc:
+            await self.client.request("POST", self.client.path("v1", "Pod", meta.get("namespace"), meta["name"],
+                                                                  "binding"), body=body)
+        except kube.KubeError as exc:
             log.debug("binding %s/%s: %s", meta.get("namespace"), meta["name"], exc)
         events.Recorder(self.client, "default-scheduler").event(
             pod, "Normal", "Scheduled",
@@ -1093,11 +1093,11 @@ class Kubelet(_HostBase):
     async def _remove(self, pod: Obj) -> None:
         meta = pod["metadata"]
         try:
-            await self.client.delete(kubeclient.PODS, meta["name"], meta.get("namespace"), grace_period_seconds=0,
+            await self.client.delete("v1", "Pod", meta.get("namespace"), meta["name"], grace_period_seconds=0,
                                      uid=meta.get("uid"))
-        except kubeclient.Conflict:
+        except kube.Conflict:
             pass  # already replaced by a pod of the same name
-        except kubeclient.ApiError as exc:
+        except kube.KubeError as exc:
             log.warning("removing pod %s/%s: %s", meta.get("namespace"), meta["name"], exc)
 
     def _on_secret(self, etype: str, obj: Obj, old: Obj | None) -> None:
@@ -1138,16 +1138,16 @@ class Kubelet(_HostBase):
         self.pvc_dir(pvc).mkdir(parents=True, exist_ok=True)
         if not spec.get("volumeName"):  # the PV controller records the bound volume's name
             try:
-                await self.client.patch(kubeclient.PVCS, meta["name"],
-                                        {"spec": {"volumeName": f"pvc-{meta.get('uid')}"}}, meta.get("namespace"))
-            except kubeclient.ApiError as exc:
+                await self.client.patch("v1", "PersistentVolumeClaim", meta.get("namespace"), meta["name"],
+                                        {"spec": {"volumeName": f"pvc-{meta.get('uid')}"}})
+            except kube.KubeError as exc:
                 log.debug("pvc %s/%s volumeName: %s", meta.get("namespace"), meta["name"], exc)
         try:
-            await self.client.patch(kubeclient.PVCS, meta["name"], {"status": status}, meta.get("namespace"),
-                                    subresource="status")
-        except kubeclient.NotFound:
+            await self.client.patch("v1", "PersistentVolumeClaim", meta.get("namespace"), meta["name"],
+                                    {"status": status}, subresource="status")
+        except kube.NotFound:
             pass
-        except kubeclient.ApiError as exc:
+        except kube.KubeError as exc:
             log.warning("binding pvc %s/%s: %s", meta.get("namespace"), meta["name"], exc)
         finally:
             self._binding_pvcs.discard(str(meta.get("uid")))
@@ -1176,12 +1176,12 @@ class Kubelet(_HostBase):
                 if self._written.get(uid) == status:
                     continue
                 try:
-                    await self.client.patch(kubeclient.PODS, worker.name, {"status": status}, worker.namespace,
+                    await self.client.patch("v1", "Pod", worker.namespace, worker.name, {"status": status},
                                             subresource="status")
                     self._written[uid] = status
-                except kubeclient.NotFound:
+                except kube.NotFound:
                     pass
-                except kubeclient.ApiError as exc:
+                except kube.KubeError as exc:
                     log.debug("pod %s/%s status: %s", worker.namespace, worker.name, exc)
                     self._dirty.add(uid)
                     asyncio.get_running_loop().call_later(0.5, self._dirty_event.set)

@@ -34,7 +34,8 @@ import logging
 import re
 from typing import Any
 
-from opsmanager.sandbox import events, kubeclient, workqueue
+from opsmanager import kube
+from opsmanager.sandbox import events, workqueue
 
 log = logging.getLogger(__name__)
 
@@ -404,18 +405,18 @@ def plan(sts: Obj, pods: list[Obj], revisions: list[Obj], claims: set[str], *,
 class Controller:
     """Runs :func:`plan` for every StatefulSet whenever it, its pods or its revisions change."""
 
-    def __init__(self, client: kubeclient.KubeClient) -> None:
+    def __init__(self, client: kube.Kube) -> None:
         self.client = client
         self.recorder = events.Recorder(client, "statefulset-controller")
-        self.sets = kubeclient.Informer(client, kubeclient.STATEFULSETS)
-        self.pods = kubeclient.Informer(client, kubeclient.PODS)
-        self.revisions = kubeclient.Informer(client, kubeclient.CONTROLLERREVISIONS)
-        self.claims = kubeclient.Informer(client, kubeclient.PVCS)
+        self.sets = kube.Informer(client, "apps/v1", "StatefulSet")
+        self.pods = kube.Informer(client, "v1", "Pod")
+        self.revisions = kube.Informer(client, "apps/v1", "ControllerRevision")
+        self.claims = kube.Informer(client, "v1", "PersistentVolumeClaim")
         self.queue: workqueue.WorkQueue[tuple[str, str]] = workqueue.WorkQueue("statefulset", self.reconcile)
         self._deleting: set[str] = set()  # UIDs of pods we asked to delete (client-go's "expectations")
 
     async def start(self) -> None:
-        self.sets.add_handler(lambda t, o, old: self.queue.add(kubeclient.key_of(o)))
+        self.sets.add_handler(lambda t, o, old: self.queue.add(kube.key_of(o)))
         for inf in (self.pods, self.revisions):
             inf.add_handler(self._on_owned)
         self.claims.add_handler(self._on_claim)
@@ -440,7 +441,7 @@ class Controller:
     def _on_claim(self, etype: str, obj: Obj, old: Obj | None) -> None:
         ns = (obj.get("metadata") or {}).get("namespace") or "default"
         for sts in self.sets.items(ns):
-            self.queue.add(kubeclient.key_of(sts))
+            self.queue.add(kube.key_of(sts))
 
     async def reconcile(self, key: tuple[str, str]) -> float | None:
         ns, name = key
@@ -460,29 +461,29 @@ class Controller:
         name = sts["metadata"]["name"]
         for rev in p.create_revisions:
             try:
-                await self.client.create(kubeclient.CONTROLLERREVISIONS, rev, ns)
-            except kubeclient.AlreadyExists:
+                await self.client.create(rev)
+            except kube.AlreadyExists:
                 pass
         for rev in p.update_revisions:
-            await self.client.patch(kubeclient.CONTROLLERREVISIONS, rev["metadata"]["name"],
-                                    {"revision": rev["revision"]}, ns)
+            await self.client.patch("apps/v1", "ControllerRevision", ns, rev["metadata"]["name"],
+                                    {"revision": rev["revision"]})
         for claim in p.create_claims:
             try:
-                await self.client.create(kubeclient.PVCS, claim, ns)
+                await self.client.create(claim)
                 self.recorder.event(sts, "Normal", "SuccessfulCreate",
                                     f"create Claim {claim['metadata']['name']} Pod "
                                     f"{p.claim_pods.get(claim['metadata']['name'], '')} in StatefulSet {name} success")
-            except kubeclient.AlreadyExists:
+            except kube.AlreadyExists:
                 pass
         for pod in p.create_pods:
             pod_name = pod["metadata"]["name"]
             try:
-                await self.client.create(kubeclient.PODS, pod, ns)
+                await self.client.create(pod)
                 self.recorder.event(sts, "Normal", "SuccessfulCreate",
                                     f"create Pod {pod_name} in StatefulSet {name} successful")
-            except kubeclient.AlreadyExists:
+            except kube.AlreadyExists:
                 pass  # the old pod is still being removed; its DELETED event requeues us
-            except kubeclient.ApiError as exc:
+            except kube.KubeError as exc:
                 self.recorder.event(sts, "Warning", "FailedCreate",
                                     f"create Pod {pod_name} in StatefulSet {name} failed error: {exc.message}")
                 raise
@@ -490,17 +491,17 @@ class Controller:
             if uid in self._deleting:
                 continue  # already asked; the informer has not seen the deletionTimestamp yet
             self._deleting.add(uid)
-            await self.client.delete(kubeclient.PODS, pod_name, ns, uid=uid or None)
+            await self.client.delete("v1", "Pod", ns, pod_name, uid=uid or None)
             self.recorder.event(sts, "Normal", "SuccessfulDelete",
                                 f"delete Pod {pod_name} in StatefulSet {name} successful")
         for claim_name_ in p.delete_claims:
-            await self.client.delete(kubeclient.PVCS, claim_name_, ns)
+            await self.client.delete("v1", "PersistentVolumeClaim", ns, claim_name_)
         for rev_name in p.delete_revisions:
-            await self.client.delete(kubeclient.CONTROLLERREVISIONS, rev_name, ns)
+            await self.client.delete("apps/v1", "ControllerRevision", ns, rev_name)
         current = {k: (sts.get("status") or {}).get(k) for k in p.status}
         if current != p.status:
             try:
-                await self.client.patch(kubeclient.STATEFULSETS, name, {"status": p.status}, ns,
+                await self.client.patch("apps/v1", "StatefulSet", ns, name, {"status": p.status},
                                         subresource="status")
-            except kubeclient.NotFound:
+            except kube.NotFound:
                 pass

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
-from opsmanager.sandbox import kubeclient
+from opsmanager import kube
 
 log = logging.getLogger(__name__)
 
@@ -101,4 +101,4 @@ class WorkQueue(Generic[K]):
 
 
 def _is_expected(exc: BaseException) -> bool:
-    return isinstance(exc, kubeclient.ApiError)
+    return isinstance(exc, kube.KubeError)

@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 
 from opsmanager import pki
-from opsmanager.sandbox import cluster, kubeclient
+from opsmanager.sandbox import cluster
 from tests.fixtures.sandbox_controllers import plain_etcd_statefulset, wait_until
 
 pytestmark = pytest.mark.slow
@@ -58,7 +58,7 @@ def cond(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
 
 
 async def get_cert(sb: cluster.Sandbox, name: str) -> dict[str, Any]:
-    return await sb.client.get(kubeclient.CERTIFICATES, name, NS)
+    return await sb.client.get("cert-manager.io/v1", "Certificate", NS, name)
 
 
 async def issued_at(sb: cluster.Sandbox, name: str, revision: int) -> dict[str, Any] | None:
@@ -69,7 +69,7 @@ async def issued_at(sb: cluster.Sandbox, name: str, revision: int) -> dict[str, 
 
 
 async def secret_files(sb: cluster.Sandbox, name: str) -> dict[str, bytes]:
-    s = await sb.client.get(kubeclient.SECRETS, name, NS)
+    s = await sb.client.get("v1", "Secret", NS, name)
     return {k: base64.b64decode(v) for k, v in s["data"].items()}
 
 
@@ -82,7 +82,7 @@ async def renew(sb: cluster.Sandbox, name: str) -> None:
                   "message": "Certificate re-issuance manually triggered",
                   "observedGeneration": c["metadata"].get("generation"), "lastTransitionTime": "2026-01-01T00:00:00Z"})
     status["conditions"] = conds
-    await sb.client.replace(kubeclient.CERTIFICATES, c, subresource="status")
+    await sb.client.replace(c, subresource="status")
 
 
 async def test_ca_issuer_issues_renews_reissues_and_leaves_the_secret(full_sandbox: cluster.Sandbox) -> None:
@@ -101,7 +101,7 @@ async def test_ca_issuer_issues_renews_reissues_and_leaves_the_secret(full_sandb
     st = c["status"]
     assert st["revision"] == 1 and st["notAfter"].startswith(info.not_after.strftime("%Y-%m-%dT%H:%M"))
     assert st["notBefore"] and st["renewalTime"] and cond(c, "Ready")["reason"] == "Ready"
-    secret = await sb.client.get(kubeclient.SECRETS, "peer-tls", NS)
+    secret = await sb.client.get("v1", "Secret", NS, "peer-tls")
     assert secret["type"] == "kubernetes.io/tls"
     assert secret["metadata"]["annotations"]["cert-manager.io/certificate-name"] == "peer"
 
@@ -113,14 +113,14 @@ async def test_ca_issuer_issues_renews_reissues_and_leaves_the_secret(full_sandb
 
     c = await get_cert(sb, "peer")
     c["spec"]["dnsNames"] = ["*.etcd.default.svc", "*.etcd.default.svc.cluster.local"]
-    await sb.client.replace(kubeclient.CERTIFICATES, c)
+    await sb.client.replace(c)
     await wait_until(lambda: issued_at(sb, "peer", 3), 10, message="re-issuance after a spec change")
     assert pki.cert_info((await secret_files(sb, "peer-tls"))["tls.crt"]).dns_names == (
         "*.etcd.default.svc", "*.etcd.default.svc.cluster.local")
 
-    await sb.client.delete(kubeclient.CERTIFICATES, "peer", NS)
+    await sb.client.delete("cert-manager.io/v1", "Certificate", NS, "peer")
     await wait_until(lambda: _gone(sb, "peer"), 5)
-    assert (await sb.client.get_or_none(kubeclient.SECRETS, "peer-tls", NS)) is not None
+    assert (await sb.client.get("v1", "Secret", NS, "peer-tls")) is not None
 
 
 async def test_renewal_at_renew_before(full_sandbox: cluster.Sandbox) -> None:
@@ -146,9 +146,9 @@ async def test_issuer_without_its_secret_never_issues_until_the_secret_appears(f
     c = await wait_until(stuck, 10)
     assert 'secrets "late-key-pair" not found' in cond(c, "Ready")["message"]
     assert cond(c, "Issuing")["status"] == "True" and cond(c, "Issuing")["reason"] == "DoesNotExist"
-    issuer = await sb.client.get(kubeclient.ISSUERS, "late", NS)
+    issuer = await sb.client.get("cert-manager.io/v1", "Issuer", NS, "late")
     assert cond(issuer, "Ready")["status"] == "False" and cond(issuer, "Ready")["reason"] == "ErrGetKeyPair"
-    assert await sb.client.get_or_none(kubeclient.SECRETS, "pending-tls", NS) is None
+    assert await sb.client.get("v1", "Secret", NS, "pending-tls") is None
     ca = pki.make_ca("late")
     await sb.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "late-key-pair", "namespace": NS},
                     "data": {"tls.crt": b64(ca.cert_pem), "tls.key": b64(ca.key_pem)}})
@@ -181,12 +181,12 @@ async def test_self_signed_bootstraps_a_ca_and_secrets_are_not_shared(full_sandb
 
 
 async def _ready_issuer(sb: cluster.Sandbox, name: str) -> dict[str, Any] | None:
-    issuer = await sb.client.get(kubeclient.ISSUERS, name, NS)
+    issuer = await sb.client.get("cert-manager.io/v1", "Issuer", NS, name)
     return issuer if cond(issuer, "Ready").get("status") == "True" else None
 
 
 async def _gone(sb: cluster.Sandbox, name: str) -> bool:
-    return await sb.client.get_or_none(kubeclient.CERTIFICATES, name, NS) is None
+    return await sb.client.get("cert-manager.io/v1", "Certificate", NS, name) is None
 
 
 # -- TLS StatefulSet ------------------------------------------------------------------------------------------------
@@ -267,8 +267,8 @@ async def test_cluster_issuer_reads_its_ca_from_the_cert_manager_namespace(full_
                   "issuerRef": {"name": "cluster-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}}},
     ])
     await wait_until(lambda: issued_at(sb, "client", 1), 10)
-    secret = await sb.client.get(kubeclient.SECRETS, "client-tls", NS)
+    secret = await sb.client.get("v1", "Secret", NS, "client-tls")
     assert secret["metadata"]["annotations"]["cert-manager.io/issuer-kind"] == "ClusterIssuer"
     assert pki.signed_by(base64.b64decode(secret["data"]["tls.crt"]), ca.cert_pem)
-    issuer = await sb.client.get(kubeclient.CLUSTERISSUERS, "cluster-ca")
+    issuer = await sb.client.get("cert-manager.io/v1", "ClusterIssuer", None, "cluster-ca")
     assert cond(issuer, "Ready")["status"] == "True"

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from opsmanager.sandbox import cluster, kubeclient, process
+from opsmanager.sandbox import cluster, process
 from tests.fixtures.sandbox_controllers import plain_etcd_statefulset, wait_until
 
 pytestmark = pytest.mark.slow
@@ -49,12 +49,12 @@ async def test_plain_etcd_statefulset_is_healthy_and_a_deleted_member_comes_back
     assert sorted(m["name"] for m in members) == ["etcd-0", "etcd-1", "etcd-2"]
     assert {m["name"]: m["peerURLs"] for m in members}["etcd-1"] == ["http://etcd-1.etcd.default.svc:2380"]
 
-    sts = await sb.client.get(kubeclient.STATEFULSETS, "etcd", "default")
+    sts = await sb.client.get("apps/v1", "StatefulSet", "default", "etcd")
     assert sts["status"]["readyReplicas"] == 3 and sts["status"]["currentRevision"] == sts["status"]["updateRevision"]
-    claims = (await sb.client.list(kubeclient.PVCS, "default"))["items"]
+    claims = await sb.client.list("v1", "PersistentVolumeClaim", "default")
     assert sorted((c["metadata"]["name"], c["status"]["phase"]) for c in claims) == [
         ("data-etcd-0", "Bound"), ("data-etcd-1", "Bound"), ("data-etcd-2", "Bound")]
-    pod1 = await sb.client.get(kubeclient.PODS, "etcd-1", "default")
+    pod1 = await sb.client.get("v1", "Pod", "default", "etcd-1")
     assert pod1["spec"]["nodeName"] == "sandbox" and pod1["spec"]["subdomain"] == "etcd"
 
     assert sb.kubelet is not None
@@ -62,10 +62,10 @@ async def test_plain_etcd_statefulset_is_healthy_and_a_deleted_member_comes_back
     member1 = (await etcd_post(ips["etcd-1"], "/v3/maintenance/status"))["header"]["member_id"]
     data_dirs = sorted((sb.dir / "pvc" / "default").iterdir())
     started = time.monotonic()
-    await sb.client.delete(kubeclient.PODS, "etcd-1", "default")
+    await sb.client.delete("v1", "Pod", "default", "etcd-1")
 
     async def replaced() -> bool:
-        pod = await sb.client.get_or_none(kubeclient.PODS, "etcd-1", "default")
+        pod = await sb.client.get("v1", "Pod", "default", "etcd-1")
         return bool(pod and pod["metadata"]["uid"] != pod1["metadata"]["uid"]
                     and any(c["type"] == "Ready" and c["status"] == "True"
                         for c in (pod.get("status") or {}).get("conditions") or []))
@@ -76,7 +76,7 @@ async def test_plain_etcd_statefulset_is_healthy_and_a_deleted_member_comes_back
     assert new_pids[("default", "etcd-0", "etcd")] == pids[("default", "etcd-0", "etcd")]
     assert new_pids[("default", "etcd-2", "etcd")] == pids[("default", "etcd-2", "etcd")]
     assert new_pids[("default", "etcd-1", "etcd")] != pids[("default", "etcd-1", "etcd")]
-    pod1_new = await sb.client.get(kubeclient.PODS, "etcd-1", "default")
+    pod1_new = await sb.client.get("v1", "Pod", "default", "etcd-1")
     assert pod1_new["status"]["podIP"] == ips["etcd-1"]  # same name, same address
     assert (await etcd_post(ips["etcd-1"], "/v3/maintenance/status"))["header"]["member_id"] == member1
     assert sorted((sb.dir / "pvc" / "default").iterdir()) == data_dirs

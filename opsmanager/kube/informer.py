@@ -1,0 +1,137 @@
+"""List-then-watch of one resource type with a local cache, like client-go's informer.
+
+Why it lives in the Kubernetes layer: the sandbox's controllers (kubelet, StatefulSet controller, cert-manager)
+are built the way real controllers are — an informer per kind feeding a work queue — and the informer is pure
+API access (list, watch from a resourceVersion, relist on ``410 Gone`` or a broken stream), so it sits on the
+one client and its one error hierarchy rather than beside a second client.
+
+Handlers run synchronously on each event and should only enqueue work. After a relist the cache is diffed
+against the new list, so handlers see ADDED/MODIFIED/DELETED for what changed while the stream was down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from opsmanager.kube import client as kube_client
+from opsmanager.kube import errors
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+EventHandler = Callable[[str, Obj, Obj | None], None]
+"""``handler(event_type, new_object, old_object_or_None)``; DELETED passes the last known object as new."""
+
+
+def key_of(obj: Obj) -> tuple[str, str]:
+    """``(namespace, name)`` of an object ("" for a cluster-scoped object's namespace)."""
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace") or "", meta.get("name") or ""
+
+
+class Informer:
+    """The cache of one kind (optionally one namespace / label selector), kept current by a watch."""
+
+    def __init__(self, client: kube_client.Kube, api_version: str, kind: str, *, namespace: str | None = None,
+                 label_selector: str | None = None, relist_delay: float = 0.5) -> None:
+        self.client = client
+        self.api_version = api_version
+        self.kind = kind
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.cache: dict[tuple[str, str], Obj] = {}
+        self.synced = asyncio.Event()
+        self._handlers: list[EventHandler] = []
+        self._relist_delay = relist_delay
+        self._task: asyncio.Task[None] | None = None
+
+    def add_handler(self, handler: EventHandler) -> None:
+        self._handlers.append(handler)
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        return self.cache.get((namespace, name))
+
+    def items(self, namespace: str | None = None) -> list[Obj]:
+        return [o for (ns, _), o in self.cache.items() if namespace is None or ns == namespace]
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"informer-{self.kind}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def _emit(self, etype: str, obj: Obj, old: Obj | None) -> None:
+        for handler in self._handlers:
+            try:
+                handler(etype, obj, old)
+            except Exception:  # a handler bug must not stop the informer
+                log.exception("informer %s: handler failed on %s %s", self.kind, etype, key_of(obj))
+
+    async def _relist(self) -> str:
+        items, version = await self.client.list_for_watch(self.api_version, self.kind, self.namespace,
+                                                          label_selector=self.label_selector)
+        fresh = {key_of(o): o for o in items}
+        old = self.cache
+        self.cache = fresh
+        for key, obj in fresh.items():
+            prev = old.get(key)
+            if prev is None:
+                self._emit("ADDED", obj, None)
+            elif (prev.get("metadata") or {}).get("resourceVersion") != (obj.get("metadata") or {}).get(
+                    "resourceVersion"):
+                self._emit("MODIFIED", obj, prev)
+        for key, obj in old.items():
+            if key not in fresh:
+                self._emit("DELETED", obj, obj)
+        self.synced.set()
+        return version
+
+    def _apply(self, event: kube_client.WatchEvent) -> None:
+        obj = event.object
+        obj.setdefault("apiVersion", self.api_version)
+        obj.setdefault("kind", self.kind)
+        key = key_of(obj)
+        prev = self.cache.get(key)
+        if event.type == "DELETED":
+            self.cache.pop(key, None)
+            self._emit("DELETED", obj, prev)
+        else:
+            self.cache[key] = obj
+            self._emit("ADDED" if prev is None else "MODIFIED", obj, prev)
+
+    async def _run(self) -> None:
+        version = ""
+        while True:
+            try:
+                if not version:
+                    version = await self._relist()
+                async for event in self.client.watch(self.api_version, self.kind, self.namespace,
+                                                     resource_version=version,
+                                                     label_selector=self.label_selector):
+                    new_version = (event.object.get("metadata") or {}).get("resourceVersion")
+                    if new_version:
+                        version = str(new_version)
+                    if event.type != "BOOKMARK":
+                        self._apply(event)
+            except asyncio.CancelledError:
+                raise
+            except errors.Gone:
+                version = ""
+            except errors.KubeError as exc:
+                log.debug("informer %s: %s; relisting", self.kind, exc)
+                version = ""
+                await asyncio.sleep(self._relist_delay)  # back-off before the relist, not a synchronisation
+            except Exception:
+                log.exception("informer %s failed; relisting", self.kind)
+                version = ""
+                await asyncio.sleep(self._relist_delay)
