@@ -10,8 +10,9 @@ the Etcd's ``Paused`` condition.
 
 Why our own login handler: kopf's built-in ``login_via_client`` loads the *default* kubeconfig; the operator must
 use the one it was given (``--kubeconfig``, e.g. the sandbox's), or the in-cluster service account when none is
-given and none is found. It reads the file with the official client (so tokens, client certificates, exec
-plugins and a plain ``http://127.0.0.1:<port>`` server all work) and hands kopf the resulting credentials.
+given and none is found. It uses the same loader as the operator's own client (:mod:`opsmanager.kube.config`, over
+the official package: tokens, client certificates, exec plugins and a plain ``http://127.0.0.1:<port>`` server all
+work) and hands kopf the resulting credentials.
 
 kopf settings: finalizer, progress and diff-base annotations live under ``opsmanager.dev/`` (not kopf's
 ``kopf.zalando.org``), progress is kept in annotations only so ``status`` stays ours, and kopf posts Kubernetes
@@ -43,9 +44,9 @@ from pathlib import Path
 from typing import IO, Any
 
 import kopf
-import kubernetes
 
 from opsmanager import kube
+from opsmanager.kube import config as kube_config
 from opsmanager.provisioner import handlers as provisioner_handlers
 
 log = logging.getLogger("opsmanager.operator")
@@ -57,32 +58,23 @@ _BUILT: set[int] = set()
 
 
 def connection_info(kubeconfig: str | None, *, context: str | None = None) -> kopf.ConnectionInfo:
-    """kopf credentials from ``kubeconfig`` (default: ``$KUBECONFIG`` or ``~/.kube/config``), else in-cluster."""
-    config = kubernetes.client.Configuration()
+    """kopf credentials from the one loader (:mod:`opsmanager.kube.config`): ``kubeconfig``, else ``$KUBECONFIG`` or
+    ``~/.kube/config``, else in-cluster. kopf calls the login handler again on a 401, which re-reads the token."""
     try:
-        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig, context=context, client_configuration=config)
-    except (kubernetes.config.ConfigException, FileNotFoundError, TypeError) as exc:
-        if kubeconfig is not None:
-            raise kopf.LoginError(f"cannot load kubeconfig {kubeconfig!r}: {exc}") from exc
-        try:
-            kubernetes.config.load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
-        except kubernetes.config.ConfigException as exc2:
-            raise kopf.LoginError("no kubeconfig found (give --kubeconfig or set $KUBECONFIG) and not running "
-                                  f"in a cluster: {exc2}") from exc2
-    header = config.get_api_key_with_prefix("BearerToken") or config.get_api_key_with_prefix("authorization")
-    parts = header.split(" ", 1) if header else []
-    scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+        connection = kube_config.load(kubeconfig, context=context)
+        scheme, token = connection.scheme_and_token()
+    except kube.ConfigError as exc:
+        raise kopf.LoginError(str(exc)) from exc
     return kopf.ConnectionInfo(
-        server=config.host,
-        ca_path=config.ssl_ca_cert,
-        insecure=not config.verify_ssl,
-        username=config.username or None,
-        password=config.password or None,
+        server=connection.base_url,
+        ca_path=connection.ca_path,
+        insecure=not connection.verify,
+        username=connection.username,
+        password=connection.password,
         scheme=scheme,
         token=token,
-        certificate_path=config.cert_file,
-        private_key_path=config.key_file,
+        certificate_path=connection.cert_path,
+        private_key_path=connection.key_path,
     )
 
 

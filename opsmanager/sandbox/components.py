@@ -1,11 +1,16 @@
 """The operator and the admission webhook as sandbox components — what ``opsmanager sandbox up`` starts by default.
 
-* :func:`webhook` runs the real admission webhook (:class:`opsmanager.webhook.server.WebhookServer`) on loopback with a
-  serving certificate from a CA made for this sandbox, registers it as the Service
-  ``opsmanager-system/opsmanager-webhook:443`` and installs the Validating/MutatingWebhookConfigurations with
-  that CA as ``caBundle`` — so ``kubectl apply`` of an invalid request is denied with the webhook's message,
-  exactly as on a real cluster (``failurePolicy: Fail``).
-* :func:`operator` runs ``opsmanager run`` against the sandbox as a child process (stopped by PID).
+Both run as child processes of the product CLI (:mod:`opsmanager.sandbox.children`), against the sandbox's
+kubeconfig, logging to ``<dir>/logs/{webhook,operator}.log``, stopped by PID; the sandbox imports none of their
+code (only the pure rendering of the webhook's configurations, :mod:`opsmanager.webhook.config`).
+
+* :func:`webhook` makes a CA for this sandbox and a serving certificate, starts
+  ``python -m opsmanager webhook serve`` on a loopback port, waits until ``/healthz`` answers over HTTPS (verified
+  against that CA), registers it as the Service ``opsmanager-system/opsmanager-webhook:443`` and installs the
+  Validating/MutatingWebhookConfigurations with the CA as ``caBundle`` — so ``kubectl apply`` of an invalid
+  request is denied with the webhook's message, exactly as on a real cluster (``failurePolicy: Fail``).
+* :func:`operator` starts ``python -m opsmanager run`` for all namespaces and waits until its liveness endpoint
+  answers.
 
 The webhook goes first: the API server calls it on every create and update of an Etcd or EtcdOpsRequest.
 """
@@ -13,18 +18,30 @@ The webhook goes first: the API server calls it on every create and update of an
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
-from opsmanager import operator as operator_mod
+import aiohttp
+
 from opsmanager import pki
+from opsmanager.sandbox import children
 from opsmanager.webhook import config as webhook_config
-from opsmanager.webhook import lookup as webhook_lookup
-from opsmanager.webhook import server as webhook_server
+
+READY_TIMEOUT = 30.0
+
+
+async def _answers(url: str, ssl_context: ssl.SSLContext | None = None) -> bool:
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0)) as session, \
+                session.get(url, ssl=ssl_context if ssl_context is not None else True) as response:
+            return response.status == 200
+    except (aiohttp.ClientError, OSError, TimeoutError):
+        return False
 
 
 @contextlib.asynccontextmanager
-async def webhook(sb: Any) -> AsyncIterator[webhook_server.WebhookServer]:
+async def webhook(sb: Any) -> AsyncIterator[children.Child]:
     namespace, service = webhook_config.NAMESPACE, webhook_config.SERVICE
     tls_dir = sb.dir / "webhook"
     tls_dir.mkdir(parents=True, exist_ok=True)
@@ -37,23 +54,33 @@ async def webhook(sb: Any) -> AsyncIterator[webhook_server.WebhookServer]:
     cert_file.write_bytes(serving.cert_pem)
     key_file.touch(mode=0o600)
     key_file.write_bytes(serving.key_pem)
-    lookup = webhook_lookup.KubernetesEtcdLookup(kubeconfig=str(sb.kubeconfig))
-    server = webhook_server.WebhookServer("127.0.0.1", 0, cert_file, key_file, lookup)
-    await server.start()
+    port = children.free_port()
+    argv = children.product_argv("webhook", "serve", "--host", "127.0.0.1", "--port", str(port),
+                                 "--tls-cert", str(cert_file), "--tls-key", str(key_file),
+                                 "--kubeconfig", str(sb.kubeconfig))
+    child = await children.Child.start("the admission webhook", argv, log_path=sb.dir / "logs" / "webhook.log")
     try:
-        sb.apiserver.register_service_address(namespace, service, webhook_config.PORT, "127.0.0.1", server.port)
+        trust = ssl.create_default_context(cadata=ca.cert_pem.decode())
+        await child.wait_ready(lambda: _answers(f"https://127.0.0.1:{port}/healthz", trust), timeout=READY_TIMEOUT)
+        sb.apiserver.register_service_address(namespace, service, webhook_config.PORT, "127.0.0.1", port)
         await sb.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}])
         await sb.apply(webhook_config.render_webhook_configurations(namespace, service, ca_bundle=ca.cert_pem))
-        yield server
+        yield child
     finally:
-        await server.stop()
-        lookup.close()
+        await child.stop()
 
 
 @contextlib.asynccontextmanager
-async def operator(sb: Any) -> AsyncIterator[operator_mod.OperatorProcess]:
-    async with operator_mod.sandbox_component(sb, interval=1.0) as op:
-        yield op
+async def operator(sb: Any, *, interval: float = 1.0) -> AsyncIterator[children.Child]:
+    liveness = f"http://127.0.0.1:{children.free_port()}/healthz"
+    argv = children.product_argv("run", "--kubeconfig", str(sb.kubeconfig), "--liveness", liveness,
+                                 "--interval", str(interval), "--standalone")
+    child = await children.Child.start("the operator", argv, log_path=sb.dir / "logs" / "operator.log")
+    try:
+        await child.wait_ready(lambda: _answers(liveness), timeout=READY_TIMEOUT)
+        yield child
+    finally:
+        await child.stop()
 
 
 DEFAULTS = (webhook, operator)

@@ -1,20 +1,24 @@
-"""The Kubernetes-API implementation of :class:`opsmanager.webhook.validation.EtcdLookup`.
+"""The Kubernetes-API implementation of :class:`opsmanager.webhook.validation.EtcdLookup`, on the one client.
 
-Uses the official ``kubernetes`` client (``CustomObjectsApi``), which is blocking: the server calls it through
-``asyncio.to_thread``. 404 means "no such Etcd" (the webhook then denies with KubeDB's ``spec.databaseRef ... is
-invalid or not found``); any other failure raises :class:`~opsmanager.webhook.validation.EtcdLookupError` so the webhook
-says it could not decide instead of claiming the Etcd is missing. Client errors never escape this module.
+The GET goes through :class:`opsmanager.kube.Kube` (async, aiohttp) on the webhook server's event loop. The
+admission rules are pure and synchronous and run in a worker thread (``asyncio.to_thread`` in the server), so
+:meth:`KubernetesEtcdLookup.get_etcd` — what the rules call — hands the GET back to the loop the lookup is bound
+to and waits for it; :meth:`KubernetesEtcdLookup.aget_etcd` is the same lookup for async callers.
+
+404 means "no such Etcd" (the webhook then denies with KubeDB's ``spec.databaseRef ... is invalid or not
+found``); any other failure — API unreachable, 403, no kubeconfig, a timeout — raises
+:class:`~opsmanager.webhook.validation.EtcdLookupError`, so the webhook says it could not decide instead of
+claiming the Etcd is missing. No client exception escapes this module.
 """
 
 from __future__ import annotations
 
-import threading
+import asyncio
+import concurrent.futures
+import os
 from typing import Any
 
-import kubernetes
-import urllib3
-from kubernetes.client import exceptions as k8s_exceptions
-
+from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.webhook import validation
 
@@ -22,62 +26,68 @@ from opsmanager.webhook import validation
 class KubernetesEtcdLookup:
     """Read Etcd objects from an API server.
 
-    Pass an ``api_client`` (tests, the sandbox), or a ``kubeconfig`` path; with neither, the in-cluster
-    service account is tried first, then the default kubeconfig. The client is created on first use.
+    Pass a ``client`` (tests, the sandbox), or a ``kubeconfig`` path; with neither, the one loader's order
+    applies (``$KUBECONFIG``/``~/.kube/config``, else the in-cluster service account). A client this lookup
+    loads itself is created on first use and closed by :meth:`aclose`. ``loop`` is the event loop the GETs run
+    on; by default the loop running when the lookup is created or first used asynchronously.
     """
 
-    def __init__(
-        self,
-        api_client: kubernetes.client.ApiClient | None = None,
-        *,
-        kubeconfig: str | None = None,
-        context: str | None = None,
-        timeout: float = 5.0,
-    ) -> None:
-        self._client = api_client
-        self._owns_client = api_client is None
+    def __init__(self, client: kube.Kube | None = None, *, kubeconfig: str | os.PathLike[str] | None = None,
+                 context: str | None = None, timeout: float = 5.0,
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._client = client
+        self._owns_client = client is None
         self._kubeconfig = kubeconfig
         self._context = context
         self._timeout = timeout
-        self._lock = threading.Lock()
+        self._loop = loop
+        if self._loop is None:
+            try:
+                self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                pass
 
-    def _api(self) -> kubernetes.client.CustomObjectsApi:
-        with self._lock:
-            if self._client is None:
-                if self._kubeconfig:
-                    self._client = kubernetes.config.new_client_from_config(
-                        config_file=self._kubeconfig, context=self._context
-                    )
-                else:
-                    configuration = kubernetes.client.Configuration()
-                    try:
-                        kubernetes.config.load_incluster_config(client_configuration=configuration)
-                    except kubernetes.config.ConfigException:
-                        kubernetes.config.load_kube_config(
-                            context=self._context, client_configuration=configuration
-                        )
-                    self._client = kubernetes.client.ApiClient(configuration)
-            return kubernetes.client.CustomObjectsApi(self._client)
+    def _kube(self) -> kube.Kube:
+        if self._client is None:
+            self._client = kube.Kube.from_kubeconfig(self._kubeconfig, context=self._context)
+        return self._client
+
+    async def aget_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Etcd, None when it does not exist; :class:`EtcdLookupError` when that cannot be told."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        where = f"GET etcds {namespace}/{name}"
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await self._kube().get(constants.ETCD_API_VERSION, constants.ETCD_KIND, namespace, name)
+        except kube.KubeError as exc:
+            status = f"HTTP {exc.status} {exc.reason}".strip() if exc.status else "unreachable"
+            raise validation.EtcdLookupError(f"{where}: {status}: {exc}") from exc
+        except TimeoutError as exc:
+            raise validation.EtcdLookupError(f"{where}: no answer within {self._timeout}s") from exc
 
     def get_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """:meth:`aget_etcd` for the synchronous rules, called from a worker thread (never from the loop)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            raise validation.EtcdLookupError("the Etcd lookup is not bound to a running event loop")
         try:
-            obj = self._api().get_namespaced_custom_object(
-                constants.ETCD_GROUP, constants.ETCD_VERSION, namespace, constants.ETCD_PLURAL, name,
-                _request_timeout=self._timeout,
-            )
-        except k8s_exceptions.ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise validation.EtcdLookupError(f"GET etcds {namespace}/{name}: HTTP {exc.status} {exc.reason}") from exc
-        except (urllib3.exceptions.HTTPError, OSError, kubernetes.config.ConfigException, ValueError) as exc:
-            raise validation.EtcdLookupError(f"GET etcds {namespace}/{name}: {exc}") from exc
-        if not isinstance(obj, dict):
-            raise validation.EtcdLookupError(f"GET etcds {namespace}/{name}: the API returned {type(obj).__name__}")
-        return obj
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise RuntimeError("KubernetesEtcdLookup.get_etcd blocks: call it from a worker thread, "
+                               "or await aget_etcd on the loop")
+        future = asyncio.run_coroutine_threadsafe(self.aget_etcd(namespace, name), loop)
+        try:
+            return future.result(self._timeout + 1.0)
+        except concurrent.futures.TimeoutError as exc:
+            future.cancel()
+            raise validation.EtcdLookupError(f"GET etcds {namespace}/{name}: no answer within {self._timeout}s") \
+                from exc
 
-    def close(self) -> None:
-        """Close the client's connection pool (only when this lookup created the client)."""
-        with self._lock:
-            if self._client is not None and self._owns_client:
-                self._client.close()
-                self._client = None
+    async def aclose(self) -> None:
+        """Close the client (only when this lookup created it)."""
+        if self._client is not None and self._owns_client:
+            await self._client.close()
+            self._client = None

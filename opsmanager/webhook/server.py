@@ -8,7 +8,8 @@ Only transport lives here; decisions are in ``opsmanager.webhook.admission`` / `
 - anything else: 404 (or 405 for a wrong method), never a silent allow.
 
 A bug in a rule never becomes an HTTP 500 nor an allow: the review is denied (``status.code`` 500 in the body)
-and the traceback logged. The Etcd lookup is blocking (Kubernetes client) and runs in a worker thread.
+and the traceback logged. The rules are synchronous and run in a worker thread; the Kubernetes Etcd lookup
+(``opsmanager.webhook.lookup``) hands its GET back to this server's event loop, where the one async client lives.
 
 Certificate hot reload: cert-manager rewrites the mounted Secret files in place. Every ``reload_interval`` seconds
 the server compares the files' (mtime, size, inode) with what it loaded and, when they changed, calls
@@ -218,7 +219,7 @@ class WebhookServer:
 async def _serve(args: argparse.Namespace) -> int:
     from opsmanager.webhook import lookup as lookup_module  # the Kubernetes client only when serving for real
 
-    etcd_lookup = lookup_module.KubernetesEtcdLookup(kubeconfig=args.kubeconfig)
+    etcd_lookup = lookup_module.KubernetesEtcdLookup(kubeconfig=args.kubeconfig)  # bound to this loop
     server = WebhookServer(
         args.host, args.port, cert_file=args.tls_cert, key_file=args.tls_key, lookup=etcd_lookup,
         reload_interval=args.reload_interval,
@@ -233,7 +234,7 @@ async def _serve(args: argparse.Namespace) -> int:
         await stop.wait()
     finally:
         await server.stop()
-        etcd_lookup.close()
+        await etcd_lookup.aclose()
     return 0
 
 

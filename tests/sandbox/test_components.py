@@ -1,21 +1,46 @@
-"""`opsmanager sandbox up`'s default components: the real admission webhook and the operator, in the sandbox."""
+"""`opsmanager sandbox up`'s default components: the real admission webhook and the operator, in the sandbox.
+
+We test: both run as child processes of the product CLI (other PIDs than the test's, their own log files), the
+webhook denies invalid requests through the API server (registered as a Service with a caBundle), the operator
+provisions an Etcd to Ready, and leaving the sandbox stops both children.
+"""
 
 from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from opsmanager import kube
 from opsmanager.api import constants
-from opsmanager.sandbox import cluster, components
-from tests.fixtures.sandbox_controllers import wait_until
+from opsmanager.sandbox import children, cluster, components
+from tests.polling import aeventually
 
 pytestmark = pytest.mark.slow
 
 
-async def test_webhook_denies_and_operator_provisions(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    async with cluster.Sandbox(dir=tmp_path / "sb", components=list(components.DEFAULTS)) as sb:
-        k = kube.Kube.from_kubeconfig(str(sb.kubeconfig))
-        try:
+@contextlib.asynccontextmanager
+async def _recorded(component: contextlib.AbstractAsyncContextManager[Any],
+                    started: list[children.Child]) -> AsyncIterator[Any]:
+    async with component as child:
+        started.append(child)
+        yield child
+
+
+async def test_webhook_denies_and_operator_provisions(tmp_path: Path) -> None:
+    started: list[children.Child] = []
+
+    def recording(component: cluster.Component) -> cluster.Component:
+        return lambda sb: _recorded(component(sb), started)
+
+    async with cluster.Sandbox(dir=tmp_path / "sb", components=[recording(c) for c in components.DEFAULTS]) as sb:
+        assert [c.name for c in started] == ["the admission webhook", "the operator"]
+        assert all(c.pid != os.getpid() and c.process.returncode is None for c in started)
+        async with kube.Kube.from_kubeconfig(sb.kubeconfig) as k:
             async def submit(db: str) -> None:
                 await k.create({
                     "apiVersion": constants.OPS_API_VERSION, "kind": constants.OPS_KIND,
@@ -38,6 +63,7 @@ async def test_webhook_denies_and_operator_provisions(tmp_path) -> None:  # type
                 obj = await k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, "default", "db")
                 return ((obj or {}).get("status") or {}).get("phase") == constants.DB_PHASE_READY
 
-            await wait_until(ready, 60, message="Etcd db Ready through the operator started by the sandbox")
-        finally:
-            k.close()
+            await aeventually(ready, timeout=60, what="Etcd db Ready through the operator started by the sandbox")
+        assert (sb.dir / "logs" / "webhook.log").stat().st_size > 0
+        assert (sb.dir / "logs" / "operator.log").stat().st_size > 0
+    assert all(c.process.returncode is not None for c in started)

@@ -1,8 +1,10 @@
-"""The Kubernetes-API Etcd lookup, through the official client against a small HTTP API server on loopback.
+"""The Kubernetes-API Etcd lookup, through the one client (``opsmanager.kube``) against a small HTTP API server.
 
 We test these aspects: an existing Etcd is returned (the client hits the right group/version/plural/namespace
-path); 404 is "no such Etcd"; 403 and a refused connection raise ``EtcdLookupError`` (never "not found"); a
-kubeconfig file works; and the whole chain — HTTPS webhook → lookup → API server — denies and allows correctly.
+path), from a worker thread (what the rules do) and from the loop; 404 is "no such Etcd"; 403 and a refused
+connection raise ``EtcdLookupError`` (never "not found"); a kubeconfig file works and its token is sent;
+calling the blocking form on the loop is refused (it would deadlock); and the whole chain — HTTPS webhook →
+lookup → API server — denies and allows correctly.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-import kubernetes
 import pytest
 from aiohttp import web
 
+from opsmanager import kube
 from opsmanager.webhook import lookup as lookup_module
 from opsmanager.webhook import server, validation
 from tests.webhook import conftest
@@ -32,11 +34,13 @@ class FakeApi:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.paths: list[str] = []
+        self.authorization: list[str | None] = []
         self.runner: web.AppRunner | None = None
         self.url = ""
 
     async def handle(self, request: web.Request) -> web.Response:
         self.paths.append(request.path)
+        self.authorization.append(request.headers.get("Authorization"))
         ns, name = request.match_info["ns"], request.match_info["name"]
         if name == "forbidden":
             return web.json_response({"kind": "Status", "code": 403, "reason": "Forbidden"}, status=403)
@@ -71,36 +75,44 @@ async def api() -> AsyncIterator[FakeApi]:
         await fake.stop()
 
 
-def client_for(url: str) -> kubernetes.client.ApiClient:
-    configuration = kubernetes.client.Configuration()
-    configuration.host = url
-    return kubernetes.client.ApiClient(configuration)
+@pytest.fixture
+async def client(api: FakeApi) -> AsyncIterator[kube.Kube]:
+    async with kube.Kube.for_url(api.url) as k:
+        yield k
 
 
-async def test_existing_etcd_is_returned_from_the_right_path(api: FakeApi) -> None:
-    look = lookup_module.KubernetesEtcdLookup(client_for(api.url))
+async def test_existing_etcd_is_returned_from_the_right_path(api: FakeApi, client: kube.Kube) -> None:
+    look = lookup_module.KubernetesEtcdLookup(client)
     obj = await asyncio.to_thread(look.get_etcd, "demo", "etcd-cluster")
     assert obj == conftest.DB
-    assert api.paths == ["/apis/opsmanager.dev/v1alpha1/namespaces/demo/etcds/etcd-cluster"]
+    assert await look.aget_etcd("demo", "etcd-cluster") == conftest.DB
+    assert api.paths == ["/apis/opsmanager.dev/v1alpha1/namespaces/demo/etcds/etcd-cluster"] * 2
+    assert api.authorization == [None, None]  # no credentials configured, none sent
 
 
-async def test_404_is_none_and_other_errors_raise(api: FakeApi) -> None:
-    look = lookup_module.KubernetesEtcdLookup(client_for(api.url))
+async def test_404_is_none_and_other_errors_raise(api: FakeApi, client: kube.Kube) -> None:
+    look = lookup_module.KubernetesEtcdLookup(client)
     assert await asyncio.to_thread(look.get_etcd, "other", "etcd-cluster") is None
-    with pytest.raises(validation.EtcdLookupError, match="HTTP 403"):
+    with pytest.raises(validation.EtcdLookupError, match="HTTP 403") as raised:
         await asyncio.to_thread(look.get_etcd, "demo", "forbidden")
+    assert isinstance(raised.value.__cause__, kube.Forbidden)
 
 
 async def test_unreachable_api_raises_lookup_error() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
-    look = lookup_module.KubernetesEtcdLookup(client_for(f"http://127.0.0.1:{port}"), timeout=2)
-    look_client = look._client
-    assert look_client is not None
-    look_client.configuration.retries = 0
-    with pytest.raises(validation.EtcdLookupError, match="GET etcds demo/x"):
-        await asyncio.to_thread(look.get_etcd, "demo", "x")
+    async with kube.Kube.for_url(f"http://127.0.0.1:{port}") as k:
+        look = lookup_module.KubernetesEtcdLookup(k, timeout=2)
+        with pytest.raises(validation.EtcdLookupError, match="GET etcds demo/x") as raised:
+            await asyncio.to_thread(look.get_etcd, "demo", "x")
+    assert isinstance(raised.value.__cause__, kube.Unavailable)
+
+
+async def test_blocking_form_on_the_loop_is_refused(client: kube.Kube) -> None:
+    look = lookup_module.KubernetesEtcdLookup(client)
+    with pytest.raises(RuntimeError, match="worker thread"):
+        look.get_etcd("demo", "etcd-cluster")
 
 
 async def test_kubeconfig_file_is_used(api: FakeApi, tmp_path: pathlib.Path) -> None:
@@ -115,13 +127,20 @@ async def test_kubeconfig_file_is_used(api: FakeApi, tmp_path: pathlib.Path) -> 
     try:
         assert (await asyncio.to_thread(look.get_etcd, "demo", "etcd-cluster")) == conftest.DB
     finally:
-        look.close()
+        await look.aclose()
+    assert api.authorization == ["Bearer t"]
+
+
+async def test_a_missing_kubeconfig_is_a_lookup_error(tmp_path: pathlib.Path) -> None:
+    look = lookup_module.KubernetesEtcdLookup(kubeconfig=str(tmp_path / "nowhere"))
+    with pytest.raises(validation.EtcdLookupError, match="cannot load kubeconfig"):
+        await look.aget_etcd("demo", "etcd-cluster")
 
 
 async def test_webhook_through_the_api_lookup(
-    api: FakeApi, cert_dir: pathlib.Path, client_ssl: ssl.SSLContext
+    api: FakeApi, client: kube.Kube, cert_dir: pathlib.Path, client_ssl: ssl.SSLContext
 ) -> None:
-    look = lookup_module.KubernetesEtcdLookup(client_for(api.url))
+    look = lookup_module.KubernetesEtcdLookup(client)
     ops = {"apiVersion": "ops.opsmanager.dev/v1alpha1", "kind": "EtcdOpsRequest",
            "metadata": {"name": "r", "namespace": "demo"},
            "spec": {"type": "Restart", "databaseRef": {"name": "etcd-cluster"}}}

@@ -4,8 +4,8 @@ We test these aspects, as a user sees them: the CRDs install and default; the mu
 ``kubectl apply`` of an invalid EtcdOpsRequest fails at once with KubeDB's message (not a request stuck in
 Pending); a missing Etcd is named; a valid request is stored and listed with Type/Status/Age columns; the spec of
 a stored request cannot be changed; deleting a DoNotTerminate Etcd is refused. The webhook's Etcd lookup goes
-through the Kubernetes client to the same API server, and the webhook is reached through a ``service``
-clientConfig verified against an embedded caBundle.
+through the one Kubernetes client (``opsmanager.kube``, from the kubeconfig) to the same API server, and the
+webhook is reached through a ``service`` clientConfig verified against an embedded caBundle.
 """
 
 from __future__ import annotations
@@ -42,7 +42,10 @@ def wired(apiserver: sandbox_fixtures.SandboxAPI, tmp_path: pathlib.Path) -> Ite
                          dns_names=[f"{config.SERVICE}.{config.NAMESPACE}.svc"])
     (tmp_path / "tls.crt").write_bytes(pair.cert_pem)
     (tmp_path / "tls.key").write_bytes(pair.key_pem)
-    etcd_lookup = lookup.KubernetesEtcdLookup(sandbox_fixtures.make_api_client(apiserver.url))
+    async def bound_lookup() -> lookup.KubernetesEtcdLookup:  # on the server's loop, where the webhook runs
+        return lookup.KubernetesEtcdLookup(kubeconfig=apiserver.kubeconfig)
+
+    etcd_lookup = apiserver.call(bound_lookup)
     srv = server.WebhookServer(cert_file=tmp_path / "tls.crt", key_file=tmp_path / "tls.key", lookup=etcd_lookup)
     apiserver.call(srv.start)
     try:
@@ -52,7 +55,7 @@ def wired(apiserver: sandbox_fixtures.SandboxAPI, tmp_path: pathlib.Path) -> Ite
         yield srv
     finally:
         apiserver.call(srv.stop)
-        etcd_lookup.close()
+        apiserver.call(etcd_lookup.aclose)
 
 
 def apply(kubectl: Kubectl, manifest: str) -> subprocess.CompletedProcess[str]:
