@@ -5,7 +5,7 @@
 Starts the API server (with the CRDs rendered from the API models, or ``--crds DIR``, and cert-manager's kinds), the kubelet, the StatefulSet controller
 and cert-manager, writes ``<dir>/kubeconfig``, applies the ``--apply`` manifests, prints how to point kubectl at
 it, and runs until interrupted; then stops every process it started (by PID) and exits 0. The operator and the
-admission webhook (``cluster.DEFAULT_COMPONENTS``) start inside it unless ``--no-operator`` is given.
+admission webhook (``components.DEFAULTS``) start as child processes of this CLI unless ``--no-operator`` is given.
 """
 
 from __future__ import annotations
