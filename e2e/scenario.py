@@ -72,8 +72,8 @@ class Scenario:
         from opsmanager.sandbox import components as sandbox_components
 
         self.dir.mkdir(parents=True, exist_ok=True)
-        # The admission webhook runs in the sandbox as on a real cluster; the operator is a child process of its own
-        # so that a test can SIGKILL it.
+        # The admission webhook runs as a child process of the sandbox, as on a real cluster; the operator is a
+        # child process of the scenario's own, so that a test can SIGKILL it.
         self.sandbox = sandbox_cluster.Sandbox(dir=self.dir, components=[sandbox_components.webhook])
         await self.sandbox.__aenter__()
         self.kube = kube.Kube.from_kubeconfig(str(self.sandbox.kubeconfig))
@@ -99,7 +99,7 @@ class Scenario:
         if self.operator is not None:
             await asyncio.to_thread(self.operator.stop)
         if self.kube is not None:
-            self.kube.close()
+            await self.kube.close()
         if self.sandbox is not None:
             await self.sandbox.__aexit__(*exc)
 

@@ -175,7 +175,7 @@ async def run_async(
             stop_flag=stop_flag, ready_flag=ready_flag,
         )
     finally:
-        memo.kube.close()
+        await memo.kube.close()
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

@@ -53,4 +53,4 @@ async def test_a_pass_does_not_rewrite_a_statefulset_whose_template_is_already_i
             await restart.apply_statefulset(ctx, step)
         assert _puts(apiserver.server) == first, "the unchanged StatefulSet was written again"
     finally:
-        k.close()
+        await k.close()

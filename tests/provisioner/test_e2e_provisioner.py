@@ -72,7 +72,7 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
             yield e
         finally:
             print(e.operator_log()[-5000:])
-            k.close()
+            await k.close()
 
 
 async def eventually(check: Callable[[], Awaitable[T | None]], timeout: float = 60.0, what: str = "") -> T:

@@ -76,7 +76,7 @@ async def k(env: Env) -> Any:
     try:
         yield client
     finally:
-        client.close()
+        await client.close()
 
 
 async def eventually(check: Callable[[], Awaitable[T | None]], timeout: float = 15.0, what: str = "") -> T:
