@@ -18,8 +18,12 @@ test: $(STAMP)
 	$(BIN)/opsmanager crds --check
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
+# ruff on everything; mypy (strict for api, ops, provisioner, webhook, pki: see [tool.mypy] in pyproject.toml);
+# the import contracts ([tool.importlinter]: pure modules import no I/O, no harness imports, layers).
 lint: $(STAMP)
 	$(BIN)/ruff check opsmanager tests e2e
+	$(BIN)/mypy opsmanager
+	$(BIN)/lint-imports
 
 crds: $(STAMP)
 	$(BIN)/opsmanager crds --out crds/

@@ -35,7 +35,7 @@ import aiohttp
 
 from e2e import scenario
 from opsmanager import kube, pki
-from opsmanager.api import conditions, constants
+from opsmanager.api import conditions, constants, pause
 from opsmanager.api import etcd as etcd_api
 from opsmanager.provisioner import material, naming, render
 
@@ -132,14 +132,12 @@ async def set_paused(k: kube.Kube, namespace: str, db: str, paused: bool) -> Non
     """Pause (``Paused=True``, reason ``bench-naive``) or resume the Etcd, so the provisioner keeps off."""
 
     def mutate(st: dict[str, Any]) -> dict[str, Any]:
+        if not paused:
+            return pause.release(st, PAUSE_REASON)
+        # A pause by someone other than a request (its own message), so the operator never heals it away.
         st = dict(st)
-        if paused:
-            st["conditions"] = conditions.set_condition(st.get("conditions"), constants.COND_PAUSED, constants.TRUE,
-                                                        reason=PAUSE_REASON, message="a naive benchmark strategy runs")
-        else:
-            cond = conditions.get_condition(st.get("conditions"), constants.COND_PAUSED)
-            if cond is not None and cond.get("reason") == PAUSE_REASON:
-                st["conditions"] = conditions.remove_condition(st.get("conditions"), constants.COND_PAUSED)
+        st["conditions"] = conditions.set_condition(st.get("conditions"), constants.COND_PAUSED, constants.TRUE,
+                                                    reason=PAUSE_REASON, message="a naive benchmark strategy runs")
         return st
 
     await k.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, namespace, db, mutate)

@@ -20,7 +20,7 @@ from typing import Any, Self
 
 from e2e import monitor, writer
 from opsmanager import kube, operator, pki
-from opsmanager.api import constants
+from opsmanager.api import constants, pause
 from opsmanager.etcd import access
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
@@ -171,8 +171,7 @@ class Scenario:
 
     async def is_paused(self, name: str) -> bool:
         obj = await self.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, self.namespace, name)
-        return any(c.get("type") == constants.COND_PAUSED and c.get("status") == constants.TRUE
-                   for c in ((obj or {}).get("status") or {}).get("conditions") or [])
+        return pause.is_paused((obj or {}).get("status"))
 
     async def etcd_phase(self, name: str) -> str | None:
         obj = await self.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, self.namespace, name)

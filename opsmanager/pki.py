@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 Usage = str  # "server auth" | "client auth" (cert-manager's spelling) or "server" | "client"
@@ -79,6 +79,28 @@ def _key_pem(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey, encoding: str 
     return key.private_bytes(serialization.Encoding.PEM, fmt, serialization.NoEncryption())
 
 
+# The key types that can sign a certificate (cryptography's ``CertificateIssuerPrivateKeyTypes`` and its public twin,
+# spelled out so that ``isinstance`` can narrow a loaded key to them).
+_IssuerPrivateKey = (
+    rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | dsa.DSAPrivateKey
+    | ed25519.Ed25519PrivateKey | ed448.Ed448PrivateKey
+)
+_IssuerPublicKey = (
+    rsa.RSAPublicKey | ec.EllipticCurvePublicKey | dsa.DSAPublicKey
+    | ed25519.Ed25519PublicKey | ed448.Ed448PublicKey
+)
+
+
+def _issuer(ca: KeyPair) -> tuple[x509.Certificate, _IssuerPrivateKey, _IssuerPublicKey]:
+    """The CA's certificate, private key and public key, refusing key types that cannot sign certificates."""
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
+    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
+    ca_public = ca_cert.public_key()
+    if not isinstance(ca_key, _IssuerPrivateKey) or not isinstance(ca_public, _IssuerPublicKey):
+        raise TypeError(f"a {type(ca_key).__name__} CA key cannot sign certificates")
+    return ca_cert, ca_key, ca_public
+
+
 def _name(common_name: str, organizations: Sequence[str] = (), org_units: Sequence[str] = ()) -> x509.Name:
     attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
     attrs += [x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, u) for u in org_units]
@@ -134,8 +156,7 @@ def make_leaf(
     key_encoding: str = "PKCS8",
 ) -> KeyPair:
     """A certificate signed by ``ca`` with the given SANs and extended key usages."""
-    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
-    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
+    ca_cert, ca_key, ca_public = _issuer(ca)
     key = _new_key(key_algorithm)
     now = _now()
     sans = _subject_alt_names(dns_names, ip_addresses, uris, emails)
@@ -157,12 +178,12 @@ def make_leaf(
             critical=True,
         )
         .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()),  # type: ignore[arg-type]
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_public),
             critical=False,
         )
     )
     builder = _with_usages_and_sans(builder, usages, sans)
-    cert = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    cert = builder.sign(ca_key, hashes.SHA256())
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key, key_encoding))
 
 

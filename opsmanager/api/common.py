@@ -18,6 +18,8 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import alias_generators
 
+from opsmanager.api import constants
+
 # --- Go-style durations ----------------------------------------------------------------------------------------
 
 _UNITS: dict[str, float] = {
@@ -158,10 +160,11 @@ class IssuerRef(Model):
     """The cert-manager issuer that signs the certificates (`TypedLocalObjectReference`)."""
 
     api_group: str = pydantic.Field(
-        default="cert-manager.io", description="API group of the issuer; cert-manager's is `cert-manager.io`."
+        default=constants.CERT_MANAGER_GROUP,
+        description="API group of the issuer; cert-manager's is `cert-manager.io`.",
     )
     kind: Literal["Issuer", "ClusterIssuer"] = pydantic.Field(
-        default="Issuer",
+        default=constants.ISSUER_KIND,
         description="`Issuer` (namespaced, same namespace as the Etcd) or `ClusterIssuer` (cluster-wide).",
     )
     name: str = pydantic.Field(min_length=1, description="Name of the issuer.")

@@ -23,8 +23,7 @@ from opsmanager.api import constants
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import certificates, context, plan, rollout
-from opsmanager.provisioner import applying, render
-from opsmanager.provisioner import observe as pod_observe
+from opsmanager.provisioner import applying, members, render
 
 T, F = constants.TRUE, constants.FALSE
 POST_CHECKS = (constants.STEP_CHECK_POD_READY, constants.STEP_ETCD_CLUSTER_HEALTHY,
@@ -56,9 +55,7 @@ async def apply_statefulset(ctx: context.OpsContext, step: plan.Step) -> context
 
 def _pod_ready(pod: dict[str, Any] | None) -> bool:
     """Ready by the kubelet, with an address, and not on its way out (the provisioner's reading of a pod)."""
-    if pod is None or pod["metadata"].get("deletionTimestamp"):
-        return False
-    return pod_observe.pod_ready(pod) and pod_observe.pod_ip(pod) is not None
+    return members.serving(pod)
 
 
 def _revision(pod: dict[str, Any]) -> str | None:

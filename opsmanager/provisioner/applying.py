@@ -41,10 +41,9 @@ from typing import Any
 import pydantic
 
 from opsmanager import kube
-from opsmanager.api import constants
+from opsmanager.api import constants, pause
 from opsmanager.api import etcd as etcd_api
 from opsmanager.provisioner import material, naming, ownership, render
-from opsmanager.provisioner import status as status_mod
 
 Obj = dict[str, Any]
 
@@ -321,8 +320,8 @@ async def _ensure_tls(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConfig, 
 async def reconcile(k: kube.Kube, obj: Mapping[str, Any]) -> Outcome:
     """One reconcile pass over the Etcd object ``obj`` (as read from the API). Idempotent; see the module doc."""
     status = dict(obj.get("status") or {})
-    if status_mod.is_paused(status):
-        by = status_mod.paused_by(status)
+    if pause.is_paused(status):
+        by = pause.holder(status)
         return Outcome(PAUSED, REASON_PAUSED,
                        f"EtcdOpsRequest {by or '(unnamed)'} owns the cluster (Paused=True): nothing is changed "
                        "until it ends")

@@ -60,17 +60,6 @@ def _set(status: Status, type_: str, value: str, reason: str, message: str, gene
     )
 
 
-def is_paused(status: Status | None) -> bool:
-    """True while an ops request owns the cluster (condition ``Paused=True``, written by the ops engine)."""
-    return conditions.is_true((status or {}).get("conditions"), constants.COND_PAUSED)
-
-
-def paused_by(status: Status | None) -> str:
-    """The reason of the ``Paused`` condition (the ops request's name), or ``""``."""
-    cond = conditions.get_condition((status or {}).get("conditions"), constants.COND_PAUSED)
-    return str(cond.get("reason") or "") if cond else ""
-
-
 def is_provisioned(status: Status | None) -> bool:
     return conditions.is_true((status or {}).get("conditions"), constants.COND_PROVISIONED)
 

@@ -43,7 +43,7 @@ from typing import Any, Final, Literal, Protocol
 import jsonpatch
 import pydantic
 
-from opsmanager.api import constants, etcd, opsrequest
+from opsmanager.api import common, constants, etcd, opsrequest
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
@@ -545,7 +545,10 @@ class DefaultingError(ValueError):
 
 
 def etcd_defaults(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """KubeDB's ``Default`` for an Etcd: the defaulted copy of ``obj``. Raises :class:`DefaultingError`."""
+    """KubeDB's ``Default`` for an Etcd: the defaulted copy of ``obj``. Raises :class:`DefaultingError`.
+
+    KubeDB's checks and order are written here; the default values are the models' (``etcd.EtcdSpec``,
+    ``common.IssuerRef``), so the webhook, the CRD and the provisioner cannot disagree on them."""
     out = copy.deepcopy(dict(obj))
     if _deleting(out) or not isinstance(out.get("spec"), dict):
         return out
@@ -555,27 +558,35 @@ def etcd_defaults(obj: Mapping[str, Any]) -> dict[str, Any]:
         raise DefaultingError(MSG_DEFAULT_VERSION_MISSING)
     if spec.get("halted") is True and spec.get("deletionPolicy") == constants.DELETION_DO_NOT_TERMINATE:
         raise DefaultingError(MSG_DEFAULT_CANT_HALT)
-    if spec.get("replicas") is None:
-        spec["replicas"] = constants.DEFAULT_REPLICAS
+    _fill_default(spec, etcd.EtcdSpec, "replicas")
     if version not in constants.SUPPORTED_ETCD_VERSIONS:
         raise DefaultingError(MSG_DEFAULT_VERSION_UNKNOWN.format(
             version=go_value(version), supported=", ".join(f'"{v}"' for v in constants.SUPPORTED_ETCD_VERSIONS),
         ))
-    if spec.get("storageType") in (None, ""):
-        spec["storageType"] = constants.STORAGE_DURABLE
-    if spec.get("deletionPolicy") in (None, ""):
-        spec["deletionPolicy"] = constants.DELETION_DELETE
-    if spec.get("halted") is None:
-        spec["halted"] = False
+    _fill_default(spec, etcd.EtcdSpec, "storage_type", blank=(None, ""))
+    _fill_default(spec, etcd.EtcdSpec, "deletion_policy", blank=(None, ""))
+    _fill_default(spec, etcd.EtcdSpec, "halted")
     tls = spec.get("tls")
     if isinstance(tls, dict):
         refs = [tls.get("issuerRef")]
         refs += [_dict(c).get("issuerRef") for c in tls.get("certificates") or () if isinstance(c, dict)]
         for ref in refs:
             if isinstance(ref, dict):
-                ref.setdefault("apiGroup", constants.CERT_MANAGER_GROUP)
-                ref.setdefault("kind", constants.ISSUER_KIND)
+                _fill_default(ref, common.IssuerRef, "api_group", blank=())
+                _fill_default(ref, common.IssuerRef, "kind", blank=())
     return out
+
+
+def _fill_default(
+    obj: dict[str, Any], model: type[pydantic.BaseModel], field: str, *, blank: tuple[object, ...] = (None,)
+) -> None:
+    """Set ``field`` of the raw ``obj`` (under its camelCase name) to the default that ``model`` declares, when the
+    key is absent or holds one of ``blank`` (``None``, ``""``). The models are the one place defaults are written."""
+    info = model.model_fields[field]
+    key = info.alias or field
+    value = obj.get(key)
+    if key not in obj or any(value is b or (isinstance(value, str) and value == b) for b in blank):
+        obj[key] = info.get_default(call_default_factory=True)
 
 
 def mutate_etcd(operation: str, obj: Mapping[str, Any] | None) -> Verdict:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from opsmanager.api import conditions, constants
+from opsmanager.api import conditions, constants, pause
 from opsmanager.provisioner import health, status
 
 T0 = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
@@ -37,14 +37,7 @@ def test_the_paused_condition_is_never_touched() -> None:
                    status.deletion_blocked("m", 1, now=T1)):
         after = mutate(after)
     assert conditions.get_condition(after["conditions"], constants.COND_PAUSED) == before["conditions"][0]
-    assert status.is_paused(after) and status.paused_by(after) == "add-tls"
-
-
-def test_paused_false_or_absent_is_not_paused() -> None:
-    assert not status.is_paused({})
-    assert not status.is_paused(None)
-    s = {"conditions": conditions.set_condition(None, constants.COND_PAUSED, constants.FALSE, reason="x")}
-    assert not status.is_paused(s)
+    assert pause.is_paused(after) and pause.holder(after) == "add-tls"
 
 
 def test_provisioning_started_once_and_phase_only_when_absent() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
+from opsmanager.api import etcd
 from opsmanager.webhook import validation
 
 NS = "demo"
@@ -351,6 +352,28 @@ def test_defaults_are_a_json_patch() -> None:
     assert patched["spec"]["tls"]["issuerRef"] == {"name": "ca", "apiGroup": "cert-manager.io", "kind": "Issuer"}
     assert patched["spec"]["tls"]["certificates"][0]["issuerRef"]["kind"] == "Issuer"
     assert validation.validate_etcd("CREATE", patched, None).allowed
+
+
+@pytest.mark.parametrize("spec", [
+    {"version": "3.5.1"},
+    {"version": "3.5.1", "replicas": 5, "halted": True},
+    {"version": "3.5.1", "storageType": "", "deletionPolicy": None,
+     "tls": {"issuerRef": {"name": "ca", "kind": "ClusterIssuer"},
+             "certificates": [{"alias": "server", "issuerRef": {"name": "s"}}, {"alias": "peer"}]}},
+])
+def test_defaults_are_the_models_defaults(spec: dict[str, Any]) -> None:
+    """The mutating webhook fills in exactly what the pydantic models default (it does not restate them)."""
+    obj = {"apiVersion": "opsmanager.dev/v1alpha1", "kind": "Etcd", "metadata": {"name": "e"}, "spec": spec}
+    patched = jsonpatch.apply_patch(obj, list(validation.mutate_etcd("CREATE", obj).patch))
+    given = {key: value for key, value in spec.items() if value not in (None, "")}
+    assert patched["spec"] == etcd.EtcdSpec.model_validate(given).to_dict()
+
+
+def test_defaults_follow_a_changed_model_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(etcd.EtcdSpec.model_fields["replicas"], "default", 5)
+    obj = etcd_with(replicas=None)
+    patched = jsonpatch.apply_patch(obj, list(validation.mutate_etcd("CREATE", obj).patch))
+    assert patched["spec"]["replicas"] == 5
 
 
 def test_defaults_keep_what_the_user_set() -> None:
