@@ -152,7 +152,7 @@ def load(kubeconfig: str | os.PathLike[str] | None = None, *, context: str | Non
 def from_kubeconfig(path: str, *, context: str | None = None) -> Connection:
     config = kubernetes.client.Configuration()
     try:
-        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call,unused-ignore]
+        kubernetes.config.load_kube_config(
             config_file=path, context=context, client_configuration=config)
     except (kubernetes.config.ConfigException, OSError, TypeError, ValueError, KeyError) as exc:
         raise errors.ConfigError(f"cannot load kubeconfig {path!r}: {type(exc).__name__}: {exc}") from exc
@@ -162,10 +162,10 @@ def from_kubeconfig(path: str, *, context: str | None = None) -> Connection:
 def in_cluster(*, token_file: str = SERVICE_TOKEN_FILE, ca_file: str = SERVICE_CA_FILE) -> Connection:
     """The pod's service account (``KUBERNETES_SERVICE_HOST``/``_PORT``, token and CA files)."""
     config = kubernetes.client.Configuration()
-    loader = kubernetes.config.incluster_config.InClusterConfigLoader(  # type: ignore[no-untyped-call,unused-ignore]
+    loader = kubernetes.config.incluster_config.InClusterConfigLoader(
         token_filename=token_file, cert_filename=ca_file)
     try:
-        loader.load_and_set(config)  # type: ignore[no-untyped-call,unused-ignore]
+        loader.load_and_set(config)
     except (kubernetes.config.ConfigException, OSError, ValueError) as exc:
         raise errors.ConfigError(f"in-cluster config: {exc}") from exc
     return _connection(config)
