@@ -124,7 +124,7 @@ class Sandbox:
             if docs:
                 await self.apiserver.apply_objects(docs)
                 self.crds = [d["metadata"]["name"] for d in docs]
-            self.client = kube.Kube.for_url(self.apiserver.url)
+            self.client = kube.Kube.for_url(self.apiserver.url, pool_size=64)  # ~13 watches + the controllers
             for doc in docs:  # the client's table learns the kinds of the CRDs just applied
                 self.client.resources.add_crd(doc)
             stack.push_async_callback(self.client.aclose)
