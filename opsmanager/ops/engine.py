@@ -215,10 +215,12 @@ class Engine:
 
     def _timed_out(self, ctx: context.OpsContext, step: plan.Step, timeout: datetime.timedelta) -> str | None:
         now = self.clock()
-        in_flight = [step.condition] + [
+        # The per-member conditions first: they name the member the step is stuck at. (The step's own condition
+        # went False before any of them, so checked first it would always win and never name the member.)
+        in_flight = [
             c["type"] for c in ctx.conditions
             if constants.PER_POD_SEPARATOR in c["type"] and c.get("status") == constants.FALSE
-        ]
+        ] + [step.condition]
         for type_ in in_flight:
             if not conditions.is_false(ctx.conditions, type_):
                 continue

@@ -211,6 +211,7 @@ class World:
                 outcome = await self.engine().reconcile(NS, name)
             except Crash:
                 outcome = engine.Outcome(finished=False)
+                await self.settle()  # the operator is down for a while: a deleted pod comes back meanwhile
             await self.settle()
             if between is not None:
                 await between(i)
