@@ -255,11 +255,13 @@ class World:
     async def _cert_manager(self) -> None:
         if not self.cert_manager_running:
             return
-        for cert in await self.kube.list(CERT_API, "Certificate", NS):
+        certs = await self.kube.list(CERT_API, "Certificate", NS)
+        secrets = {s["metadata"]["name"] for s in await self.kube.list("v1", "Secret", NS)} if certs else set()
+        for cert in certs:
             meta, spec, status = cert["metadata"], cert["spec"], cert.get("status") or {}
             conds = status.get("conditions") or []
             ready = conditions.get_condition(conds, "Ready") or {}
-            secret = await self.kube.get("v1", "Secret", NS, spec["secretName"])
+            secret = spec["secretName"] if spec["secretName"] in secrets else None
             if (secret is not None and ready.get("observedGeneration") == meta.get("generation")
                     and not conditions.is_true(conds, "Issuing")):
                 continue
