@@ -1,4 +1,5 @@
-"""``PeerURLsUpdated``: re-register each member's peer URL under the new scheme (``member update``), one member at a time.
+"""``PeerURLsUpdated``: re-register each member's peer URL under the new scheme (``member update``), one member
+at a time.
 
 Why: etcd keeps peer URLs in its membership store and ignores ``--initial-advertise-peer-urls`` after bootstrap.
 Restarting members onto https-only listeners while the registered URLs stay ``http://`` broke a 3-member cluster
