@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Self
 
 from opsmanager import pki
 from opsmanager.etcd import access, client, errors, probes
@@ -155,7 +156,7 @@ class FakeAdmin:
     def endpoints(self) -> tuple[access.Endpoint, ...]:
         return self._endpoints
 
-    async def __aenter__(self) -> FakeAdmin:
+    async def __aenter__(self) -> Self:
         self.cluster.open_admins += 1
         return self
 

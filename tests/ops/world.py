@@ -356,7 +356,9 @@ async def start(tmp: Path) -> tuple[sandbox_apiserver.APIServer, CrashingKube]:
     await server.apply_objects([*(crdgen.crd(spec) for spec in crdgen.CRDS),
                                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}])
     path = server.write_kubeconfig(tmp / "kubeconfig")
-    return server, CrashingKube.from_kubeconfig(str(path))
+    client = CrashingKube.from_kubeconfig(str(path))
+    assert isinstance(client, CrashingKube)
+    return server, client
 
 
 def umbrella(req: Obj) -> list[str]:
