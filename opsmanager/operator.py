@@ -6,7 +6,8 @@
 One process runs both halves KubeDB splits in two: the provisioner's handlers on ``etcds.opsmanager.dev``
 (:mod:`opsmanager.provisioner.handlers`) and, when it is installed, the ops engine's on ``etcdopsrequests``
 (:mod:`opsmanager.ops.handlers`, imported behind a guard so the operator runs without it). They cooperate through
-the Etcd's ``Paused`` condition.
+the Etcd's ``Paused`` condition. Both are registered explicitly in a registry built here (nothing registers itself
+on kopf's global registry at import) and share the process's one Kubernetes client, which is also ``memo.kube``.
 
 Why our own login handler: kopf's built-in ``login_via_client`` loads the *default* kubeconfig; the operator must
 use the one it was given (``--kubeconfig``, e.g. the sandbox's), or the in-cluster service account when none is
@@ -54,7 +55,6 @@ log = logging.getLogger("opsmanager.operator")
 ANNOTATION_PREFIX = "opsmanager.dev"
 FINALIZER = "opsmanager.dev/finalizer"
 OPS_HANDLERS_MODULE = "opsmanager.ops.handlers"
-_BUILT: set[int] = set()
 
 
 def connection_info(kubeconfig: str | None, *, context: str | None = None) -> kopf.ConnectionInfo:
@@ -105,9 +105,9 @@ def quiet_routine_logs() -> None:
     logging.getLogger("transitions").setLevel(logging.WARNING)  # the phase machine's per-transition INFO lines
 
 
-def load_ops_handlers() -> bool:
-    """Import the ops engine's handlers when the module exists (it registers itself in kopf's default registry,
-    or through a ``register(registry)`` function). False when the engine is not installed."""
+def load_ops_handlers(registry: kopf.OperatorRegistry, client: kube.Kube) -> bool:
+    """Register the ops engine's handlers in ``registry`` (its ``register(registry, client)``) when the module
+    exists. False when the engine is not installed."""
     try:
         module = importlib.import_module(OPS_HANDLERS_MODULE)
     except ModuleNotFoundError as exc:
@@ -116,21 +116,15 @@ def load_ops_handlers() -> bool:
             raise  # the engine is there but one of its imports is broken: say so, do not hide it
         log.warning("%s is not installed: running the provisioner only", OPS_HANDLERS_MODULE)
         return False
-    register = getattr(module, "register", None)
-    if callable(register):
-        register(kopf.get_default_registry())
+    module.register(registry, client)
     return True
 
 
-def build_registry(kubeconfig: str | None, *, interval: float, with_ops: bool = True) -> kopf.OperatorRegistry:
-    """kopf's default registry with login, settings, the provisioner and (when present) the ops engine.
-
-    Once per process: the handlers are registered in kopf's global registry (the ops engine registers itself
-    there on import), so a second call returns the same registry unchanged."""
-    registry = kopf.get_default_registry()
-    if id(registry) in _BUILT:
-        return registry
-    _BUILT.add(id(registry))
+def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float,
+                   with_ops: bool = True) -> kopf.OperatorRegistry:
+    """A new kopf registry with login, settings, the provisioner and (when present) the ops engine, whose
+    handlers use ``client`` — the one Kubernetes client of the operator process (also ``memo.kube``)."""
+    registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry, id="opsmanager-login")
     def login(**_: Any) -> kopf.ConnectionInfo:
@@ -142,12 +136,12 @@ def build_registry(kubeconfig: str | None, *, interval: float, with_ops: bool = 
 
     provisioner_handlers.register(registry, interval=interval)
     if with_ops:
-        load_ops_handlers()
+        load_ops_handlers(registry, client)
     return registry
 
 
-def make_memo(kubeconfig: str | None) -> kopf.Memo:
-    return kopf.Memo(kube=kube.Kube.from_kubeconfig(kubeconfig))
+def make_memo(client: kube.Kube) -> kopf.Memo:
+    return kopf.Memo(kube=client)
 
 
 async def run_async(
@@ -163,10 +157,9 @@ async def run_async(
     with_ops: bool = True,
 ) -> None:
     """Run the operator in the current event loop until ``stop_flag`` is set (or it is cancelled)."""
-    if kubeconfig:
-        os.environ["KUBECONFIG"] = kubeconfig  # for code that loads it itself (the ops engine's client)
-    registry = build_registry(kubeconfig, interval=interval, with_ops=with_ops)
-    memo = make_memo(kubeconfig)
+    client = kube.Kube.from_kubeconfig(kubeconfig)
+    registry = build_registry(kubeconfig, client, interval=interval, with_ops=with_ops)
+    memo = make_memo(client)
     quiet_routine_logs()
     try:
         await kopf.operator(
@@ -210,10 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     kopf.configure(verbose=args.verbose, debug=args.debug, quiet=args.quiet)
     if not args.debug:
         quiet_routine_logs()
-    if args.kubeconfig:
-        os.environ["KUBECONFIG"] = args.kubeconfig
-    registry = build_registry(args.kubeconfig, interval=args.interval, with_ops=not args.no_ops)
-    memo = make_memo(args.kubeconfig)
+    client = kube.Kube.from_kubeconfig(args.kubeconfig)
+    registry = build_registry(args.kubeconfig, client, interval=args.interval, with_ops=not args.no_ops)
+    memo = make_memo(client)
     clusterwide = not args.namespace
     log.info("opsmanager operator: %s, api %s", "all namespaces" if clusterwide else ", ".join(args.namespace),
              memo.kube.host)

@@ -121,11 +121,14 @@ COND_UPDATE_DATABASE: Final = "UpdateDatabase"
 COND_SUCCESSFUL: Final = "Successful"
 COND_FAILED: Final = "Failed"
 COND_ETCD_LEADER_MOVED: Final = "EtcdLeaderMoved"
+COND_SKIPPED: Final = "Skipped"  # a Pending request superseded by a newer one of the same type (never started)
 
 # Multi-pass TLS transitions (trust both CAs, flip peer URLs, drop the old CA).
 COND_TRUST_BUNDLE_WIDENED: Final = "TrustBundleWidened"
 COND_PEER_URLS_UPDATED: Final = "PeerURLsUpdated"
 COND_TRUST_BUNDLE_NARROWED: Final = "TrustBundleNarrowed"
+COND_TLS_LISTENERS_ADDED: Final = "TLSListenersAdded"  # add TLS, pass 1: http and https listeners, peer URLs http
+COND_PLAINTEXT_LISTENERS_ADDED: Final = "PlaintextListenersAdded"  # remove TLS, pass 1: https and http listeners
 
 # Per-pod steps: the condition type is "<Step>--<pod>" (see per_pod_type()).
 STEP_EVICT_POD: Final = "EvictPod"

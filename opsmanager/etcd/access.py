@@ -16,7 +16,7 @@ import hashlib
 import ipaddress
 import pathlib
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from opsmanager import pki
 
@@ -97,6 +97,16 @@ class Endpoint:
             raise ValueError(f"member {name!r}: client URL {url!r} is not http(s)://host:port")
         return cls(name=name, host=parts.hostname, client_port=parts.port or 2379,
                    schemes=(parts.scheme,), **kwargs)  # type: ignore[arg-type]
+
+
+def find(endpoints: Sequence[Endpoint], ref: Endpoint | str) -> Endpoint:
+    """The endpoint named ``ref`` among ``endpoints`` (an :class:`Endpoint` is returned as is)."""
+    if isinstance(ref, Endpoint):
+        return ref
+    for ep in endpoints:
+        if ep.name == ref:
+            return ep
+    raise ValueError(f"unknown endpoint {ref!r}; known: {[e.name for e in endpoints]}")
 
 
 @dataclasses.dataclass(frozen=True, repr=False)

@@ -244,12 +244,7 @@ class EtcdClient:
 
     def endpoint(self, ref: access.Endpoint | str) -> access.Endpoint:
         """The configured endpoint named ``ref`` (an :class:`Endpoint` is returned as is)."""
-        if isinstance(ref, access.Endpoint):
-            return ref
-        for ep in self._endpoints:
-            if ep.name == ref:
-                return ep
-        raise ValueError(f"unknown endpoint {ref!r}; known: {[e.name for e in self._endpoints]}")
+        return access.find(self._endpoints, ref)
 
     # -- lifecycle --
 

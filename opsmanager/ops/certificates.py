@@ -1,14 +1,10 @@
-"""Certificate steps: reconcile cert-manager Certificates, re-issue on rotate, wait for complete material, and
-keep the trust bundle — the Secret of CAs every member trusts.
+"""What the certificate steps share (not a step itself): is a Certificate's material complete, is anything in
+the way owned by someone else, the trust bundle — the Secret of CAs every member trusts — and the CA probes.
 
-Failures these steps prevent:
+Used by :mod:`~opsmanager.ops.steps.sync_certificates`, :mod:`~opsmanager.ops.steps.issue`,
+:mod:`~opsmanager.ops.steps.roll_pass` (the bundle a pass needs) and :mod:`~opsmanager.ops.steps.update_database`
+(deleting what a removal leaves behind). Failures these helpers prevent:
 
-- **a member pointed at half-written material** — cert-manager creates a Secret before it finishes issuing into
-  it, and etcd exits on a missing file or rejects every handshake when key and cert do not match (measured). The
-  step ends only when every Secret holds ``tls.crt``, ``tls.key``, ``ca.crt``, parseable, key matching, issued by
-  the issuer the request asks for.
-- **adopting someone else's objects** — a Certificate or Secret controlled by another owner is never taken over:
-  the step fails closed naming the object and the way out (cozystack's rule).
 - **a CA change nobody trusts yet** — the trust bundle is widened (old + new CA) before any leaf from the new CA
   exists; the new CA is learned from a probe Certificate issued by the new issuer, so it works for any issuer
   kind that publishes ``ca.crt``.
@@ -18,14 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from opsmanager import kube, pki
+from opsmanager import pki
 from opsmanager.api import conditions, constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.ops import context, plan
 from opsmanager.provisioner import material, naming, ownership, render
 
 CERT_API = "cert-manager.io/v1"
-ANNOTATION_ROTATION = "ops.opsmanager.dev/rotation"  # "<request uid>/<baseline revision>" on a Certificate
 PROBE_SUFFIX = "ca-probe"
 
 
@@ -79,23 +74,6 @@ async def material_problem(ctx: context.OpsContext, cert: dict[str, Any]) -> str
     if not _issuer_matches(cert, secret):
         return f"Secret {secret_name} was issued by another issuer than {cert['spec']['issuerRef']['name']}"
     return None
-
-
-async def sync(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
-    """Apply the desired Certificates and wait until all their Secrets are complete; then, for a fresh TLS set-up
-    (``Trust.DESIRED``), write the trust bundle from their CAs."""
-    assert step.tls is not None
-    certs = render.render_certificates(ctx.db, step.tls)
-    if problem := await check_ownership(ctx, certs):
-        return context.Fail(problem, reason="ForeignObject")
-    for cert in certs:
-        await ctx.kube.apply(cert)
-    waiting = [p for cert in certs if (p := await material_problem(ctx, cert))]
-    if waiting:
-        return context.Progress(f"waiting for certificates: {'; '.join(waiting)}", delay=0.5)
-    if step.trust is plan.Trust.DESIRED:
-        await write_bundle(ctx, await desired_cas(ctx, step.tls))
-    return context.Done()
 
 
 async def desired_cas(ctx: context.OpsContext, tls: etcd_api.TLSConfig) -> bytes:
@@ -188,52 +166,6 @@ async def trust_for(ctx: context.OpsContext, step: plan.Step) -> bytes | context
             return new
         return pki.bundle(await current_bundle(ctx), new)
     return await desired_cas(ctx, step.tls)
-
-
-# --- rotate ------------------------------------------------------------------------------------------------------
-
-
-def _revision(cert: dict[str, Any]) -> int:
-    return int((cert.get("status") or {}).get("revision") or 0)
-
-
-async def issue(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
-    """Rotate: ask cert-manager to re-issue every Certificate (``Issuing=True``, what ``cmctl renew`` does), once
-    per request, and wait until each has a higher revision than before."""
-    assert step.tls is not None
-    uid = ctx.request["metadata"].get("uid") or ctx.name
-    waiting = []
-    for desired in render.render_certificates(ctx.db, step.tls):
-        name = desired["metadata"]["name"]
-        live = await ctx.kube.get(CERT_API, "Certificate", ctx.namespace, name)
-        if live is None:
-            return context.Fail(f"Certificate {ctx.namespace}/{name} does not exist; rotateCertificates needs the "
-                                "certificates the Etcd was set up with", reason="CertificateMissing")
-        mark = (live["metadata"].get("annotations") or {}).get(ANNOTATION_ROTATION, "")
-        if not mark.startswith(f"{uid}/"):
-            baseline = _revision(live)
-            await ctx.kube.patch(CERT_API, "Certificate", ctx.namespace, name,
-                                 {"metadata": {"annotations": {ANNOTATION_ROTATION: f"{uid}/{baseline}"}}})
-            await _trigger_issuing(ctx.kube, ctx.namespace, name)
-            waiting.append(f"{name} re-issue requested")
-            continue
-        baseline = int(mark.split("/", 1)[1] or 0)
-        if _revision(live) <= baseline:
-            waiting.append(f"{name} at revision {_revision(live)}, waiting for > {baseline}")
-    if waiting:
-        return context.Progress("; ".join(waiting), delay=0.5)
-    return context.Done()
-
-
-async def _trigger_issuing(client: kube.Kube, namespace: str, name: str) -> None:
-    def mutate(st: dict[str, Any]) -> dict[str, Any]:
-        st = dict(st)
-        st["conditions"] = conditions.set_condition(
-            st.get("conditions"), "Issuing", constants.TRUE, reason="ManuallyTriggered",
-            message="Certificate re-issuance manually triggered")
-        return st
-
-    await client.transact_status(CERT_API, "Certificate", namespace, name, mutate)
 
 
 async def delete_certificates(ctx: context.OpsContext, tls: etcd_api.TLSConfig) -> None:

@@ -17,8 +17,7 @@ from opsmanager import kube, pki
 from opsmanager.api import conditions, constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
-from opsmanager.etcd import access
-from opsmanager.etcd import client as etcd_client
+from opsmanager.etcd import access, admin
 from opsmanager.ops import plan as plan_mod
 from opsmanager.provisioner import material, naming, render
 
@@ -81,6 +80,8 @@ class OpsContext:
     now: datetime.datetime
     # The Etcd's spec.tls when the request started: what ``db`` renders from, whatever spec.tls says now.
     tls_before: dict[str, Any] | None = None
+    # How this reconcile reaches etcd: the engine's one seam to etcd (tests inject a fake).
+    admin_factory: admin.AdminFactory = admin.connect
 
     @property
     def name(self) -> str:
@@ -169,7 +170,7 @@ class OpsContext:
     def fqdn(self, pod: str) -> str:
         return naming.pod_fqdn(self.db_name, self.namespace, pod)
 
-    # --- the etcd client ------------------------------------------------------------------------------------
+    # --- etcd ------------------------------------------------------------------------------------------
 
     async def identity(self) -> access.TLSIdentity | None:
         """The operator's own client identity for this cluster: the ``client`` alias Secret (CN=root), trusting
@@ -201,8 +202,8 @@ class OpsContext:
         )
 
     async def etcd(self, pods: dict[str, dict[str, Any]] | None = None, *,
-                   peer_scheme: str = "https") -> etcd_client.EtcdClient:
-        """A client over every member pod that has an address, trying https then http ("dual view")."""
+                   peer_scheme: str = "https") -> admin.EtcdAdmin:
+        """An etcd admin over every member pod that has an address, trying https then http ("dual view")."""
         pods = pods if pods is not None else await self.pods()
         identity = await self.identity()
         schemes = ("https", "http") if identity is not None else ("http",)
@@ -216,4 +217,4 @@ class OpsContext:
                 name=name, host=ip, client_port=naming.CLIENT_PORT, metrics_port=naming.METRICS_PORT,
                 peer_port=naming.peer_port(peer_scheme), schemes=schemes, server_name=self.fqdn(name),
             ))
-        return etcd_client.EtcdClient(eps, tls=identity, timeout=2.0)
+        return self.admin_factory(eps, identity)

@@ -26,8 +26,20 @@ import transitions
 from opsmanager import kube
 from opsmanager.api import conditions, constants
 from opsmanager.api import opsrequest as ops_api
+from opsmanager.etcd import admin
 from opsmanager.etcd import errors as etcd_errors
-from opsmanager.ops import certificates, context, database, leader, peers, plan, queue, restart
+from opsmanager.ops import context, plan, queue
+from opsmanager.ops.steps import (
+    issue,
+    move_leader,
+    pause,
+    roll,
+    roll_pass,
+    sync_certificates,
+    update_database,
+    update_peer_urls,
+    update_statefulset,
+)
 
 log = logging.getLogger("opsmanager.ops")
 
@@ -35,22 +47,18 @@ ANNOTATION_TLS_BEFORE = "ops.opsmanager.dev/tls-before"  # the Etcd's spec.tls w
 
 Executor = Callable[[context.OpsContext, plan.Step], Awaitable[context.StepResult]]
 
-
-async def _pause(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
-    await database.pause(ctx)
-    return context.Done()
-
-
-EXECUTORS: dict[plan.StepKind, Executor] = {
-    plan.StepKind.PAUSE: _pause,
-    plan.StepKind.ISSUE: certificates.issue,
-    plan.StepKind.SYNC_CERTIFICATES: certificates.sync,
-    plan.StepKind.APPLY_STATEFULSET: restart.apply_statefulset,
-    plan.StepKind.ROLL: restart.roll,
-    plan.StepKind.ROLL_PASS: restart.roll_pass,
-    plan.StepKind.UPDATE_PEER_URLS: peers.update_peer_urls,
-    plan.StepKind.MOVE_LEADER: leader.move_leader,
-    plan.StepKind.UPDATE_DATABASE: database.update_database,
+# The step table: each kind of step is the ``run`` of the module named after the condition it owns
+# (see :mod:`opsmanager.ops.steps`).
+STEPS: dict[plan.StepKind, Executor] = {
+    plan.StepKind.PAUSE: pause.run,
+    plan.StepKind.ISSUE: issue.run,
+    plan.StepKind.SYNC_CERTIFICATES: sync_certificates.run,
+    plan.StepKind.APPLY_STATEFULSET: update_statefulset.run,
+    plan.StepKind.ROLL: roll.run,
+    plan.StepKind.ROLL_PASS: roll_pass.run,
+    plan.StepKind.UPDATE_PEER_URLS: update_peer_urls.run,
+    plan.StepKind.MOVE_LEADER: move_leader.run,
+    plan.StepKind.UPDATE_DATABASE: update_database.run,
 }
 
 
@@ -65,7 +73,7 @@ class Lifecycle:
     """The phase state machine; ``state`` is the request's ``status.phase``."""
 
     states = ["New", *constants.OPS_PHASES]
-    transitions_table = [
+    transitions_table: list[Any] = [
         {"trigger": "enqueue", "source": "New", "dest": constants.PHASE_PENDING},
         {"trigger": "start", "source": constants.PHASE_PENDING, "dest": constants.PHASE_PROGRESSING},
         {"trigger": "skip", "source": constants.PHASE_PENDING, "dest": constants.PHASE_SKIPPED},
@@ -81,12 +89,23 @@ class Lifecycle:
         )
 
     state: str
+    # The triggers ``transitions`` adds to the model (declared for the type checker).
+    enqueue: Callable[[], bool]
+    start: Callable[[], bool]
+    skip: Callable[[], bool]
+    succeed: Callable[[], bool]
+    fail: Callable[[], bool]
 
 
 class Engine:
-    def __init__(self, client: kube.Kube, *, clock: Callable[[], datetime.datetime] | None = None) -> None:
+    """Runs EtcdOpsRequests. ``client``: the operator's Kubernetes client; ``clock``: what "now" is (timeouts);
+    ``etcd``: how a reconcile reaches etcd (default: the gRPC client; tests pass a fake's factory)."""
+
+    def __init__(self, client: kube.Kube, *, clock: Callable[[], datetime.datetime] | None = None,
+                 etcd: admin.AdminFactory = admin.connect) -> None:
         self.kube = client
         self.clock = clock or (lambda: datetime.datetime.now(datetime.UTC))
+        self.etcd = etcd
 
     # --- status writes --------------------------------------------------------------------------------------
 
@@ -113,7 +132,7 @@ class Engine:
     async def _finish(self, ctx: context.OpsContext, lifecycle: Lifecycle, *, ok: bool, message: str,
                       reason: str) -> Outcome:
         if ctx.plan.pauses:
-            if await database.resume(self.kube, ctx.namespace, ctx.db_name, ctx.name):
+            if await pause.resume(self.kube, ctx.namespace, ctx.db_name, ctx.name):
                 await ctx.event("ResumeDatabase", f"Successfully resumed Etcd {ctx.namespace}/{ctx.db_name}")
         if ok:
             lifecycle.succeed()
@@ -132,14 +151,14 @@ class Engine:
     async def reconcile(self, namespace: str, name: str) -> Outcome:
         req = await self.kube.get(constants.OPS_API_VERSION, constants.OPS_KIND, namespace, name)
         if req is None:  # deleted (perhaps before kopf's finalizer was on it): release any pause it held
-            await database.heal(self.kube, namespace)
+            await pause.heal(self.kube, namespace)
             return Outcome(finished=True)
         phase = (req.get("status") or {}).get("phase")
         lifecycle = Lifecycle(phase)
         spec = ops_api.EtcdOpsRequest.model_validate(req).spec
         db_name = spec.database_ref.name
         if phase in constants.TERMINAL_OPS_PHASES:
-            await database.heal(self.kube, namespace)
+            await pause.heal(self.kube, namespace)
             return Outcome(finished=True, phase=phase)
         db_obj = await self.kube.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, namespace, db_name)
         if db_obj is None:
@@ -173,7 +192,8 @@ class Engine:
             return Outcome(finished=False, delay=1.0, phase=lifecycle.state)
         if decision.verdict is queue.Verdict.SKIP:
             lifecycle.skip()
-            await self._set_phase(req, lifecycle.state, ("Skipped", constants.TRUE, "Skipped", decision.reason))
+            await self._set_phase(req, lifecycle.state,
+                                  (constants.COND_SKIPPED, constants.TRUE, constants.COND_SKIPPED, decision.reason))
             return Outcome(finished=True, phase=lifecycle.state)
         if decision.verdict is queue.Verdict.WAIT:
             return Outcome(finished=False, delay=1.0, phase=lifecycle.state)
@@ -195,10 +215,12 @@ class Engine:
 
     def _timed_out(self, ctx: context.OpsContext, step: plan.Step, timeout: datetime.timedelta) -> str | None:
         now = self.clock()
-        in_flight = [step.condition] + [
+        # The per-member conditions first: they name the member the step is stuck at. (The step's own condition
+        # went False before any of them, so checked first it would always win and never name the member.)
+        in_flight = [
             c["type"] for c in ctx.conditions
             if constants.PER_POD_SEPARATOR in c["type"] and c.get("status") == constants.FALSE
-        ]
+        ] + [step.condition]
         for type_ in in_flight:
             if not conditions.is_false(ctx.conditions, type_):
                 continue
@@ -214,7 +236,7 @@ class Engine:
         req, tls_before = await self._snapshot(req, db_obj)
         request = ops_api.EtcdOpsRequest.model_validate(req)
         ctx = context.OpsContext(self.kube, req, db_obj, plan.Plan(request.spec.type, None, None, ()), self.clock(),
-                                 tls_before=tls_before)
+                                 tls_before=tls_before, admin_factory=self.etcd)
         try:
             ctx.plan = plan.plan_for(ctx.db, request)
         except ValueError as err:
@@ -229,7 +251,7 @@ class Engine:
         if ctx.condition(step.condition) is None:
             await ctx.set_condition(step.condition, constants.FALSE, f"{step.condition} in progress")
         try:
-            result = await EXECUTORS[step.kind](ctx, step)
+            result = await STEPS[step.kind](ctx, step)
         except (etcd_errors.EtcdError, kube.Unavailable, kube.Conflict) as err:
             log.info("EtcdOpsRequest %s/%s step %s: transient: %s", ctx.namespace, ctx.name, step.condition, err)
             return Outcome(finished=False, delay=1.0, phase=lifecycle.state)

@@ -162,10 +162,6 @@ def _update_database(message: str) -> Step:
     return Step(constants.COND_UPDATE_DATABASE, StepKind.UPDATE_DATABASE, message)
 
 
-COND_TLS_LISTENERS_ADDED = "TLSListenersAdded"
-COND_PLAINTEXT_LISTENERS_ADDED = "PlaintextListenersAdded"
-
-
 def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec) -> Plan:
     current = db.spec.tls
     change = classify(current, req)
@@ -180,7 +176,7 @@ def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec) -> 
             _running("Etcd ops request is adding TLS"),
             Step(constants.COND_CERTIFICATE_SYNCED, StepKind.SYNC_CERTIFICATES,
                  "Successfully synced all the etcd certificates", trust=Trust.DESIRED, tls=desired),
-            Step(COND_TLS_LISTENERS_ADDED, StepKind.ROLL_PASS,
+            Step(constants.COND_TLS_LISTENERS_ADDED, StepKind.ROLL_PASS,
                  "Every member listens on http and https (peer https on 2382); peer URLs still http",
                  wiring=render.Wiring.dual(desired, advertised_peer_scheme="http"), trust=Trust.DESIRED,
                  tls=desired),
@@ -193,7 +189,7 @@ def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec) -> 
         assert current is not None
         steps = [
             _running("Etcd ops request is removing TLS"),
-            Step(COND_PLAINTEXT_LISTENERS_ADDED, StepKind.ROLL_PASS,
+            Step(constants.COND_PLAINTEXT_LISTENERS_ADDED, StepKind.ROLL_PASS,
                  "Every member listens on https and http (peer http on 2380); peer URLs still https",
                  wiring=render.Wiring.dual(current, advertised_peer_scheme="https"), tls=current),
             Step(constants.COND_PEER_URLS_UPDATED, StepKind.UPDATE_PEER_URLS,
@@ -246,13 +242,13 @@ def plan_for(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> Plan:
         return reconfigure_tls_plan(db, spec.tls)
     if spec.type == constants.OPS_TYPE_RESTART:
         wiring = render.Wiring.steady(db.spec.tls)
-        steps = (
+        restart_steps = (
             _running("Etcd ops request is restarting the members"),
             Step(constants.COND_RESTART_PODS, StepKind.ROLL_PASS,
                  "Successfully restarted all the etcd members", wiring=wiring, tls=db.spec.tls),
         )
-        return Plan(spec.type, None, db.spec.tls, steps)
+        return Plan(spec.type, None, db.spec.tls, restart_steps)
     if spec.type == constants.OPS_TYPE_MOVE_LEADER:
-        steps = (Step(constants.COND_ETCD_LEADER_MOVED, StepKind.MOVE_LEADER, "Successfully moved the leader"),)
-        return Plan(spec.type, None, db.spec.tls, steps, pauses=False)
+        move = (Step(constants.COND_ETCD_LEADER_MOVED, StepKind.MOVE_LEADER, "Successfully moved the leader"),)
+        return Plan(spec.type, None, db.spec.tls, move, pauses=False)
     raise ValueError(f"unsupported EtcdOpsRequest type {spec.type!r}")

@@ -7,10 +7,13 @@ import logging
 from pathlib import Path
 
 import kopf
+import kubernetes.client
 import pytest
 import yaml
 
-from opsmanager import operator
+from opsmanager import kube, operator
+
+UNUSED_CLIENT = kube.Kube(kubernetes.client.ApiClient())  # the operator's client, never called in these tests
 
 
 def write_kubeconfig(path: Path, server: str, *, token: str | None = None) -> Path:
@@ -65,7 +68,18 @@ def test_kopf_settings_keep_everything_under_our_prefix() -> None:
 
 def test_ops_handlers_are_optional(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(operator, "OPS_HANDLERS_MODULE", "opsmanager.no_such_engine.handlers")
-    assert operator.load_ops_handlers() is False
+    assert operator.load_ops_handlers(kopf.OperatorRegistry(), UNUSED_CLIENT) is False
+
+
+def test_the_registry_holds_both_halves_and_kopfs_global_registry_stays_empty() -> None:
+    registry = operator.build_registry(None, UNUSED_CLIENT, interval=5.0)
+    spawning = [h.id for h in registry._spawning.get_all_handlers()]
+    changing = [h.id for h in registry._changing.get_all_handlers()]
+    assert "drive_ops_request" in spawning and "heal-pause" in spawning and "status" in spawning
+    assert "provision" in changing and "release_on_delete" in changing
+    assert not kopf.get_default_registry()._spawning.get_all_handlers()
+    assert not kopf.get_default_registry()._changing.get_all_handlers()
+    assert operator.build_registry(None, UNUSED_CLIENT, interval=5.0) is not registry  # no process-wide state
 
 
 def test_a_broken_ops_engine_is_not_hidden(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -75,7 +89,7 @@ def test_a_broken_ops_engine_is_not_hidden(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(operator, "OPS_HANDLERS_MODULE", "broken_engine_pkg.handlers")
     with pytest.raises(ModuleNotFoundError, match="opsmanager_missing_dependency_xyz"):
-        operator.load_ops_handlers()
+        operator.load_ops_handlers(kopf.OperatorRegistry(), UNUSED_CLIENT)
 
 
 def test_routine_timer_lines_are_dropped_but_failures_kept() -> None:

@@ -1,4 +1,5 @@
-"""Re-register each member's peer URL under the new scheme (``member update``), one member at a time.
+"""``PeerURLsUpdated``: re-register each member's peer URL under the new scheme (``member update``), one member
+at a time.
 
 Why: etcd keeps peer URLs in its membership store and ignores ``--initial-advertise-peer-urls`` after bootstrap.
 Restarting members onto https-only listeners while the registered URLs stay ``http://`` broke a 3-member cluster
@@ -20,7 +21,7 @@ def peer_url(ctx: context.OpsContext, pod: str, scheme: str) -> str:
     return f"{scheme}://{ctx.fqdn(pod)}:{naming.peer_port(scheme)}"
 
 
-async def update_peer_urls(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     assert step.peer_scheme is not None
     async with await ctx.etcd(peer_scheme=step.peer_scheme) as client:
         try:

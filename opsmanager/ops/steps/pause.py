@@ -1,10 +1,12 @@
-"""The Etcd side of a request: pause it, resume it, write ``spec.tls`` back, heal a leaked pause.
+"""``Running``: pause the Etcd so the provisioner keeps off while a request owns it — and the pause contract.
 
 A pause is the ``Paused=True`` condition on the Etcd's status, with the request's name as ``reason``; while it is
-there the provisioner changes nothing it owns. KubeDB leaked pauses in its live tests (a request deleted
-mid-flight left the database frozen, and every later ``IfReady`` request stuck in Pending), so here: a request
-resumes the Etcd on success, on failure, on timeout and when it is deleted; and :func:`heal` removes any pause
-whose request is gone or finished — the operator runs it on start-up and on every terminal reconcile.
+there the provisioner changes nothing it owns. Failure prevented: the provisioner "repairing" a template mid-roll.
+
+KubeDB leaked pauses in its live tests (a request deleted mid-flight left the database frozen, and every later
+``IfReady`` request stuck in Pending), so here: a request resumes the Etcd on success, on failure, on timeout and
+when it is deleted; and :func:`heal` removes any pause whose request is gone or finished — the operator runs it
+on start-up and on every terminal reconcile.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 from opsmanager import kube
 from opsmanager.api import conditions, constants
-from opsmanager.ops import certificates, context, plan
+from opsmanager.ops import context, plan
 
 PAUSE_MESSAGE = "EtcdOpsRequest {} is in process"
 
@@ -44,6 +46,11 @@ async def pause(ctx: context.OpsContext) -> None:
     if updated is not None:
         ctx.db_obj = updated
     await ctx.event("PauseDatabase", f"Pausing Etcd {ctx.namespace}/{ctx.db_name}")
+
+
+async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    await pause(ctx)
+    return context.Done()
 
 
 async def resume(client: kube.Kube, namespace: str, db_name: str, request_name: str) -> bool:
@@ -83,26 +90,3 @@ async def heal(client: kube.Kube, namespace: str | None = None, *, only: str | N
                 if await resume(client, ns, db["metadata"]["name"], holder):
                     healed.append(f"{ns}/{db['metadata']['name']}")
     return healed
-
-
-async def update_database(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
-    """Write the request's TLS into the Etcd's ``spec.tls`` (last, so during the roll it showed the old state);
-    after a removal, delete the certificates this operator created; after an issuer change, the CA probes."""
-    desired = ctx.plan.desired_tls
-    if ctx.plan.change is not None:
-        live = await ctx.kube.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name)
-        current = ((live or {}).get("spec") or {}).get("tls")
-        want = desired.to_dict() if desired is not None else None
-        if current != want:
-            patch = ([{"op": "add", "path": "/spec/tls", "value": want}] if want is not None
-                     else [{"op": "remove", "path": "/spec/tls"}])
-            ctx.db_obj = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace,
-                                              ctx.db_name, patch, patch_type="json")
-        if ctx.plan.change is plan.TLSChange.REMOVE:
-            # The TLS the cluster had: the plan's steps still carry it (spec.tls on the Etcd is gone by now).
-            tls_before = next((s.tls for s in ctx.plan.steps if s.tls is not None), None)
-            if tls_before is not None:
-                await certificates.delete_certificates(ctx, tls_before)
-        if ctx.plan.change is plan.TLSChange.ISSUER:
-            await certificates.delete_probes(ctx, desired)
-    return context.Done()

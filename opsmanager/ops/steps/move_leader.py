@@ -1,7 +1,10 @@
-"""The standalone ``MoveLeader`` request: hand leadership to a chosen (or the most caught-up) voter.
+"""``EtcdLeaderMoved``: the standalone ``MoveLeader`` request — hand leadership to a chosen (or the most
+caught-up) voter.
 
 MoveLeader is sent to the current leader — a follower answers ``not leader`` — under a deadline, and the step
-ends only when every member reports the new leader (the etcd client does both). No pause: nothing is restarted.
+ends only when every member reports the new leader (the etcd admin does both). No pause: nothing is restarted.
+Failures prevented: leadership handed to a name that is not a member (refused up front, naming the members), or
+to a learner or lagging member (the most caught-up voter is chosen when none is named).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan
 
 
-async def move_leader(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     wanted = ctx.spec.move_leader.new_leader if ctx.spec.move_leader is not None else None
     if wanted is not None and wanted not in ctx.pod_names():
         return context.Fail(f"spec.moveLeader.newLeader {wanted!r} is not a member of Etcd {ctx.db_name}; use one "

@@ -1,0 +1,77 @@
+"""``EtcdAdmin``: what the ops engine uses of etcd, as a Protocol — the seam between the engine and etcd.
+
+The engine never names :class:`~opsmanager.etcd.client.EtcdClient`; it receives an :data:`AdminFactory` (on the
+:class:`~opsmanager.ops.engine.Engine` constructor, handed to every :class:`~opsmanager.ops.context.OpsContext`)
+that turns the member endpoints and the operator's TLS identity of one reconcile into an ``EtcdAdmin``. The real
+one is :func:`connect` (the gRPC client); tests inject :class:`opsmanager.etcd.fake.FakeCluster`'s factory.
+
+The value types (:class:`~opsmanager.etcd.client.MemberStatus`, ``Member``, ``LeaderMove``, ``Recovery``) and
+the error hierarchy (:mod:`opsmanager.etcd.errors`) are shared by every implementation: a fake must raise the
+same typed errors the real client raises, or the engine's error handling is not what the tests exercise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, Self
+
+from opsmanager import pki
+from opsmanager.etcd import access, client, errors, probes
+
+
+class EtcdAdmin(Protocol):
+    """The calls the ops engine makes on etcd during one reconcile (an async context manager)."""
+
+    @property
+    def endpoints(self) -> tuple[access.Endpoint, ...]:
+        """The member endpoints this admin talks to (one per member pod with an address)."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+    async def statuses(self, *, timeout: float | None = None, deadline: float | None = None,
+                       extra: Sequence[access.Endpoint] = ()) -> dict[str, client.MemberStatus | errors.EtcdError]:
+        """Status of every endpoint; an endpoint that failed maps to its error."""
+        ...
+
+    async def health(self, endpoint: access.Endpoint | str, *, timeout: float = 2.0) -> probes.Health:
+        """etcd's own health of one member; never raises for an unhealthy or unreachable member."""
+        ...
+
+    async def members(self, *, linearizable: bool = True, timeout: float | None = None,
+                      deadline: float | None = None) -> list[client.Member]:
+        """MemberList (raises :class:`errors.NoQuorum` rather than return a stale list)."""
+        ...
+
+    async def member_update(self, member_id: int, peer_urls: Sequence[str], *,
+                            timeout: float | None = None) -> list[client.Member]:
+        """Set a member's advertised peer URLs."""
+        ...
+
+    async def move_leader(self, target_id: int, *, via: access.Endpoint | str | None = None,
+                          timeout: float = 5.0, agree_timeout: float = 2.0) -> client.LeaderMove:
+        """Make ``target_id`` the leader; :class:`errors.BadLeaderTransferee` for a non-voter,
+        :class:`errors.LeaderTransferTimeout` when it does not happen in time."""
+        ...
+
+    async def wait_recovered(self, member: access.Endpoint | str, *, expected_voters: int,
+                             timeout: float = 30.0, poll_interval: float = 0.1,
+                             check_hash: bool = False) -> client.Recovery:
+        """The gate after ``member`` restarted (:class:`errors.NotRecovered` / :class:`errors.NoQuorum`)."""
+        ...
+
+    async def served_certificate(self, endpoint: access.Endpoint | str, *, port: str | int = "client",
+                                 timeout: float = 3.0) -> pki.CertInfo:
+        """The certificate ``endpoint`` serves now on its client or peer port."""
+        ...
+
+
+AdminFactory = Callable[[Sequence[access.Endpoint], access.TLSIdentity | None], EtcdAdmin]
+"""Builds the admin of one reconcile from the member endpoints and the operator's identity (None: plaintext)."""
+
+
+def connect(endpoints: Sequence[access.Endpoint], tls: access.TLSIdentity | None) -> EtcdAdmin:
+    """The real admin: the gRPC :class:`~opsmanager.etcd.client.EtcdClient`, 2 s per attempt."""
+    return client.EtcdClient(endpoints, tls=tls, timeout=2.0)

@@ -1,0 +1,285 @@
+"""An in-memory etcd cluster behind the :class:`~opsmanager.etcd.admin.EtcdAdmin` protocol, for fast tests.
+
+:class:`FakeCluster` holds what the ops engine observes of etcd — members with IDs and peer URLs, learners, one
+leader, the raft term, which members are up, the certificate each member serves — and :meth:`FakeCluster.admin`
+is an :data:`~opsmanager.etcd.admin.AdminFactory`: ``Engine(client, etcd=cluster.admin)``. What it models:
+
+- **leadership and terms**: every leader change increments the term and is recorded in :attr:`FakeCluster.history`
+  with its cause, ``"move"`` (MoveLeader) or ``"election"`` (the leader went down). A test that asserts "no
+  election the engine did not ask for" checks that no ``"election"`` is recorded.
+- **MoveLeader** to a voting member that is up: accepted (leader changes, term + 1). To an ID that is not a
+  member, or a learner: :class:`errors.BadLeaderTransferee`; to a member that is down:
+  :class:`errors.LeaderTransferTimeout` — the typed errors the real client raises for those answers.
+- **restarts**: :meth:`FakeCluster.stop` takes a member down (its pod was deleted), :meth:`FakeCluster.start`
+  brings it back caught up; a majority down means no quorum (:class:`errors.NoQuorum` on consensus calls).
+- **served certificates**: :meth:`FakeCluster.serve` sets the certificate a member hands out on its client or
+  peer port (a test sets it from the Secret mounted when the pod was created).
+
+Nothing waits: ``wait_recovered`` answers from the current state at once (the real one polls until its timeout),
+so a test drives time itself. Why it lives in the package and not under ``tests/``: it is the reference double of
+a package Protocol (as httpx ships ``MockTransport``), typed and checked with the package, importing nothing but
+the etcd layer, so any suite — the engine's, the provisioner's — can use the same one. Nothing in the product
+imports it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Self
+
+from opsmanager import pki
+from opsmanager.etcd import access, client, errors, probes
+
+CLUSTER_ID = 0xC1D
+
+
+@dataclasses.dataclass
+class FakeMember:
+    id: int
+    name: str
+    peer_urls: tuple[str, ...]
+    is_learner: bool = False
+    up: bool = True
+    applied_index: int = 0
+    served: dict[str, pki.CertInfo] = dataclasses.field(default_factory=dict)  # "client"/"peer" -> certificate
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaderChange:
+    term: int
+    previous: str | None  # member name, None when there was no leader
+    leader: str | None  # None: quorum lost
+    cause: str  # "move" (MoveLeader) or "election"
+
+
+class FakeCluster:
+    """The etcd state shared by every :class:`FakeAdmin` (it outlives any one reconcile, as etcd does)."""
+
+    def __init__(self, names: Sequence[str], *, peer_urls: Sequence[str] | None = None,
+                 leader: str | None = None) -> None:
+        if not names:
+            raise ValueError("FakeCluster needs at least one member")
+        urls = list(peer_urls) if peer_urls is not None else [f"http://{n}:2380" for n in names]
+        self.members: dict[str, FakeMember] = {
+            n: FakeMember(id=0x1000 + i + 1, name=n, peer_urls=(u,))
+            for i, (n, u) in enumerate(zip(names, urls, strict=True))
+        }
+        self.term = 1
+        self.raft_index = 10
+        self.leader: str | None = leader or names[0]
+        self.history: list[LeaderChange] = []
+        self.calls: list[str] = []  # "move_leader etcd-1", "member_update etcd-0", ... in order
+        self.open_admins = 0
+
+    # --- the cluster's life (driven by the test) --------------------------------------------------------------
+
+    def member(self, name: str) -> FakeMember:
+        return self.members[name]
+
+    def by_id(self, member_id: int) -> FakeMember | None:
+        return next((m for m in self.members.values() if m.id == member_id), None)
+
+    @property
+    def voters(self) -> list[FakeMember]:
+        return [m for m in self.members.values() if not m.is_learner]
+
+    def has_quorum(self) -> bool:
+        voters = self.voters
+        return sum(m.up for m in voters) > len(voters) // 2
+
+    def _change_leader(self, new: str | None, cause: str) -> None:
+        self.term += 1
+        self.history.append(LeaderChange(self.term, self.leader, new, cause))
+        self.leader = new
+
+    def _elect(self) -> None:
+        """A new leader among the voters that are up (most caught up, then by name), if there is quorum."""
+        candidates = sorted((m for m in self.voters if m.up), key=lambda m: (-m.applied_index, m.name))
+        self._change_leader(candidates[0].name if candidates and self.has_quorum() else None, "election")
+
+    def stop(self, name: str) -> None:
+        """The member's process is gone (pod deleted). A leader that goes down causes an election."""
+        member = self.members[name]
+        if not member.up:
+            return
+        member.up = False
+        if self.leader == name or (self.leader is not None and not self.has_quorum()):
+            self._elect()
+
+    def start(self, name: str) -> None:
+        """The member is back (pod recreated), caught up with the leader."""
+        member = self.members[name]
+        member.up = True
+        member.applied_index = self.raft_index
+        if self.leader is None and self.has_quorum():
+            self._elect()
+
+    def write(self, n: int = 1) -> None:
+        """``n`` committed entries; every member that is up applies them."""
+        self.raft_index += n
+        for m in self.members.values():
+            if m.up:
+                m.applied_index = self.raft_index
+
+    def serve(self, name: str, port: str, cert: pki.CertInfo | None) -> None:
+        """Set (or clear, with None) the certificate ``name`` serves on its ``client`` or ``peer`` port."""
+        if cert is None:
+            self.members[name].served.pop(port, None)
+        else:
+            self.members[name].served[port] = cert
+
+    @property
+    def elections(self) -> list[LeaderChange]:
+        """Leader changes nobody asked for (a leader went down)."""
+        return [c for c in self.history if c.cause == "election"]
+
+    # --- the factory --------------------------------------------------------------------------------------------
+
+    def admin(self, endpoints: Sequence[access.Endpoint], tls: access.TLSIdentity | None) -> FakeAdmin:
+        """An :data:`~opsmanager.etcd.admin.AdminFactory` over this cluster."""
+        return FakeAdmin(self, endpoints, tls)
+
+
+class FakeAdmin:
+    """One reconcile's view of a :class:`FakeCluster`, through the given endpoints (members by name)."""
+
+    def __init__(self, cluster: FakeCluster, endpoints: Sequence[access.Endpoint],
+                 tls: access.TLSIdentity | None) -> None:
+        if not endpoints:
+            raise ValueError("EtcdClient needs at least one endpoint")  # as the real client
+        self.cluster = cluster
+        self._endpoints = tuple(endpoints)
+        self.tls = tls
+
+    @property
+    def endpoints(self) -> tuple[access.Endpoint, ...]:
+        return self._endpoints
+
+    async def __aenter__(self) -> Self:
+        self.cluster.open_admins += 1
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.cluster.open_admins -= 1
+
+    # --- helpers ----------------------------------------------------------------------------------------------
+
+    def _endpoint(self, ref: access.Endpoint | str) -> access.Endpoint:
+        return access.find(self._endpoints, ref)
+
+    def _reachable(self, ep: access.Endpoint, call: str) -> FakeMember:
+        member = self.cluster.members.get(ep.name)
+        if member is None or not member.up:
+            raise errors.MemberUnreachable(f"{call} on {ep.label}: connection refused", endpoint=ep.label,
+                                           code="UNAVAILABLE")
+        return member
+
+    def _consensus(self, call: str) -> None:
+        if not any(self.cluster.members.get(ep.name) and self.cluster.members[ep.name].up for ep in self._endpoints):
+            raise errors.MemberUnreachable(f"{call}: no endpoint reachable")
+        if self.cluster.leader is None or not self.cluster.has_quorum():
+            raise errors.NoQuorum(f"{call}: etcdserver: no leader")
+
+    def _member_list(self) -> list[client.Member]:
+        return [client.Member(id=m.id, name=m.name, peer_urls=m.peer_urls,
+                              client_urls=(f"https://{m.name}:2379",), is_learner=m.is_learner)
+                for m in self.cluster.members.values()]
+
+    def _status(self, ep: access.Endpoint) -> client.MemberStatus:
+        member = self._reachable(ep, "Status")
+        leader = self.cluster.members.get(self.cluster.leader or "")
+        scheme = "https" if self.tls is not None and "https" in ep.schemes else ep.schemes[-1]
+        return client.MemberStatus(
+            endpoint=ep, scheme=scheme, member_id=member.id, cluster_id=CLUSTER_ID,
+            leader_id=leader.id if leader is not None else 0, raft_index=self.cluster.raft_index,
+            raft_term=self.cluster.term, raft_applied_index=member.applied_index, revision=self.cluster.raft_index,
+            version="3.5.1", db_size=1 << 16, db_size_in_use=1 << 15, is_learner=member.is_learner, errors=(),
+        )
+
+    # --- EtcdAdmin ----------------------------------------------------------------------------------------------
+
+    async def statuses(self, *, timeout: float | None = None, deadline: float | None = None,
+                       extra: Sequence[access.Endpoint] = ()) -> dict[str, client.MemberStatus | errors.EtcdError]:
+        out: dict[str, client.MemberStatus | errors.EtcdError] = {}
+        for ep in [*self._endpoints, *(e for e in extra if e not in self._endpoints)]:
+            try:
+                out[ep.name] = self._status(ep)
+            except errors.EtcdError as err:
+                out[ep.name] = err
+        return out
+
+    async def health(self, endpoint: access.Endpoint | str, *, timeout: float = 2.0) -> probes.Health:
+        ep = self._endpoint(endpoint)
+        member = self.cluster.members.get(ep.name)
+        if member is None or not member.up:
+            return probes.Health(ep.label, False, "unreachable: connection refused", reachable=False, via="fake")
+        if self.cluster.leader is None or not self.cluster.has_quorum():
+            return probes.Health(ep.label, False, "RAFT NO LEADER", no_quorum=True, via="fake")
+        return probes.Health(ep.label, True, via="fake")
+
+    async def members(self, *, linearizable: bool = True, timeout: float | None = None,
+                      deadline: float | None = None) -> list[client.Member]:
+        if linearizable:
+            self._consensus("MemberList")
+        return self._member_list()
+
+    async def member_update(self, member_id: int, peer_urls: Sequence[str], *,
+                            timeout: float | None = None) -> list[client.Member]:
+        self._consensus("MemberUpdate")
+        member = self.cluster.by_id(member_id)
+        if member is None:
+            raise errors.MemberNotFound(f"MemberUpdate {member_id:x}: etcdserver: member not found")
+        self.cluster.calls.append(f"member_update {member.name}")
+        member.peer_urls = tuple(peer_urls)
+        self.cluster.write()
+        return self._member_list()
+
+    async def move_leader(self, target_id: int, *, via: access.Endpoint | str | None = None,
+                          timeout: float = 5.0, agree_timeout: float = 2.0) -> client.LeaderMove:
+        self._consensus("MoveLeader")
+        cluster = self.cluster
+        target = cluster.by_id(target_id)
+        if target is None or target.is_learner:
+            raise errors.BadLeaderTransferee(f"MoveLeader to {target_id:x}: etcdserver: bad leader transferee",
+                                             code="FAILED_PRECONDITION")
+        if not target.up:
+            raise errors.LeaderTransferTimeout(f"MoveLeader to {target_id:x}: not finished within {timeout}s")
+        previous = cluster.members[cluster.leader or ""]
+        cluster.calls.append(f"move_leader {target.name}")
+        if target.name != previous.name:
+            cluster._change_leader(target.name, "move")
+        up = tuple(sorted(m.name for m in cluster.members.values() if m.up))
+        down = tuple(sorted(m.name for m in cluster.members.values() if not m.up))
+        return client.LeaderMove(previous_leader_id=previous.id, leader_id=target.id, sent_to=previous.name,
+                                 redirects=0, rpc_seconds=0.001, total_seconds=0.002, agreed=up, unreachable=down)
+
+    async def wait_recovered(self, member: access.Endpoint | str, *, expected_voters: int,
+                             timeout: float = 30.0, poll_interval: float = 0.1,
+                             check_hash: bool = False) -> client.Recovery:
+        ep = self._endpoint(member)
+        self._consensus("wait_recovered")
+        cluster = self.cluster
+        voters = cluster.voters
+        learners = [m.name for m in cluster.members.values() if m.is_learner]
+        if len(voters) != expected_voters or learners:
+            raise errors.NotRecovered(f"wait_recovered({ep.name}): {len(voters)} voters (expected "
+                                      f"{expected_voters}), learners: {learners or 'none'}", reason="membership")
+        down = [m.name for m in voters if not m.up]
+        if down:
+            raise errors.NotRecovered(f"wait_recovered({ep.name}): unhealthy: {', '.join(down)}", reason="health")
+        mine = self._reachable(ep, "Status")
+        leader = cluster.members[cluster.leader or ""]
+        return client.Recovery(member=ep.name, member_id=mine.id, leader_id=leader.id, voters=len(voters),
+                               applied_index=mine.applied_index, leader_commit_index=cluster.raft_index,
+                               seconds=0.0, polls=1)
+
+    async def served_certificate(self, endpoint: access.Endpoint | str, *, port: str | int = "client",
+                                 timeout: float = 3.0) -> pki.CertInfo:
+        ep = self._endpoint(endpoint)
+        member = self._reachable(ep, "served_certificate")
+        cert = member.served.get(str(port))
+        if cert is None:
+            raise errors.TLSHandshakeFailed(f"served_certificate {ep.label} {port}: no TLS on this port",
+                                            endpoint=ep.label)
+        return cert

@@ -1,0 +1,60 @@
+"""``IssueCertificatesSucceeded`` (rotate): ask cert-manager to re-issue every Certificate, once per request.
+
+Sets ``Issuing=True`` on each Certificate (what ``cmctl renew`` does) and waits until each has a higher
+``status.revision`` than before. The baseline revision is remembered on the Certificate
+(``ops.opsmanager.dev/rotation: <request uid>/<revision>``), so an operator restarted mid-step neither re-triggers
+the issuance nor mistakes the old certificate for the new one. Failure prevented: a "rotation" that rolls the
+members onto the certificate they already serve.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opsmanager import kube
+from opsmanager.api import conditions, constants
+from opsmanager.ops import certificates, context, plan
+from opsmanager.provisioner import render
+
+ANNOTATION_ROTATION = "ops.opsmanager.dev/rotation"  # "<request uid>/<baseline revision>" on a Certificate
+
+
+def _revision(cert: dict[str, Any]) -> int:
+    return int((cert.get("status") or {}).get("revision") or 0)
+
+
+async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    assert step.tls is not None
+    uid = ctx.request["metadata"].get("uid") or ctx.name
+    waiting = []
+    for desired in render.render_certificates(ctx.db, step.tls):
+        name = desired["metadata"]["name"]
+        live = await ctx.kube.get(certificates.CERT_API, "Certificate", ctx.namespace, name)
+        if live is None:
+            return context.Fail(f"Certificate {ctx.namespace}/{name} does not exist; rotateCertificates needs the "
+                                "certificates the Etcd was set up with", reason="CertificateMissing")
+        mark = (live["metadata"].get("annotations") or {}).get(ANNOTATION_ROTATION, "")
+        if not mark.startswith(f"{uid}/"):
+            baseline = _revision(live)
+            await ctx.kube.patch(certificates.CERT_API, "Certificate", ctx.namespace, name,
+                                 {"metadata": {"annotations": {ANNOTATION_ROTATION: f"{uid}/{baseline}"}}})
+            await _trigger_issuing(ctx.kube, ctx.namespace, name)
+            waiting.append(f"{name} re-issue requested")
+            continue
+        baseline = int(mark.split("/", 1)[1] or 0)
+        if _revision(live) <= baseline:
+            waiting.append(f"{name} at revision {_revision(live)}, waiting for > {baseline}")
+    if waiting:
+        return context.Progress("; ".join(waiting), delay=0.5)
+    return context.Done()
+
+
+async def _trigger_issuing(client: kube.Kube, namespace: str, name: str) -> None:
+    def mutate(st: dict[str, Any]) -> dict[str, Any]:
+        st = dict(st)
+        st["conditions"] = conditions.set_condition(
+            st.get("conditions"), "Issuing", constants.TRUE, reason="ManuallyTriggered",
+            message="Certificate re-issuance manually triggered")
+        return st
+
+    await client.transact_status(certificates.CERT_API, "Certificate", namespace, name, mutate)

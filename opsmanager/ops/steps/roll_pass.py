@@ -1,0 +1,28 @@
+"""The intermediate passes of the TLS plans, one step each: ``TLSListenersAdded`` and ``PlaintextListenersAdded``
+(add/remove TLS: every member listens on both schemes before any peer URL changes scheme),
+``TrustBundleWidened`` and ``TrustBundleNarrowed`` (issuer change: trust old+new CA before the switch, the new CA
+only after it), and Restart's ``RestartPods``.
+
+A pass is: the trust bundle the pass needs (:func:`opsmanager.ops.certificates.trust_for`), the StatefulSet for
+the pass's wiring (:mod:`~opsmanager.ops.steps.update_statefulset`), then the rolling restart
+(:mod:`~opsmanager.ops.steps.roll`) — in that order on every reconcile, each part a no-op once done, so the pass
+is one condition. Failure prevented: members restarted onto listeners or a CA their peers cannot talk to (a
+3-member cluster broken for good at the third member, or 3–8 s write stalls — measured).
+"""
+
+from __future__ import annotations
+
+from opsmanager.ops import certificates, context, plan
+from opsmanager.ops.steps import roll, update_statefulset
+
+
+async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    trust = await certificates.trust_for(ctx, step)
+    if isinstance(trust, context.Progress | context.Fail):
+        return trust
+    if trust is not None:
+        await certificates.write_bundle(ctx, trust)
+    applied = await update_statefulset.run(ctx, step)
+    if not isinstance(applied, context.Done):
+        return applied
+    return await roll.run(ctx, step)

@@ -1,0 +1,32 @@
+"""``UpdateDatabase``: write the request's TLS into the Etcd's ``spec.tls``, then clean up what is unused.
+
+Last, so during the roll the Etcd still showed the old state. Failure prevented: an Etcd whose spec claims a
+state its members are not in. After a removal it deletes the certificates this operator created (never a
+foreign one); after an issuer change, the CA probe Certificates.
+"""
+
+from __future__ import annotations
+
+from opsmanager.api import constants
+from opsmanager.ops import certificates, context, plan
+
+
+async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    desired = ctx.plan.desired_tls
+    if ctx.plan.change is not None:
+        live = await ctx.kube.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name)
+        current = ((live or {}).get("spec") or {}).get("tls")
+        want = desired.to_dict() if desired is not None else None
+        if current != want:
+            patch = ([{"op": "add", "path": "/spec/tls", "value": want}] if want is not None
+                     else [{"op": "remove", "path": "/spec/tls"}])
+            ctx.db_obj = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace,
+                                              ctx.db_name, patch, patch_type="json")
+        if ctx.plan.change is plan.TLSChange.REMOVE:
+            # The TLS the cluster had: the plan's steps still carry it (spec.tls on the Etcd is gone by now).
+            tls_before = next((s.tls for s in ctx.plan.steps if s.tls is not None), None)
+            if tls_before is not None:
+                await certificates.delete_certificates(ctx, tls_before)
+        if ctx.plan.change is plan.TLSChange.ISSUER:
+            await certificates.delete_probes(ctx, desired)
+    return context.Done()

@@ -1,0 +1,125 @@
+"""Every operation runs to Successful in the fast world (in-process API server, fake etcd; see conftest.py).
+
+We test these aspects, for add TLS, rotate, issuer change, remove TLS, Restart and MoveLeader:
+- the phase ends ``Successful`` and the step conditions appear in the plan's order;
+- each member is restarted exactly once per pass, never two at a time, and never while it leads (leadership was
+  moved first: the fake cluster saw no election, only MoveLeaders);
+- TLS operations: every member serves the certificate now in its Secret, and ``spec.tls`` is written back;
+- every member's peer URL is registered under the scheme of the end state; removing TLS deletes the
+  Certificates and Secrets the operator created;
+- the Etcd is not left paused, and no etcd admin is left open.
+The real-etcd proof of the same claims (0 failed writes, 0 unplanned elections) is tests/e2e/test_ops_engine.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from typing import Any
+
+import pytest
+
+from opsmanager import pki
+from opsmanager.api import constants
+from tests.ops import world as w
+
+ISSUER_A = {**w.ISSUER, "name": "ca-a"}
+ISSUER_B = {**w.ISSUER, "name": "ca-b"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Operation:
+    name: str
+    start_with_tls: bool
+    type: str
+    spec: dict[str, Any]
+    order: list[str]
+    passes: int  # rolling restarts, i.e. restarts of each member
+    tls_after: bool
+
+
+OPERATIONS = [
+    Operation("add-tls", False, "ReconfigureTLS", {"tls": {"issuerRef": ISSUER_A}},
+              ["Running", "CertificateSynced", "TLSListenersAdded", "PeerURLsUpdated", "UpdateStatefulSet",
+               "RestartPods", "UpdateDatabase", "Successful"], 2, True),
+    Operation("rotate", True, "ReconfigureTLS", {"tls": {"rotateCertificates": True}},
+              ["Running", "IssueCertificatesSucceeded", "CertificateSynced", "UpdateStatefulSet", "RestartPods",
+               "UpdateDatabase", "Successful"], 1, True),
+    Operation("change-issuer", True, "ReconfigureTLS", {"tls": {"issuerRef": ISSUER_B}},
+              ["Running", "TrustBundleWidened", "CertificateSynced", "UpdateStatefulSet", "RestartPods",
+               "TrustBundleNarrowed", "UpdateDatabase", "Successful"], 3, True),
+    Operation("remove-tls", True, "ReconfigureTLS", {"tls": {"remove": True}},
+              ["Running", "PlaintextListenersAdded", "PeerURLsUpdated", "UpdateStatefulSet", "RestartPods",
+               "UpdateDatabase", "Successful"], 2, False),
+    Operation("restart", False, "Restart", {}, ["Running", "RestartPods", "Successful"], 1, False),
+    Operation("restart-tls", True, "Restart", {}, ["Running", "RestartPods", "Successful"], 1, True),
+]
+TLS_OPERATIONS = [op for op in OPERATIONS if op.type == "ReconfigureTLS"]
+PODS = ["db-0", "db-1", "db-2"]
+
+
+async def prepare(world: w.World, op: Operation) -> None:
+    await world.etcd("db", tls_issuer="ca-a" if op.start_with_tls else None)
+    await world.request(op.name, "db", op.type, **op.spec)
+
+
+async def served_as_in_secrets(world: w.World) -> bool:
+    assert world.cluster is not None
+    secret = await world.kube.get("v1", "Secret", w.NS, "db-server-cert")
+    assert secret is not None
+    serial = pki.cert_info(base64.b64decode(secret["data"]["tls.crt"])).serial
+    return all(m.served["client"].serial == serial for m in world.cluster.members.values())
+
+
+async def assert_rolled_safely(world: w.World, op: Operation) -> None:
+    assert world.cluster is not None
+    assert world.record.creations == {p: op.passes for p in PODS}, "each member restarted once per pass"
+    assert world.record.max_missing == 1, "one member at a time"
+    assert world.record.restarted_while_leader == []
+    assert world.cluster.elections == [], "every leader change was a MoveLeader"
+    assert [c.cause for c in world.cluster.history] == ["move"] * op.passes
+    assert not await world.is_paused("db")
+    assert world.cluster.open_admins == 0
+    tls = (await world.get_etcd("db"))["spec"].get("tls")
+    assert (tls is not None) == op.tls_after
+    if op.tls_after:
+        assert await served_as_in_secrets(world)
+
+
+@pytest.mark.parametrize("op", OPERATIONS, ids=lambda op: op.name)
+async def test_operation_runs_to_successful_rolling_one_member_at_a_time_leader_last(
+        world: w.World, op: Operation) -> None:
+    await prepare(world, op)
+    req = await world.run(op.name)
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
+    assert w.umbrella(req) == op.order
+    await assert_rolled_safely(world, op)
+    assert world.cluster is not None
+    peer_schemes = {url.split("://")[0] for m in world.cluster.members.values() for url in m.peer_urls}
+    assert peer_schemes == {"https" if op.tls_after else "http"}
+    if op.name == "remove-tls":  # the certificates this operator created go with TLS
+        assert await world.kube.list(w.CERT_API, "Certificate", w.NS) == []
+        assert await world.kube.get("v1", "Secret", w.NS, "db-server-cert") is None
+
+
+async def test_move_leader_to_a_named_follower(world: w.World) -> None:
+    await world.etcd("db")
+    assert world.cluster is not None and world.cluster.leader == "db-0"
+    term = world.cluster.term
+    await world.request("move", "db", "MoveLeader", moveLeader={"newLeader": "db-2"})
+    req = await world.run("move")
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL
+    assert w.umbrella(req) == ["EtcdLeaderMoved", "Successful"]
+    assert world.cluster.leader == "db-2" and world.cluster.term == term + 1
+    assert world.record.creations == {}  # nothing restarted
+    assert not await world.is_paused("db")
+
+
+async def test_move_leader_to_a_name_that_is_not_a_member_fails_naming_the_members(world: w.World) -> None:
+    await world.etcd("db")
+    await world.request("move", "db", "MoveLeader", moveLeader={"newLeader": "db-7"})
+    req = await world.run("move")
+    assert req["status"]["phase"] == constants.PHASE_FAILED
+    failed = next(c for c in req["status"]["conditions"] if c["type"] == constants.COND_FAILED)
+    assert "db-7" in failed["message"] and "db-0, db-1, db-2" in failed["message"]
+    assert world.cluster is not None and world.cluster.history == []

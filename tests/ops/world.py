@@ -1,0 +1,367 @@
+"""The world the fast engine tests run the ops engine in: the sandbox API server in-process, no kubelet, no etcd.
+
+What is real: the engine (every step module, the plan, the queue, the status writes), the operator's
+``kube.Kube`` client talking HTTP over loopback to the sandbox :class:`~opsmanager.sandbox.apiserver.APIServer`
+(objects, status subresources, optimistic locks, the Eviction API), certificates made by :mod:`opsmanager.pki`.
+
+What is played, by :meth:`World.settle` — called after every reconcile, so it is deterministic and never sleeps:
+
+- the StatefulSet controller: ``status.observedGeneration`` / ``updateRevision`` (a hash of the pod template);
+- the kubelet: a pod that was deleted is recreated one settle later (it is missing during one reconcile, as a
+  restarting member is), on the update revision, Ready, with a fresh podIP;
+- cert-manager: a Certificate with no Secret, a changed spec or ``Issuing=True`` gets a Secret with a fresh leaf
+  from its issuer's CA (one CA per issuer name), ``Ready=True`` and ``revision + 1``;
+- etcd: a :class:`~opsmanager.etcd.fake.FakeCluster` — a member stops when its pod is deleted and starts when the
+  pod is recreated, serving the certificates of the Secrets its pod template mounts.
+
+It also records what the tests assert: every pod (re)creation, how many pods were missing at once, and which
+member was the leader when its pod went away.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from opsmanager import kube, pki
+from opsmanager.api import conditions, constants, crdgen
+from opsmanager.api import etcd as etcd_api
+from opsmanager.etcd import access, client, fake
+from opsmanager.ops import engine
+from opsmanager.provisioner import applying, naming, render
+from opsmanager.sandbox import apiserver as sandbox_apiserver
+
+NS = "ops"
+CERT_API = "cert-manager.io/v1"
+ISSUER = {"apiGroup": "cert-manager.io", "kind": "Issuer"}
+Obj = dict[str, Any]
+
+
+class Crash(BaseException):
+    """The operator process dies here (not an ``Exception``: nothing in the engine may catch it)."""
+
+
+class FakeClock:
+    """The engine's clock: real time plus an offset the test moves forward."""
+
+    def __init__(self) -> None:
+        self.offset = datetime.timedelta()
+
+    def __call__(self) -> datetime.datetime:
+        return datetime.datetime.now(datetime.UTC) + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += datetime.timedelta(seconds=seconds)
+
+
+class CrashingKube(kube.Kube):
+    """The operator's client, dying once at chosen points: ``before``/``after evict <pod>``; ``in-flight <type>``
+    and ``done <type>`` right after the status write that first shows a request condition False (the in-flight
+    mark written before the step acts) or True (the step's end)."""
+
+    crash: Callable[[str], None] = staticmethod(lambda point: None)
+
+    async def evict(self, namespace: str, pod: str) -> None:
+        self.crash(f"before evict {pod}")
+        await super().evict(namespace, pod)
+        self.crash(f"after evict {pod}")
+
+    async def transact_status(self, api_version: str, kind: str, namespace: str | None, name: str,
+                              *mutations: Callable[[Obj], Obj], attempts: int = 8) -> Obj | None:
+        result = await super().transact_status(api_version, kind, namespace, name, *mutations, attempts=attempts)
+        if kind == constants.OPS_KIND and result is not None:
+            for cond in (result.get("status") or {}).get("conditions") or []:
+                what = {constants.FALSE: "in-flight", constants.TRUE: "done"}.get(cond.get("status"))
+                if what:
+                    self.crash(f"{what} {cond['type']}")
+        return result
+
+
+class CrashingAdmin(fake.FakeAdmin):
+    """The fake etcd admin, dying once at a chosen point around MoveLeader or a member update."""
+
+    def __init__(self, world: World, endpoints: Sequence[access.Endpoint], tls: access.TLSIdentity | None) -> None:
+        assert world.cluster is not None
+        super().__init__(world.cluster, endpoints, tls)
+        self.world = world
+
+    def _name(self, member_id: int) -> str:
+        member = self.cluster.by_id(member_id)
+        return member.name if member is not None else format(member_id, "x")
+
+    async def move_leader(self, target_id: int, **kw: Any) -> client.LeaderMove:
+        self.world.maybe_crash(f"before move_leader {self._name(target_id)}")
+        result = await super().move_leader(target_id, **kw)
+        self.world.maybe_crash(f"after move_leader {self._name(target_id)}")
+        return result
+
+    async def member_update(self, member_id: int, peer_urls: Sequence[str], **kw: Any) -> list[client.Member]:
+        self.world.maybe_crash(f"before member_update {self._name(member_id)}")
+        result = await super().member_update(member_id, peer_urls, **kw)
+        self.world.maybe_crash(f"after member_update {self._name(member_id)}")
+        return result
+
+
+@dataclasses.dataclass
+class Record:
+    creations: dict[str, int] = dataclasses.field(default_factory=dict)  # pod -> times (re)created by us
+    max_missing: int = 0
+    restarted_while_leader: list[str] = dataclasses.field(default_factory=list)
+
+
+class World:
+    def __init__(self, server: sandbox_apiserver.APIServer, client: CrashingKube) -> None:
+        self.server = server
+        self.kube = client
+        client.crash = self.maybe_crash
+        self.clock = FakeClock()
+        self.cluster: fake.FakeCluster | None = None
+        self.cas: dict[str, pki.KeyPair] = {}
+        self.record = Record()
+        self.crash_points: set[str] = set()
+        self.crashes: list[str] = []
+        self.held: set[str] = set()  # pods the kubelet does not recreate (a member that never comes back)
+        self.cert_manager_running = True
+        self._ips = 0
+        self._missing_seen: set[str] = set()
+
+    # --- crash injection --------------------------------------------------------------------------------------
+
+    def maybe_crash(self, point: str) -> None:
+        if point in self.crash_points:
+            self.crash_points.discard(point)
+            self.crashes.append(point)
+            raise Crash(point)
+
+    def engine(self) -> engine.Engine:
+        """A fresh engine, as a restarted operator builds it (nothing carried over from the previous one)."""
+        return engine.Engine(self.kube, clock=self.clock, etcd=self.admin)
+
+    def admin(self, endpoints: Sequence[access.Endpoint], tls: access.TLSIdentity | None) -> CrashingAdmin:
+        return CrashingAdmin(self, endpoints, tls)
+
+    # --- objects ----------------------------------------------------------------------------------------------
+
+    async def etcd(self, name: str, *, tls_issuer: str | None = None, replicas: int = 3) -> Obj:
+        """An Etcd at rest: its Certificates issued, trust bundle, StatefulSet, Ready pods, phase Ready."""
+        spec: Obj = {"version": constants.DEFAULT_ETCD_VERSION, "replicas": replicas, "storageType": "Durable",
+                     "deletionPolicy": "WipeOut"}
+        if tls_issuer is not None:
+            spec["tls"] = {"issuerRef": {**ISSUER, "name": tls_issuer}}
+        obj = await self.kube.create({"apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
+                                      "metadata": {"name": name, "namespace": NS}, "spec": spec})
+        db = etcd_api.Etcd.model_validate(obj)
+        pods = naming.pods(name, replicas)
+        scheme = "https" if tls_issuer else "http"
+        self.cluster = fake.FakeCluster(
+            pods, peer_urls=[f"{scheme}://{naming.pod_fqdn(name, NS, p)}:{naming.peer_port(scheme)}" for p in pods])
+        if db.spec.tls is not None:
+            for cert in render.render_certificates(db, db.spec.tls):
+                await self.kube.apply(cert)
+            await self.settle()
+            cas = [self._secret_bytes(await self.kube.get("v1", "Secret", NS, render.secret_name(db, db.spec.tls, a)),
+                                      "ca.crt") for a in constants.CERT_ALIASES]
+            await self.kube.apply(render.render_trust_bundle(db, pki.bundle(*[c for c in cas if c])))
+        await applying.apply_statefulset(self.kube, db)
+        for _ in range(3):
+            await self.settle()
+        self.record = Record()
+        self.cluster.history.clear()  # the set-up's elections (members started as their pods appeared)
+
+        def ready(st: Obj) -> Obj:
+            return {**st, "phase": constants.DB_PHASE_READY}
+
+        return await self.kube.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, NS, name,
+                                               ready) or obj
+
+    async def request(self, name: str, db: str, type_: str, **spec: Any) -> Obj:
+        return await self.kube.create({
+            "apiVersion": constants.OPS_API_VERSION, "kind": constants.OPS_KIND,
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"type": type_, "databaseRef": {"name": db}, **spec}})
+
+    async def get_request(self, name: str) -> Obj:
+        req = await self.kube.get(constants.OPS_API_VERSION, constants.OPS_KIND, NS, name)
+        assert req is not None, f"EtcdOpsRequest {name} is gone"
+        return req
+
+    async def get_etcd(self, name: str) -> Obj:
+        obj = await self.kube.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, NS, name)
+        assert obj is not None
+        return obj
+
+    async def is_paused(self, db: str) -> bool:
+        return conditions.is_true(((await self.get_etcd(db)).get("status") or {}).get("conditions"),
+                                  constants.COND_PAUSED)
+
+    # --- driving ----------------------------------------------------------------------------------------------
+
+    async def run(self, name: str, *, max_reconciles: int = 400,
+                  between: Callable[[int], Awaitable[None]] | None = None) -> Obj:
+        """Reconcile ``name`` until it is finished, with a fresh engine every time (an operator restart between
+        every two reconciles) and the world settling in between; a :class:`Crash` is an operator restart too."""
+        for i in range(max_reconciles):
+            try:
+                outcome = await self.engine().reconcile(NS, name)
+            except Crash:
+                outcome = engine.Outcome(finished=False)
+                await self.settle()  # the operator is down for a while: a deleted pod comes back meanwhile
+            await self.settle()
+            if between is not None:
+                await between(i)
+            if outcome.finished:
+                return await self.get_request(name)
+        raise AssertionError(f"{name} not finished after {max_reconciles} reconciles: "
+                             f"{json.dumps((await self.get_request(name)).get('status'), indent=1)[:3000]}")
+
+    async def run_all(self, names: Sequence[str], *, max_rounds: int = 400,
+                      between: Callable[[int], Awaitable[None]] | None = None) -> dict[str, Obj]:
+        """Reconcile several requests round-robin (as the operator's daemons interleave) until all finished."""
+        left = list(names)
+        for i in range(max_rounds):
+            for name in list(left):
+                if (await self.engine().reconcile(NS, name)).finished:
+                    left.remove(name)
+                await self.settle()
+            if between is not None:
+                await between(i)
+            if not left:
+                return {n: await self.get_request(n) for n in names}
+        raise AssertionError(f"{left} not finished after {max_rounds} rounds")
+
+    # --- the controllers ---------------------------------------------------------------------------------------
+
+    async def settle(self) -> None:
+        await self._cert_manager()
+        for sts in await self.kube.list("apps/v1", "StatefulSet", NS):
+            await self._statefulset(sts)
+
+    @staticmethod
+    def _secret_bytes(secret: Obj | None, key: str) -> bytes | None:
+        value = ((secret or {}).get("data") or {}).get(key)
+        return base64.b64decode(value) if value else None
+
+    def ca(self, issuer: str) -> pki.KeyPair:
+        if issuer not in self.cas:
+            self.cas[issuer] = pki.make_ca(f"{issuer}-ca")
+        return self.cas[issuer]
+
+    async def _cert_manager(self) -> None:
+        if not self.cert_manager_running:
+            return
+        certs = await self.kube.list(CERT_API, "Certificate", NS)
+        secrets = {s["metadata"]["name"] for s in await self.kube.list("v1", "Secret", NS)} if certs else set()
+        for cert in certs:
+            meta, spec, status = cert["metadata"], cert["spec"], cert.get("status") or {}
+            conds = status.get("conditions") or []
+            ready = conditions.get_condition(conds, "Ready") or {}
+            secret = spec["secretName"] if spec["secretName"] in secrets else None
+            if (secret is not None and ready.get("observedGeneration") == meta.get("generation")
+                    and not conditions.is_true(conds, "Issuing")):
+                continue
+            issuer = spec["issuerRef"]
+            ca = self.ca(issuer["name"])
+            leaf = pki.make_leaf(ca, spec.get("commonName") or meta["name"], dns_names=spec.get("dnsNames") or (),
+                                 usages=[u for u in spec.get("usages") or () if u in ("server auth", "client auth")]
+                                 or ("server", "client"))
+            data = {"tls.crt": leaf.cert_pem, "tls.key": leaf.key_pem, "ca.crt": ca.cert_pem}
+            await self.kube.apply({
+                "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                "metadata": {"name": spec["secretName"], "namespace": NS, "annotations": {
+                    "cert-manager.io/certificate-name": meta["name"],
+                    "cert-manager.io/issuer-name": issuer["name"],
+                    "cert-manager.io/issuer-kind": issuer.get("kind", "Issuer")}},
+                "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+            })
+            generation = meta.get("generation")
+
+            def issued(st: Obj, generation: Any = generation) -> Obj:
+                conds = conditions.remove_condition(st.get("conditions"), "Issuing")
+                conds = conditions.set_condition(conds, "Ready", constants.TRUE, reason="Ready",
+                                                 message="Certificate is up to date",
+                                                 observed_generation=generation)
+                return {**st, "conditions": conds, "revision": int(st.get("revision") or 0) + 1}
+
+            await self.kube.transact_status(CERT_API, "Certificate", NS, meta["name"], issued)
+
+    async def _statefulset(self, sts: Obj) -> None:
+        template = sts["spec"]["template"]
+        revision = f"{sts['metadata']['name']}-" + hashlib.sha256(
+            json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
+        status = sts.get("status") or {}
+        if status.get("updateRevision") != revision or status.get("observedGeneration") != sts["metadata"].get(
+                "generation"):
+            def observed(st: Obj) -> Obj:
+                return {**st, "observedGeneration": sts["metadata"].get("generation"), "updateRevision": revision,
+                        "replicas": sts["spec"].get("replicas", 1)}
+            await self.kube.transact_status("apps/v1", "StatefulSet", NS, sts["metadata"]["name"], observed)
+        assert self.cluster is not None
+        names = [f"{sts['metadata']['name']}-{i}" for i in range(sts["spec"].get("replicas", 1))]
+        live = {p["metadata"]["name"]: p for p in await self.kube.list("v1", "Pod", NS)}
+        missing = [n for n in names if n not in live]
+        self.record.max_missing = max(self.record.max_missing, len(missing))
+        for name in names:
+            if name in live:
+                continue
+            member = self.cluster.members.get(name)
+            if member is not None and member.up:  # the pod went away since the last settle: its member stops
+                if self.cluster.leader == name:
+                    self.record.restarted_while_leader.append(name)
+                self.cluster.stop(name)
+            if name in self.held:
+                continue
+            if name not in self._missing_seen and member is not None:
+                self._missing_seen.add(name)  # recreated on the next settle: missing during one reconcile
+                continue
+            self._missing_seen.discard(name)
+            await self._create_pod(sts, name, template, revision)
+
+    async def _create_pod(self, sts: Obj, name: str, template: Obj, revision: str) -> None:
+        assert self.cluster is not None
+        labels = {**(template["metadata"].get("labels") or {}), "controller-revision-hash": revision,
+                  "statefulset.kubernetes.io/pod-name": name}
+        await self.kube.create({"apiVersion": "v1", "kind": "Pod",
+                                "metadata": {"name": name, "namespace": NS, "labels": labels,
+                                             "annotations": template["metadata"].get("annotations") or {}},
+                                "spec": template["spec"]})
+        self._ips += 1
+        ip = f"10.0.{self._ips // 250}.{self._ips % 250 + 1}"
+
+        def running(st: Obj) -> Obj:
+            return {**st, "phase": "Running", "podIP": ip,
+                    "conditions": [{"type": "Ready", "status": "True"}]}
+
+        await self.kube.transact_status("v1", "Pod", NS, name, running)
+        self.record.creations[name] = self.record.creations.get(name, 0) + 1
+        if name not in self.cluster.members:
+            return
+        volumes = {v["name"]: (v.get("secret") or {}).get("secretName") for v in template["spec"].get("volumes") or []}
+        for alias, port in ((constants.ALIAS_SERVER, "client"), (constants.ALIAS_PEER, "peer")):
+            secret_name = volumes.get(f"{alias}-tls")
+            cert = self._secret_bytes(await self.kube.get("v1", "Secret", NS, secret_name), "tls.crt") \
+                if secret_name else None
+            self.cluster.serve(name, port, pki.cert_info(cert) if cert else None)
+        self.cluster.start(name)
+
+
+async def start(tmp: Path) -> tuple[sandbox_apiserver.APIServer, CrashingKube]:
+    server = sandbox_apiserver.APIServer(bookmark_interval=0.5)
+    await server.start()
+    await server.apply_objects([*(crdgen.crd(spec) for spec in crdgen.CRDS),
+                                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}])
+    path = server.write_kubeconfig(tmp / "kubeconfig")
+    client = CrashingKube.from_kubeconfig(str(path))
+    assert isinstance(client, CrashingKube)
+    return server, client
+
+
+def umbrella(req: Obj) -> list[str]:
+    """The request's step conditions, in the order they were first written."""
+    return [c["type"] for c in (req.get("status") or {}).get("conditions") or []
+            if constants.PER_POD_SEPARATOR not in c["type"]]
