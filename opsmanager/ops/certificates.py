@@ -80,7 +80,7 @@ async def desired_cas(ctx: context.OpsContext, tls: etcd_api.TLSConfig) -> bytes
     """The CAs of the (complete) Secrets of ``tls``."""
     cas = []
     for alias in constants.CERT_ALIASES:
-        ca = context.secret_bytes(await ctx.secret(render.secret_name(ctx.db_name, tls, alias)), "ca.crt")
+        ca = material.secret_bytes(await ctx.secret(render.secret_name(ctx.db_name, tls, alias)), "ca.crt")
         if ca:
             cas.append(ca)
     return pki.bundle(*cas)
@@ -88,7 +88,7 @@ async def desired_cas(ctx: context.OpsContext, tls: etcd_api.TLSConfig) -> bytes
 
 async def current_bundle(ctx: context.OpsContext) -> bytes:
     secret = await ctx.secret(naming.trust_bundle_secret(ctx.db_name))
-    return context.secret_bytes(secret, naming.TRUST_BUNDLE_KEY) or b""
+    return material.secret_bytes(secret, naming.TRUST_BUNDLE_KEY) or b""
 
 
 async def write_bundle(ctx: context.OpsContext, pems: bytes) -> bool:
@@ -137,7 +137,7 @@ async def probe_cas(ctx: context.OpsContext, tls: etcd_api.TLSConfig) -> bytes |
         await ctx.kube.apply(probe)
         if problem := await material_problem(ctx, probe):
             return context.Progress(f"waiting for the new issuer's CA: {problem}")
-        ca = context.secret_bytes(await ctx.secret(probe["spec"]["secretName"]), "ca.crt")
+        ca = material.secret_bytes(await ctx.secret(probe["spec"]["secretName"]), "ca.crt")
         if not ca:
             return context.Fail(
                 f"issuer {probe['spec']['issuerRef']['name']} does not publish ca.crt; the operator cannot learn "

@@ -7,19 +7,18 @@ step marked in flight and re-derives what is left from what it observes.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import datetime
 import logging
 from typing import Any
 
-from opsmanager import kube, pki
+from opsmanager import kube
 from opsmanager.api import conditions, constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.etcd import access, admin
 from opsmanager.ops import plan as plan_mod
-from opsmanager.provisioner import material, naming, render
+from opsmanager.provisioner import members, naming
 
 log = logging.getLogger("opsmanager.ops")
 
@@ -57,18 +56,6 @@ def per_pod_message(step: str, status: str, pod: str) -> str:
         constants.STEP_VERIFY_SERVED_CERTIFICATE: "verify served certificate",
     }.get(step, step)
     return f"{words}; ConditionStatus:{status}; PodName:{pod}"
-
-
-def secret_bytes(secret: dict[str, Any] | None, key: str) -> bytes | None:
-    if not secret:
-        return None
-    value = (secret.get("data") or {}).get(key)
-    if value is None:
-        return None
-    try:
-        return base64.b64decode(value)
-    except (ValueError, TypeError):
-        return None
 
 
 @dataclasses.dataclass
@@ -160,9 +147,7 @@ class OpsContext:
         return await self.kube.get("apps/v1", "StatefulSet", self.namespace, naming.statefulset(self.db_name))
 
     async def pods(self) -> dict[str, dict[str, Any]]:
-        selector = ",".join(f"{k}={v}" for k, v in naming.selector_labels(self.db_name).items())
-        items = await self.kube.list("v1", "Pod", self.namespace, label_selector=selector)
-        return {p["metadata"]["name"]: p for p in items}
+        return await members.pods(self.kube, self.namespace, self.db_name)
 
     def pod_names(self) -> list[str]:
         return naming.pods(self.db_name, self.db.spec.replicas)
@@ -173,33 +158,13 @@ class OpsContext:
     # --- etcd ------------------------------------------------------------------------------------------
 
     async def identity(self) -> access.TLSIdentity | None:
-        """The operator's own client identity for this cluster: the ``client`` alias Secret (CN=root), trusting
-        every CA it knows for the cluster (the trust bundle, and the leaf Secrets' ``ca.crt``)."""
+        """The operator's own client identity for this cluster (the one policy of :mod:`provisioner.members`),
+        trusting every CA of the TLS the cluster had and the TLS it moves to; None without TLS on either side."""
         tls_configs = [t for t in (self.plan.desired_tls, self.db.spec.tls) if t is not None]
         if not tls_configs:
             return None
-        cas: list[bytes] = []
-        bundle = secret_bytes(await self.secret(naming.trust_bundle_secret(self.db_name)), naming.TRUST_BUNDLE_KEY)
-        if bundle:
-            cas.append(bundle)
-        client_secret = None
-        for tls in tls_configs:
-            for alias in (constants.ALIAS_CLIENT, constants.ALIAS_SERVER):
-                sec = await self.secret(render.secret_name(self.db_name, tls, alias))
-                ca = secret_bytes(sec, "ca.crt")
-                if ca:
-                    cas.append(ca)
-                if alias == constants.ALIAS_CLIENT and client_secret is None and material.check_secret(sec, alias).complete:
-                    client_secret = sec
-        if not cas:
-            return None
-        ca_pem = pki.bundle(*cas)
-        if client_secret is None:
-            return access.TLSIdentity(ca_pem=ca_pem, name="operator-no-client-cert")
-        return access.TLSIdentity(
-            ca_pem=ca_pem, cert_pem=secret_bytes(client_secret, "tls.crt"),
-            key_pem=secret_bytes(client_secret, "tls.key"), name="operator",
-        )
+        identity, _ = await members.client_identity(self.kube, self.namespace, self.db_name, tls_configs)
+        return identity
 
     async def etcd(self, pods: dict[str, dict[str, Any]] | None = None, *,
                    peer_scheme: str = "https") -> admin.EtcdAdmin:
@@ -207,14 +172,6 @@ class OpsContext:
         pods = pods if pods is not None else await self.pods()
         identity = await self.identity()
         schemes = ("https", "http") if identity is not None else ("http",)
-        eps = []
-        for name in self.pod_names():
-            pod = pods.get(name)
-            ip = (pod or {}).get("status", {}).get("podIP")
-            if not ip or (pod or {}).get("metadata", {}).get("deletionTimestamp"):
-                continue
-            eps.append(access.Endpoint(
-                name=name, host=ip, client_port=naming.CLIENT_PORT, metrics_port=naming.METRICS_PORT,
-                peer_port=naming.peer_port(peer_scheme), schemes=schemes, server_name=self.fqdn(name),
-            ))
+        eps = members.endpoints(self.db_name, self.namespace, pods, self.pod_names(), schemes=schemes,
+                                peer_scheme=peer_scheme, metrics=True)
         return self.admin_factory(eps, identity)

@@ -26,6 +26,7 @@ import transitions
 from opsmanager import kube
 from opsmanager.api import conditions, constants
 from opsmanager.api import opsrequest as ops_api
+from opsmanager.api import pause as pause_api
 from opsmanager.etcd import admin
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan, queue
@@ -186,8 +187,7 @@ class Engine:
             siblings.append(_queued(other))
         me = _queued(req)
         decision = queue.decide(me, siblings, (db_obj.get("status") or {}).get("phase"))
-        pause = conditions.get_condition((db_obj.get("status") or {}).get("conditions"), constants.COND_PAUSED)
-        if decision.verdict is queue.Verdict.START and pause is not None and pause.get("status") == constants.TRUE:
+        if decision.verdict is queue.Verdict.START and pause_api.is_paused(db_obj.get("status")):
             # Paused by hand (or by a request not finished yet): hands off until whoever paused it resumes it.
             return Outcome(finished=False, delay=1.0, phase=lifecycle.state)
         if decision.verdict is queue.Verdict.SKIP:

@@ -20,6 +20,7 @@ import kopf
 
 from opsmanager import kube
 from opsmanager.api import constants
+from opsmanager.api import pause as pause_api
 from opsmanager.ops import engine
 from opsmanager.ops.steps import pause
 
@@ -27,7 +28,7 @@ log = logging.getLogger("opsmanager.ops")
 
 
 def _paused(status: Any, **_: Any) -> bool:
-    return pause.paused_by({"status": status or {}}) is not None
+    return pause_api.held_by_request(status) is not None
 
 
 def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, eng: engine.Engine | None = None) -> None:

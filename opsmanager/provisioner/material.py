@@ -52,6 +52,11 @@ def _decode(data: Mapping[str, Any], key: str) -> bytes | None:
         return None
 
 
+def secret_bytes(secret: Mapping[str, Any] | None, key: str) -> bytes | None:
+    """The decoded value of ``data[key]`` of a Secret read from the API; None when absent or not base64."""
+    return _decode((secret or {}).get("data") or {}, key)
+
+
 def check_secret(secret: Mapping[str, Any] | None, name: str) -> Material:
     """Whether ``secret`` (the object read from the API, or None when absent) holds complete TLS material.
 

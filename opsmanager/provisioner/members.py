@@ -16,7 +16,6 @@ Only the I/O of reading pods and Secrets is here; the verdicts (health, rollout)
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -73,16 +72,6 @@ def endpoints(db_name: str, namespace: str, member_pods: Mapping[str, Mapping[st
     return out
 
 
-def _secret_bytes(secret: Mapping[str, Any] | None, key: str) -> bytes | None:
-    value = ((secret or {}).get("data") or {}).get(key)
-    if value is None:
-        return None
-    try:
-        return base64.b64decode(value)
-    except (ValueError, TypeError):
-        return None
-
-
 async def client_identity(k: kube.Kube, namespace: str, db_name: str,
                           tls_configs: Sequence[etcd_api.TLSConfig | None]) -> tuple[access.TLSIdentity | None, str]:
     """The operator's TLS identity for this cluster and, when it is not complete, why.
@@ -94,7 +83,7 @@ async def client_identity(k: kube.Kube, namespace: str, db_name: str,
     configs = list(tls_configs) or [None]
     cas: list[bytes] = []
     bundle_name = naming.trust_bundle_secret(db_name)
-    bundle = _secret_bytes(await k.get("v1", "Secret", namespace, bundle_name), naming.TRUST_BUNDLE_KEY)
+    bundle = material.secret_bytes(await k.get("v1", "Secret", namespace, bundle_name), naming.TRUST_BUNDLE_KEY)
     if bundle:
         cas.append(bundle)
     client: Mapping[str, Any] | None = None
@@ -107,7 +96,7 @@ async def client_identity(k: kube.Kube, namespace: str, db_name: str,
                 continue
             seen.add(name)
             secret = await k.get("v1", "Secret", namespace, name)
-            if (ca := _secret_bytes(secret, "ca.crt")) is not None:
+            if (ca := material.secret_bytes(secret, "ca.crt")) is not None:
                 cas.append(ca)
             if alias == constants.ALIAS_CLIENT and client is None:
                 verdict = material.check_secret(secret, f"{namespace}/{name}")
@@ -120,5 +109,5 @@ async def client_identity(k: kube.Kube, namespace: str, db_name: str,
     ca_pem = pki.bundle(*cas)
     if client is None:
         return access.TLSIdentity(ca_pem=ca_pem, name="operator-no-client-cert"), problem
-    return access.TLSIdentity(ca_pem=ca_pem, cert_pem=_secret_bytes(client, "tls.crt"),
-                              key_pem=_secret_bytes(client, "tls.key"), name="operator"), ""
+    return access.TLSIdentity(ca_pem=ca_pem, cert_pem=material.secret_bytes(client, "tls.crt"),
+                              key_pem=material.secret_bytes(client, "tls.key"), name="operator"), ""

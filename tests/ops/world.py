@@ -34,7 +34,7 @@ from opsmanager.api import conditions, constants, crdgen
 from opsmanager.api import etcd as etcd_api
 from opsmanager.etcd import access, client, fake
 from opsmanager.ops import engine
-from opsmanager.provisioner import applying, naming, render
+from opsmanager.provisioner import applying, material, naming, render
 from opsmanager.sandbox import apiserver as sandbox_apiserver
 
 NS = "ops"
@@ -165,7 +165,7 @@ class World:
             for cert in render.render_certificates(db, db.spec.tls):
                 await self.kube.apply(cert)
             await self.settle()
-            cas = [self._secret_bytes(await self.kube.get("v1", "Secret", NS, render.secret_name(db, db.spec.tls, a)),
+            cas = [material.secret_bytes(await self.kube.get("v1", "Secret", NS, render.secret_name(db, db.spec.tls, a)),
                                       "ca.crt") for a in constants.CERT_ALIASES]
             await self.kube.apply(render.render_trust_bundle(db, pki.bundle(*[c for c in cas if c])))
         await applying.apply_statefulset(self.kube, db)
@@ -241,11 +241,6 @@ class World:
         await self._cert_manager()
         for sts in await self.kube.list("apps/v1", "StatefulSet", NS):
             await self._statefulset(sts)
-
-    @staticmethod
-    def _secret_bytes(secret: Obj | None, key: str) -> bytes | None:
-        value = ((secret or {}).get("data") or {}).get(key)
-        return base64.b64decode(value) if value else None
 
     def ca(self, issuer: str) -> pki.KeyPair:
         if issuer not in self.cas:
@@ -344,7 +339,7 @@ class World:
         volumes = {v["name"]: (v.get("secret") or {}).get("secretName") for v in template["spec"].get("volumes") or []}
         for alias, port in ((constants.ALIAS_SERVER, "client"), (constants.ALIAS_PEER, "peer")):
             secret_name = volumes.get(f"{alias}-tls")
-            cert = self._secret_bytes(await self.kube.get("v1", "Secret", NS, secret_name), "tls.crt") \
+            cert = material.secret_bytes(await self.kube.get("v1", "Secret", NS, secret_name), "tls.crt") \
                 if secret_name else None
             self.cluster.serve(name, port, pki.cert_info(cert) if cert else None)
         self.cluster.start(name)

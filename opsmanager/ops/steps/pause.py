@@ -1,7 +1,7 @@
-"""``Running``: pause the Etcd so the provisioner keeps off while a request owns it — and the pause contract.
+"""``Running``: pause the Etcd so the provisioner keeps off while a request owns it; resume and heal.
 
-A pause is the ``Paused=True`` condition on the Etcd's status, with the request's name as ``reason``; while it is
-there the provisioner changes nothing it owns. Failure prevented: the provisioner "repairing" a template mid-roll.
+The contract (what a pause is, who holds it, that nobody removes another's) is :mod:`opsmanager.api.pause`, shared
+with the provisioner; this module does the writes. Failure prevented: the provisioner "repairing" a template mid-roll.
 
 KubeDB leaked pauses in its live tests (a request deleted mid-flight left the database frozen, and every later
 ``IfReady`` request stuck in Pending), so here: a request resumes the Etcd on success, on failure, on timeout and
@@ -14,32 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from opsmanager import kube
-from opsmanager.api import conditions, constants
+from opsmanager.api import constants
+from opsmanager.api import pause as pause_api
 from opsmanager.ops import context, plan
-
-PAUSE_MESSAGE = "EtcdOpsRequest {} is in process"
-
-
-def paused_by(db_obj: dict[str, Any]) -> str | None:
-    """The name of the request holding the pause, or None when not paused by a request. A pause someone set by
-    hand (any other message) is theirs: the operator never heals it away."""
-    cond = conditions.get_condition((db_obj.get("status") or {}).get("conditions"), constants.COND_PAUSED)
-    if cond is None or cond.get("status") != constants.TRUE:
-        return None
-    holder = str(cond.get("reason") or "")
-    if not holder or cond.get("message") != PAUSE_MESSAGE.format(holder):
-        return None
-    return holder
 
 
 async def pause(ctx: context.OpsContext) -> None:
-    message = PAUSE_MESSAGE.format(ctx.name)
-
     def mutate(st: dict[str, Any]) -> dict[str, Any]:
-        st = dict(st)
-        st["conditions"] = conditions.set_condition(st.get("conditions"), constants.COND_PAUSED, constants.TRUE,
-                                                    reason=ctx.name, message=message)
-        return st
+        return pause_api.pause(st, ctx.name)
 
     updated = await ctx.kube.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace,
                                              ctx.db_name, mutate)
@@ -59,13 +41,9 @@ async def resume(client: kube.Kube, namespace: str, db_name: str, request_name: 
 
     def mutate(st: dict[str, Any]) -> dict[str, Any]:
         nonlocal removed
-        cond = conditions.get_condition(st.get("conditions"), constants.COND_PAUSED)
-        if cond is None or cond.get("reason") != request_name:
-            return st
-        removed = True
-        st = dict(st)
-        st["conditions"] = conditions.remove_condition(st.get("conditions"), constants.COND_PAUSED)
-        return st
+        released = pause_api.release(st, request_name)
+        removed = released != st
+        return released
 
     await client.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, namespace, db_name, mutate)
     return removed
@@ -81,7 +59,7 @@ async def heal(client: kube.Kube, namespace: str | None = None, *, only: str | N
         for db in await client.list(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns):
             if only is not None and db["metadata"]["name"] != only:
                 continue
-            holder = paused_by(db)
+            holder = pause_api.held_by_request(db.get("status"))
             if holder is None:
                 continue
             req = await client.get(constants.OPS_API_VERSION, constants.OPS_KIND, ns, holder) if holder else None

@@ -25,7 +25,7 @@ from opsmanager.etcd import admin
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan, rollout
-from opsmanager.provisioner import members, render
+from opsmanager.provisioner import material, members, render
 
 T, F = constants.TRUE, constants.FALSE
 POST_CHECKS = (constants.STEP_CHECK_POD_READY, constants.STEP_ETCD_CLUSTER_HEALTHY,
@@ -79,7 +79,7 @@ async def _expected_serials(ctx: context.OpsContext, step: plan.Step) -> dict[st
     out = {}
     for alias in (constants.ALIAS_SERVER, constants.ALIAS_PEER):
         secret = await ctx.secret(render.secret_name(ctx.db_name, step.tls, alias))
-        cert = context.secret_bytes(secret, "tls.crt")
+        cert = material.secret_bytes(secret, "tls.crt")
         if cert:
             out[alias] = pki.cert_info(cert).serial
     return out
