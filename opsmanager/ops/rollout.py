@@ -2,8 +2,9 @@
 
 The rolling restart is the only place that disrupts members, and it does so one member at a time. This module
 decides *what* to do next from a snapshot of the cluster; the I/O (deleting pods, MoveLeader, waiting for
-recovery) lives in :mod:`opsmanager.ops.restart`. Because the decision is re-derived from observed facts on every
-call — which pods already run the target template revision, who leads, who is caught up — an operator that
+recovery) lives in :mod:`opsmanager.ops.steps.roll`. It reads the one member view,
+:class:`opsmanager.provisioner.health.MemberView`, that the provisioner's health verdict reads too. Because the
+decision is re-derived from observed facts on every call — which pods already run the target template revision, who leads, who is caught up — an operator that
 crashes mid-roll and starts again makes the same decision and never restarts a member twice.
 
 Rules (each prevents a failure that was seen elsewhere or measured here):
@@ -25,20 +26,7 @@ import dataclasses
 import enum
 from collections.abc import Sequence
 
-
-@dataclasses.dataclass(frozen=True)
-class MemberView:
-    """One member as observed now. ``up_to_date`` means its pod runs the StatefulSet's update revision."""
-
-    pod: str
-    member_id: int | None  # None when the pod exists but etcd has not answered (yet)
-    up_to_date: bool
-    exists: bool = True  # the pod object exists (and is not terminating)
-    ready: bool = True  # the pod is Ready (kubelet) and the member answered Status
-    healthy: bool = True  # /health true through this member
-    is_leader: bool = False
-    is_learner: bool = False
-    applied_index: int = 0
+from opsmanager.provisioner import health
 
 
 class ActionKind(enum.Enum):
@@ -58,25 +46,25 @@ class Action:
     target_id: int | None = None
 
 
-def next_action(members: Sequence[MemberView], expected_voters: int) -> Action:
+def next_action(members: Sequence[health.MemberView], expected_voters: int) -> Action:
     """Decide the next step of a rolling restart onto the StatefulSet's update revision."""
     if not members:
         return Action(ActionKind.REFUSE, "no members observed")
-    missing = [m.pod for m in members if not m.exists or not m.ready]
+    missing = [m.name for m in members if not m.exists or not m.pod_ready or not m.answering]
     if missing:
         # A missing or unready *outdated* pod was not restarted by us: the cluster is not at rest.
         # A missing or unready *up-to-date* pod is one we restarted: wait for it to come back.
-        if all(m.up_to_date for m in members if m.pod in missing):
+        if all(m.up_to_date for m in members if m.name in missing):
             return Action(ActionKind.WAIT, f"waiting for {', '.join(missing)} to be recreated and Ready")
         return Action(ActionKind.REFUSE, f"not at rest: {', '.join(missing)} missing or not Ready before its restart")
-    learners = [m.pod for m in members if m.is_learner]
+    learners = [m.name for m in members if m.is_learner]
     if learners:
         return Action(ActionKind.REFUSE, f"not at rest: learner(s) {', '.join(learners)}")
     if len(members) != expected_voters:
         return Action(ActionKind.REFUSE, f"not at rest: {len(members)} members, expected {expected_voters}")
-    unhealthy = [m.pod for m in members if not m.healthy]
+    unhealthy = [m.name for m in members if not m.healthy]
     if unhealthy:
-        if all(m.up_to_date for m in members if m.pod in unhealthy):
+        if all(m.up_to_date for m in members if m.name in unhealthy):
             return Action(ActionKind.WAIT, f"waiting for {', '.join(unhealthy)} to recover")
         return Action(ActionKind.REFUSE, f"not at rest: {', '.join(unhealthy)} unhealthy")
     leaders = [m for m in members if m.is_leader]
@@ -86,24 +74,24 @@ def next_action(members: Sequence[MemberView], expected_voters: int) -> Action:
     outdated = [m for m in members if not m.up_to_date]
     if not outdated:
         return Action(ActionKind.DONE, "every member runs the update revision")
-    followers = sorted((m for m in outdated if not m.is_leader), key=lambda m: (m.applied_index, m.pod))
+    followers = sorted((m for m in outdated if not m.is_leader), key=lambda m: (m.applied_index, m.name))
     if followers:
         victim = followers[0]
-        return Action(ActionKind.RESTART, f"follower {victim.pod} is out of date", pod=victim.pod)
+        return Action(ActionKind.RESTART, f"follower {victim.name} is out of date", pod=victim.name)
     # Only the leader is left.
     if len(members) == 1:
-        return Action(ActionKind.RESTART, f"single member {leader.pod}: restart in place (downtime)", pod=leader.pod)
+        return Action(ActionKind.RESTART, f"single member {leader.name}: restart in place (downtime)", pod=leader.name)
     candidates = sorted(
-        (m for m in members if not m.is_leader and m.member_id is not None),
-        key=lambda m: (not m.up_to_date, -m.applied_index, m.pod),
+        (m for m in members if not m.is_leader and m.answering),
+        key=lambda m: (not m.up_to_date, -m.applied_index, m.name),
     )
     if not candidates:
         return Action(ActionKind.WAIT, "no follower can take leadership yet")
     target = candidates[0]
     return Action(
         ActionKind.MOVE_LEADER,
-        f"leader {leader.pod} is the last out-of-date member; moving leadership to {target.pod}",
-        pod=leader.pod,
-        target_pod=target.pod,
+        f"leader {leader.name} is the last out-of-date member; moving leadership to {target.name}",
+        pod=leader.name,
+        target_pod=target.name,
         target_id=target.member_id,
     )

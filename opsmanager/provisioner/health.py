@@ -25,8 +25,12 @@ from opsmanager.api import constants
 
 @dataclasses.dataclass(frozen=True)
 class MemberView:
-    """One expected member as observed. ``healthy`` is etcd's own notion (a linearizable read went through);
-    ``leader_id``/``member_id`` come from its Status (0 when unknown); ``pod_ready`` is the kubelet's readiness."""
+    """One expected member as observed now — the one view that both the health verdict here and the rolling
+    restart's decision (:mod:`opsmanager.ops.rollout`) read; built by :func:`opsmanager.provisioner.members.observe`.
+
+    ``pod_ready``: the pod serves (kubelet Ready, an address, not terminating); ``healthy``: etcd's own notion (a
+    linearizable read went through and Status answered); ``member_id``/``leader_id`` from its Status (0 when it did
+    not answer); ``up_to_date``: its pod runs the StatefulSet's update revision (always True when nobody asked)."""
 
     name: str
     pod_ready: bool = False
@@ -35,6 +39,19 @@ class MemberView:
     member_id: int = 0
     leader_id: int = 0
     reason: str = ""
+    exists: bool = True  # the pod object exists and is not terminating
+    is_learner: bool = False
+    applied_index: int = 0
+    up_to_date: bool = True
+
+    @property
+    def answering(self) -> bool:
+        """etcd answered Status through this member."""
+        return self.member_id != 0
+
+    @property
+    def is_leader(self) -> bool:
+        return self.answering and self.member_id == self.leader_id
 
 
 @dataclasses.dataclass(frozen=True)

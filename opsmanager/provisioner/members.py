@@ -11,19 +11,25 @@
   ``ca.crt`` of the leaf Secrets of every TLS configuration given (during a transition: the one the cluster had
   and the one it is moving to), so a member is verified whichever CA its leaf chains to right now.
 
-Only the I/O of reading pods and Secrets is here; the verdicts (health, rollout) are pure modules elsewhere.
+- **What each one says** (:func:`observe`): Status, etcd's own health and (when asked) MemberList, folded into
+  the one :class:`~opsmanager.provisioner.health.MemberView` per expected member that the provisioner's verdict
+  and the rolling restart's decision both read.
+
+Only the I/O of reading pods, Secrets and members is here; the verdicts (health, rollout) are pure modules.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from opsmanager import kube, pki
 from opsmanager.api import constants
 from opsmanager.api import etcd as etcd_api
-from opsmanager.etcd import access
-from opsmanager.provisioner import material, naming, render
+from opsmanager.etcd import access, admin, errors, probes
+from opsmanager.etcd import client as etcd_client
+from opsmanager.provisioner import health, material, naming, render
 
 Obj = dict[str, Any]
 
@@ -111,3 +117,63 @@ async def client_identity(k: kube.Kube, namespace: str, db_name: str,
         return access.TLSIdentity(ca_pem=ca_pem, name="operator-no-client-cert"), problem
     return access.TLSIdentity(ca_pem=ca_pem, cert_pem=material.secret_bytes(client, "tls.crt"),
                               key_pem=material.secret_bytes(client, "tls.key"), name="operator"), ""
+
+
+def revision(pod: Mapping[str, Any]) -> str | None:
+    """The StatefulSet revision the pod was created from (``controller-revision-hash``)."""
+    return ((pod.get("metadata") or {}).get("labels") or {}).get("controller-revision-hash")
+
+
+def _short_reason(h: probes.Health, st: etcd_client.MemberStatus | errors.EtcdError | None) -> str:
+    """A stable, short reason (no addresses or timings, so an unchanged failure rewrites no status)."""
+    if h.healthy and isinstance(st, etcd_client.MemberStatus):
+        return ""
+    if not h.reachable or isinstance(st, errors.EtcdError):
+        return f"unreachable ({type(st).__name__})" if isinstance(st, errors.EtcdError) else "unreachable"
+    if h.no_quorum:
+        return "no quorum (no leader or linearizable read timed out)"
+    return h.reason.split(":", 1)[0][:80] or "unhealthy"
+
+
+async def observe(client: admin.EtcdAdmin | None, member_pods: Mapping[str, Mapping[str, Any]],
+                  expected: Sequence[str], *, timeout: float, update_revision: str | None = None,
+                  learners: bool = False) -> list[health.MemberView]:
+    """One :class:`health.MemberView` per expected member, in order. ``client`` (None: nothing can be asked)
+    reaches the members with an address; ``update_revision`` fills ``up_to_date``; ``learners`` also asks
+    MemberList (a failed list leaves ``is_learner`` to what Status says). Never raises for an unhealthy member."""
+    statuses: Mapping[str, etcd_client.MemberStatus | errors.EtcdError] = {}
+    healths: dict[str, probes.Health] = {}
+    learner_names: set[str] = set()
+    if client is not None and client.endpoints:
+        eps = client.endpoints
+        statuses, answers = await asyncio.gather(
+            client.statuses(timeout=timeout), asyncio.gather(*(client.health(ep, timeout=timeout) for ep in eps)))
+        healths = {ep.name: h for ep, h in zip(eps, answers, strict=True)}
+        if learners:
+            try:
+                learner_names = {m.name for m in await client.members(timeout=timeout) if m.is_learner}
+            except errors.EtcdError:
+                pass
+    views = []
+    for name in expected:
+        pod = member_pods.get(name)
+        up_to_date = update_revision is None or (pod is not None and revision(pod) == update_revision)
+        if pod is None or terminating(pod):
+            views.append(health.MemberView(name, exists=False, up_to_date=up_to_date or pod is None,
+                                           reason="pod does not exist"))
+            continue
+        h, st = healths.get(name), statuses.get(name)
+        if h is None:
+            views.append(health.MemberView(name, pod_ready=serving(pod), up_to_date=up_to_date,
+                                           reason="no pod IP yet" if pod_ip(pod) is None else "not asked"))
+            continue
+        ok = isinstance(st, etcd_client.MemberStatus)
+        views.append(health.MemberView(
+            name, pod_ready=serving(pod), reachable=ok or h.reachable, healthy=h.healthy and ok,
+            member_id=st.member_id if isinstance(st, etcd_client.MemberStatus) else 0,
+            leader_id=st.leader_id if isinstance(st, etcd_client.MemberStatus) else 0,
+            reason=_short_reason(h, st),
+            is_learner=name in learner_names or (isinstance(st, etcd_client.MemberStatus) and st.is_learner),
+            applied_index=st.raft_applied_index if isinstance(st, etcd_client.MemberStatus) else 0,
+            up_to_date=up_to_date))
+    return views

@@ -8,12 +8,21 @@ import dataclasses
 from hypothesis import given
 from hypothesis import strategies as st
 
-from opsmanager.ops.rollout import ActionKind, MemberView, next_action
+from opsmanager.ops.rollout import ActionKind, next_action
+from opsmanager.provisioner.health import MemberView
+
+
+def member(pod: str, member_id: int, *, up_to_date: bool, leader_id: int = 0, **fields: object) -> MemberView:
+    """A member at rest (pod serving, etcd healthy) unless ``fields`` say otherwise."""
+    base: dict[str, object] = {"pod_ready": True, "reachable": True, "healthy": True}
+    return MemberView(pod, member_id=member_id, leader_id=leader_id, up_to_date=up_to_date,
+                      **{**base, **fields})  # type: ignore[arg-type]
 
 
 def three(leader: str = "db-1", up: tuple[str, ...] = ()) -> list[MemberView]:
     return [
-        MemberView(pod=pod, member_id=100 + i, up_to_date=pod in up, is_leader=pod == leader, applied_index=50 + i)
+        member(pod, 100 + i, up_to_date=pod in up, leader_id=100 + ("db-0", "db-1", "db-2").index(leader),
+               applied_index=50 + i)
         for i, pod in enumerate(("db-0", "db-1", "db-2"))
     ]
 
@@ -41,14 +50,14 @@ def test_after_the_move_the_old_leader_is_restarted_then_done() -> None:
 
 
 def test_waits_while_a_restarted_member_is_missing_or_recovering() -> None:
-    gone = MemberView(pod="db-0", member_id=None, up_to_date=True, exists=False, ready=False)
+    gone = MemberView("db-0", up_to_date=True, exists=False)
     assert next_action([gone, *three()[1:]], 3).kind is ActionKind.WAIT
-    slow = MemberView(pod="db-0", member_id=100, up_to_date=True, healthy=False)
+    slow = member("db-0", 100, up_to_date=True, leader_id=101, healthy=False)
     assert next_action([slow, *three()[1:]], 3).kind is ActionKind.WAIT
 
 
 def test_refuses_a_cluster_that_is_not_at_rest() -> None:
-    sick = MemberView(pod="db-0", member_id=100, up_to_date=False, ready=False)
+    sick = member("db-0", 100, up_to_date=False, leader_id=101, pod_ready=False)
     assert next_action([sick, *three()[1:]], 3).kind is ActionKind.REFUSE
     learner = dataclasses.replace(three()[0], is_learner=True)
     assert next_action([learner, *three()[1:]], 3).kind is ActionKind.REFUSE
@@ -57,7 +66,7 @@ def test_refuses_a_cluster_that_is_not_at_rest() -> None:
 
 
 def test_single_member_restarts_in_place() -> None:
-    solo = [MemberView(pod="db-0", member_id=1, up_to_date=False, is_leader=True)]
+    solo = [member("db-0", 1, up_to_date=False, leader_id=1)]
     action = next_action(solo, 1)
     assert (action.kind, action.pod) == (ActionKind.RESTART, "db-0")
     assert "downtime" in action.reason
@@ -72,13 +81,12 @@ def test_never_restarts_the_leader_of_a_multi_member_cluster_nor_an_updated_memb
     leader: int, up: set[int], indexes: list[int]
 ) -> None:
     members = [
-        MemberView(pod=f"db-{i}", member_id=i + 1, up_to_date=i in up, is_leader=i == leader,
-                   applied_index=indexes[i])
+        member(f"db-{i}", i + 1, up_to_date=i in up, leader_id=leader + 1, applied_index=indexes[i])
         for i in range(3)
     ]
     action = next_action(members, 3)
     if action.kind is ActionKind.RESTART:
-        victim = next(m for m in members if m.pod == action.pod)
+        victim = next(m for m in members if m.name == action.pod)
         assert not victim.is_leader and not victim.up_to_date
     if action.kind is ActionKind.MOVE_LEADER:
         assert all(m.up_to_date for m in members if not m.is_leader) or action.target_pod is not None

@@ -22,7 +22,6 @@ from typing import Any
 from opsmanager import kube, pki
 from opsmanager.api import constants
 from opsmanager.etcd import admin
-from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan, rollout
 from opsmanager.provisioner import material, members, render
@@ -30,48 +29,6 @@ from opsmanager.provisioner import material, members, render
 T, F = constants.TRUE, constants.FALSE
 POST_CHECKS = (constants.STEP_CHECK_POD_READY, constants.STEP_ETCD_CLUSTER_HEALTHY,
                constants.STEP_VERIFY_SERVED_CERTIFICATE)
-
-
-def _pod_ready(pod: dict[str, Any] | None) -> bool:
-    """Ready by the kubelet, with an address, and not on its way out (the provisioner's reading of a pod)."""
-    return members.serving(pod)
-
-
-def _revision(pod: dict[str, Any]) -> str | None:
-    return (pod["metadata"].get("labels") or {}).get("controller-revision-hash")
-
-
-async def observe(ctx: context.OpsContext, client: admin.EtcdAdmin, pods: dict[str, dict[str, Any]],
-                  update_revision: str) -> list[rollout.MemberView]:
-    statuses = await client.statuses(timeout=1.0)
-    healths = {}
-    for ep in client.endpoints:
-        healths[ep.name] = await client.health(ep, timeout=1.5)
-    learners: set[str] = set()
-    try:
-        learners = {m.name for m in await client.members(timeout=1.5) if m.is_learner}
-    except etcd_errors.EtcdError:
-        pass
-    views = []
-    for name in ctx.pod_names():
-        pod = pods.get(name)
-        if pod is None or pod["metadata"].get("deletionTimestamp"):
-            views.append(rollout.MemberView(pod=name, member_id=None, up_to_date=True, exists=False, ready=False))
-            continue
-        st = statuses.get(name)
-        ok = isinstance(st, etcd_client.MemberStatus)
-        health = healths.get(name)
-        views.append(rollout.MemberView(
-            pod=name,
-            member_id=st.member_id if isinstance(st, etcd_client.MemberStatus) else None,
-            up_to_date=_revision(pod) == update_revision,
-            ready=_pod_ready(pod) and ok,
-            healthy=bool(health and health.healthy),
-            is_leader=isinstance(st, etcd_client.MemberStatus) and st.is_leader,
-            is_learner=name in learners or (isinstance(st, etcd_client.MemberStatus) and st.is_learner),
-            applied_index=st.raft_applied_index if isinstance(st, etcd_client.MemberStatus) else 0,
-        ))
-    return views
 
 
 async def _expected_serials(ctx: context.OpsContext, step: plan.Step) -> dict[str, int]:
@@ -100,7 +57,7 @@ async def _post_checks(ctx: context.OpsContext, step: plan.Step, client: admin.E
         check = pending[0]
         pod = pods.get(name)
         if check == constants.STEP_CHECK_POD_READY:
-            if pod is None or _revision(pod) != update_revision or not _pod_ready(pod):
+            if pod is None or members.revision(pod) != update_revision or not members.serving(pod):
                 return context.Progress(f"waiting for {name} to be recreated and Ready", delay=0.3)
         elif check == constants.STEP_ETCD_CLUSTER_HEALTHY:
             try:
@@ -163,14 +120,15 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
             if ctx.condition(constants.per_pod_type(constants.STEP_EVICT_POD, name)) is not None and not ctx.is_true(
                     constants.per_pod_type(constants.STEP_EVICT_POD, name)):
                 pod = pods.get(name)
-                if pod is None or pod["metadata"].get("deletionTimestamp") or _revision(pod) == update_revision:
+                if pod is None or pod["metadata"].get("deletionTimestamp") or members.revision(pod) == update_revision:
                     await _mark_evicted(ctx, step, name)
                     return context.Progress(delay=0.0)
                 return await _restart(ctx, step, pod)
         pending = await _post_checks(ctx, step, client, pods, update_revision)
         if pending is not None:
             return pending
-        views = await observe(ctx, client, pods, update_revision)
+        views = await members.observe(client, pods, ctx.pod_names(), timeout=1.5, update_revision=update_revision,
+                                      learners=True)
         action = rollout.next_action(views, ctx.db.spec.replicas)
         if action.kind is rollout.ActionKind.DONE:
             return context.Done()

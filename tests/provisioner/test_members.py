@@ -1,0 +1,68 @@
+"""The one member view (``provisioner.members.observe``) that the health verdict and the rolling restart read.
+
+We test these aspects: each expected member gets one view in order; a missing or terminating pod is ``exists=False``;
+``up_to_date`` compares the pod's revision with the StatefulSet's update revision; the leader and a learner are
+seen from etcd's answers; a member whose etcd is down is not healthy and says why; without a client (nothing can
+be asked) the views carry the pod facts only; endpoints skip pods without an address or on their way out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opsmanager.etcd import fake
+from opsmanager.provisioner import members
+
+NS, DB = "demo", "db"
+NAMES = ["db-0", "db-1", "db-2"]
+
+
+def pod(name: str, *, ip: str | None = "127.0.0.10", revision: str = "new", ready: bool = True,
+        deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {"controller-revision-hash": revision}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-30T00:00:00Z"
+    status: dict[str, Any] = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    if ip:
+        status["podIP"] = ip
+    return {"metadata": meta, "status": status}
+
+
+def test_endpoints_skip_pods_without_an_address_or_on_their_way_out() -> None:
+    pods = {"db-0": pod("db-0"), "db-1": pod("db-1", ip=None), "db-2": pod("db-2", deleting=True)}
+    eps = members.endpoints(DB, NS, pods, NAMES, schemes=("https", "http"), peer_scheme="http")
+    assert [(e.name, e.schemes, e.peer_port, e.server_name) for e in eps] == [
+        ("db-0", ("https", "http"), 2380, "db-0.db-pods.demo.svc")]
+
+
+async def test_one_view_per_member_from_pods_and_etcd() -> None:
+    cluster = fake.FakeCluster(NAMES, leader="db-1")
+    cluster.member("db-2").is_learner = True
+    pods = {"db-0": pod("db-0"), "db-1": pod("db-1", revision="old"), "db-2": pod("db-2", ready=False)}
+    async with cluster.admin(members.endpoints(DB, NS, pods, NAMES, schemes=("http",)), None) as admin:
+        views = await members.observe(admin, pods, NAMES, timeout=1.0, update_revision="new", learners=True)
+    assert [v.name for v in views] == NAMES
+    db0, db1, db2 = views
+    assert db0.up_to_date and db0.healthy and db0.pod_ready and not db0.is_leader
+    assert not db1.up_to_date and db1.is_leader
+    assert db2.is_learner and not db2.pod_ready
+    assert db0.leader_id == db1.member_id != 0
+
+
+async def test_a_member_whose_etcd_is_down_is_not_healthy_and_says_why() -> None:
+    cluster = fake.FakeCluster(NAMES, leader="db-1")
+    cluster.stop("db-0")
+    pods = {n: pod(n) for n in NAMES}
+    async with cluster.admin(members.endpoints(DB, NS, pods, NAMES, schemes=("http",)), None) as admin:
+        views = await members.observe(admin, pods, NAMES, timeout=1.0)
+    assert not views[0].healthy and not views[0].answering
+    assert views[0].reason.startswith("unreachable")
+    assert views[1].healthy and views[1].is_leader
+
+
+async def test_without_a_client_the_views_carry_the_pod_facts_only() -> None:
+    pods = {"db-0": pod("db-0"), "db-1": pod("db-1", ip=None), "db-2": pod("db-2", deleting=True)}
+    views = await members.observe(None, pods, NAMES, timeout=1.0, update_revision="new")
+    assert [(v.exists, v.pod_ready, v.healthy, v.reason) for v in views] == [
+        (True, True, False, "not asked"), (True, False, False, "no pod IP yet"),
+        (False, False, False, "pod does not exist")]
