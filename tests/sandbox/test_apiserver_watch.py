@@ -21,7 +21,8 @@ from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
 from opsmanager.sandbox.apiserver import ThreadedAPIServer
-from tests.fixtures.sandbox import SandboxAPI, eventually, make_api_client
+from tests.fixtures.sandbox import SandboxAPI, make_api_client
+from tests.polling import eventually
 
 pytestmark = pytest.mark.slow
 
