@@ -21,6 +21,7 @@ import pytest_asyncio
 from e2e import naive, scenario
 from opsmanager.api import conditions, constants
 from opsmanager.provisioner import naming
+from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -64,12 +65,12 @@ async def operate_with_kills(sc: scenario.Scenario, request: str, db: str, spec:
         before = w.snapshot()
         started = time.monotonic()
         await sc.submit(request, db, "ReconfigureTLS", **spec)
-        deadline = started + 400
-        while True:
+
+        async def finished_killing_at_triggers() -> dict[str, Any] | None:
             req = await sc.request(request) or {}
             status = req.get("status") or {}
             if status.get("phase") in constants.TERMINAL_OPS_PHASES:
-                break
+                return req
             conds = status.get("conditions") or []
             for trigger in list(pending):
                 if trigger[1](conds):
@@ -78,8 +79,10 @@ async def operate_with_kills(sc: scenario.Scenario, request: str, db: str, spec:
                     killed.append(trigger[0])
                     await sc.start_operator()
                     break
-            assert time.monotonic() < deadline, f"{request}: still {status.get('phase')} after 400s"
-            await asyncio.sleep(0.05)
+            return None
+
+        req = await aeventually(finished_killing_at_triggers, timeout=400, interval=0.05, what=f"{request} finished")
+        status = req["status"]
         after, mres = w.snapshot(), mon.result
     result = scenario.OpResult(
         name=request, phase=status.get("phase", ""), wall_seconds=time.monotonic() - started,
@@ -154,8 +157,9 @@ async def test_an_issuer_that_never_issues_fails_the_request_on_timeout_and_resu
     assert req["status"]["phase"] == constants.PHASE_FAILED
     failed = conditions.get_condition(req["status"]["conditions"], constants.COND_FAILED)
     assert failed is not None and constants.COND_CERTIFICATE_SYNCED in failed["message"], failed
-    # lastTransitionTime has one-second resolution, so the 15 s budget may end up to a second early
-    assert 14 <= elapsed < 60, f"failed after {elapsed:.1f}s; spec.timeout is 15s"
+    # Not before its budget: lastTransitionTime has one-second resolution, so the 15 s may end up to a second early.
+    # (How soon after is not the point; watch_request bounds the wait, and the message names the step that timed out.)
+    assert elapsed >= 14, f"failed after {elapsed:.1f}s; spec.timeout is 15s"
     assert not await sc.is_paused(db)
     assert uids.restarts() == {n: 0 for n in uids.names}, uids.uids  # nothing was touched
     sts_after = await sc.k.get("apps/v1", "StatefulSet", sc.namespace, db)
@@ -178,13 +182,14 @@ async def test_a_member_crash_looping_during_a_roll_fails_the_request_and_keeps_
     victim: list[str] = []
     initial = {m: naive.etcd_pid(sc, m) for m in members}
 
+    async def evicted(request: str) -> list[str]:
+        req = await sc.request(request) or {}
+        conds = (req.get("status") or {}).get("conditions")
+        return [m for m in members if conditions.is_true(conds, constants.per_pod_type(constants.STEP_EVICT_POD, m))]
+
     async def crash_loop(request: str) -> None:
-        while not victim:
-            req = await sc.request(request) or {}
-            conds = (req.get("status") or {}).get("conditions")
-            victim.extend(m for m in members
-                          if conditions.is_true(conds, constants.per_pod_type(constants.STEP_EVICT_POD, m)))
-            await asyncio.sleep(0.02)
+        victim.extend(await aeventually(lambda: evicted(request), timeout=120, interval=0.02,
+                                        what="a member evicted by the roll"))
         while True:
             pid = naive.etcd_pid(sc, victim[0])
             if pid is not None and pid not in kills and pid != initial[victim[0]]:  # not the one shutting down

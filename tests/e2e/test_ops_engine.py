@@ -17,6 +17,7 @@ import pytest_asyncio
 from e2e import scenario
 from opsmanager import pki
 from opsmanager.api import conditions, constants
+from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -98,7 +99,7 @@ async def test_operator_killed_during_restart_pods_resumes_without_restarting_a_
             return any(conditions.is_true(conds, constants.per_pod_type(constants.STEP_EVICT_POD, p))
                        for p in tracker.names)
 
-        await sc.wait_for("a member restarted", one_member_restarted, timeout=60, interval=0.05)
+        await aeventually(one_member_restarted, timeout=60, what="a member restarted")
         await sc.kill_operator()
         await asyncio.sleep(0)  # the operator is dead; the request must wait for it
         await sc.start_operator()
@@ -162,15 +163,18 @@ async def test_two_requests_run_one_after_the_other_and_a_deleted_one_leaves_no_
     await sc.submit("queue-first", db, "Restart")
     await sc.submit("queue-second", db, "MoveLeader")
     saw_both_progressing = False
-    while True:
+
+    async def second_done() -> tuple[Any, Any, Any, Any] | None:
+        nonlocal saw_both_progressing
         first, second = await sc.request("queue-first"), await sc.request("queue-second")
         p1 = ((first or {}).get("status") or {}).get("phase")
         p2 = ((second or {}).get("status") or {}).get("phase")
         if p1 == constants.PHASE_PROGRESSING and p2 == constants.PHASE_PROGRESSING:
             saw_both_progressing = True
-        if p2 in constants.TERMINAL_OPS_PHASES:
-            break
-        await asyncio.sleep(0.1)
+        return (first, second, p1, p2) if p2 in constants.TERMINAL_OPS_PHASES else None
+
+    first, second, p1, p2 = await aeventually(second_done, timeout=240, interval=0.1,
+                                              what="the second request finished")
     assert not saw_both_progressing
     assert p1 == constants.PHASE_SUCCESSFUL and p2 == constants.PHASE_SUCCESSFUL
     assert second is not None and first is not None
@@ -181,16 +185,13 @@ async def test_two_requests_run_one_after_the_other_and_a_deleted_one_leaves_no_
 
     await sc.submit("queue-deleted", db, "Restart")
 
-    async def is_paused() -> bool:
-        return await sc.is_paused(db)
-
-    await sc.wait_for("the Etcd paused by queue-deleted", is_paused, timeout=60, interval=0.05)
+    await aeventually(lambda: sc.is_paused(db), timeout=60, what="the Etcd paused by queue-deleted")
     await sc.k.delete(constants.OPS_API_VERSION, constants.OPS_KIND, sc.namespace, "queue-deleted")
 
     async def resumed() -> bool:
         return not await sc.is_paused(db)
 
-    await sc.wait_for("the pause released after the request was deleted", resumed, timeout=30)
+    await aeventually(resumed, timeout=30, interval=0.2, what="the pause released after the request was deleted")
     await sc.drop_etcd(db)
 
 
@@ -211,7 +212,7 @@ async def test_a_request_waits_while_the_etcd_is_paused_by_hand_and_leaves_that_
         req = await sc.request("manual-restart") or {}
         return (req.get("status") or {}).get("phase") == constants.PHASE_PENDING
 
-    await sc.wait_for("the request queued", pending, timeout=30)
+    await aeventually(pending, timeout=30, interval=0.2, what="the request queued")
     # Watch it for longer than the pause-heal period (3 s): it must stay queued, and the hand-made pause must stay.
     watch_until = asyncio.get_running_loop().time() + 4.0
     while asyncio.get_running_loop().time() < watch_until:

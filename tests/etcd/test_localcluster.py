@@ -9,7 +9,6 @@ writer falls back past a dead target, counts failures when no target works and r
 
 from __future__ import annotations
 
-import asyncio
 import os
 import pathlib
 
@@ -19,6 +18,7 @@ from e2e import localcluster, writer
 from opsmanager.etcd import access
 from opsmanager.etcd import client as etcd_client
 from tests.fixtures.etcd_cluster import ClusterFactory
+from tests.polling import aeventually
 
 
 def test_the_real_etcd_binary_is_used() -> None:
@@ -75,10 +75,8 @@ async def test_server_tls_mode_dual_scheme_restart_writer_and_cleanup(etcd_clust
         async with w:
             await w.wait_ok(5)
             w.set_targets([writer.Target(dead, "http")])
-            deadline = asyncio.get_running_loop().time() + 10
-            while w.snapshot().failed < 3:  # every op fails now: one try per op, connection refused
-                assert asyncio.get_running_loop().time() < deadline, w.snapshot()
-                await asyncio.sleep(0.02)
+            # every op fails now: one try per op, connection refused
+            await aeventually(lambda: w.snapshot().failed >= 3, timeout=10, interval=0.02, what="three failed writes")
             w.set_targets([live_http, live_https])
             await w.wait_ok(5)
         result = w.result

@@ -8,63 +8,69 @@ NoQuorum; after the members restart, ``wait_recovered`` passes for each of them.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
+import time
 
 import pytest
 
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors
 from tests.fixtures.etcd_cluster import ClusterFactory
+from tests.polling import aeventually
+from tests.timing import SLACK, abaseline
 
 pytestmark = pytest.mark.slow
 
 
-async def _poll_health_until_no_quorum(c: etcd_client.EtcdClient, ep: object, *, timeout: float,
-                                       budget: float) -> etcd_client.Health:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + budget
-    while True:
-        started = loop.time()
-        health = await c.health(ep, timeout=timeout)  # type: ignore[arg-type]
-        assert loop.time() - started < timeout + 1.5, f"health took {loop.time() - started:.2f}s: {health}"
-        if health.no_quorum:
-            return health
-        assert loop.time() < deadline, f"no 'no quorum' verdict within {budget}s; last: {health}"
-        await asyncio.sleep(0.1)
+async def _no_quorum_verdict(c: etcd_client.EtcdClient, ep: object, *, within: float) -> etcd_client.Health:
+    """Probe ``ep`` (budget 1 s) until it reports "no quorum"; every probe must return ``within`` seconds."""
+    async def probe() -> etcd_client.Health | None:
+        started = time.monotonic()
+        health = await c.health(ep, timeout=1.0)  # type: ignore[arg-type]
+        took = time.monotonic() - started
+        assert took < within, f"health took {took:.2f}s (allowed {within:.2f}s): {health}"
+        return health if health.no_quorum else None
+
+    return await aeventually(probe, timeout=8, interval=0.1, what="a 'no quorum' verdict")
 
 
 async def test_probes_report_no_quorum_in_time_and_recovery_follows(etcd_cluster_factory: ClusterFactory) -> None:
     cluster = etcd_cluster_factory(3, mode="plain")
     async with etcd_client.EtcdClient(cluster.endpoints(), timeout=1.0) as c:
         await c.put("/test/before", "1")
+        # Baseline: one probe of a healthy member, here and now. Each bound below is the call's own budget (the
+        # point: it gives up then instead of hanging) plus SLACK of these.
+        one_probe = await abaseline(lambda: c.health("m0", timeout=1.0))
+        slack = SLACK * one_probe
         cluster.kill_member("m1")
         cluster.kill_member("m2")
-        loop = asyncio.get_running_loop()
 
-        via_http = await _poll_health_until_no_quorum(c, "m0", timeout=1.0, budget=8)
+        # health: its 1 s budget, plus up to 1 s for the Status that confirms the member is alive (its contract)
+        via_http = await _no_quorum_verdict(c, "m0", within=1.0 + 1.0 + slack)
         assert not via_http.healthy and via_http.via == "http-metrics" and via_http.reachable
         grpc_only = dataclasses.replace(cluster.endpoint("m0"), metrics_port=None)
-        via_grpc = await _poll_health_until_no_quorum(c, grpc_only, timeout=1.0, budget=8)
+        via_grpc = await _no_quorum_verdict(c, grpc_only, within=1.0 + slack)  # one budget for Status and the read
         assert not via_grpc.healthy and via_grpc.via == "grpc-http"
         gone = await c.health("m1", timeout=1.0)
         assert not gone.healthy and not gone.reachable
 
-        started = loop.time()
+        started = time.monotonic()
         with pytest.raises(errors.NoQuorum) as info:
             await c.wait_recovered("m0", expected_voters=3, timeout=2)
-        took = loop.time() - started
-        assert 2 <= took < 5, took  # gave up at its deadline (plus at most one poll), not after etcd's 7 s
+        took = time.monotonic() - started
+        # at its deadline plus at most one poll's own bound (a 1 s health probe and its 1 s confirmation), not
+        # after etcd's 7 s
+        assert 2 <= took < 2 + 2 * 1.0 + slack, (took, one_probe)
         assert "m0" in str(info.value) and errors.is_transient(info.value)
 
-        started = loop.time()
-        with pytest.raises(errors.NoQuorum):
-            await c.members(timeout=0.5)
-        with pytest.raises(errors.NoQuorum):
-            await c.leader(timeout=0.5)
-        with pytest.raises(errors.NoQuorum):
-            await c.put("/test/during", "x", timeout=0.5)
-        assert loop.time() - started < 6  # three calls with 0.5 s budgets; without deadlines each would hang
+        for call in (lambda: c.members(timeout=0.5), lambda: c.leader(timeout=0.5),
+                     lambda: c.put("/test/during", "x", timeout=0.5)):
+            started = time.monotonic()
+            with pytest.raises(errors.NoQuorum):
+                await call()
+            took = time.monotonic() - started
+            # its 0.5 s budget for each member it tries; without deadlines each call would hang
+            assert took < 3 * 0.5 + slack, (took, one_probe)
 
         cluster.start_member("m1", wait=None)
         cluster.start_member("m2", wait=None)

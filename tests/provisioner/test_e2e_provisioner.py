@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -29,13 +29,14 @@ from opsmanager.api import conditions, constants
 from opsmanager.etcd import access, client, errors
 from opsmanager.provisioner import applying, naming
 from opsmanager.provisioner import status as prov_status
+from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 NS = "e2e-prov"
+WAIT = 60.0  # seconds: a real etcd cluster may take this long to become Ready here
 INTERVAL = 1.0
 ETCD = (constants.ETCD_API_VERSION, constants.ETCD_KIND)
-T = TypeVar("T")
 
 
 class Env:
@@ -75,18 +76,6 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
             await k.close()
 
 
-async def eventually(check: Callable[[], Awaitable[T | None]], timeout: float = 60.0, what: str = "") -> T:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    last: T | None = None
-    while loop.time() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"not met within {timeout}s: {what} (last: {last!r})")
-
-
 def etcd_manifest(name: str, **spec: Any) -> dict[str, Any]:
     return {"apiVersion": constants.ETCD_API_VERSION, "kind": "Etcd", "metadata": {"name": name, "namespace": NS},
             "spec": {"version": "3.5.1", "replicas": 3, **spec}}
@@ -112,7 +101,7 @@ async def member_endpoints(env: Env, name: str, scheme: str) -> list[access.Endp
 
 async def test_plaintext_etcd_becomes_ready_with_three_healthy_members(env: Env) -> None:
     await env.apply(etcd_manifest("plain"))
-    obj = await eventually(lambda: ready(env, "plain"), what="plain Etcd Ready")
+    obj = await aeventually(lambda: ready(env, "plain"), timeout=WAIT, what="plain Etcd Ready")
     conds = obj["status"]["conditions"]
     for type_ in (constants.COND_PROVISIONING_STARTED, constants.COND_REPLICA_READY,
                   constants.COND_ACCEPTING_CONNECTION, constants.COND_READY, constants.COND_PROVISIONED):
@@ -140,7 +129,7 @@ async def test_tls_etcd_from_a_ca_issuer_needs_the_client_certificate(env: Env) 
          "spec": {"ca": {"secretName": "e2e-ca"}}},
         etcd_manifest("secure", tls={"issuerRef": {"name": "e2e-ca", "kind": "Issuer"}}),
     )
-    await eventually(lambda: ready(env, "secure"), what="TLS Etcd Ready")
+    await aeventually(lambda: ready(env, "secure"), timeout=WAIT, what="TLS Etcd Ready")
 
     sts = await env.k.get("apps/v1", "StatefulSet", NS, "secure")
     assert sts is not None and applying.client_schemes(sts) == ("https",)
@@ -172,7 +161,7 @@ async def test_tls_etcd_from_a_ca_issuer_needs_the_client_certificate(env: Env) 
 
 
 async def test_paused_etcd_is_not_repaired_until_the_pause_is_removed(env: Env) -> None:
-    await eventually(lambda: ready(env, "plain"), what="plain Etcd Ready")
+    await aeventually(lambda: ready(env, "plain"), timeout=WAIT, what="plain Etcd Ready")
     await env.k.transact_status(*ETCD, NS, "plain", lambda st: {**st, "conditions": conditions.set_condition(
         st.get("conditions"), constants.COND_PAUSED, constants.TRUE, reason="manual-pause", message="e2e")})
 
@@ -180,29 +169,26 @@ async def test_paused_etcd_is_not_repaired_until_the_pause_is_removed(env: Env) 
         cond = conditions.get_condition(((await env.k.get(*ETCD, NS, "plain")) or {}).get("status", {})
                                         .get("conditions"), prov_status.COND_RECONCILED)
         return bool(cond and cond.get("reason") == applying.REASON_PAUSED)
-    await eventually(sees_pause, what="the provisioner sees the pause")
+    await aeventually(sees_pause, timeout=WAIT, what="the provisioner sees the pause")
     assert await env.k.delete("apps/v1", "StatefulSet", NS, "plain")
 
     async def status_saw_it_gone() -> bool:
         obj = await env.k.get(*ETCD, NS, "plain")
         cond = conditions.get_condition(((obj or {}).get("status") or {}).get("conditions"), constants.COND_READY)
         return bool(cond and "StatefulSet e2e-prov/plain does not exist" in cond.get("message", ""))
-    await eventually(status_saw_it_gone, what="a timer pass after the deletion")
+    await aeventually(status_saw_it_gone, timeout=WAIT, what="a timer pass after the deletion")
     requests = env.sandbox.apiserver.requests
     seen = sum(1 for _m, path, _s in list(requests) if path.endswith("/etcds/plain"))
-    await eventually(lambda: _at_least(lambda: sum(1 for _m, p, _s in list(requests) if p.endswith("/etcds/plain")),
-                                       seen + 4), timeout=20.0, what="two more passes")
+    await aeventually(lambda: sum(1 for _m, p, _s in list(requests) if p.endswith("/etcds/plain")) >= seen + 4,
+                      timeout=20.0, what="two more passes")
     assert await env.k.get("apps/v1", "StatefulSet", NS, "plain") is None, "repaired while paused"
     assert await phase(env, "plain") != constants.DB_PHASE_READY
 
     await env.k.transact_status(*ETCD, NS, "plain", lambda st: {
         **st, "conditions": conditions.remove_condition(st.get("conditions"), constants.COND_PAUSED)})
-    await eventually(lambda: env.k.get("apps/v1", "StatefulSet", NS, "plain"), what="repaired after the pause")
-    await eventually(lambda: ready(env, "plain"), what="Ready again")
+    await aeventually(lambda: env.k.get("apps/v1", "StatefulSet", NS, "plain"), timeout=WAIT,
+                      what="repaired after the pause")
+    await aeventually(lambda: ready(env, "plain"), timeout=WAIT, what="Ready again")
     eps = await member_endpoints(env, "plain", "http")
     async with client.EtcdClient(eps) as c:
         assert await c.get("k", endpoint=eps[1]) == b"before-pause"
-
-
-async def _at_least(count: Callable[[], int], n: int) -> bool:
-    return count() >= n

@@ -53,36 +53,26 @@ def test_each_missing_key_is_named(ca: pki.KeyPair, leaf: pki.KeyPair, key: str)
     assert not m.complete and f"no {key}" in m.problem
 
 
-def test_empty_value_counts_as_missing(ca: pki.KeyPair, leaf: pki.KeyPair) -> None:
-    data = full(ca, leaf) | {"tls.key": ""}
-    assert "no tls.key" in material.check_secret(secret(data), "ns/s").problem
+BROKEN_PEM = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
 
 
-def test_key_of_another_certificate_is_refused(ca: pki.KeyPair, leaf: pki.KeyPair) -> None:
+@pytest.mark.parametrize(("override", "problem"), [
+    ({"tls.key": ""}, "no tls.key"),  # an empty value counts as missing
+    ({"tls.crt": b64(b"not a certificate")}, "tls.crt holds no PEM certificate"),
+    ({"ca.crt": b64(BROKEN_PEM)}, "ca.crt is not a parseable certificate"),
+    ({"tls.key": "%%%not-base64"}, "tls.key is not valid base64"),
+])
+def test_a_bad_value_is_refused_and_named(ca: pki.KeyPair, leaf: pki.KeyPair, override: dict[str, str],
+                                          problem: str) -> None:
+    m = material.check_secret(secret(full(ca, leaf) | override), "ns/s")
+    assert not m.complete and problem in m.problem
+
+
+def test_key_of_another_certificate_is_refused_without_showing_either(ca: pki.KeyPair, leaf: pki.KeyPair) -> None:
     other = pki.make_leaf(ca, "other")
-    data = full(ca, leaf) | {"tls.key": b64(other.key_pem)}
-    m = material.check_secret(secret(data), "ns/s")
+    m = material.check_secret(secret(full(ca, leaf) | {"tls.key": b64(other.key_pem)}), "ns/s")
     assert not m.complete and "not the private key of tls.crt" in m.problem
-
-
-def test_garbage_certificate_is_refused(ca: pki.KeyPair, leaf: pki.KeyPair) -> None:
-    data = full(ca, leaf) | {"tls.crt": b64(b"not a certificate")}
-    assert "tls.crt holds no PEM certificate" in material.check_secret(secret(data), "ns/s").problem
-    broken = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
-    data = full(ca, leaf) | {"ca.crt": b64(broken)}
-    assert "ca.crt is not a parseable certificate" in material.check_secret(secret(data), "ns/s").problem
-
-
-def test_bad_base64_is_refused(ca: pki.KeyPair, leaf: pki.KeyPair) -> None:
-    data = full(ca, leaf) | {"tls.key": "%%%not-base64"}
-    assert "tls.key is not valid base64" in material.check_secret(secret(data), "ns/s").problem
-
-
-def test_no_secret_data_in_any_problem_or_repr(ca: pki.KeyPair, leaf: pki.KeyPair) -> None:
-    other = pki.make_leaf(ca, "other")
-    data = full(ca, leaf) | {"tls.key": b64(other.key_pem)}
-    m = material.check_secret(secret(data), "ns/s")
-    text = m.problem + repr(m)
+    text = m.problem + repr(m)  # no Secret data in any problem or repr
     assert "PRIVATE KEY" not in text and b64(other.key_pem)[:40] not in text
     ok = material.check_secret(secret(full(ca, leaf)), "ns/s")
     assert "BEGIN" not in repr(ok)

@@ -15,14 +15,13 @@ One API server and one operator for the module; every Etcd has its own name.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import functools
 import glob
 import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -32,12 +31,13 @@ from opsmanager.api import conditions, constants
 from opsmanager.provisioner import applying, naming
 from opsmanager.provisioner import status as prov_status
 from opsmanager.sandbox.apiserver import threaded
+from tests.polling import aeventually
 
 pytestmark = pytest.mark.slow
 
 NS = "prov"
+WAIT = 15.0  # seconds the tests give the operator for one step (it passes every INTERVAL)
 INTERVAL = 0.5
-T = TypeVar("T")
 ETCD = (constants.ETCD_API_VERSION, constants.ETCD_KIND)
 
 
@@ -79,19 +79,6 @@ async def k(env: Env) -> Any:
         await client.close()
 
 
-async def eventually(check: Callable[[], Awaitable[T | None]], timeout: float = 15.0, what: str = "") -> T:
-    """Poll ``check`` until it returns a truthy value; fail with the last value at the deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    last: T | None = None
-    while loop.time() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"not met within {timeout}s: {what} (last: {last!r})")
-
-
 def etcd_obj(name: str, *, tls: bool = False, **spec: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"version": "3.5.1", "storageType": "Ephemeral", **spec}
     if tls:
@@ -123,12 +110,13 @@ async def reconciled_reason(k: kube.Kube, name: str) -> tuple[str, str]:
 
 async def test_tls_waits_for_complete_material_then_bundle_then_statefulset(env: Env, k: kube.Kube) -> None:
     await k.create(etcd_obj("tls", tls=True))
-    certs = await eventually(lambda: _certificates(k, "tls"), what="three Certificates")
+    certs = await aeventually(lambda: _certificates(k, "tls"), timeout=WAIT, what="three Certificates")
     db = await k.get(*ETCD, NS, "tls")
     assert db is not None
     assert {c["metadata"]["name"] for c in certs} == {"tls-server", "tls-client", "tls-peer"}
     assert all(c["metadata"]["ownerReferences"][0]["uid"] == db["metadata"]["uid"] for c in certs)
-    reason, message = await eventually(lambda: reconciled_reason(k, "tls"), what="Reconciled condition")
+    reason, message = await aeventually(lambda: reconciled_reason(k, "tls"), timeout=WAIT,
+                                        what="Reconciled condition")
     assert reason == applying.REASON_WAITING_FOR_CERTIFICATES, message
 
     ca1, ca2 = pki.make_ca("ca-one"), pki.make_ca("ca-two")
@@ -144,12 +132,14 @@ async def test_tls_waits_for_complete_material_then_bundle_then_statefulset(env:
         reason, message = await reconciled_reason(k, "tls")
         return reason == applying.REASON_WAITING_FOR_CERTIFICATES and "tls-client-cert" in message \
             and "not the private key" in message
-    await eventually(sees_bad_client_key, what="the operator names the half-written client Secret")
+    await aeventually(sees_bad_client_key, timeout=WAIT,
+                      what="the operator names the half-written client Secret")
     assert await k.get("v1", "Secret", NS, "tls-ca-bundle") is None
     assert await k.get("apps/v1", "StatefulSet", NS, "tls") is None
 
     await k.apply(tls_secret("tls-client-cert", ca1, client, certificate="tls-client"))
-    sts = await eventually(lambda: k.get("apps/v1", "StatefulSet", NS, "tls"), what="StatefulSet created")
+    sts = await aeventually(lambda: k.get("apps/v1", "StatefulSet", NS, "tls"), timeout=WAIT,
+                            what="StatefulSet created")
     bundle = await k.get("v1", "Secret", NS, "tls-ca-bundle")
     assert bundle is not None
     cas = pki.split_pem(base64.b64decode(bundle["data"]["ca.crt"]))
@@ -158,7 +148,8 @@ async def test_tls_waits_for_complete_material_then_bundle_then_statefulset(env:
     volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
     assert volumes["ca-bundle"]["secret"]["secretName"] == "tls-ca-bundle"
     assert volumes["server-tls"]["secret"]["secretName"] == "tls-server-cert"
-    reason, _ = await eventually(lambda: _reason_is(k, "tls", applying.REASON_RECONCILED), what="Reconciled")
+    reason, _ = await aeventually(lambda: _reason_is(k, "tls", applying.REASON_RECONCILED), timeout=WAIT,
+                                  what="Reconciled")
 
     # The trust bundle is the ops engine's once it exists: a widened bundle is not narrowed back.
     ca3 = pki.make_ca("ca-three")
@@ -175,8 +166,9 @@ async def test_a_foreign_certificate_is_never_adopted(env: Env, k: kube.Kube) ->
                "spec": {"secretName": "somebody-else", "issuerRef": {"name": "x", "kind": "Issuer"}}}
     await k.create(foreign)
     await k.create(etcd_obj("alien", tls=True))
-    _reason, message = await eventually(lambda: _reason_is(k, "alien", applying.REASON_FOREIGN_OBJECT),
-                                        what="ForeignObject")
+    _reason, message = await aeventually(lambda: _reason_is(k, "alien", applying.REASON_FOREIGN_OBJECT),
+                                         timeout=WAIT,
+                                         what="ForeignObject")
     assert "Certificate prov/alien-server" in message and "never adopts" in message
     live = await k.get("cert-manager.io/v1", "Certificate", NS, "alien-server")
     assert live is not None and "ownerReferences" not in live["metadata"]
@@ -189,17 +181,18 @@ async def test_a_foreign_certificate_is_never_adopted(env: Env, k: kube.Kube) ->
 
 async def test_pause_holds_off_repair_until_it_is_removed(env: Env, k: kube.Kube) -> None:
     await k.create(etcd_obj("paused"))
-    await eventually(lambda: k.get("apps/v1", "StatefulSet", NS, "paused"), what="StatefulSet")
+    await aeventually(lambda: k.get("apps/v1", "StatefulSet", NS, "paused"), timeout=WAIT, what="StatefulSet")
     await k.transact_status(*ETCD, NS, "paused", lambda st: {**st, "conditions": conditions.set_condition(
         st.get("conditions"), constants.COND_PAUSED, constants.TRUE, reason="manual-op", message="test pause")})
-    _r, message = await eventually(lambda: _reason_is(k, "paused", applying.REASON_PAUSED), what="sees the pause")
+    _r, message = await aeventually(lambda: _reason_is(k, "paused", applying.REASON_PAUSED), timeout=WAIT,
+                                    what="sees the pause")
     assert "manual-op" in message
     assert await k.delete("apps/v1", "StatefulSet", NS, "paused")
 
     async def a_pass_saw_it_gone() -> bool:
         cond = await condition(k, "paused", constants.COND_READY)
         return bool(cond and "StatefulSet prov/paused does not exist" in cond.get("message", ""))
-    await eventually(a_pass_saw_it_gone, what="a status pass after the deletion")
+    await aeventually(a_pass_saw_it_gone, timeout=WAIT, what="a status pass after the deletion")
     await _passes(env, "paused", 2)
     assert await k.get("apps/v1", "StatefulSet", NS, "paused") is None, "repaired while paused"
     paused = await condition(k, "paused", constants.COND_PAUSED)
@@ -207,12 +200,13 @@ async def test_pause_holds_off_repair_until_it_is_removed(env: Env, k: kube.Kube
 
     await k.transact_status(*ETCD, NS, "paused", lambda st: {
         **st, "conditions": conditions.remove_condition(st.get("conditions"), constants.COND_PAUSED)})
-    await eventually(lambda: k.get("apps/v1", "StatefulSet", NS, "paused"), what="repaired after the pause")
+    await aeventually(lambda: k.get("apps/v1", "StatefulSet", NS, "paused"), timeout=WAIT,
+                      what="repaired after the pause")
 
 
 async def test_reapply_keeps_restarted_at_and_halted_scales_to_zero(env: Env, k: kube.Kube) -> None:
     await k.create(etcd_obj("halt"))
-    await eventually(lambda: k.get("apps/v1", "StatefulSet", NS, "halt"), what="StatefulSet")
+    await aeventually(lambda: k.get("apps/v1", "StatefulSet", NS, "halt"), timeout=WAIT, what="StatefulSet")
     await k.patch("apps/v1", "StatefulSet", NS, "halt", {"spec": {"template": {"metadata": {"annotations": {
         naming.ANNOTATION_RESTARTED_AT: "2026-01-01T00:00:00Z"}}}}})
     await k.patch(*ETCD, NS, "halt", {"spec": {"halted": True}})
@@ -220,19 +214,20 @@ async def test_reapply_keeps_restarted_at_and_halted_scales_to_zero(env: Env, k:
     async def scaled_down() -> dict[str, Any] | None:
         sts = await k.get("apps/v1", "StatefulSet", NS, "halt")
         return sts if sts and sts["spec"]["replicas"] == 0 else None
-    sts = await eventually(scaled_down, what="replicas 0")
+    sts = await aeventually(scaled_down, timeout=WAIT, what="replicas 0")
     assert sts["spec"]["template"]["metadata"]["annotations"][naming.ANNOTATION_RESTARTED_AT] == "2026-01-01T00:00:00Z"
 
     async def halted_phase() -> bool:
         obj = await k.get(*ETCD, NS, "halt")
         return bool(obj and (obj.get("status") or {}).get("phase") == constants.DB_PHASE_HALTED)
-    await eventually(halted_phase, what="phase Halted")
+    await aeventually(halted_phase, timeout=WAIT, what="phase Halted")
 
 
 async def test_a_steady_cluster_writes_nothing(env: Env, k: kube.Kube) -> None:
     await k.create(etcd_obj("steady"))
-    await eventually(lambda: _reason_is(k, "steady", applying.REASON_RECONCILED), what="Reconciled")
-    await eventually(lambda: condition(k, "steady", constants.COND_READY), what="first status")
+    await aeventually(lambda: _reason_is(k, "steady", applying.REASON_RECONCILED), timeout=WAIT,
+                      what="Reconciled")
+    await aeventually(lambda: condition(k, "steady", constants.COND_READY), timeout=WAIT, what="first status")
     await _passes(env, "steady", 2)
     before = await _versions(k, "steady")
     await _passes(env, "steady", 4)
@@ -243,9 +238,10 @@ async def test_a_steady_cluster_writes_nothing(env: Env, k: kube.Kube) -> None:
 
 async def test_do_not_terminate_keeps_the_etcd_until_the_policy_changes(env: Env, k: kube.Kube) -> None:
     await k.create(etcd_obj("keep", deletionPolicy="DoNotTerminate"))
-    await eventually(lambda: k.get("apps/v1", "StatefulSet", NS, "keep"), what="StatefulSet")
+    await aeventually(lambda: k.get("apps/v1", "StatefulSet", NS, "keep"), timeout=WAIT, what="StatefulSet")
     await k.delete(*ETCD, NS, "keep")
-    cond = await eventually(lambda: condition(k, "keep", prov_status.COND_DELETION_BLOCKED), what="DeletionBlocked")
+    cond = await aeventually(lambda: condition(k, "keep", prov_status.COND_DELETION_BLOCKED), timeout=WAIT,
+                             what="DeletionBlocked")
     assert cond["status"] == "True" and "DoNotTerminate" in cond["message"]
     obj = await k.get(*ETCD, NS, "keep")
     assert obj is not None and obj["metadata"].get("deletionTimestamp")
@@ -257,7 +253,7 @@ async def test_do_not_terminate_keeps_the_etcd_until_the_policy_changes(env: Env
 
     async def gone() -> bool:
         return await k.get(*ETCD, NS, "keep") is None and await k.get("apps/v1", "StatefulSet", NS, "keep") is None
-    await eventually(gone, timeout=30.0, what="deleted after the policy change")
+    await aeventually(gone, timeout=30.0, what="deleted after the policy change")
 
 
 async def test_delete_removes_volumes_keeps_secrets_and_wipeout_removes_both(env: Env, k: kube.Kube) -> None:
@@ -270,16 +266,17 @@ async def test_delete_removes_volumes_keeps_secrets_and_wipeout_removes_both(env
         await k.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                         "metadata": {"name": f"data-{name}-0", "namespace": NS},
                         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
-        await eventually(functools.partial(k.get, "apps/v1", "StatefulSet", NS, name), what=f"{name} StatefulSet")
+        await aeventually(functools.partial(k.get, "apps/v1", "StatefulSet", NS, name), timeout=WAIT,
+                          what=f"{name} StatefulSet")
         await k.delete(*ETCD, NS, name)
 
     async def gone(name: str) -> bool:
         return await k.get(*ETCD, NS, name) is None and await k.get("apps/v1", "StatefulSet", NS, name) is None
     for name in ("del", "wipe"):
-        await eventually(functools.partial(gone, name), timeout=30.0, what=f"{name} deleted")
+        await aeventually(functools.partial(gone, name), timeout=30.0, what=f"{name} deleted")
         for obj in (("v1", "Service", name), ("v1", "Service", f"{name}-pods"),
                     ("policy/v1", "PodDisruptionBudget", name), ("cert-manager.io/v1", "Certificate", f"{name}-server")):
-            await eventually(functools.partial(_absent, k, *obj), what=f"{obj} deleted")
+            await aeventually(functools.partial(_absent, k, *obj), timeout=WAIT, what=f"{obj} deleted")
     assert await k.get("v1", "PersistentVolumeClaim", NS, "data-del-0") is None
     for alias in constants.CERT_ALIASES:
         assert await k.get("v1", "Secret", NS, f"del-{alias}-cert") is not None
@@ -311,12 +308,9 @@ async def _passes(env: Env, name: str, count: int) -> None:
     """Wait until the operator has read the Etcd ``count`` more times (each timer pass reads it)."""
     path = f"/etcds/{name}"
     start = env.requests_for(path)
-    await eventually(lambda: _true(env.requests_for(path) >= start + 2 * count), timeout=10.0 + count * INTERVAL * 4,
-                     what=f"{count} operator passes over {name}")
-
-
-async def _true(value: bool) -> bool:
-    return value
+    await aeventually(lambda: env.requests_for(path) >= start + 2 * count,
+                      timeout=10.0 + count * INTERVAL * 4,
+                      what=f"{count} operator passes over {name}")
 
 
 async def _versions(k: kube.Kube, name: str) -> str:

@@ -16,7 +16,8 @@ import kubernetes.client as k
 import pytest
 from kubernetes.client.rest import ApiException
 
-from tests.fixtures.sandbox import SandboxAPI, eventually
+from tests.fixtures.sandbox import SandboxAPI
+from tests.polling import eventually
 
 pytestmark = pytest.mark.slow
 

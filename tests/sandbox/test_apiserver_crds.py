@@ -19,7 +19,8 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from opsmanager.sandbox.apiserver import apply_crd_files
-from tests.fixtures.sandbox import WIDGET_CRD, SandboxAPI, eventually
+from tests.fixtures.sandbox import WIDGET_CRD, SandboxAPI
+from tests.polling import eventually
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

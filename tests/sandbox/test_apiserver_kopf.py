@@ -21,7 +21,8 @@ import pytest
 from kopf.testing import KopfRunner
 from kubernetes.client.rest import ApiException
 
-from tests.fixtures.sandbox import SandboxAPI, eventually
+from tests.fixtures.sandbox import SandboxAPI
+from tests.polling import eventually
 
 pytestmark = pytest.mark.slow
 G, V, P = "test.opsmanager.dev", "v1", "widgets"

@@ -19,7 +19,8 @@ import kubernetes.client as k
 import pytest
 import yaml
 
-from tests.fixtures.sandbox import LocalWebhook, SandboxAPI, eventually, webhook_configuration
+from tests.fixtures.sandbox import LocalWebhook, SandboxAPI, webhook_configuration
+from tests.polling import eventually
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

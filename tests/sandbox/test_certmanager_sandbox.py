@@ -22,7 +22,8 @@ import pytest
 
 from opsmanager import pki
 from opsmanager.sandbox import cluster
-from tests.fixtures.sandbox_controllers import plain_etcd_statefulset, wait_until
+from tests.fixtures.sandbox_controllers import plain_etcd_statefulset
+from tests.polling import aeventually
 
 pytestmark = pytest.mark.slow
 
@@ -88,11 +89,11 @@ async def renew(sb: cluster.Sandbox, name: str) -> None:
 async def test_ca_issuer_issues_renews_reissues_and_leaves_the_secret(full_sandbox: cluster.Sandbox) -> None:
     sb = full_sandbox
     ca = await install_ca_issuer(sb)
-    issuer = await wait_until(lambda: _ready_issuer(sb, "ca"), 10)
+    issuer = await aeventually(lambda: _ready_issuer(sb, "ca"), timeout=10)
     assert cond(issuer, "Ready")["reason"] == "KeyPairVerified"
     await sb.apply(certificate("peer", "peer-tls", dnsNames=["*.etcd.default.svc"], usages=["server auth",
                                                                                         "client auth"]))
-    c = await wait_until(lambda: issued_at(sb, "peer", 1), 10, message="first issuance")
+    c = await aeventually(lambda: issued_at(sb, "peer", 1), timeout=10, what="first issuance")
     files = await secret_files(sb, "peer-tls")
     assert pki.signed_by(files["tls.crt"], ca.cert_pem) and pki.key_matches_cert(files["tls.crt"], files["tls.key"])
     assert files["ca.crt"] == pki.split_pem(ca.cert_pem)[0]
@@ -106,7 +107,7 @@ async def test_ca_issuer_issues_renews_reissues_and_leaves_the_secret(full_sandb
     assert secret["metadata"]["annotations"]["cert-manager.io/certificate-name"] == "peer"
 
     await renew(sb, "peer")
-    await wait_until(lambda: issued_at(sb, "peer", 2), 10, message="re-issuance after Issuing=True")
+    await aeventually(lambda: issued_at(sb, "peer", 2), timeout=10, what="re-issuance after Issuing=True")
     again = await secret_files(sb, "peer-tls")
     assert pki.cert_info(again["tls.crt"]).serial != info.serial
     assert again["tls.key"] != files["tls.key"] and pki.key_matches_cert(again["tls.crt"], again["tls.key"])
@@ -114,12 +115,12 @@ async def test_ca_issuer_issues_renews_reissues_and_leaves_the_secret(full_sandb
     c = await get_cert(sb, "peer")
     c["spec"]["dnsNames"] = ["*.etcd.default.svc", "*.etcd.default.svc.cluster.local"]
     await sb.client.replace(c)
-    await wait_until(lambda: issued_at(sb, "peer", 3), 10, message="re-issuance after a spec change")
+    await aeventually(lambda: issued_at(sb, "peer", 3), timeout=10, what="re-issuance after a spec change")
     assert pki.cert_info((await secret_files(sb, "peer-tls"))["tls.crt"]).dns_names == (
         "*.etcd.default.svc", "*.etcd.default.svc.cluster.local")
 
     await sb.client.delete("cert-manager.io/v1", "Certificate", NS, "peer")
-    await wait_until(lambda: _gone(sb, "peer"), 5)
+    await aeventually(lambda: _gone(sb, "peer"), timeout=5)
     assert (await sb.client.get("v1", "Secret", NS, "peer-tls")) is not None
 
 
@@ -127,10 +128,10 @@ async def test_renewal_at_renew_before(full_sandbox: cluster.Sandbox) -> None:
     sb = full_sandbox
     await install_ca_issuer(sb)
     await sb.apply(certificate("short", "short-tls", commonName="short", duration="6s", renewBefore="5s"))
-    first = await wait_until(lambda: issued_at(sb, "short", 1), 10)
+    first = await aeventually(lambda: issued_at(sb, "short", 1), timeout=10)
     # renewal time is notAfter - 5s, i.e. about 1 s after issuance (plus pki's 5-minute backdating of notBefore)
     assert first["status"]["renewalTime"] < first["status"]["notAfter"]
-    await wait_until(lambda: issued_at(sb, "short", 2), 10, message="automatic renewal")
+    await aeventually(lambda: issued_at(sb, "short", 2), timeout=10, what="automatic renewal")
 
 
 async def test_issuer_without_its_secret_never_issues_until_the_secret_appears(full_sandbox: cluster.Sandbox) -> None:
@@ -143,7 +144,7 @@ async def test_issuer_without_its_secret_never_issues_until_the_secret_appears(f
         c = await get_cert(sb, "pending")
         return c if cond(c, "Ready").get("reason") == "IssuerNotReady" else None
 
-    c = await wait_until(stuck, 10)
+    c = await aeventually(stuck, timeout=10)
     assert 'secrets "late-key-pair" not found' in cond(c, "Ready")["message"]
     assert cond(c, "Issuing")["status"] == "True" and cond(c, "Issuing")["reason"] == "DoesNotExist"
     issuer = await sb.client.get("cert-manager.io/v1", "Issuer", NS, "late")
@@ -152,7 +153,7 @@ async def test_issuer_without_its_secret_never_issues_until_the_secret_appears(f
     ca = pki.make_ca("late")
     await sb.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "late-key-pair", "namespace": NS},
                     "data": {"tls.crt": b64(ca.cert_pem), "tls.key": b64(ca.key_pem)}})
-    await wait_until(lambda: issued_at(sb, "pending", 1), 10, message="issued once the CA Secret exists")
+    await aeventually(lambda: issued_at(sb, "pending", 1), timeout=10, what="issued once the CA Secret exists")
     assert pki.signed_by((await secret_files(sb, "pending-tls"))["tls.crt"], ca.cert_pem)
 
 
@@ -166,7 +167,7 @@ async def test_self_signed_bootstraps_a_ca_and_secrets_are_not_shared(full_sandb
          "spec": {"ca": {"secretName": "root-ca"}}},
         certificate("leaf", "leaf-tls", issuer="boot", dnsNames=["leaf.default.svc"]),
     ])
-    await wait_until(lambda: issued_at(sb, "leaf", 1), 15, message="leaf from a bootstrapped CA")
+    await aeventually(lambda: issued_at(sb, "leaf", 1), timeout=15, what="leaf from a bootstrapped CA")
     root, leaf = await secret_files(sb, "root-ca"), await secret_files(sb, "leaf-tls")
     assert root["ca.crt"] == root["tls.crt"] and pki.signed_by(leaf["tls.crt"], root["tls.crt"])
     await sb.apply(certificate("thief", "leaf-tls", issuer="boot", dnsNames=["other"]))
@@ -175,7 +176,7 @@ async def test_self_signed_bootstraps_a_ca_and_secrets_are_not_shared(full_sandb
         c = await get_cert(sb, "thief")
         return c if cond(c, "Ready").get("reason") == "SecretInUse" else None
 
-    c = await wait_until(refused, 10)
+    c = await aeventually(refused, timeout=10)
     assert 'Certificate "leaf"' in cond(c, "Ready")["message"]
     assert (await secret_files(sb, "leaf-tls"))["tls.crt"] == leaf["tls.crt"]
 
@@ -213,7 +214,7 @@ async def test_tls_statefulset_with_wildcard_dns_sans_passes_etcd_peer_san_check
         certificate("etcd-client", "etcd-client-tls", commonName="root", usages=["client auth"]),
     ])
     for name in ("etcd-peer", "etcd-server", "etcd-client"):
-        await wait_until(lambda name=name: issued_at(sb, name, 1), 10)
+        await aeventually(lambda name=name: issued_at(sb, name, 1), timeout=10)
     await sb.apply(plain_etcd_statefulset(tls_secrets=("etcd-peer-tls", "etcd-server-tls")))
     pods = await sb.wait_ready_pods(NS, "app.kubernetes.io/name=etcd", 3, timeout=30)
 
@@ -224,8 +225,8 @@ async def test_tls_statefulset_with_wildcard_dns_sans_passes_etcd_peer_san_check
     ctx.load_cert_chain(tmp_path / "c.crt", tmp_path / "c.key")
     for pod in pods:
         name = pod["metadata"]["name"]
-        assert await wait_until(lambda pod=pod, name=name: https_healthy(pod["status"]["podIP"], ctx,
-                                                                         f"{name}.etcd.default.svc"), 10)
+        assert await aeventually(lambda pod=pod, name=name: https_healthy(pod["status"]["podIP"], ctx,
+                                                                          f"{name}.etcd.default.svc"), timeout=10)
     # the peer listener did check SANs by reverse lookup: no rejection, and the SANs have no IP at all
     logs = "".join((sb.dir / "logs" / NS / p["metadata"]["name"] / "etcd.log").read_text() for p in pods)
     assert "rejected connection" not in logs
@@ -241,7 +242,7 @@ async def test_peer_certificate_without_the_cluster_local_form_is_rejected(full_
         certificate("etcd-server", "etcd-server-tls", dnsNames=["*.etcd.default.svc"], usages=both),
     ])
     for name in ("etcd-peer", "etcd-server"):
-        await wait_until(lambda name=name: issued_at(sb, name, 1), 10)
+        await aeventually(lambda name=name: issued_at(sb, name, 1), timeout=10)
     await sb.apply(plain_etcd_statefulset(tls_secrets=("etcd-peer-tls", "etcd-server-tls")))
 
     def rejected() -> bool:
@@ -251,7 +252,7 @@ async def test_peer_certificate_without_the_cluster_local_form_is_rejected(full_
                 return True
         return False
 
-    await wait_until(rejected, 15, interval=0.1, message="etcd rejecting a peer whose PTR name is not in its SANs")
+    await aeventually(rejected, timeout=15, interval=0.1, what="etcd rejecting a peer whose PTR name is not in its SANs")
 
 
 async def test_cluster_issuer_reads_its_ca_from_the_cert_manager_namespace(full_sandbox: cluster.Sandbox) -> None:
@@ -266,7 +267,7 @@ async def test_cluster_issuer_reads_its_ca_from_the_cert_manager_namespace(full_
          "spec": {"secretName": "client-tls", "commonName": "root", "usages": ["client auth"],
                   "issuerRef": {"name": "cluster-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}}},
     ])
-    await wait_until(lambda: issued_at(sb, "client", 1), 10)
+    await aeventually(lambda: issued_at(sb, "client", 1), timeout=10)
     secret = await sb.client.get("v1", "Secret", NS, "client-tls")
     assert secret["metadata"]["annotations"]["cert-manager.io/issuer-kind"] == "ClusterIssuer"
     assert pki.signed_by(base64.b64decode(secret["data"]["tls.crt"]), ca.cert_pem)

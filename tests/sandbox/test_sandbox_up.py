@@ -1,5 +1,5 @@
 """``opsmanager sandbox up`` as a user runs it: a separate process, a 3-member etcd StatefulSet applied from a
-file, healthy in under 15 s, visible to kubectl, and nothing left running after SIGTERM (checked by PID).
+file, healthy (the time it took is printed, not asserted), visible to kubectl, and nothing left running after SIGTERM (checked by PID).
 Also: ``Sandbox`` stops every process when the body of ``async with`` raises."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from opsmanager.sandbox import cluster
-from tests.fixtures.sandbox_controllers import plain_etcd_statefulset, wait_until
+from tests.fixtures.sandbox_controllers import plain_etcd_statefulset
+from tests.polling import aeventually, eventually
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +60,7 @@ def _alive(pid: int) -> bool:
     return not Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
 
 
-def test_sandbox_up_runs_a_healthy_cluster_fast_and_leaves_nothing_behind(tmp_path: Path) -> None:
+def test_sandbox_up_runs_a_healthy_cluster_and_leaves_nothing_behind(tmp_path: Path) -> None:
     manifest = tmp_path / "etcd.yaml"
     manifest.write_text(yaml.safe_dump_all(plain_etcd_statefulset()))
     state = tmp_path / "state"
@@ -85,10 +86,8 @@ def test_sandbox_up_runs_a_healthy_cluster_fast_and_leaves_nothing_behind(tmp_pa
             ips = [p["status"]["podIP"] for p in pods if p.get("status", {}).get("podIP")]
             return ips if len(ips) == 3 and all(_healthy(ip) for ip in ips) else []
 
-        ips = asyncio_free_wait(healthy_ips, 15)
-        up_seconds = time.monotonic() - started
-        print(f"\nmeasured: `sandbox up` to a healthy 3-member etcd cluster in {up_seconds:.2f}s")
-        assert up_seconds < 15
+        ips = eventually(healthy_ips, timeout=60, interval=0.1, what="3 pods with healthy etcd")
+        print(f"\nmeasured: `sandbox up` to a healthy 3-member etcd cluster in {time.monotonic() - started:.2f}s")
         pods = _get(f"{url}/api/v1/namespaces/default/pods")["items"]
         container_pids = [int(cs["containerID"].split("://")[1]) for p in pods
                           for cs in p["status"]["containerStatuses"]]
@@ -102,7 +101,7 @@ def test_sandbox_up_runs_a_healthy_cluster_fast_and_leaves_nothing_behind(tmp_pa
             assert out.returncode == 0, out.stderr
             return "3/3" in out.stdout
 
-        asyncio_free_wait(kubectl_sees_3_of_3, 10)
+        eventually(kubectl_sees_3_of_3, timeout=10, interval=0.1, what="kubectl showing 3/3 READY")
         logs = subprocess.run(["/usr/bin/kubectl", "--kubeconfig", str(state / "kubeconfig"), "--cache-dir",
                                str(tmp_path / "kube-cache"), "logs", "etcd-0", "--tail", "50"],
                               capture_output=True, text=True, timeout=30, env=dict(os.environ, HOME=str(tmp_path)))
@@ -119,24 +118,13 @@ def test_sandbox_up_runs_a_healthy_cluster_fast_and_leaves_nothing_behind(tmp_pa
     assert _pids_under(state) == []
 
 
-def asyncio_free_wait(check: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout}s")
-        time.sleep(0.1)
-
-
 async def test_sandbox_stops_its_pods_when_the_body_raises(tmp_path: Path) -> None:
     pids: dict[Any, int] = {}
     with pytest.raises(RuntimeError, match="boom"):
         async with cluster.Sandbox(dir=tmp_path / "sb", crds_dir=None, shutdown_grace=1.0) as sb:
             await sb.apply(plain_etcd_statefulset(replicas=1))
             assert sb.kubelet is not None
-            pids = await wait_until(lambda: sb.kubelet.pids() if sb.kubelet else None, 15)
+            pids = await aeventually(lambda: sb.kubelet.pids() if sb.kubelet else None, timeout=15)
             raise RuntimeError("boom")
     assert pids and [pid for pid in pids.values() if _alive(pid)] == []
     assert _pids_under(tmp_path / "sb") == []

@@ -16,7 +16,8 @@ import aiohttp
 import pytest
 
 from opsmanager.sandbox import cluster, process
-from tests.fixtures.sandbox_controllers import plain_etcd_statefulset, wait_until
+from tests.fixtures.sandbox_controllers import plain_etcd_statefulset
+from tests.polling import aeventually
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +71,7 @@ async def test_plain_etcd_statefulset_is_healthy_and_a_deleted_member_comes_back
                     and any(c["type"] == "Ready" and c["status"] == "True"
                         for c in (pod.get("status") or {}).get("conditions") or []))
 
-    await wait_until(replaced, 30, interval=0.05, message="etcd-1 recreated and Ready")
+    await aeventually(replaced, timeout=30, interval=0.05, what="etcd-1 recreated and Ready")
     restart_seconds = time.monotonic() - started
     new_pids = sb.kubelet.pids()
     assert new_pids[("default", "etcd-0", "etcd")] == pids[("default", "etcd-0", "etcd")]
@@ -81,7 +82,7 @@ async def test_plain_etcd_statefulset_is_healthy_and_a_deleted_member_comes_back
     assert (await etcd_post(ips["etcd-1"], "/v3/maintenance/status"))["header"]["member_id"] == member1
     assert sorted((sb.dir / "pvc" / "default").iterdir()) == data_dirs
     for ip in ips.values():
-        assert await wait_until(lambda ip=ip: healthy(ip), 10)
+        assert await aeventually(lambda ip=ip: healthy(ip), timeout=10)
     # etcdctl inside the restarted member's container, against its own "localhost"
     code, out = await sb.exec("default", "etcd-1", "etcd", ["etcdctl", "--endpoints=http://127.0.0.1:2379",
                                                             "member", "list"])
@@ -105,15 +106,15 @@ async def test_secret_update_reaches_the_mounted_files(full_sandbox: cluster.San
                         "volumeMounts": [{"name": "certs", "mountPath": "/etc/certs"}]}],
                         "volumes": [{"name": "certs", "secret": {"secretName": "certs"}}]}})
     assert sb.kubelet is not None
-    pid = await wait_until(lambda: sb.kubelet.pids().get(("default", "reader", "main")), 15)
+    pid = await aeventually(lambda: sb.kubelet.pids().get(("default", "reader", "main")), timeout=15)
 
     async def seen() -> str:
         code, out = await process.exec_in(pid, ["cat", "/etc/certs/tls.crt"], {"PATH": "/usr/bin:/bin"}, 5)
         return out.decode() if code == 0 else ""
 
-    assert await wait_until(seen, 10) == "v1"
+    assert await aeventually(seen, timeout=10) == "v1"
     await sb.apply(secret("v2"))
-    assert await wait_until(lambda: _eq(seen(), "v2"), 10, message="updated Secret visible in the container")
+    assert await aeventually(lambda: _eq(seen(), "v2"), timeout=10, what="updated Secret visible in the container")
 
 
 async def _eq(value: Any, expected: str) -> bool:

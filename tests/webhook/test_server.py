@@ -19,7 +19,6 @@ import signal
 import ssl
 import subprocess
 import sys
-import time
 from typing import Any
 
 import aiohttp
@@ -28,6 +27,7 @@ import pytest
 
 from opsmanager import pki
 from opsmanager.webhook import server, validation
+from tests.polling import aeventually, eventually
 from tests.webhook import conftest
 
 OPS = {
@@ -229,11 +229,9 @@ async def served_serial(srv: server.WebhookServer, ctx: ssl.SSLContext) -> int:
         await writer.wait_closed()
 
 
-async def wait_for_serial(srv: server.WebhookServer, ctx: ssl.SSLContext, serial: int, timeout: float = 5) -> None:
-    deadline = time.monotonic() + timeout
-    while (seen := await served_serial(srv, ctx)) != serial:
-        assert time.monotonic() < deadline, f"still serving serial {seen}, expected {serial}"
-        await asyncio.sleep(0.02)
+async def serves(srv: server.WebhookServer, ctx: ssl.SSLContext, serial: int) -> bool:
+    """Whether a fresh TLS handshake gets the certificate with this serial."""
+    return await served_serial(srv, ctx) == serial
 
 
 async def test_certificate_files_are_reloaded_for_new_handshakes(
@@ -242,7 +240,7 @@ async def test_certificate_files_are_reloaded_for_new_handshakes(
 ) -> None:
     assert await served_serial(webhook, client_ssl) == 1001
     conftest.write_serving_pair(webhook_ca, cert_dir, serial=2002)
-    await wait_for_serial(webhook, client_ssl, 2002)
+    await aeventually(lambda: serves(webhook, client_ssl, 2002), timeout=10, what="new handshakes get serial 2002")
     assert webhook.reloads == 1
     status, _ = await post(http, webhook, "/validate-etcdopsrequest", conftest.review(OPS))
     assert status == 200
@@ -253,13 +251,11 @@ async def test_a_broken_pair_is_not_loaded_and_the_old_certificate_stays(
 ) -> None:
     other = pki.make_leaf(webhook_ca, "x", ip_addresses=["127.0.0.1"], serial=3003)
     (cert_dir / "tls.crt").write_bytes(other.cert_pem)  # the key file still holds the old key: a mismatch
-    deadline = time.monotonic() + 5
-    while webhook._failed_stamps is None:  # the reloader has looked at (and refused) the new files
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.02)
+    await aeventually(lambda: webhook._failed_stamps is not None, timeout=10,  # the reloader has looked at them
+                      what="the reloader refused the mismatched pair")
     assert await served_serial(webhook, client_ssl) == 1001
     (cert_dir / "tls.key").write_bytes(other.key_pem)  # now the pair matches
-    await wait_for_serial(webhook, client_ssl, 3003)
+    await aeventually(lambda: serves(webhook, client_ssl, 3003), timeout=10, what="new handshakes get serial 3003")
     (cert_dir / "tls.crt").write_bytes(b"not a certificate")
     (cert_dir / "tls.key").write_bytes(b"")
     assert not webhook.reload_if_changed()
@@ -291,17 +287,17 @@ def test_cli_serves_until_sigterm(cert_dir: pathlib.Path, client_ssl: ssl.SSLCon
          "--kubeconfig", str(kubeconfig)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=pathlib.Path(__file__).parents[2],
     )
+
+    def healthy() -> bool:
+        try:
+            with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=client_ssl, timeout=1) as r:
+                return r.read() == b"ok"
+        except OSError:
+            assert proc.poll() is None, proc.communicate()
+            return False
+
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=client_ssl, timeout=1) as r:
-                    assert r.read() == b"ok"
-                    break
-            except OSError:
-                assert proc.poll() is None, proc.communicate()
-                assert time.monotonic() < deadline, "webhook did not come up"
-                time.sleep(0.1)
+        eventually(healthy, timeout=20, interval=0.1, what="the webhook serving /healthz")
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=10)
         assert proc.returncode == 0, err
