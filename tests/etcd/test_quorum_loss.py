@@ -17,7 +17,7 @@ from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors
 from tests.fixtures.etcd_cluster import ClusterFactory
 from tests.polling import aeventually
-from tests.timing import SLACK, abaseline
+from tests.timing import abaseline, allowance
 
 pytestmark = pytest.mark.slow
 
@@ -39,9 +39,9 @@ async def test_probes_report_no_quorum_in_time_and_recovery_follows(etcd_cluster
     async with etcd_client.EtcdClient(cluster.endpoints(), timeout=1.0) as c:
         await c.put("/test/before", "1")
         # Baseline: one probe of a healthy member, here and now. Each bound below is the call's own budget (the
-        # point: it gives up then instead of hanging) plus SLACK of these.
+        # point: it gives up then instead of hanging) plus the allowance of these (tests/timing.py).
         one_probe = await abaseline(lambda: c.health("m0", timeout=1.0))
-        slack = SLACK * one_probe
+        slack = allowance(one_probe)
         cluster.kill_member("m1")
         cluster.kill_member("m2")
 

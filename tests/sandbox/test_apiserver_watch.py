@@ -23,7 +23,7 @@ from kubernetes.client.rest import ApiException
 from opsmanager.sandbox.apiserver import ThreadedAPIServer
 from tests.fixtures.sandbox import SandboxAPI, make_api_client
 from tests.polling import eventually
-from tests.timing import SLACK, baseline
+from tests.timing import allowance, baseline
 
 pytestmark = pytest.mark.slow
 
@@ -109,7 +109,7 @@ def test_timeout_seconds_ends_the_stream(apiserver: SandboxAPI) -> None:
     started = time.monotonic()
     read("?watch=true&timeoutSeconds=1")
     elapsed = time.monotonic() - started
-    assert 0.9 <= elapsed < 1 + SLACK * one_list, (elapsed, one_list)
+    assert 0.9 <= elapsed < 1 + allowance(one_list), (elapsed, one_list)
 
 
 def test_bookmarks_are_sent_when_allowed(apiserver: SandboxAPI) -> None:

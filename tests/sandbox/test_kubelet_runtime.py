@@ -21,7 +21,7 @@ import pytest
 
 from opsmanager.sandbox import dns, kubelet
 from tests.polling import aeventually
-from tests.timing import SLACK, abaseline
+from tests.timing import abaseline, allowance
 
 pytestmark = pytest.mark.slow
 
@@ -165,7 +165,7 @@ async def test_deletion_waits_the_grace_period_then_kills(standalone_kubelet: ku
     await host.delete_pod("stubborn")
     elapsed = time.monotonic() - started
     # The grace period (1 s) is the point: not before it, and SIGKILL at its end, not much later.
-    assert 0.9 <= elapsed < 1 + SLACK * one_deletion, (elapsed, one_deletion)
+    assert 0.9 <= elapsed < 1 + allowance(one_deletion), (elapsed, one_deletion)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
 
