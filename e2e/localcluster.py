@@ -34,7 +34,6 @@ import os
 import pathlib
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -45,6 +44,7 @@ import urllib.request
 import weakref
 from collections.abc import Iterable, Mapping
 
+from e2e import processes
 from opsmanager import pki
 from opsmanager.etcd import access
 
@@ -367,13 +367,7 @@ class LocalEtcdCluster:
         m = self.member(name)
         if m.process is None:
             return
-        if m.process.poll() is None:
-            m.process.send_signal(signal.SIGTERM)
-            try:
-                m.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                m.process.kill()
-                m.process.wait(5)
+        processes.stop(m.process, timeout)
         m.process = None
 
     def kill_member(self, name: str) -> None:

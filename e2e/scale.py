@@ -26,8 +26,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from e2e import naive, scenario
-from opsmanager import operator
+from e2e import naive, processes, scenario
 from opsmanager.api import constants
 from opsmanager.provisioner import handlers as provisioner_handlers
 
@@ -200,7 +199,7 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
             proxy = CountingProxy(sc.sandbox.url)
             await proxy.start()
             kubeconfig = write_proxied_kubeconfig(sc.sandbox.kubeconfig, workdir / "kubeconfig-proxied", proxy.url)
-            sc.operator = await asyncio.to_thread(operator.OperatorProcess.start, kubeconfig,
+            sc.operator = await asyncio.to_thread(processes.OperatorProcess.start, kubeconfig,
                                                   log_path=workdir / "operator.log")
             pid = sc.operator.pid
             await sc.ca_issuer("ca-a")

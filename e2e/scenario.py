@@ -18,8 +18,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Self
 
-from e2e import monitor, writer
-from opsmanager import kube, operator, pki
+from e2e import monitor, processes, writer
+from opsmanager import kube, pki
 from opsmanager.api import constants, pause
 from opsmanager.etcd import access
 from opsmanager.etcd import client as etcd_client
@@ -64,7 +64,7 @@ class Scenario:
         self.namespace = namespace
         self.sandbox: Any = None
         self.kube: kube.Kube | None = None
-        self.operator: operator.OperatorProcess | None = None
+        self.operator: processes.OperatorProcess | None = None
         self.cas: dict[str, pki.KeyPair] = {}
 
     async def __aenter__(self) -> Scenario:
@@ -85,7 +85,7 @@ class Scenario:
         """``opsmanager run`` as a child process (so a test can SIGKILL it), logging to ``operator.log``.
         Started from a thread: its readiness wait blocks, and this loop also serves the sandbox's API."""
         self.operator = await asyncio.to_thread(
-            operator.OperatorProcess.start, self.sandbox.kubeconfig, log_path=self.dir / "operator.log",
+            processes.OperatorProcess.start, self.sandbox.kubeconfig, log_path=self.dir / "operator.log",
             interval=1.0)
 
     async def kill_operator(self) -> None:

@@ -19,30 +19,21 @@ kopf settings: finalizer, progress and diff-base annotations live under ``opsman
 ``kopf.zalando.org``), progress is kept in annotations only so ``status`` stays ours, and kopf posts Kubernetes
 events only for warnings (the handlers post their own, on transitions).
 
-Tests, the sandbox and the demo start it as a subprocess with :class:`OperatorProcess` (``python -m opsmanager run
---kubeconfig K ...``, ready when its liveness endpoint answers, stopped by PID), or in-process with
-:func:`run_async` and a ``stop_flag``.
+The sandbox (``opsmanager.sandbox.components``) and the e2e harness (``e2e/processes.py``) start it as a child
+process (``python -m opsmanager run --kubeconfig K ...``, ready when its liveness endpoint answers, stopped by
+PID); tests may run it in-process with :func:`run_async` and a ``stop_flag``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import dataclasses
 import importlib
 import logging
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
-from collections.abc import AsyncIterator, Collection, Sequence
-from pathlib import Path
-from typing import IO, Any
+from collections.abc import Collection, Sequence
+from typing import Any
 
 import kopf
 
@@ -215,113 +206,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         memo.kube.close()
     return 0
-
-
-# --- running it as a subprocess (tests, sandbox, demo) -------------------------------------------------------
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclasses.dataclass
-class OperatorProcess:
-    """``opsmanager run`` in a child process. Start with :meth:`start`, stop with :meth:`stop` (by PID, SIGTERM
-    then SIGKILL); :meth:`log` returns what it printed (kept in ``log_path``)."""
-
-    process: subprocess.Popen[bytes]
-    log_path: Path
-    liveness_url: str
-    _log_file: IO[bytes] | None = None
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    @classmethod
-    def start(cls, kubeconfig: str | os.PathLike[str], *, log_path: str | os.PathLike[str],
-              namespaces: Sequence[str] = (), interval: float | None = None, standalone: bool = True,
-              with_ops: bool = True, verbose: bool = False, extra_args: Sequence[str] = (),
-              env: dict[str, str] | None = None, ready_timeout: float = 30.0) -> OperatorProcess:
-        """Start the operator against ``kubeconfig`` and wait until it serves its liveness probe."""
-        port = free_port()
-        url = f"http://127.0.0.1:{port}/healthz"
-        argv = [sys.executable, "-m", "opsmanager", "run", "--kubeconfig", os.fspath(kubeconfig), "--liveness", url]
-        for ns in namespaces:
-            argv += ["--namespace", ns]
-        if interval is not None:
-            argv += ["--interval", str(interval)]
-        if standalone:
-            argv.append("--standalone")
-        if not with_ops:
-            argv.append("--no-ops")
-        if verbose:
-            argv.append("--verbose")
-        argv += list(extra_args)
-        path = Path(log_path)
-        log_file = path.open("ab")
-        process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env={**os.environ, **(env or {})})
-        op = cls(process, path, url, log_file)
-        try:
-            op.wait_ready(ready_timeout)
-        except BaseException:
-            op.stop()
-            raise
-        return op
-
-    def wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the operator exited with code {self.process.returncode} before it was ready:\n"
-                                   f"{self.log()[-3000:]}")
-            try:
-                with urllib.request.urlopen(self.liveness_url, timeout=1.0) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"the operator did not become ready within {timeout}s:\n{self.log()[-3000:]}")
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def stop(self, timeout: float = 15.0) -> int | None:
-        """SIGTERM, wait up to ``timeout``, then SIGKILL. Returns the exit code."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-        return self.process.returncode
-
-
-@contextlib.asynccontextmanager
-async def sandbox_component(sandbox: Any, *, interval: float | None = None,
-                            with_ops: bool = True) -> AsyncIterator[OperatorProcess]:
-    """The operator as a sandbox component (``Sandbox(components=[operator.sandbox_component])``): started against
-    ``sandbox.kubeconfig`` for all namespaces, logging to ``<sandbox.dir>/logs/operator.log``, stopped by PID on
-    exit. Takes any object with ``kubeconfig`` and ``dir`` (no import of the sandbox here)."""
-    logs = Path(sandbox.dir) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    op = await asyncio.to_thread(OperatorProcess.start, sandbox.kubeconfig, log_path=logs / "operator.log",
-                                 interval=interval, with_ops=with_ops)
-    try:
-        yield op
-    finally:
-        await asyncio.to_thread(op.stop)
 
 
 if __name__ == "__main__":

@@ -15,13 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from opsmanager import pki
-from opsmanager.api import conditions, constants
+from opsmanager.api import common, conditions, constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.ops import context, plan
 from opsmanager.provisioner import material, naming, ownership, render
 
 CERT_API = "cert-manager.io/v1"
-PROBE_SUFFIX = "ca-probe"
 
 
 async def check_ownership(ctx: context.OpsContext, certs: list[dict[str, Any]]) -> str | None:
@@ -106,28 +105,12 @@ async def write_bundle(ctx: context.OpsContext, pems: bytes) -> bool:
 
 def _probe_certificates(ctx: context.OpsContext, tls: etcd_api.TLSConfig) -> list[dict[str, Any]]:
     """One small Certificate per distinct issuer of ``tls``, issued only to learn that issuer's CA."""
-    seen: dict[tuple[str, str, str] | None, None] = {}
+    issuers: dict[tuple[str, str, str], common.IssuerRef] = {}
     for alias in constants.CERT_ALIASES:
-        seen.setdefault(plan.effective_issuer(tls, alias))
-    probes = []
-    for i, key in enumerate(k for k in seen if k is not None):
-        group, kind, name = key
-        cert_name = f"{ctx.db_name}-{PROBE_SUFFIX}-{i}"
-        probes.append({
-            "apiVersion": CERT_API,
-            "kind": "Certificate",
-            "metadata": {
-                "name": cert_name, "namespace": ctx.namespace, "labels": naming.labels(ctx.db_name),
-                "ownerReferences": [render.owner_reference(ctx.db)],
-            },
-            "spec": {
-                "secretName": cert_name, "commonName": f"{ctx.db_name}-ca-probe",
-                "usages": ["digital signature", "client auth"], "duration": "1h",
-                "issuerRef": {"group": group, "kind": kind, "name": name},
-                "privateKey": {"algorithm": "ECDSA", "size": 256},
-            },
-        })
-    return probes
+        issuer = render.issuer_of(tls, alias)
+        if issuer is not None:
+            issuers.setdefault((issuer.api_group, issuer.kind, issuer.name), issuer)
+    return [render.render_ca_probe(ctx.db, i, issuer) for i, issuer in enumerate(issuers.values())]
 
 
 async def probe_cas(ctx: context.OpsContext, tls: etcd_api.TLSConfig) -> bytes | context.Progress | context.Fail:

@@ -93,10 +93,8 @@ def _issuer_key(ref: common.IssuerRef | None) -> tuple[str, str, str] | None:
 
 
 def effective_issuer(tls: etcd_api.TLSConfig, alias: str) -> tuple[str, str, str] | None:
-    spec = tls.certificate(alias)
-    if spec is not None and spec.issuer_ref is not None:
-        return _issuer_key(spec.issuer_ref)
-    return _issuer_key(tls.issuer_ref)
+    """The issuer of an alias as a comparable key (the renderer's rule: certificate's issuerRef, else the TLS's)."""
+    return _issuer_key(render.issuer_of(tls, alias))
 
 
 def desired_tls(current: etcd_api.TLSConfig | None, req: ops_api.ReconfigureTLSSpec) -> etcd_api.TLSConfig | None:

@@ -78,6 +78,11 @@ def certificate(db: str, alias: str) -> str:
     return f"{db}-{alias}"
 
 
+def ca_probe(db: str, index: int) -> str:
+    """The CA-probe Certificate (and its Secret) of the ``index``-th new issuer: ``<db>-ca-probe-<index>``."""
+    return f"{db}-ca-probe-{index}"
+
+
 def trust_bundle_secret(db: str) -> str:
     """The operator-managed Secret whose ``ca.crt`` every member trusts (old + new CA during a rotation)."""
     return f"{db}-ca-bundle"

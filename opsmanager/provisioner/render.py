@@ -134,8 +134,14 @@ def default_dns_names(db: str, namespace: str) -> list[str]:
     ]
 
 
-def _issuer(tls: etcd_api.TLSConfig, spec: common.CertificateSpec | None) -> common.IssuerRef:
-    issuer = (spec.issuer_ref if spec is not None and spec.issuer_ref is not None else tls.issuer_ref)
+def issuer_of(tls: etcd_api.TLSConfig, alias: str) -> common.IssuerRef | None:
+    """The issuer of an alias: its certificate's ``issuerRef``, else ``spec.tls.issuerRef``."""
+    spec = tls.certificate(alias)
+    return spec.issuer_ref if spec is not None and spec.issuer_ref is not None else tls.issuer_ref
+
+
+def _issuer(tls: etcd_api.TLSConfig, alias: str) -> common.IssuerRef:
+    issuer = issuer_of(tls, alias)
     if issuer is None:
         raise ValueError("spec.tls.issuerRef is missing: set it to the cert-manager Issuer or ClusterIssuer to use")
     return issuer
@@ -145,7 +151,7 @@ def render_certificate(db: etcd_api.Etcd, tls: etcd_api.TLSConfig, alias: str) -
     """The cert-manager Certificate of one alias, with the operator's defaults merged with the user's fields."""
     name, namespace = _name(db), _namespace(db)
     spec = tls.certificate(alias)
-    issuer = _issuer(tls, spec)
+    issuer = _issuer(tls, alias)
     body: dict[str, Any] = {
         "secretName": secret_name(db, tls, alias),
         "issuerRef": {"group": issuer.api_group, "kind": issuer.kind, "name": issuer.name},
@@ -181,6 +187,23 @@ def render_certificate(db: etcd_api.Etcd, tls: etcd_api.TLSConfig, alias: str) -
         "kind": "Certificate",
         "metadata": _meta(db, naming.certificate(name, alias), component=alias),
         "spec": body,
+    }
+
+
+def render_ca_probe(db: etcd_api.Etcd, index: int, issuer: common.IssuerRef) -> Manifest:
+    """A small client Certificate issued only to learn ``issuer``'s CA (its Secret's ``ca.crt``) before any leaf
+    from that issuer exists — what an issuer change widens the trust bundle with."""
+    name = naming.ca_probe(_name(db), index)
+    return {
+        "apiVersion": "cert-manager.io/v1",
+        "kind": "Certificate",
+        "metadata": _meta(db, name),
+        "spec": {
+            "secretName": name, "commonName": f"{_name(db)}-ca-probe",
+            "usages": ["digital signature", "client auth"], "duration": "1h",
+            "issuerRef": {"group": issuer.api_group, "kind": issuer.kind, "name": issuer.name},
+            "privateKey": {"algorithm": "ECDSA", "size": 256},
+        },
     }
 
 

@@ -24,7 +24,7 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from opsmanager import kube, operator, pki
+from opsmanager import kube, pki
 from opsmanager.api import conditions, constants
 from opsmanager.etcd import access, client, errors
 from opsmanager.provisioner import applying, naming
@@ -61,10 +61,13 @@ class Env:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
-    from opsmanager.sandbox import cluster  # the tests may import the sandbox; the package never does
+    from opsmanager.sandbox import (  # the tests may import the sandbox; the package never does
+        cluster,
+        components,
+    )
 
     tmp = tmp_path_factory.mktemp("e2e-prov")
-    component = lambda sb: operator.sandbox_component(sb, interval=INTERVAL)  # noqa: E731
+    component = lambda sb: components.operator(sb, interval=INTERVAL)  # noqa: E731
     async with cluster.Sandbox(dir=tmp / "sandbox", components=[component]) as sb:
         k = kube.Kube.from_kubeconfig(str(sb.kubeconfig))
         e = Env(sb, k, tmp)

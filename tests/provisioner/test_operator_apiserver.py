@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 import yaml
 
-from opsmanager import kube, operator, pki
+from e2e import processes
+from opsmanager import kube, pki
 from opsmanager.api import conditions, constants
 from opsmanager.provisioner import applying, naming
 from opsmanager.provisioner import status as prov_status
@@ -42,7 +43,7 @@ ETCD = (constants.ETCD_API_VERSION, constants.ETCD_KIND)
 
 
 class Env:
-    def __init__(self, api: threaded.ThreadedAPIServer, kubeconfig: Path, op: operator.OperatorProcess) -> None:
+    def __init__(self, api: threaded.ThreadedAPIServer, kubeconfig: Path, op: processes.OperatorProcess) -> None:
         self.api, self.kubeconfig, self.op = api, kubeconfig, op
 
     def requests_for(self, path_part: str) -> int:
@@ -58,7 +59,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         api.call(api.server.apply_objects, [*crds, {"apiVersion": "v1", "kind": "Namespace",
                                                      "metadata": {"name": NS}}])
         kubeconfig = api.write_kubeconfig(tmp / "kubeconfig")
-        op = operator.OperatorProcess.start(kubeconfig, log_path=tmp / "operator.log", namespaces=[NS],
+        op = processes.OperatorProcess.start(kubeconfig, log_path=tmp / "operator.log", namespaces=[NS],
                                             interval=INTERVAL, with_ops=False)
         try:
             yield Env(api, kubeconfig, op)

@@ -10,10 +10,10 @@ from opsmanager.api import etcd as etcd_api
 from opsmanager.provisioner import naming, render
 
 
-def make_db(tls: bool = False, **spec: Any) -> etcd_api.Etcd:
+def make_db(tls: bool | dict[str, Any] = False, **spec: Any) -> etcd_api.Etcd:
     body: dict[str, Any] = {"version": "3.5.1", **spec}
     if tls:
-        body["tls"] = {"issuerRef": {"name": "ca", "kind": "Issuer"}}
+        body["tls"] = tls if isinstance(tls, dict) else {"issuerRef": {"name": "ca", "kind": "Issuer"}}
     return etcd_api.Etcd.model_validate(
         {"metadata": {"name": "db", "namespace": "ns", "uid": "u-1"}, "spec": body}
     )
@@ -165,3 +165,23 @@ def test_storage_types_and_halt() -> None:
 def test_template_annotations_carry_the_restart_token() -> None:
     sts = render.render_statefulset(make_db(), template_annotations={naming.ANNOTATION_RESTARTED_AT: "x/1"})
     assert sts["spec"]["template"]["metadata"]["annotations"] == {naming.ANNOTATION_RESTARTED_AT: "x/1"}
+
+
+def test_ca_probe_certificate_is_a_short_client_certificate_of_the_issuer_owned_by_the_etcd() -> None:
+    db = make_db(tls=True)
+    issuer = render.issuer_of(db.spec.tls, "peer")  # type: ignore[arg-type]
+    assert issuer is not None
+    probe = render.render_ca_probe(db, 1, issuer)
+    assert probe["metadata"]["name"] == probe["spec"]["secretName"] == naming.ca_probe("db", 1) == "db-ca-probe-1"
+    assert probe["metadata"]["ownerReferences"][0]["uid"] == db.metadata.uid
+    assert probe["spec"]["issuerRef"] == {"group": issuer.api_group, "kind": issuer.kind, "name": issuer.name}
+    assert probe["spec"]["usages"] == ["digital signature", "client auth"] and "dnsNames" not in probe["spec"]
+
+
+def test_a_certificate_issuer_overrides_the_tls_issuer() -> None:
+    db = make_db(tls={"issuerRef": {"name": "ca", "kind": "Issuer"}, "certificates": [
+        {"alias": "client", "issuerRef": {"apiGroup": "cert-manager.io", "kind": "ClusterIssuer", "name": "other"}}]})
+    assert db.spec.tls is not None
+    assert render.issuer_of(db.spec.tls, "client").name == "other"  # type: ignore[union-attr]
+    assert render.issuer_of(db.spec.tls, "server") == db.spec.tls.issuer_ref
+    assert render.render_certificate(db, db.spec.tls, "client")["spec"]["issuerRef"]["name"] == "other"
