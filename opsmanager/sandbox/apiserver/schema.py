@@ -75,20 +75,14 @@ def _shown(value: Any) -> str:
     return json.dumps(value) if isinstance(value, str | int | float | bool) or value is None else f'"{_type_of(value)}"'
 
 
+# The JSON type of a Python value, first match wins (bool before int: a bool is an int in Python).
+_JSON_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array"), (dict, "object"),
+)
+
+
 def _type_of(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return "null"
+    return next((name for python_type, name in _JSON_TYPES if isinstance(value, python_type)), "null")
 
 
 def _type_ok(expected: str, value: Any) -> bool:
