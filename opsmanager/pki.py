@@ -118,6 +118,39 @@ def _subject_alt_names(dns_names: Iterable[str], ip_addresses: Iterable[str], ur
     return sans
 
 
+def _builder(
+    subject: x509.Name,
+    issuer: x509.Name,
+    key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey,
+    *,
+    serial: int,
+    duration: datetime.timedelta,
+    is_ca: bool,
+    key_encipherment: bool,
+) -> x509.CertificateBuilder:
+    """What every certificate made here starts with: names, public key, serial, validity (from five minutes ago, to
+    cover clock skew), BasicConstraints and KeyUsage (keyCertSign and cRLSign for a CA)."""
+    now = _now()
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(serial)
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + duration)
+        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=key_encipherment,
+                data_encipherment=False, key_agreement=False, key_cert_sign=is_ca, crl_sign=is_ca,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+    )
+
+
 def _with_usages_and_sans(builder: x509.CertificateBuilder, usages: Iterable[Usage],
                           sans: list[x509.GeneralName]) -> x509.CertificateBuilder:
     ekus = list(dict.fromkeys(_EKU[u] for u in usages if u in _EKU))
@@ -158,30 +191,12 @@ def make_leaf(
     """A certificate signed by ``ca`` with the given SANs and extended key usages."""
     ca_cert, ca_key, ca_public = _issuer(ca)
     key = _new_key(key_algorithm)
-    now = _now()
     sans = _subject_alt_names(dns_names, ip_addresses, uris, emails)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(common_name, organizations, org_units))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(serial if serial is not None else x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + duration)
-        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=key_algorithm == "RSA",
-                data_encipherment=False, key_agreement=False, key_cert_sign=is_ca, crl_sign=is_ca,
-                encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_public),
-            critical=False,
-        )
-    )
+    builder = _builder(
+        _name(common_name, organizations, org_units), ca_cert.subject, key,
+        serial=serial if serial is not None else x509.random_serial_number(), duration=duration, is_ca=is_ca,
+        key_encipherment=key_algorithm == "RSA",
+    ).add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_public), critical=False)
     builder = _with_usages_and_sans(builder, usages, sans)
     cert = builder.sign(ca_key, hashes.SHA256())
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key, key_encoding))
@@ -288,28 +303,12 @@ def make_self_signed(
     With ``is_ca=True`` it can sign others (keyCertSign, cRLSign) — the usual bootstrap of a CA Issuer.
     """
     key = _new_key(key_algorithm)
-    now = _now()
     subject = _name(common_name, organizations, org_units)
     sans = _subject_alt_names(dns_names, ip_addresses, uris, emails)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + duration)
-        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=key_algorithm.upper() == "RSA",
-                data_encipherment=False, key_agreement=False, key_cert_sign=is_ca, crl_sign=is_ca,
-                encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-    )
+    builder = _builder(
+        subject, subject, key, serial=x509.random_serial_number(), duration=duration, is_ca=is_ca,
+        key_encipherment=key_algorithm.upper() == "RSA",
+    ).add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
     builder = _with_usages_and_sans(builder, usages, sans)
     cert = builder.sign(key, hashes.SHA256())
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key, key_encoding))

@@ -156,6 +156,11 @@ def _final_roll(tls: etcd_api.TLSConfig | None, *, verify: bool, what: str) -> t
     )
 
 
+def _sync_certificates(tls: etcd_api.TLSConfig | None, *, source: str = "", trust: Trust = Trust.KEEP) -> Step:
+    return Step(constants.COND_CERTIFICATE_SYNCED, StepKind.SYNC_CERTIFICATES,
+                f"Successfully synced all the etcd certificates{source}", trust=trust, tls=tls)
+
+
 def _update_database(message: str) -> Step:
     return Step(constants.COND_UPDATE_DATABASE, StepKind.UPDATE_DATABASE, message)
 
@@ -172,8 +177,7 @@ def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec) -> 
         assert desired is not None
         steps = [
             _running("Etcd ops request is adding TLS"),
-            Step(constants.COND_CERTIFICATE_SYNCED, StepKind.SYNC_CERTIFICATES,
-                 "Successfully synced all the etcd certificates", trust=Trust.DESIRED, tls=desired),
+            _sync_certificates(desired, trust=Trust.DESIRED),
             Step(constants.COND_TLS_LISTENERS_ADDED, StepKind.ROLL_PASS,
                  "Every member listens on http and https (peer https on 2382); peer URLs still http",
                  wiring=render.Wiring.dual(desired, advertised_peer_scheme="http"), trust=Trust.DESIRED,
@@ -200,16 +204,14 @@ def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec) -> 
             _running("Etcd ops request is rotating the certificates"),
             Step(constants.COND_ISSUE_CERTIFICATES_SUCCEEDED, StepKind.ISSUE,
                  "Successfully re-issued every certificate", tls=current),
-            Step(constants.COND_CERTIFICATE_SYNCED, StepKind.SYNC_CERTIFICATES,
-                 "Successfully synced all the etcd certificates", tls=current),
+            _sync_certificates(current),
             *_final_roll(current, verify=True, what="with the re-issued certificates"),
             _update_database("Successfully updated the Etcd TLS configuration"),
         ]
     elif change is TLSChange.UPDATE:
         steps = [
             _running("Etcd ops request is updating the certificates"),
-            Step(constants.COND_CERTIFICATE_SYNCED, StepKind.SYNC_CERTIFICATES,
-                 "Successfully synced all the etcd certificates", tls=desired),
+            _sync_certificates(desired),
             *_final_roll(desired, verify=True, what="with the updated certificates"),
             _update_database("Successfully updated the Etcd TLS configuration"),
         ]
@@ -220,8 +222,7 @@ def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec) -> 
             Step(constants.COND_TRUST_BUNDLE_WIDENED, StepKind.ROLL_PASS,
                  "Every member trusts the old and the new CA", wiring=render.Wiring.steady(current),
                  trust=Trust.CURRENT_AND_DESIRED, tls=desired),
-            Step(constants.COND_CERTIFICATE_SYNCED, StepKind.SYNC_CERTIFICATES,
-                 "Successfully synced all the etcd certificates from the new issuer", tls=desired),
+            _sync_certificates(desired, source=" from the new issuer"),
             *_final_roll(desired, verify=True, what="with certificates from the new issuer"),
             Step(constants.COND_TRUST_BUNDLE_NARROWED, StepKind.ROLL_PASS,
                  "Every member trusts the new CA only", wiring=render.Wiring.steady(desired),

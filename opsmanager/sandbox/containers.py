@@ -129,6 +129,19 @@ def _mem_total() -> int:
     return 0
 
 
+# Where a container's environment names a Secret or ConfigMap, in the order the kubelet checks them.
+_ENV_FROM_REFS: tuple[tuple[str, str], ...] = (("secretRef", "Secret"), ("configMapRef", "ConfigMap"))
+_VALUE_FROM_REFS: tuple[tuple[str, str], ...] = (("secretKeyRef", "Secret"), ("configMapKeyRef", "ConfigMap"))
+
+
+def _named_ref(obj: Obj, refs: tuple[tuple[str, str], ...]) -> tuple[Obj, str] | None:
+    """The first of ``refs`` that ``obj`` holds, as (the reference, the kind it names); None when it holds none."""
+    for ref_key, kind in refs:
+        if ref_key in obj:
+            return obj[ref_key], kind
+    return None
+
+
 SecretLookup = Callable[[str, str], Mapping[str, bytes] | None]
 ConfigMapLookup = Callable[[str, str], Mapping[str, str] | None]
 
@@ -144,26 +157,27 @@ def resolve_env(container: Obj, pod: Obj, *, pod_ip: str, host_ip: str = "127.0.
     spec = pod.get("spec") or {}
     hostname = spec.get("hostname") or (pod.get("metadata") or {}).get("name", "")
     env: dict[str, str] = {"PATH": DEFAULT_PATH, "HOSTNAME": hostname}
+
+    def text_data(kind: str, ref: Obj) -> Mapping[str, str] | None:
+        """The Secret's (values decoded as text) or ConfigMap's data ``ref`` names; None when it is missing."""
+        if kind == "ConfigMap":
+            return configmaps(ns, ref.get("name", ""))
+        data = secrets(ns, ref.get("name", ""))
+        return None if data is None else {k: v.decode(errors="replace") for k, v in data.items()}
+
     for src in container.get("envFrom") or []:
         prefix = src.get("prefix") or ""
-        if "secretRef" in src:
-            ref = src["secretRef"]
-            data = secrets(ns, ref.get("name", ""))
-            if data is None:
-                if ref.get("optional"):
-                    continue
-                raise ContainerConfigError(f'secret "{ref.get("name", "")}" not found')
-            for k, v in data.items():
-                env[prefix + k] = v.decode(errors="replace")
-        elif "configMapRef" in src:
-            ref = src["configMapRef"]
-            cdata = configmaps(ns, ref.get("name", ""))
-            if cdata is None:
-                if ref.get("optional"):
-                    continue
-                raise ContainerConfigError(f'configmap "{ref.get("name", "")}" not found')
-            for key, text in cdata.items():
-                env[prefix + key] = text
+        named = _named_ref(src, _ENV_FROM_REFS)
+        if named is None:
+            continue
+        ref, kind = named
+        found = text_data(kind, ref)
+        if found is None:
+            if ref.get("optional"):
+                continue
+            raise ContainerConfigError(f'{kind.lower()} "{ref.get("name", "")}" not found')
+        for key, text in found.items():
+            env[prefix + key] = text
     for item in container.get("env") or []:
         name = item.get("name", "")
         if "value" in item or "valueFrom" not in item:
@@ -174,27 +188,16 @@ def resolve_env(container: Obj, pod: Obj, *, pod_ip: str, host_ip: str = "127.0.
             env[name] = _field_ref(pod, vf["fieldRef"].get("fieldPath", ""), pod_ip, host_ip)
         elif "resourceFieldRef" in vf:
             env[name] = _resource_ref(container, vf["resourceFieldRef"])
-        elif "secretKeyRef" in vf:
-            ref = vf["secretKeyRef"]
-            data = secrets(ns, ref.get("name", ""))
-            if data is None or ref.get("key") not in data:
+        elif (named := _named_ref(vf, _VALUE_FROM_REFS)) is not None:
+            ref, kind = named
+            found = text_data(kind, ref)
+            if found is None or ref.get("key") not in found:
                 if ref.get("optional"):
                     continue
-                if data is None:
-                    raise ContainerConfigError(f'secret "{ref.get("name", "")}" not found')
-                raise ContainerConfigError(f'couldn\'t find key {ref.get("key")} in Secret {ns}/{ref.get("name")}')
-            env[name] = data[ref["key"]].decode(errors="replace")
-        elif "configMapKeyRef" in vf:
-            ref = vf["configMapKeyRef"]
-            cdata = configmaps(ns, ref.get("name", ""))
-            if cdata is None or ref.get("key") not in cdata:
-                if ref.get("optional"):
-                    continue
-                if cdata is None:
-                    raise ContainerConfigError(f'configmap "{ref.get("name", "")}" not found')
-                raise ContainerConfigError(
-                    f'couldn\'t find key {ref.get("key")} in ConfigMap {ns}/{ref.get("name")}')
-            env[name] = cdata[ref["key"]]
+                if found is None:
+                    raise ContainerConfigError(f'{kind.lower()} "{ref.get("name", "")}" not found')
+                raise ContainerConfigError(f'couldn\'t find key {ref.get("key")} in {kind} {ns}/{ref.get("name")}')
+            env[name] = found[ref["key"]]
         else:
             raise ContainerConfigError(f"env {name!r}: valueFrom needs fieldRef, resourceFieldRef, secretKeyRef "
                                        "or configMapKeyRef")

@@ -540,19 +540,12 @@ class PodWorker:
                                           "hostPath, persistentVolumeClaim)")
 
     def _payload(self, vol: Obj) -> volumes.Payload:
-        ns = self.namespace
         if "secret" in vol:
             src = vol["secret"]
-            name = src.get("secretName", "")
-            return volumes.project_keys(_decoded(self.host.secret(ns, name), volumes.decode_secret),
-                                        src.get("items"), src.get("defaultMode"), kind="Secret", name=name,
-                                        optional=bool(src.get("optional")))
+            return self._keys("Secret", src, src.get("secretName", ""), src.get("defaultMode"))
         if "configMap" in vol:
             src = vol["configMap"]
-            name = src.get("name", "")
-            return volumes.project_keys(_decoded(self.host.configmap(ns, name), volumes.decode_configmap),
-                                        src.get("items"), src.get("defaultMode"), kind="ConfigMap", name=name,
-                                        optional=bool(src.get("optional")))
+            return self._keys("ConfigMap", src, src.get("name", ""), src.get("defaultMode"))
         if "downwardAPI" in vol:
             src = vol["downwardAPI"]
             return volumes.downward_payload(src.get("items") or [], self.pod, self.ip, src.get("defaultMode"))
@@ -561,17 +554,9 @@ class PodWorker:
         mode = src.get("defaultMode")
         for source in src.get("sources") or []:
             if "secret" in source:
-                s = source["secret"]
-                out.update(volumes.project_keys(_decoded(self.host.secret(ns, s.get("name", "")),
-                                                         volumes.decode_secret),
-                                                s.get("items"), mode, kind="Secret", name=s.get("name", ""),
-                                                optional=bool(s.get("optional"))))
+                out.update(self._keys("Secret", source["secret"], source["secret"].get("name", ""), mode))
             elif "configMap" in source:
-                s = source["configMap"]
-                out.update(volumes.project_keys(_decoded(self.host.configmap(ns, s.get("name", "")),
-                                                         volumes.decode_configmap),
-                                                s.get("items"), mode, kind="ConfigMap", name=s.get("name", ""),
-                                                optional=bool(s.get("optional"))))
+                out.update(self._keys("ConfigMap", source["configMap"], source["configMap"].get("name", ""), mode))
             elif "downwardAPI" in source:
                 out.update(volumes.downward_payload(source["downwardAPI"].get("items") or [], self.pod, self.ip,
                                                     mode))
@@ -580,6 +565,15 @@ class PodWorker:
                 out[path] = volumes.FileProjection(b"sandbox-does-not-issue-service-account-tokens",
                                                    volumes.DEFAULT_MODE if mode is None else int(mode))
         return out
+
+    def _keys(self, kind: str, src: Obj, name: str, default_mode: int | None) -> volumes.Payload:
+        """The files of a Secret or ConfigMap volume or projection ``src`` naming the object ``name``."""
+        if kind == "Secret":
+            data = _decoded(self.host.secret(self.namespace, name), volumes.decode_secret)
+        else:
+            data = _decoded(self.host.configmap(self.namespace, name), volumes.decode_configmap)
+        return volumes.project_keys(data, src.get("items"), default_mode, kind=kind, name=name,
+                                    optional=bool(src.get("optional")))
 
     def uses(self, kind: str, name: str) -> bool:
         for vol in (self.pod.get("spec") or {}).get("volumes") or []:

@@ -91,23 +91,6 @@ def _owned_by(obj: Obj, sts: Obj) -> bool:
                or [])
 
 
-def selector_matches(selector: Obj, labels: dict[str, str]) -> bool:
-    for k, v in (selector.get("matchLabels") or {}).items():
-        if labels.get(k) != v:
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and labels.get(key) in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return True
-
-
 def ordinal_of(sts_name: str, pod_name: str) -> int | None:
     m = re.fullmatch(re.escape(sts_name) + r"-(\d+)", pod_name)
     return int(m.group(1)) if m else None

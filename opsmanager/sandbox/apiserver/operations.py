@@ -107,21 +107,22 @@ def _same_ignoring_rv(a: Obj, b: Obj) -> bool:
         {k: v for k, v in b.items() if k != "metadata"}
 
 
+# The name rule of a kind: its pattern, its longest length and the apiserver's wording of what it must be.
+_LABEL_RULE = (_LABEL, 63,
+               "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
+               "and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+               "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
+_SUBDOMAIN_RULE = (_SUBDOMAIN, 253,
+                   "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+                   "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+                   "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+
+
 def _validate_name(rt: resources.ResourceType, name: str) -> list[dict[str, str]]:
-    if rt.kind in ("Namespace", "Service"):
-        if not _LABEL.match(name) or len(name) > 63:
-            return [{"reason": "FieldValueInvalid", "field": "metadata.name",
-                     "message": f'Invalid value: "{name}": a lowercase RFC 1123 label must consist of lower case '
-                                f"alphanumeric characters or '-', and must start and end with an alphanumeric "
-                                f"character (e.g. 'my-name',  or '123-abc', regex used for validation is "
-                                f"'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"}]
-        return []
-    if not _SUBDOMAIN.match(name) or len(name) > 253:
+    pattern, longest, rule = _LABEL_RULE if rt.kind in ("Namespace", "Service") else _SUBDOMAIN_RULE
+    if not pattern.match(name) or len(name) > longest:
         return [{"reason": "FieldValueInvalid", "field": "metadata.name",
-                 "message": f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case '
-                            f"alphanumeric characters, '-' or '.', and must start and end with an alphanumeric "
-                            f"character (e.g. 'example.com', regex used for validation is "
-                            f"'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"}]
+                 "message": f'Invalid value: "{name}": {rule}'}]
     return []
 
 

@@ -75,20 +75,14 @@ def _shown(value: Any) -> str:
     return json.dumps(value) if isinstance(value, str | int | float | bool) or value is None else f'"{_type_of(value)}"'
 
 
+# The JSON type of a Python value, first match wins (bool before int: a bool is an int in Python).
+_JSON_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array"), (dict, "object"),
+)
+
+
 def _type_of(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return "null"
+    return next((name for python_type, name in _JSON_TYPES if isinstance(value, python_type)), "null")
 
 
 def _type_ok(expected: str, value: Any) -> bool:
@@ -98,6 +92,24 @@ def _type_ok(expected: str, value: Any) -> bool:
     if expected == "integer" and isinstance(value, float):
         return value.is_integer()
     return actual == expected
+
+
+# The bounds validate() checks, in its order: (keyword, the value types it bounds, True when it is a lower bound,
+# reason, message in the apiserver's words). A number is measured by its value, a string or an array by its
+# length (``{size}``).
+_NUMBER = ("integer", "number")
+_BOUNDS: tuple[tuple[str, tuple[str, ...], bool, str, str], ...] = (
+    ("minimum", _NUMBER, True, "FieldValueInvalid",
+     "Invalid value: {value}: {path} in body should be greater than or equal to {bound}"),
+    ("maximum", _NUMBER, False, "FieldValueInvalid",
+     "Invalid value: {value}: {path} in body should be less than or equal to {bound}"),
+    ("minLength", ("string",), True, "FieldValueInvalid",
+     'Invalid value: "{value}": {path} in body should be at least {bound} chars long'),
+    ("maxLength", ("string",), False, "TooLong", "Too long: may not be more than {bound} bytes"),
+    ("minItems", ("array",), True, "FieldValueInvalid",
+     "Invalid value: {size}: {path} in body should have at least {bound} items"),
+    ("maxItems", ("array",), False, "TooMany", "Too many: {size}: must have at most {bound} items"),
+)
 
 
 def validate(schema: dict[str, Any], value: Any, path: str = "", root: bool = True) -> list[Cause]:
@@ -123,35 +135,20 @@ def validate(schema: dict[str, Any], value: Any, path: str = "", root: bool = Tr
         supported = ", ".join(json.dumps(v) for v in schema["enum"])
         causes.append({"reason": "FieldValueNotSupported", "field": path,
                        "message": f"Unsupported value: {json.dumps(value)}: supported values: {supported}"})
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if "minimum" in schema and value < schema["minimum"]:
-            causes.append({"reason": "FieldValueInvalid", "field": path,
-                           "message": f"Invalid value: {value}: {path} in body should be greater than or "
-                                      f"equal to {schema['minimum']}"})
-        if "maximum" in schema and value > schema["maximum"]:
-            causes.append({"reason": "FieldValueInvalid", "field": path,
-                           "message": f"Invalid value: {value}: {path} in body should be less than or equal "
-                                      f"to {schema['maximum']}"})
+    value_type = _type_of(value)
+    for keyword, bounded, below, reason, message in _BOUNDS:
+        if value_type in bounded and keyword in schema:
+            measure = value if value_type in _NUMBER else len(value)
+            if (measure < schema[keyword]) if below else (measure > schema[keyword]):
+                causes.append({"reason": reason, "field": path,
+                               "message": message.format(value=value, size=measure, path=path,
+                                                         bound=schema[keyword])})
     if isinstance(value, str):
-        if "minLength" in schema and len(value) < schema["minLength"]:
-            causes.append({"reason": "FieldValueInvalid", "field": path,
-                           "message": f'Invalid value: "{value}": {path} in body should be at least '
-                                      f'{schema["minLength"]} chars long'})
-        if "maxLength" in schema and len(value) > schema["maxLength"]:
-            causes.append({"reason": "TooLong", "field": path,
-                           "message": f"Too long: may not be more than {schema['maxLength']} bytes"})
         if "pattern" in schema and not re.search(schema["pattern"], value):
             causes.append({"reason": "FieldValueInvalid", "field": path,
                            "message": f'Invalid value: "{value}": {path} in body should match '
                                       f"'{schema['pattern']}'"})
     if isinstance(value, list):
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            causes.append({"reason": "FieldValueInvalid", "field": path,
-                           "message": f"Invalid value: {len(value)}: {path} in body should have at least "
-                                      f"{schema['minItems']} items"})
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            causes.append({"reason": "TooMany", "field": path,
-                           "message": f"Too many: {len(value)}: must have at most {schema['maxItems']} items"})
         if isinstance(schema.get("items"), dict):
             for i, item in enumerate(value):
                 causes += validate(schema["items"], item, f"{path}[{i}]", root=False)
