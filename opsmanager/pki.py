@@ -195,7 +195,7 @@ def make_leaf(
     builder = _builder(
         _name(common_name, organizations, org_units), ca_cert.subject, key,
         serial=serial if serial is not None else x509.random_serial_number(), duration=duration, is_ca=is_ca,
-        key_encipherment=key_algorithm == "RSA",
+        key_encipherment=key_algorithm.upper() == "RSA",
     ).add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_public), critical=False)
     builder = _with_usages_and_sans(builder, usages, sans)
     cert = builder.sign(ca_key, hashes.SHA256())

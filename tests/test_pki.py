@@ -57,3 +57,11 @@ def test_self_signed_leaf_and_ca_verify_against_themselves() -> None:
     ca = pki.make_self_signed("root", is_ca=True, usages=())
     assert pki.cert_info(ca.cert_pem).is_ca
     assert pki.signed_by(pki.make_leaf(ca, "child").cert_pem, ca.cert_pem)
+
+
+def test_an_rsa_leaf_allows_key_encipherment_whatever_the_case_of_the_algorithm_name() -> None:
+    ca = pki.make_ca("case-ca")
+    for name in ("RSA", "rsa"):
+        leaf = pki.make_leaf(ca, "leaf", key_algorithm=name)
+        usage = x509.load_pem_x509_certificate(leaf.cert_pem).extensions.get_extension_for_class(x509.KeyUsage).value
+        assert usage.key_encipherment, name
