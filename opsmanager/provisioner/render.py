@@ -229,36 +229,28 @@ def render_trust_bundle(db: etcd_api.Etcd, ca_pems: bytes) -> Manifest:
 # --- services and PDB -----------------------------------------------------------------------------------------
 
 
+def _service(db: etcd_api.Etcd, name: str, spec: dict[str, Any]) -> Manifest:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(db, name), "spec": spec}
+
+
 def render_services(db: etcd_api.Etcd) -> list[Manifest]:
+    """The headless Service the members find each other by, and the client Service."""
     name = _name(db)
     selector = naming.selector_labels(name)
-    headless = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(db, naming.headless_service(name)),
-        "spec": {
-            "clusterIP": "None",
-            # Members must find each other before they are Ready (a member is Ready only once it has quorum).
-            "publishNotReadyAddresses": True,
-            "selector": selector,
-            "ports": [
-                {"name": "client", "port": naming.CLIENT_PORT, "targetPort": naming.CLIENT_PORT},
-                {"name": "peer", "port": naming.PEER_PORT_HTTP, "targetPort": naming.PEER_PORT_HTTP},
-                {"name": "metrics", "port": naming.METRICS_PORT, "targetPort": naming.METRICS_PORT},
-                {"name": "peer-tls", "port": naming.PEER_PORT_HTTPS, "targetPort": naming.PEER_PORT_HTTPS},
-            ],
-        },
-    }
-    client = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(db, naming.client_service(name)),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": selector,
-            "ports": [{"name": "client", "port": naming.CLIENT_PORT, "targetPort": naming.CLIENT_PORT}],
-        },
-    }
+    ports = {"client": naming.CLIENT_PORT, "peer": naming.PEER_PORT_HTTP, "metrics": naming.METRICS_PORT,
+             "peer-tls": naming.PEER_PORT_HTTPS}
+    headless = _service(db, naming.headless_service(name), {
+        "clusterIP": "None",
+        # Members must find each other before they are Ready (a member is Ready only once it has quorum).
+        "publishNotReadyAddresses": True,
+        "selector": selector,
+        "ports": [{"name": n, "port": p, "targetPort": p} for n, p in ports.items()],
+    })
+    client = _service(db, naming.client_service(name), {
+        "type": "ClusterIP",
+        "selector": selector,
+        "ports": [{"name": "client", "port": naming.CLIENT_PORT, "targetPort": naming.CLIENT_PORT}],
+    })
     return [headless, client]
 
 
