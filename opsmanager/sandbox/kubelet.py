@@ -735,9 +735,17 @@ class PodWorker:
     # -- termination -----------------------------------------------------------------------------------------------
 
     async def terminate(self, grace: float) -> None:
-        """Stop every container (SIGTERM, ``grace`` seconds, SIGKILL), then clean up. Idempotent."""
+        """Stop every container (SIGTERM, ``grace`` seconds, SIGKILL), then clean up. Idempotent; a second call
+        with a shorter grace shortens the one in progress, as a delete with a smaller ``gracePeriodSeconds`` does
+        (the sandbox shutting down does not wait out the 30 s of a pod deletion already under way)."""
         if self.terminating:
-            await self.stopped.wait()
+            try:
+                await asyncio.wait_for(asyncio.shield(self.stopped.wait()), timeout=max(0.0, grace))
+            except TimeoutError:
+                for r in self.init_runners + self.runners:
+                    if r.process is not None:
+                        r.process.signal(signal.SIGKILL)
+                await self.stopped.wait()
             return
         self.terminating = True
         self.host.network_changed()

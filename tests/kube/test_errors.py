@@ -31,6 +31,7 @@ class Fake:
     def __init__(self) -> None:
         self.url = ""
         self.runner: web.AppRunner | None = None
+        self.released = asyncio.Event()  # set at teardown: a held answer ends then, not seconds later
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
@@ -44,7 +45,7 @@ class Fake:
         if name == "garbage":
             return web.Response(body=b"{not json", content_type="application/json")
         if name == "slow":
-            await asyncio.sleep(5)  # longer than the client's timeout: the test is about that timeout
+            await self.released.wait()  # answers only after the client's timeout: the test is about that timeout
             return web.json_response({})
         if name == "drop":
             assert request.transport is not None
@@ -84,6 +85,7 @@ async def fake() -> AsyncIterator[Fake]:
         yield server
     finally:
         assert server.runner is not None
+        server.released.set()
         await server.runner.cleanup()
 
 

@@ -170,6 +170,23 @@ async def test_deletion_waits_the_grace_period_then_kills(standalone_kubelet: ku
         os.kill(pid, 0)
 
 
+async def test_a_shorter_grace_cuts_a_deletion_in_progress_short(standalone_kubelet: kubelet.StandaloneHost) -> None:
+    host = standalone_kubelet
+    worker = host.run_pod(shell_pod("deaf", "trap '' TERM; touch /out/trapped; while true; do sleep 0.1; done"))
+    await aeventually(lambda: (worker.dir / "volumes" / "out" / "trapped").exists(), timeout=10, what="TERM ignored")
+    pid = worker.pids()["sh"]
+    long_deletion = asyncio.create_task(host.delete_pod("deaf", grace=60))
+    await aeventually(lambda: worker.terminating, timeout=5, what="the 60 s deletion under way")
+    started = time.monotonic()
+    await host.delete_pod("deaf", grace=0.2)
+    elapsed = time.monotonic() - started
+    # The point: the second, shorter grace ends it (SIGKILL) instead of waiting out the first one's 60 s.
+    assert elapsed < 60 / 4, elapsed
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    await asyncio.wait_for(long_deletion, timeout=10)  # the first deletion ends with it
+
+
 async def test_failing_liveness_probe_restarts_the_container(standalone_kubelet: kubelet.StandaloneHost) -> None:
     host = standalone_kubelet
     host.run_pod(shell_pod("sick", "exec sleep 1000", livenessProbe={
