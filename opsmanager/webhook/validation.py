@@ -548,9 +548,10 @@ def tls_lifecycle_errors(policy: Any) -> list[FieldError]:
     errors: list[FieldError | None] = []
     if policy.get("scanInterval") is not None:
         errors.append(_duration_error(f"{base}.scanInterval", policy["scanInterval"]))
-    alert_before = policy.get("alertBefore")
+    raw = policy.get("alertBefore")
+    alert_before: list[Any] = raw if isinstance(raw, list) else []
     seen: dict[datetime.timedelta, int] = {}
-    for i, value in enumerate(alert_before if isinstance(alert_before, list) else []):
+    for i, value in enumerate(alert_before):
         path = f"{base}.alertBefore[{i}]"
         error = _duration_error(path, value)
         if error is not None:
