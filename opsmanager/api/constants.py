@@ -83,6 +83,41 @@ COND_READY: Final = "Ready"
 COND_PROVISIONED: Final = "Provisioned"
 COND_PAUSED: Final = "Paused"  # set by the ops engine while a request owns the cluster; the provisioner keeps off
 COND_HALTED: Final = "Halted"
+COND_CERTIFICATES_VALID: Final = "CertificatesValid"  # the certificate-lifecycle scan (issue 11)
+
+# Reasons of CertificatesValid; a False condition takes the first that applies, in this order.
+REASON_CERTS_VALID: Final = "Valid"
+REASON_CERTS_EXPIRED: Final = "Expired"
+REASON_CERTS_EXPIRING_SOON: Final = "ExpiringSoon"
+REASON_CA_EXPIRING_SOON: Final = "CAExpiringSoon"
+REASON_SERVED_CERTIFICATE_MISMATCH: Final = "ServedCertificateMismatch"
+REASON_SCAN_FAILED: Final = "ScanFailed"
+CERTIFICATES_VALID_FALSE_REASONS: Final = (
+    REASON_CERTS_EXPIRED, REASON_CERTS_EXPIRING_SOON, REASON_CA_EXPIRING_SOON,
+    REASON_SERVED_CERTIFICATE_MISMATCH, REASON_SCAN_FAILED,
+)
+
+# --- Events of the certificate lifecycle (on the Etcd; Warning unless said) ------------------------------------
+
+EVENT_CERTIFICATE_EXPIRING_SOON: Final = "CertificateExpiringSoon"  # once per threshold per served serial
+EVENT_CERTIFICATE_EXPIRED: Final = "CertificateExpired"
+EVENT_CA_EXPIRING_SOON: Final = "CAExpiringSoon"
+EVENT_SERVED_CERTIFICATE_MISMATCH: Final = "ServedCertificateMismatch"
+EVENT_CERTIFICATES_RENEWED: Final = "CertificatesRenewed"  # Normal: every member serves a new leaf
+EVENT_AUTO_RENEW_HELD: Final = "AutoRenewHeld"  # names the members that could not be scanned
+
+# --- TLS ports scanned (the `port` of status.tls and of the metrics) -------------------------------------------
+
+PORT_CLIENT: Final = "client"  # 2379
+PORT_PEER: Final = "peer"  # the https peer listener
+TLS_PORTS: Final = (PORT_CLIENT, PORT_PEER)
+
+# --- spec.tlsLifecycle defaults (Go durations) -----------------------------------------------------------------
+
+DEFAULT_TLS_SCAN_INTERVAL: Final = "5m"
+DEFAULT_TLS_ALERT_BEFORE: Final = ("1440h", "720h", "168h")
+DEFAULT_AUTO_RENEW_RETRY_AFTER_FAILURE: Final = "24h"
+AUTO_RENEW_BEFORE_MAX: Final = "720h"  # cap of the default autoRenew.before (a quarter of the lifetime)
 
 # --- EtcdOpsRequest types --------------------------------------------------------------------------------------
 
@@ -149,6 +184,8 @@ CONDITION_STATUSES: Final = (TRUE, FALSE, UNKNOWN)
 
 LABEL_OPS_KIND: Final = "ops.opsmanager.dev/kind"
 LABEL_OPS_NAME: Final = "ops.opsmanager.dev/name"
+LABEL_OPS_TRIGGER: Final = "ops.opsmanager.dev/trigger"  # who created a request; absent = a user
+TRIGGER_AUTO_RENEW: Final = "auto-renew"
 
 
 def per_pod_type(step: str, pod: str) -> str:

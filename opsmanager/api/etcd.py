@@ -18,7 +18,7 @@ from typing import Literal
 
 import pydantic
 
-from opsmanager.api import common, constants
+from opsmanager.api import common, constants, lifecycle
 
 
 class VolumeResourceRequirements(common.Model):
@@ -148,6 +148,13 @@ class EtcdSpec(common.Model):
             "`EtcdOpsRequest` of type `ReconfigureTLS`, not by editing this field."
         ),
     )
+    tls_lifecycle: lifecycle.TLSLifecycle | None = pydantic.Field(
+        default=None,
+        description=(
+            "Certificate-lifecycle policy (with `tls` only): scan interval, expiry alert thresholds, auto-renew. "
+            "Unset: every default."
+        ),
+    )
     pod_template: PodTemplate | None = pydantic.Field(
         default=None, description="Labels, annotations, resources and grace period of the member pods."
     )
@@ -185,6 +192,9 @@ class EtcdStatus(common.OpenModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
         description="Conditions such as `Ready`, `Provisioned` and `Paused` (set while an ops request runs).",
     )
+    tls: lifecycle.TLSStatus | None = pydantic.Field(
+        default=None, description="The last certificate scan of a TLS cluster: what each member really serves."
+    )
 
 
 class Etcd(common.Model):
@@ -204,6 +214,11 @@ class Etcd(common.Model):
     def tls_enabled(self) -> bool:
         """True when ``spec.tls`` is set (that is what turns TLS on)."""
         return self.spec.tls is not None
+
+    @property
+    def tls_lifecycle(self) -> lifecycle.TLSLifecycle:
+        """``spec.tlsLifecycle``, or the all-defaults policy when it is unset."""
+        return self.spec.tls_lifecycle if self.spec.tls_lifecycle is not None else lifecycle.TLSLifecycle()
 
 
 def default_secret_name(etcd_name: str, alias: str) -> str:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 import decimal
 import json
 import math
@@ -43,7 +44,7 @@ from typing import Any, Final, Literal, Protocol
 import jsonpatch
 import pydantic
 
-from opsmanager.api import common, constants, etcd, opsrequest
+from opsmanager.api import common, constants, durations, etcd, opsrequest
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
@@ -73,6 +74,12 @@ MSG_DO_NOT_TERMINATE: Final = 'can not delete as deletionPolicy is set to "DoNot
 MSG_EVEN_REPLICAS: Final = (
     "even replica count buys no extra fault tolerance for a Raft quorum; an odd number is recommended"
 )
+# Ours (issue 11): the certificate-lifecycle policy, spec.tlsLifecycle.
+MSG_DURATION_INVALID: Final = (
+    'not a duration: write a Go duration such as "90s", "10m", "1h30m" or "720h" (units ns, us, ms, s, m, h)'
+)
+MSG_DURATION_NOT_POSITIVE: Final = 'must be greater than zero: write a positive Go duration such as "24h"'
+MSG_ALERT_DUPLICATE: Final = "the same duration as {other} ({value}); list each threshold once"
 
 MSG_DEFAULT_VERSION_MISSING: Final = "'spec.version' is missing"
 MSG_DEFAULT_CANT_HALT: Final = "can't halt, since deletion policy is 'DoNotTerminate'"
@@ -514,9 +521,56 @@ def etcd_errors(obj: Mapping[str, Any]) -> tuple[list[FieldError], list[str]]:
                 errors.append(duplicate(path, alias))
             seen.add(alias)
 
+    errors += tls_lifecycle_errors(spec.get("tlsLifecycle"))
+
     if not errors:
         errors = schema_errors(etcd.Etcd, obj)
     return errors, warnings
+
+
+def _duration_error(path: str, value: Any) -> FieldError | None:
+    """The error of one policy duration: unparsable, or zero / negative. None when it is fine."""
+    try:
+        delta = durations.parse(value)
+    except ValueError:
+        return invalid(path, value, MSG_DURATION_INVALID)
+    if delta <= datetime.timedelta(0):
+        return invalid(path, value, MSG_DURATION_NOT_POSITIVE)
+    return None
+
+
+def tls_lifecycle_errors(policy: Any) -> list[FieldError]:
+    """Ours (issue 11): the durations of ``spec.tlsLifecycle`` parse and are positive, ``alertBefore`` has no two
+    equal thresholds (``24h`` and ``1440m`` are equal). In field order; a wrong shape is left to the schema check."""
+    if not isinstance(policy, dict):
+        return []
+    base = "spec.tlsLifecycle"
+    errors: list[FieldError | None] = []
+    if policy.get("scanInterval") is not None:
+        errors.append(_duration_error(f"{base}.scanInterval", policy["scanInterval"]))
+    raw = policy.get("alertBefore")
+    alert_before: list[Any] = raw if isinstance(raw, list) else []
+    seen: dict[datetime.timedelta, int] = {}
+    for i, value in enumerate(alert_before):
+        path = f"{base}.alertBefore[{i}]"
+        error = _duration_error(path, value)
+        if error is not None:
+            errors.append(error)
+            continue
+        delta = durations.parse(value)
+        if delta in seen:
+            first = seen[delta]
+            errors.append(FieldError("FieldValueDuplicate", path, MSG_ALERT_DUPLICATE.format(
+                other=f"{base}.alertBefore[{first}]", value=json.dumps(alert_before[first]),
+            ), value))
+        else:
+            seen[delta] = i
+    auto_renew = policy.get("autoRenew")
+    if isinstance(auto_renew, dict):
+        for key in ("before", "retryAfterFailure"):
+            if auto_renew.get(key) is not None:
+                errors.append(_duration_error(f"{base}.autoRenew.{key}", auto_renew[key]))
+    return [e for e in errors if e is not None]
 
 
 def validate_etcd(operation: str, obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None) -> Verdict:

@@ -2,7 +2,8 @@
 
 We test these aspects: each EtcdOpsRequest rule (type, databaseRef, the five ReconfigureTLS checks) and each Etcd
 rule (version, replicas, storageType, deletionPolicy, TLS issuer, aliases, duplicates, DoNotTerminate on delete,
-storageType immutable) gives its message, wrapped as ``<Kind>.<group> "<name>" is invalid: <field error>``; the
+storageType immutable) gives its message; each ``spec.tlsLifecycle`` rule (unparsable or non-positive duration,
+duplicate ``alertBefore``) names the field and the fix, on create and update, and a valid policy passes, wrapped as ``<Kind>.<group> "<name>" is invalid: <field error>``; the
 first two ops-request checks stop validation; schema errors name the field; spec immutability on update; the
 defaulting patch and its errors; the Go formatting helpers the messages rely on.
 """
@@ -333,6 +334,80 @@ def test_an_etcd_being_deleted_is_not_validated() -> None:
 def test_a_valid_etcd_is_allowed() -> None:
     assert validation.validate_etcd("CREATE", etcd_with(), None).allowed
     assert validation.validate_etcd("CREATE", PLAIN_DB, None).allowed
+
+
+# --- spec.tlsLifecycle (issue 11) ------------------------------------------------------------------------------
+
+_NOT_A_DURATION = (
+    'not a duration: write a Go duration such as "90s", "10m", "1h30m" or "720h" (units ns, us, ms, s, m, h)'
+)
+_NOT_POSITIVE = 'must be greater than zero: write a positive Go duration such as "24h"'
+
+
+@pytest.mark.parametrize(
+    ("policy", "error"),
+    [
+        ({"scanInterval": "5 minutes"}, f'spec.tlsLifecycle.scanInterval: Invalid value: "5 minutes": {_NOT_A_DURATION}'),
+        ({"scanInterval": "0s"}, f'spec.tlsLifecycle.scanInterval: Invalid value: "0s": {_NOT_POSITIVE}'),
+        ({"scanInterval": "-5m"}, f'spec.tlsLifecycle.scanInterval: Invalid value: "-5m": {_NOT_POSITIVE}'),
+        ({"scanInterval": 300}, f"spec.tlsLifecycle.scanInterval: Invalid value: 300: {_NOT_A_DURATION}"),
+        ({"alertBefore": ["720h", "30d"]}, f'spec.tlsLifecycle.alertBefore[1]: Invalid value: "30d": {_NOT_A_DURATION}'),
+        ({"alertBefore": ["0"]}, f'spec.tlsLifecycle.alertBefore[0]: Invalid value: "0": {_NOT_POSITIVE}'),
+        ({"alertBefore": ["24h", "168h", "1440m"]},
+         'spec.tlsLifecycle.alertBefore[2]: Duplicate value: "1440m": the same duration as '
+         'spec.tlsLifecycle.alertBefore[0] ("24h"); list each threshold once'),
+        ({"alertBefore": ["9m", "9m"]},
+         'spec.tlsLifecycle.alertBefore[1]: Duplicate value: "9m": the same duration as '
+         'spec.tlsLifecycle.alertBefore[0] ("9m"); list each threshold once'),
+        ({"autoRenew": {"before": "1w"}}, f'spec.tlsLifecycle.autoRenew.before: Invalid value: "1w": {_NOT_A_DURATION}'),
+        ({"autoRenew": {"before": "-1h"}}, f'spec.tlsLifecycle.autoRenew.before: Invalid value: "-1h": {_NOT_POSITIVE}'),
+        ({"autoRenew": {"retryAfterFailure": ""}},
+         f'spec.tlsLifecycle.autoRenew.retryAfterFailure: Invalid value: "": {_NOT_A_DURATION}'),
+        ({"autoRenew": {"retryAfterFailure": "0ms"}},
+         f'spec.tlsLifecycle.autoRenew.retryAfterFailure: Invalid value: "0ms": {_NOT_POSITIVE}'),
+    ],
+)
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
+def test_bad_tls_lifecycle_policies_are_denied(policy: dict[str, Any], error: str, operation: str) -> None:
+    verdict = validation.validate_etcd(operation, etcd_with(tlsLifecycle=policy), etcd_with())
+    assert not verdict.allowed and verdict.code == 422
+    assert verdict.message == EPREFIX + error
+
+
+def test_tls_lifecycle_errors_are_all_reported_in_field_order_after_kubedb_rules() -> None:
+    policy = {"scanInterval": "x", "alertBefore": ["1h", "60m", "0"],
+              "autoRenew": {"before": "0s", "retryAfterFailure": "1d"}}
+    verdict = validation.validate_etcd("CREATE", etcd_with(replicas=0, tlsLifecycle=policy), None)
+    assert [e.field for e in verdict.errors] == [
+        "spec.replicas", "spec.tlsLifecycle.scanInterval", "spec.tlsLifecycle.alertBefore[1]",
+        "spec.tlsLifecycle.alertBefore[2]", "spec.tlsLifecycle.autoRenew.before",
+        "spec.tlsLifecycle.autoRenew.retryAfterFailure",
+    ]
+    assert [e.type for e in verdict.errors][2] == "FieldValueDuplicate"
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        {},
+        {"scanInterval": "90s", "alertBefore": ["1440h", "720h", "168h"]},
+        {"scanInterval": "1h30m", "alertBefore": ["9m"], "autoRenew": {"enabled": False, "before": "5m",
+                                                                        "retryAfterFailure": "2.5h"}},
+        {"alertBefore": [], "autoRenew": {"before": "500ms"}},
+    ],
+)
+def test_valid_tls_lifecycle_policies_are_allowed(policy: dict[str, Any]) -> None:
+    assert validation.validate_etcd("CREATE", etcd_with(tlsLifecycle=policy), None).allowed
+    assert validation.validate_etcd("UPDATE", etcd_with(tlsLifecycle=policy), etcd_with()).allowed
+
+
+def test_tls_lifecycle_wrong_shapes_fall_to_the_schema_check() -> None:
+    verdict = validation.validate_etcd("CREATE", etcd_with(tlsLifecycle={"scanInteval": "5m"}), None)
+    assert verdict.message == EPREFIX + (
+        "spec.tlsLifecycle.scanInteval: Forbidden: unknown field; check its spelling (`kubectl explain`)"
+    )
+    verdict = validation.validate_etcd("CREATE", etcd_with(tlsLifecycle={"alertBefore": "24h"}), None)
+    assert not verdict.allowed and verdict.errors[0].field == "spec.tlsLifecycle.alertBefore"
 
 
 # --- mutating defaults -----------------------------------------------------------------------------------------

@@ -1,0 +1,193 @@
+"""Certificate lifecycle of a TLS Etcd (issue 11): the policy ``spec.tlsLifecycle`` and the scan's ``status.tls``.
+
+The policy's durations are Go duration strings in the CRD (``720h``, ``90s``); the helper methods return
+timedeltas, so the scanner and the auto-renewer never parse text themselves. The models reject an unparsable or
+non-positive duration and duplicate alert thresholds; the webhook (``opsmanager.webhook.validation``) gives the
+same rules their user-facing messages.
+
+Usage::
+
+    policy = db.tls_lifecycle                          # spec.tlsLifecycle or the all-defaults policy
+    policy.scan_interval_delta                         # timedelta(minutes=5)
+    policy.alert_thresholds()                          # [60 d, 30 d, 7 d], largest first
+    policy.auto_renew_before(lifetime)                 # explicit value, else min(lifetime / 4, 720h)
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Annotated, Literal
+
+import pydantic
+
+from opsmanager.api import common, constants, durations
+
+
+def _positive(text: str) -> str:
+    if durations.parse(text) <= datetime.timedelta(0):
+        raise ValueError(f"duration {text!r} must be greater than zero")
+    return text
+
+
+# A Go duration string greater than zero. No CRD pattern on purpose: the webhook's message names the field and the
+# fix, where a pattern mismatch from the API server would only quote the regular expression.
+PolicyDuration = Annotated[str, pydantic.AfterValidator(_positive)]
+
+
+class AutoRenew(common.Model):
+    """When the operator itself asks for a rotation of the leaves (an `EtcdOpsRequest` labelled
+    `ops.opsmanager.dev/trigger: auto-renew`)."""
+
+    enabled: bool = pydantic.Field(
+        default=True,
+        description="Create a `ReconfigureTLS` request with `rotateCertificates: true` when the earliest served "
+        "leaf is within `before` of its notAfter and no request is in flight for this Etcd.",
+    )
+    before: PolicyDuration | None = pydantic.Field(
+        default=None,
+        description="How long before a served leaf's notAfter to renew, a Go duration such as `360h`. Unset: a "
+        "quarter of the certificate's lifetime, at most `720h` (after cert-manager's own renewal point, so the "
+        "operator is a safety net, not a second renewer).",
+    )
+    retry_after_failure: PolicyDuration = pydantic.Field(
+        default=constants.DEFAULT_AUTO_RENEW_RETRY_AFTER_FAILURE,
+        description="After an auto-renew request `Failed`, wait this long (a Go duration) before creating another.",
+    )
+
+    @property
+    def retry_after_failure_delta(self) -> datetime.timedelta:
+        """``retryAfterFailure`` as a timedelta."""
+        return durations.parse(self.retry_after_failure)
+
+    def before_delta(self, lifetime: datetime.timedelta) -> datetime.timedelta:
+        """The renew window for a leaf valid for ``lifetime`` (notAfter - notBefore): ``before`` when set, else
+        a quarter of ``lifetime``, at most 720h."""
+        if self.before is not None:
+            return durations.parse(self.before)
+        return min(lifetime / 4, durations.parse(constants.AUTO_RENEW_BEFORE_MAX))
+
+
+class TLSLifecycle(common.Model):
+    """Certificate-lifecycle policy of a TLS Etcd: how often the served certificates are scanned, when to warn and
+    when to renew. Every field is optional; the whole block is ignored while `spec.tls` is unset."""
+
+    scan_interval: PolicyDuration = pydantic.Field(
+        default=constants.DEFAULT_TLS_SCAN_INTERVAL,
+        description="How often every member's served certificates are read with a fresh TLS handshake (client "
+        "and peer port), a Go duration. A scan also follows every ops request and any change of the TLS Secrets.",
+    )
+    alert_before: list[PolicyDuration] = pydantic.Field(
+        default=list(constants.DEFAULT_TLS_ALERT_BEFORE),
+        description="Alert thresholds before a certificate's notAfter, Go durations, no two equal: one "
+        "`CertificateExpiringSoon` Event per threshold per certificate. `CertificatesValid` turns False "
+        "(`ExpiringSoon`) within the smallest. Empty: no early warning, only `Expired`.",
+    )
+    auto_renew: AutoRenew = pydantic.Field(
+        default_factory=AutoRenew, description="Automatic renewal of the served leaves."
+    )
+
+    @pydantic.field_validator("alert_before")
+    @classmethod
+    def _no_duplicate_thresholds(cls, value: list[str]) -> list[str]:
+        seen: dict[datetime.timedelta, str] = {}
+        for text in value:
+            delta = durations.parse(text)
+            if delta in seen:
+                raise ValueError(f"alert threshold {text!r} duplicates {seen[delta]!r}")
+            seen[delta] = text
+        return value
+
+    @property
+    def scan_interval_delta(self) -> datetime.timedelta:
+        """``scanInterval`` as a timedelta."""
+        return durations.parse(self.scan_interval)
+
+    def alert_thresholds(self) -> list[datetime.timedelta]:
+        """``alertBefore`` as timedeltas, largest first (the order in which a nearing notAfter crosses them)."""
+        return sorted((durations.parse(text) for text in self.alert_before), reverse=True)
+
+    def smallest_alert_threshold(self) -> datetime.timedelta:
+        """The smallest threshold (within it ``CertificatesValid`` is ``ExpiringSoon``); zero when there is none."""
+        thresholds = self.alert_thresholds()
+        return thresholds[-1] if thresholds else datetime.timedelta(0)
+
+    def auto_renew_before(self, lifetime: datetime.timedelta) -> datetime.timedelta:
+        """The auto-renew window for a leaf valid for ``lifetime``; see :meth:`AutoRenew.before_delta`."""
+        return self.auto_renew.before_delta(lifetime)
+
+    @property
+    def retry_after_failure_delta(self) -> datetime.timedelta:
+        """``autoRenew.retryAfterFailure`` as a timedelta."""
+        return self.auto_renew.retry_after_failure_delta
+
+
+# --- status.tls --------------------------------------------------------------------------------------------------
+
+Port = Literal["client", "peer"]
+
+
+class ServedCertificate(common.OpenModel):
+    """The leaf one member served on one port at the last scan, or why it could not be read."""
+
+    serial: str | None = pydantic.Field(
+        default=None, pattern=r"^[0-9a-f]+$",
+        description="Serial number, lowercase hex without separators.",
+    )
+    not_before: str | None = pydantic.Field(default=None, description="RFC 3339 start of validity.")
+    not_after: str | None = pydantic.Field(default=None, description="RFC 3339 end of validity.")
+    issuer: str | None = pydantic.Field(default=None, description="Issuer distinguished name, e.g. `CN=etcd-ca`.")
+    matches_secret: bool | None = pydantic.Field(
+        default=None, description="True when the served leaf is the one in the member's Secret (`tls.crt`)."
+    )
+    error: str | None = pydantic.Field(
+        default=None, description="Set when the port could not be reached or handshaken; the other fields are then "
+        "absent.",
+    )
+
+
+class MemberTLSStatus(common.OpenModel):
+    """What one member serves."""
+
+    name: str = pydantic.Field(min_length=1, description="Member (pod) name, e.g. `db-0`.")
+    client: ServedCertificate | None = pydantic.Field(
+        default=None, description="The leaf served on the client port (2379)."
+    )
+    peer: ServedCertificate | None = pydantic.Field(
+        default=None, description="The leaf served on the https peer port."
+    )
+
+    def port(self, port: str) -> ServedCertificate | None:
+        """The entry for ``port`` (``client`` or ``peer``)."""
+        return self.client if port == constants.PORT_CLIENT else self.peer if port == constants.PORT_PEER else None
+
+
+class NextExpiry(common.OpenModel):
+    """The earliest notAfter among the served leaves."""
+
+    not_after: str = pydantic.Field(description="RFC 3339 notAfter of the earliest-expiring served leaf.")
+    member: str = pydantic.Field(description="Member serving it.")
+    port: Port = pydantic.Field(description="`client` or `peer`.")
+
+
+class TLSStatus(common.OpenModel):
+    """The last certificate scan: what every member really serves (read with a fresh handshake)."""
+
+    last_scan_time: str | None = pydantic.Field(default=None, description="RFC 3339 time of the last scan.")
+    members: list[MemberTLSStatus] | None = pydantic.Field(
+        default=None,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        description="One entry per member, with the leaf served on each port.",
+    )
+    next_expiry: NextExpiry | None = pydantic.Field(
+        default=None, description="The earliest-expiring served leaf: its notAfter, member and port."
+    )
+    ca_not_after: str | None = pydantic.Field(
+        default=None, description="RFC 3339 notAfter of the earliest-expiring CA in the trust bundle."
+    )
+
+    def member(self, name: str) -> MemberTLSStatus | None:
+        """The entry of member ``name``, or None."""
+        for entry in self.members or ():
+            if entry.name == name:
+                return entry
+        return None
