@@ -18,14 +18,10 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import alias_generators
 
-from opsmanager.api import constants
+from opsmanager.api import constants, durations
 
 # --- Go-style durations ----------------------------------------------------------------------------------------
 
-_UNITS: dict[str, float] = {
-    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
-}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 # The pattern also goes into the CRD, so the API server rejects "10 minutes" before any webhook runs.
 DURATION_PATTERN = r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$"
 
@@ -33,26 +29,19 @@ DURATION_PATTERN = r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$"
 def parse_duration(text: str) -> datetime.timedelta:
     """Parse a Go ``time.Duration`` string (``10m``, ``90s``, ``1h30m``, ``1.5h``, ``250ms``) into a timedelta.
 
-    Raises ``ValueError`` naming the bad input and the accepted form. A bare ``0`` is accepted as Go does; signs
-    are not (a negative timeout makes no sense here).
+    The form of the fields whose CRD schema carries :data:`DURATION_PATTERN` (a request's ``timeout``): Go's syntax
+    without a sign or a bare leading/trailing dot (a negative timeout makes no sense here); a bare ``0`` is accepted
+    as Go does. The arithmetic is :func:`opsmanager.api.durations.parse`, the one parser. Raises ``ValueError``
+    naming the bad input and the accepted form.
     """
     if not isinstance(text, str):
         raise ValueError(f"duration must be a string such as '10m' or '1h30m', got {type(text).__name__}")
-    if text == "0":
-        return datetime.timedelta(0)
-    pos, seconds = 0, 0.0
-    while pos < len(text):
-        match = _PART.match(text, pos)
-        if match is None:
-            break
-        seconds += float(match.group(1)) * _UNITS[match.group(2)]
-        pos = match.end()
-    if pos != len(text) or not text:
+    if text != "0" and re.fullmatch(DURATION_PATTERN, text) is None:
         raise ValueError(
             f"invalid duration {text!r}: use a Go duration such as '90s', '10m' or '1h30m' "
             "(units ns, us, ms, s, m, h)"
         )
-    return datetime.timedelta(seconds=seconds)
+    return durations.parse(text)
 
 
 def format_duration(delta: datetime.timedelta) -> str:
