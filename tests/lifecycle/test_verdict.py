@@ -344,3 +344,10 @@ def test_go_duration() -> None:
     assert verdict.go_duration(9 * MIN) == "9m"
     assert verdict.go_duration(datetime.timedelta(seconds=90)) == "1m30s"
     assert verdict.go_duration(datetime.timedelta(0)) == "0s"
+
+
+def test_a_certificate_is_expired_at_its_not_after() -> None:
+    leaf = cert(9, T0)
+    obs = [verdict.Observation("db-0", "client", leaf, leaf)]
+    assert verdict.condition(scan(obs))[1] == "Expired"
+    assert reasons(verdict.events(frozenset(), scan(obs))[0]) == ["CertificateExpired"]
