@@ -463,10 +463,9 @@ def auto_renew(
         return Decision(Verdict.NONE, "a request is in flight for this Etcd")
     held = tuple(dict.fromkeys(unscanned_members))
     if not_after is None or not_before is None:
-        if held:
-            return Decision(Verdict.HOLD, f"no served certificate seen; not scanned: {', '.join(held)}",
-                            held_members=held)
-        return Decision(Verdict.NONE, "no served certificate seen")
+        # Nothing due is known: holding would post AutoRenewHeld on every scan of a cluster that is simply down.
+        unscanned = f"; not scanned: {', '.join(held)}" if held else ""
+        return Decision(Verdict.NONE, f"no served certificate seen{unscanned}")
     renew_at = not_after - renew_before(not_before, not_after, before)
     if now < renew_at:
         return Decision(Verdict.NONE, f"the earliest certificate (notAfter {conditions.rfc3339(not_after)}) is "
