@@ -1,0 +1,487 @@
+"""Certificate verdicts: the pure decisions behind the wire-truth scan, its alerts and auto-renew (issue 11).
+
+A TLS etcd cluster fails on the day a certificate expires, and nobody is told in advance: etcd exports no expiry
+metric, cert-manager knows only its Secrets, not what each etcd process serves. The scan shell handshakes with
+every member on the client and the peer port and hands the results here as :class:`Observation` values, together
+with the trust-bundle CAs, the alert thresholds and ``now``. This module turns them into ``status.tls``
+(:func:`scan_status`), the ``CertificatesValid`` condition (:func:`condition`), the Events (:func:`events`) and
+the auto-renew decision (:func:`auto_renew`). It does no I/O and reads no clock: the same inputs give the same
+answer, so an operator that restarts decides exactly as before.
+
+Rules (each prevents a failure that was seen elsewhere or would follow from the obvious design):
+
+- **The wire, not the Secret.** The served leaf is what clients see; a Secret can be renewed while the kubelet has
+  not delivered the files yet, or the process kept an old leaf. ``matchesSecret`` (served serial == Secret leaf
+  serial) and the ``ServedCertificateMismatch`` reason catch a member that cert-manager believes renewed.
+- **A failed port is data, not a crash.** An unreachable member, a failed handshake, an unreadable Secret or
+  malformed PEM become ``{error: …}`` / ``matchesSecret: false`` and the ``ScanFailed`` reason; the other members
+  are still reported, so one broken member never hides the expiry of the others.
+- **First reason that applies, in a fixed order** (``Expired``, ``ExpiringSoon``, ``CAExpiringSoon``,
+  ``ServedCertificateMismatch``, ``ScanFailed``): the most urgent problem is the one a reader sees.
+- **Stable messages.** Messages name member, port and the absolute ``notAfter``, never a countdown ("in 3m12s"):
+  a countdown would rewrite the condition on every scan of a steady cluster and flood the API server and watchers.
+- **Each alert once, across rescans and restarts.** An Event is keyed by (kind, certificate serial[, threshold]);
+  the keys are returned to the caller to persist (an annotation, :func:`encode_keys`), so neither a rescan nor a
+  restarted operator repeats an Event. Keys of certificates no longer served are dropped only after a scan that
+  saw every port, so a member that is briefly unreachable does not lose its keys and re-alert later.
+- **One threshold Event per crossing, the tightest one.** When a certificate is first seen already past several
+  thresholds (a fresh operator, a short-lived leaf), one ``CertificateExpiringSoon`` names the smallest threshold
+  crossed and marks every larger one as announced: three Events at once for one fact is noise. A 10-minute leaf
+  with ``alertBefore: [9m]`` fires exactly once, when less than 9 minutes are left.
+- **Renewed means everyone.** ``CertificatesRenewed`` fires when every member serves a leaf other than the one the
+  previous scan saw: a half-finished rotation is not announced as done.
+- **Auto-renew is a safety net, not a second renewer.** Its default point (a quarter of the lifetime, at most
+  720h before ``notAfter``) lies after cert-manager's own renewal point (a third of the lifetime). One request per
+  expiry, named deterministically from that expiry, so a restarted operator that re-decides creates the same name
+  (AlreadyExists) instead of a second request. After a failed request none is created before
+  ``retryAfterFailure`` (an issuer that cannot issue must not be hammered). It is held while any member could not
+  be scanned: the unscanned member may hold the earliest certificate, or be down for a reason a rotation would
+  make worse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from opsmanager import pki
+from opsmanager.api import conditions
+
+# --- names (to be moved to opsmanager.api.constants at merge) ---------------------------------------------------
+
+PORT_CLIENT: Final = "client"
+PORT_PEER: Final = "peer"
+PORTS: Final = (PORT_CLIENT, PORT_PEER)
+
+COND_CERTIFICATES_VALID: Final = "CertificatesValid"
+REASON_VALID: Final = "Valid"
+REASON_EXPIRED: Final = "Expired"
+REASON_EXPIRING_SOON: Final = "ExpiringSoon"
+REASON_CA_EXPIRING_SOON: Final = "CAExpiringSoon"
+REASON_SERVED_CERTIFICATE_MISMATCH: Final = "ServedCertificateMismatch"
+REASON_SCAN_FAILED: Final = "ScanFailed"
+
+EVENT_CERTIFICATE_EXPIRING_SOON: Final = "CertificateExpiringSoon"
+EVENT_CERTIFICATE_EXPIRED: Final = "CertificateExpired"
+EVENT_CA_EXPIRING_SOON: Final = "CAExpiringSoon"
+EVENT_SERVED_CERTIFICATE_MISMATCH: Final = "ServedCertificateMismatch"
+EVENT_CERTIFICATES_RENEWED: Final = "CertificatesRenewed"
+EVENT_AUTO_RENEW_HELD: Final = "AutoRenewHeld"
+EVENT_TYPE_WARNING: Final = "Warning"
+EVENT_TYPE_NORMAL: Final = "Normal"
+
+TRIGGER_LABEL: Final = "ops.opsmanager.dev/trigger"
+TRIGGER_AUTO_RENEW: Final = "auto-renew"
+
+DEFAULT_SCAN_INTERVAL: Final = datetime.timedelta(minutes=5)
+DEFAULT_ALERT_BEFORE: Final = (
+    datetime.timedelta(hours=1440), datetime.timedelta(hours=720), datetime.timedelta(hours=168),
+)
+DEFAULT_RETRY_AFTER_FAILURE: Final = datetime.timedelta(hours=24)
+AUTO_RENEW_BEFORE_CAP: Final = datetime.timedelta(hours=720)
+
+_TRUE: Final = "True"
+_FALSE: Final = "False"
+
+
+# --- inputs -----------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    """One member and port as the scan saw it.
+
+    ``served`` is the leaf of a fresh handshake, or None with ``error`` saying why (unreachable, handshake failed).
+    ``secret_leaf`` is the leaf in that member's Secret, or None when the Secret is missing, unreadable or
+    malformed (``secret_error`` may say which).
+    """
+
+    member: str
+    port: str  # PORT_CLIENT | PORT_PEER
+    served: pki.CertInfo | None
+    secret_leaf: pki.CertInfo | None
+    error: str | None = None
+    secret_error: str | None = None
+
+    @property
+    def matches_secret(self) -> bool:
+        return (self.served is not None and self.secret_leaf is not None
+                and self.served.serial == self.secret_leaf.serial)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scan:
+    """Everything one scan of one Etcd produced: the observations, the trust-bundle CAs, the policy's
+    ``alertBefore`` thresholds and the scan time (aware, UTC)."""
+
+    observations: tuple[Observation, ...]
+    cas: tuple[pki.CertInfo, ...]
+    thresholds: tuple[datetime.timedelta, ...]
+    now: datetime.datetime
+
+    @property
+    def smallest_threshold(self) -> datetime.timedelta:
+        """The smallest positive threshold; zero without any (then only expiry counts)."""
+        positive = [t for t in self.thresholds if t > datetime.timedelta(0)]
+        return min(positive) if positive else datetime.timedelta(0)
+
+    @property
+    def largest_threshold(self) -> datetime.timedelta:
+        positive = [t for t in self.thresholds if t > datetime.timedelta(0)]
+        return max(positive) if positive else datetime.timedelta(0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """An Event to post on the Etcd: ``type_`` Warning or Normal, a CamelCase ``reason``, a stable message."""
+
+    type_: str
+    reason: str
+    message: str
+
+
+# --- helpers ----------------------------------------------------------------------------------------------------
+
+
+def serial_hex(serial: int) -> str:
+    """A serial as status shows it: lowercase hex, no separators, no leading zeros."""
+    return format(serial, "x")
+
+
+def go_duration(delta: datetime.timedelta) -> str:
+    """A duration in Go's spelling (``720h``, ``9m``, ``1h30m``, ``90s`` → ``1m30s``), whole seconds."""
+    total = int(delta.total_seconds())
+    if total == 0:
+        return "0s"
+    sign = "-" if total < 0 else ""
+    total = abs(total)
+    hours, rest = divmod(total, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [f"{hours}h" if hours else "", f"{minutes}m" if minutes else "", f"{seconds}s" if seconds else ""]
+    return sign + "".join(parts)
+
+
+def _where(obs: Observation) -> str:
+    return f"{obs.member} {obs.port}"
+
+
+def _served(scan: Scan) -> list[tuple[Observation, pki.CertInfo]]:
+    return [(o, o.served) for o in scan.observations if o.served is not None]
+
+
+def _earliest(scan: Scan) -> tuple[Observation, pki.CertInfo] | None:
+    served = _served(scan)
+    if not served:
+        return None
+    return min(served, key=lambda pair: pair[1].not_after)  # min keeps the first of equals: observation order
+
+
+def _earliest_ca(scan: Scan) -> pki.CertInfo | None:
+    return min(scan.cas, key=lambda ca: ca.not_after) if scan.cas else None
+
+
+def _failed(scan: Scan) -> list[Observation]:
+    return [o for o in scan.observations if o.served is None]
+
+
+def _port_entry(obs: Observation) -> dict[str, Any]:
+    if obs.served is None:
+        return {"error": obs.error or "no certificate observed"}
+    return {
+        "serial": serial_hex(obs.served.serial),
+        "notBefore": conditions.rfc3339(obs.served.not_before),
+        "notAfter": conditions.rfc3339(obs.served.not_after),
+        "issuer": obs.served.issuer,
+        "matchesSecret": obs.matches_secret,
+    }
+
+
+# --- status.tls -------------------------------------------------------------------------------------------------
+
+
+def scan_status(scan: Scan) -> dict[str, Any]:
+    """``status.tls`` for this scan: members in the order first observed, ports as observed."""
+    members: dict[str, dict[str, Any]] = {}
+    for obs in scan.observations:
+        entry = members.setdefault(obs.member, {"name": obs.member})
+        entry[obs.port] = _port_entry(obs)
+    status: dict[str, Any] = {
+        "lastScanTime": conditions.rfc3339(scan.now),
+        "members": list(members.values()),
+    }
+    earliest = _earliest(scan)
+    if earliest is not None:
+        obs, cert = earliest
+        status["nextExpiry"] = {"notAfter": conditions.rfc3339(cert.not_after), "member": obs.member,
+                                "port": obs.port}
+    ca = _earliest_ca(scan)
+    if ca is not None:
+        status["caNotAfter"] = conditions.rfc3339(ca.not_after)
+    return status
+
+
+# --- CertificatesValid ------------------------------------------------------------------------------------------
+
+
+def condition(scan: Scan) -> tuple[str, str, str]:
+    """``(status, reason, message)`` of ``CertificatesValid``: the first reason that applies, stable messages."""
+    now = scan.now
+    served = sorted(_served(scan), key=lambda pair: pair[1].not_after)
+    expired = [(o, c) for o, c in served if c.not_after <= now]
+    if expired:
+        obs, cert = expired[0]
+        return _FALSE, REASON_EXPIRED, (
+            f"{_where(obs)} serves a certificate (serial {serial_hex(cert.serial)}) that expired at "
+            f"{conditions.rfc3339(cert.not_after)}{_more(len(expired))}")
+    soon = [(o, c) for o, c in served if c.not_after - now <= scan.smallest_threshold]
+    if soon:
+        obs, cert = soon[0]
+        return _FALSE, REASON_EXPIRING_SOON, (
+            f"{_where(obs)} serves a certificate (serial {serial_hex(cert.serial)}) that expires at "
+            f"{conditions.rfc3339(cert.not_after)}, within the {go_duration(scan.smallest_threshold)} alert "
+            f"threshold{_more(len(soon))}")
+    ca = _earliest_ca(scan)
+    if ca is not None and ca.not_after - now <= scan.smallest_threshold:
+        verb = "expired" if ca.not_after <= now else "expires"
+        return _FALSE, REASON_CA_EXPIRING_SOON, (
+            f"CA {ca.subject or ca.issuer} (serial {serial_hex(ca.serial)}) {verb} at "
+            f"{conditions.rfc3339(ca.not_after)}, within the {go_duration(scan.smallest_threshold)} alert threshold")
+    mismatched = [o for o, c in served if o.secret_leaf is not None and not o.matches_secret]
+    if mismatched:
+        obs = mismatched[0]
+        assert obs.served is not None and obs.secret_leaf is not None
+        return _FALSE, REASON_SERVED_CERTIFICATE_MISMATCH, (
+            f"{_where(obs)} serves serial {serial_hex(obs.served.serial)} (notAfter "
+            f"{conditions.rfc3339(obs.served.not_after)}), its Secret holds serial "
+            f"{serial_hex(obs.secret_leaf.serial)}{_more(len(mismatched))}")
+    problems = [f"{_where(o)}: {o.error or 'no certificate observed'}" for o in _failed(scan)]
+    problems += [f"{_where(o)}: Secret unreadable ({o.secret_error or 'no leaf certificate'})"
+                 for o in scan.observations if o.served is not None and o.secret_leaf is None]
+    if not scan.cas:
+        problems.append("trust bundle: no readable CA certificate")
+    if not scan.observations:
+        problems.append("no member observed")
+    if problems:
+        return _FALSE, REASON_SCAN_FAILED, "could not verify " + "; ".join(problems)
+    earliest = served[0]
+    return _TRUE, REASON_VALID, (
+        f"every member serves its Secret's certificate; the earliest expires at "
+        f"{conditions.rfc3339(earliest[1].not_after)} ({_where(earliest[0])})")
+
+
+def _more(count: int) -> str:
+    return f" (and {count - 1} more)" if count > 1 else ""
+
+
+# --- Events and their once-only keys ----------------------------------------------------------------------------
+
+# Key grammar: ``S:<serial>:<seconds>`` (expiring-soon announced down to that threshold), ``X:<serial>`` (expired),
+# ``C:<serial>`` (CA expiring soon), ``M:<serial>`` (served serial mismatching its Secret). Serials in lowercase hex.
+_KEY = re.compile(r"^(?:S:[0-9a-f]{1,64}:[0-9]{1,12}|[XCM]:[0-9a-f]{1,64})$")
+_KEY_SEPARATOR: Final = ","
+
+
+def encode_keys(keys: Iterable[str]) -> str:
+    """The keys as one annotation value: sorted, comma-separated (stable, so an unchanged set is not rewritten)."""
+    return _KEY_SEPARATOR.join(sorted({k for k in keys if _KEY.match(k)}))
+
+
+def decode_keys(text: object) -> frozenset[str]:
+    """The keys from an annotation value; anything that is not a well-formed key (or not a string) is ignored."""
+    if not isinstance(text, str):
+        return frozenset()
+    return frozenset(part.strip() for part in text.split(_KEY_SEPARATOR) if _KEY.match(part.strip()))
+
+
+def _announced_threshold(keys: Iterable[str], serial: str) -> int | None:
+    """The smallest threshold (seconds) already announced for that serial, or None."""
+    found = [int(k.split(":")[2]) for k in keys if k.startswith(f"S:{serial}:")]
+    return min(found) if found else None
+
+
+def _key_serial(key: str) -> str:
+    return key.split(":")[1]
+
+
+def previous_serials(previous_tls: Mapping[str, Any] | None) -> dict[tuple[str, str], str]:
+    """``(member, port) -> serial`` from an earlier ``status.tls``; malformed parts are skipped."""
+    result: dict[tuple[str, str], str] = {}
+    if not isinstance(previous_tls, Mapping):
+        return result
+    members = previous_tls.get("members")
+    if not isinstance(members, list):
+        return result
+    for member in members:
+        if not isinstance(member, Mapping) or not isinstance(member.get("name"), str):
+            continue
+        for port in PORTS:
+            entry = member.get(port)
+            if isinstance(entry, Mapping) and isinstance(entry.get("serial"), str):
+                result[(member["name"], port)] = entry["serial"]
+    return result
+
+
+def events(
+    previous_keys: Iterable[str],
+    scan: Scan,
+    previous_tls: Mapping[str, Any] | None = None,
+) -> tuple[list[Event], frozenset[str]]:
+    """The Events this scan must post, and the keys to persist (pass them back as ``previous_keys`` next time).
+
+    ``previous_tls`` is the ``status.tls`` of the previous scan (for ``CertificatesRenewed``); None or garbage means
+    "no previous scan".
+    """
+    keys = {k for k in previous_keys if _KEY.match(k)}
+    out: list[Event] = []
+    now = scan.now
+    thresholds = sorted({t for t in scan.thresholds if t > datetime.timedelta(0)})
+    for obs, cert in _served(scan):
+        serial = serial_hex(cert.serial)
+        not_after = conditions.rfc3339(cert.not_after)
+        left = cert.not_after - now
+        if left <= datetime.timedelta(0):
+            if f"X:{serial}" not in keys:
+                keys.add(f"X:{serial}")
+                out.append(Event(EVENT_TYPE_WARNING, EVENT_CERTIFICATE_EXPIRED,
+                                 f"{_where(obs)} serves a certificate (serial {serial}) that expired at {not_after}"))
+        else:
+            crossed = [t for t in thresholds if left <= t]
+            if crossed:
+                tightest = int(crossed[0].total_seconds())
+                announced = _announced_threshold(keys, serial)
+                if announced is None or tightest < announced:
+                    keys = {k for k in keys if not k.startswith(f"S:{serial}:")}
+                    keys.add(f"S:{serial}:{tightest}")
+                    out.append(Event(EVENT_TYPE_WARNING, EVENT_CERTIFICATE_EXPIRING_SOON,
+                                     f"{_where(obs)} serves a certificate (serial {serial}) that expires at "
+                                     f"{not_after}, within the {go_duration(crossed[0])} alert threshold"))
+        if obs.secret_leaf is not None and not obs.matches_secret and f"M:{serial}" not in keys:
+            keys.add(f"M:{serial}")
+            out.append(Event(EVENT_TYPE_WARNING, EVENT_SERVED_CERTIFICATE_MISMATCH,
+                             f"{_where(obs)} serves serial {serial} (notAfter {not_after}), its Secret holds "
+                             f"serial {serial_hex(obs.secret_leaf.serial)}"))
+    largest = scan.largest_threshold
+    for ca in sorted(scan.cas, key=lambda c: c.not_after):
+        serial = serial_hex(ca.serial)
+        if ca.not_after - now <= largest and f"C:{serial}" not in keys:
+            keys.add(f"C:{serial}")
+            verb = "expired" if ca.not_after <= now else "expires"
+            out.append(Event(EVENT_TYPE_WARNING, EVENT_CA_EXPIRING_SOON,
+                             f"CA {ca.subject or ca.issuer} (serial {serial}) {verb} at "
+                             f"{conditions.rfc3339(ca.not_after)}"))
+    renewed = _renewed(scan, previous_serials(previous_tls))
+    if renewed is not None:
+        out.append(renewed)
+    complete = bool(scan.observations) and not _failed(scan) and bool(scan.cas)
+    if complete:  # forget certificates no longer served, only when nothing could have been missed
+        current = {serial_hex(c.serial) for _, c in _served(scan)} | {serial_hex(c.serial) for c in scan.cas}
+        keys = {k for k in keys if _key_serial(k) in current}
+    return out, frozenset(keys)
+
+
+def _renewed(scan: Scan, before: Mapping[tuple[str, str], str]) -> Event | None:
+    if not before or not scan.observations or _failed(scan):
+        return None
+    compared = [(o, c) for o, c in _served(scan) if (o.member, o.port) in before]
+    if not compared or any(before[(o.member, o.port)] == serial_hex(c.serial) for o, c in compared):
+        return None
+    members = ", ".join(dict.fromkeys(o.member for o in scan.observations))
+    earliest = min(c.not_after for _, c in compared)
+    return Event(EVENT_TYPE_NORMAL, EVENT_CERTIFICATES_RENEWED,
+                 f"every member serves a new certificate ({members}); the earliest expires at "
+                 f"{conditions.rfc3339(earliest)}")
+
+
+# --- auto-renew -------------------------------------------------------------------------------------------------
+
+
+class Verdict(enum.Enum):
+    NONE = "None"  # nothing to do (disabled, not due, in flight, already requested for this expiry)
+    CREATE = "Create"  # create the EtcdOpsRequest ``request_name`` (AlreadyExists means done)
+    HOLD = "Hold"  # due, but members could not be scanned: post AutoRenewHeld naming ``held_members``
+    WAIT_RETRY = "WaitRetry"  # due, but the last auto-renew request failed: nothing before ``retry_at``
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    reason: str
+    request_name: str | None = None
+    held_members: tuple[str, ...] = ()
+    renew_at: datetime.datetime | None = None  # when the earliest leaf becomes due (None without a leaf)
+    retry_at: datetime.datetime | None = None  # WAIT_RETRY: the earliest time of the next attempt
+
+
+def renew_before(not_before: datetime.datetime, not_after: datetime.datetime,
+                 before: datetime.timedelta | None) -> datetime.timedelta:
+    """``autoRenew.before`` in effect: as given, else a quarter of the lifetime capped at 720h."""
+    if before is not None:
+        return before
+    return min((not_after - not_before) / 4, AUTO_RENEW_BEFORE_CAP)
+
+
+def _stamp(moment: datetime.datetime) -> str:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return format(int(moment.timestamp()), "x")
+
+
+def request_name(etcd: str, not_after: datetime.datetime, failed_at: datetime.datetime | None = None) -> str:
+    """``<etcd>-auto-renew-<suffix>``: the suffix is the expiry (hex Unix seconds), plus the failure time for a
+    retry of a failed request for the same expiry — deterministic, so a restart re-derives the same name."""
+    name = f"{etcd}-auto-renew-{_stamp(not_after)}"
+    return name if failed_at is None else f"{name}-{_stamp(failed_at)}"
+
+
+def auto_renew(
+    *,
+    etcd: str,
+    not_before: datetime.datetime | None,
+    not_after: datetime.datetime | None,
+    enabled: bool,
+    before: datetime.timedelta | None,
+    retry_after_failure: datetime.timedelta,
+    in_flight: bool,
+    last_failure_at: datetime.datetime | None,
+    unscanned_members: Sequence[str],
+    requested_for: datetime.datetime | None,
+    now: datetime.datetime,
+) -> Decision:
+    """Decide whether to create an auto-renew request for ``etcd``.
+
+    ``not_before``/``not_after``: the earliest served leaf (None when none was seen). ``in_flight``: a request
+    (any) runs for this Etcd. ``requested_for``/``last_failure_at``: the expiry the latest auto-renew request was
+    created for, and when it failed (None if it did not, or none exists).
+    """
+    if not enabled:
+        return Decision(Verdict.NONE, "auto-renew is disabled")
+    if in_flight:
+        return Decision(Verdict.NONE, "a request is in flight for this Etcd")
+    held = tuple(dict.fromkeys(unscanned_members))
+    if not_after is None or not_before is None:
+        # Nothing due is known: holding would post AutoRenewHeld on every scan of a cluster that is simply down.
+        unscanned = f"; not scanned: {', '.join(held)}" if held else ""
+        return Decision(Verdict.NONE, f"no served certificate seen{unscanned}")
+    renew_at = not_after - renew_before(not_before, not_after, before)
+    if now < renew_at:
+        return Decision(Verdict.NONE, f"the earliest certificate (notAfter {conditions.rfc3339(not_after)}) is "
+                        f"due for renewal at {conditions.rfc3339(renew_at)}", renew_at=renew_at)
+    same_expiry = requested_for is not None and _stamp(requested_for) == _stamp(not_after)
+    if same_expiry and last_failure_at is None:
+        return Decision(Verdict.NONE, f"already requested for notAfter {conditions.rfc3339(not_after)}",
+                        renew_at=renew_at)
+    if last_failure_at is not None and now < last_failure_at + retry_after_failure:
+        retry_at = last_failure_at + retry_after_failure
+        return Decision(Verdict.WAIT_RETRY, f"the last auto-renew request failed at "
+                        f"{conditions.rfc3339(last_failure_at)}; next attempt not before "
+                        f"{conditions.rfc3339(retry_at)}", renew_at=renew_at, retry_at=retry_at)
+    if held:
+        return Decision(Verdict.HOLD, f"renewal due, held while not scanned: {', '.join(held)}",
+                        held_members=held, renew_at=renew_at)
+    name = request_name(etcd, not_after, last_failure_at if same_expiry else None)
+    return Decision(Verdict.CREATE, f"the earliest certificate expires at {conditions.rfc3339(not_after)}, "
+                    f"within {go_duration(not_after - renew_at)}", request_name=name, renew_at=renew_at)

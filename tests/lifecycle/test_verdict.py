@@ -1,0 +1,354 @@
+"""The certificate verdicts of issue 11, without processes or clocks (``now`` is passed).
+
+We test these aspects:
+
+* ``status.tls`` has the issue's shape: lowercase hex serials, RFC 3339 times, ``matchesSecret``, ``{error}`` for
+  a failed port, ``nextExpiry`` the earliest served leaf, ``caNotAfter`` the earliest CA; broken input never
+  crashes;
+* ``CertificatesValid`` takes the first reason that applies, in the issue's order, and its message is stable
+  over the scans of a steady cluster;
+* Events fire once per threshold per serial across rescans and restarts (keys round-trip through the annotation
+  encoding, garbage is ignored), only the tightest crossed threshold fires, keys survive a scan that missed a
+  member, and ``CertificatesRenewed`` needs every member renewed;
+* auto-renew: not due, due, in flight, one per expiry (same name after a restart), back-off after a failure, held
+  while members are unscanned, default ``before`` a quarter of the lifetime capped at 720h.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from opsmanager import pki
+from opsmanager.lifecycle import verdict
+
+T0 = datetime.datetime(2026, 12, 1, 0, 0, tzinfo=datetime.UTC)
+MIN = datetime.timedelta(minutes=1)
+HOUR = datetime.timedelta(hours=1)
+
+
+def cert(serial: int, not_after: datetime.datetime, *, not_before: datetime.datetime = T0,
+         is_ca: bool = False, name: str = "db") -> pki.CertInfo:
+    return pki.CertInfo(
+        serial=serial, fingerprint_sha256="00" * 32, subject=f"CN={name}", common_name=name,
+        issuer="CN=etcd-ca", not_before=not_before, not_after=not_after, dns_names=(), ip_addresses=(),
+        is_ca=is_ca,
+    )
+
+
+CA = cert(0xCA, T0 + 3650 * 24 * HOUR, is_ca=True, name="etcd-ca")
+
+
+def healthy(lifetime: datetime.timedelta = 10 * MIN, members: int = 3, base: int = 0x100) -> list[verdict.Observation]:
+    """Every member serving its Secret's leaf on both ports; serials base+0.. ."""
+    out = []
+    for i in range(members):
+        for j, port in enumerate(verdict.PORTS):
+            leaf = cert(base + 2 * i + j, T0 + lifetime + i * MIN)
+            out.append(verdict.Observation(f"db-{i}", port, leaf, leaf))
+    return out
+
+
+def scan(observations: list[verdict.Observation], now: datetime.datetime = T0, *,
+         thresholds: tuple[datetime.timedelta, ...] = (9 * MIN,),
+         cas: tuple[pki.CertInfo, ...] = (CA,)) -> verdict.Scan:
+    return verdict.Scan(tuple(observations), cas, thresholds, now)
+
+
+# --- status.tls -------------------------------------------------------------------------------------------------
+
+
+def test_status_has_the_issue_shape() -> None:
+    obs = healthy()
+    obs[3] = verdict.Observation("db-1", "peer", None, obs[3].secret_leaf, error="handshake failed: bad record")
+    obs[4] = verdict.Observation("db-2", "client", cert(0xABCDEF, T0 + 5 * MIN), obs[4].secret_leaf)
+    status = verdict.scan_status(scan(obs, T0 + datetime.timedelta(microseconds=5)))
+    assert status["lastScanTime"] == "2026-12-01T00:00:00Z"
+    assert [m["name"] for m in status["members"]] == ["db-0", "db-1", "db-2"]
+    assert status["members"][0]["client"] == {
+        "serial": "100", "notBefore": "2026-12-01T00:00:00Z", "notAfter": "2026-12-01T00:10:00Z",
+        "issuer": "CN=etcd-ca", "matchesSecret": True,
+    }
+    assert status["members"][1]["peer"] == {"error": "handshake failed: bad record"}
+    assert status["members"][2]["client"]["serial"] == "abcdef"
+    assert status["members"][2]["client"]["matchesSecret"] is False
+    assert status["nextExpiry"] == {"notAfter": "2026-12-01T00:05:00Z", "member": "db-2", "port": "client"}
+    assert status["caNotAfter"] == "2036-11-28T00:00:00Z"
+
+
+def test_status_survives_no_certificate_at_all() -> None:
+    obs = [verdict.Observation("db-0", "client", None, None)]
+    status = verdict.scan_status(scan(obs, cas=()))
+    assert status["members"] == [{"name": "db-0", "client": {"error": "no certificate observed"}}]
+    assert "nextExpiry" not in status and "caNotAfter" not in status
+
+
+def test_unreadable_secret_is_a_mismatch_in_status_and_scan_failed_in_the_condition() -> None:
+    obs = healthy()
+    obs[0] = verdict.Observation("db-0", "client", obs[0].served, None, secret_error="malformed PEM")
+    assert verdict.scan_status(scan(obs))["members"][0]["client"]["matchesSecret"] is False
+    status, reason, message = verdict.condition(scan(obs))
+    assert (status, reason) == ("False", "ScanFailed")
+    assert "db-0 client" in message and "malformed PEM" in message
+
+
+# --- CertificatesValid ------------------------------------------------------------------------------------------
+
+
+def test_valid_when_far_from_expiry_and_matching() -> None:
+    status, reason, message = verdict.condition(scan(healthy()))
+    assert (status, reason) == ("True", "Valid")
+    assert "2026-12-01T00:10:00Z (db-0 client)" in message
+
+
+def test_reasons_in_the_issue_order() -> None:
+    def problems(expired: bool, soon: bool, ca_soon: bool, mismatch: bool, failed: bool) -> str:
+        obs = healthy(lifetime=HOUR)
+        if expired:
+            obs[0] = verdict.Observation("db-0", "client", cert(1, T0 - MIN), cert(1, T0 - MIN))
+        if soon:
+            obs[1] = verdict.Observation("db-0", "peer", cert(2, T0 + 5 * MIN), cert(2, T0 + 5 * MIN))
+        if mismatch:
+            obs[2] = verdict.Observation("db-1", "client", obs[2].served, cert(3, T0 + HOUR))
+        if failed:
+            obs[3] = verdict.Observation("db-1", "peer", None, obs[3].secret_leaf, error="connection refused")
+        cas = (cert(0xCA, T0 + 2 * MIN, is_ca=True),) if ca_soon else (CA,)
+        return verdict.condition(scan(obs, cas=cas))[1]
+
+    order = ["Expired", "ExpiringSoon", "CAExpiringSoon", "ServedCertificateMismatch", "ScanFailed"]
+    for first in range(len(order)):
+        flags = [i >= first for i in range(len(order))]
+        assert problems(*flags) == order[first]
+    assert problems(False, False, False, False, False) == "Valid"
+
+
+def test_expiring_soon_names_member_port_and_not_after() -> None:
+    status, reason, message = verdict.condition(scan(healthy(), T0 + 2 * MIN))
+    assert (status, reason) == ("False", "ExpiringSoon")
+    assert message.startswith("db-0 client serves a certificate (serial 100) that expires at 2026-12-01T00:10:00Z")
+    assert "9m alert threshold" in message
+
+
+def test_mismatch_message_names_both_serials() -> None:
+    obs = healthy(lifetime=HOUR)
+    obs[5] = verdict.Observation("db-2", "peer", obs[5].served, cert(0xBEEF, T0 + HOUR))
+    status, reason, message = verdict.condition(scan(obs))
+    assert (status, reason) == ("False", "ServedCertificateMismatch")
+    assert "db-2 peer serves serial 105" in message and "its Secret holds serial beef" in message
+
+
+@given(st.integers(min_value=0, max_value=10 * 24 * 3600))
+def test_condition_is_stable_while_its_reason_does_not_change(offset: int) -> None:
+    obs = healthy(lifetime=20 * 24 * HOUR)
+    thresholds = (24 * HOUR, 7 * 24 * HOUR)
+    first = verdict.condition(scan(obs, T0, thresholds=thresholds))
+    later = verdict.condition(scan(obs, T0 + datetime.timedelta(seconds=offset), thresholds=thresholds))
+    if later[1] == first[1]:
+        assert later == first
+
+
+def test_no_threshold_means_only_expiry_counts() -> None:
+    assert verdict.condition(scan(healthy(), T0 + 9 * MIN, thresholds=()))[1] == "Valid"
+    assert verdict.condition(scan(healthy(), T0 + 11 * MIN, thresholds=()))[1] == "Expired"
+
+
+# --- Events -----------------------------------------------------------------------------------------------------
+
+
+def reasons(events: list[verdict.Event]) -> list[str]:
+    return [e.reason for e in events]
+
+
+def test_ten_minute_leaf_with_a_nine_minute_threshold_fires_once_per_certificate() -> None:
+    obs = healthy(lifetime=10 * MIN, members=1)
+    keys: frozenset[str] = frozenset()
+    fired: list[verdict.Event] = []
+    for second in range(0, 9 * 60, 15):  # a scan every 15 s until just before expiry
+        out, keys = verdict.events(keys, scan(obs, T0 + datetime.timedelta(seconds=second)))
+        fired += out
+        if second < 60:
+            assert out == []
+        keys = verdict.decode_keys(verdict.encode_keys(keys))  # persisted and read back (a restart)
+    assert reasons(fired) == ["CertificateExpiringSoon", "CertificateExpiringSoon"]
+    assert {e.message.split(" serves")[0] for e in fired} == {"db-0 client", "db-0 peer"}
+    assert all(e.type_ == "Warning" for e in fired)
+
+
+def test_only_the_tightest_crossed_threshold_fires_and_larger_ones_never_later() -> None:
+    thresholds = (1440 * HOUR, 720 * HOUR, 168 * HOUR)
+    leaf = cert(7, T0 + 100 * HOUR)
+    obs = [verdict.Observation("db-0", "client", leaf, leaf)]
+    out, keys = verdict.events(frozenset(), scan(obs, thresholds=thresholds))
+    assert reasons(out) == ["CertificateExpiringSoon"] and "168h alert threshold" in out[0].message
+    out, keys = verdict.events(keys, scan(obs, T0 + HOUR, thresholds=thresholds))
+    assert out == []
+
+
+def test_each_threshold_fires_as_it_is_crossed() -> None:
+    thresholds = (1440 * HOUR, 720 * HOUR, 168 * HOUR)
+    leaf = cert(7, T0 + 2000 * HOUR)
+    obs = [verdict.Observation("db-0", "client", leaf, leaf)]
+    keys: frozenset[str] = frozenset()
+    fired = []
+    for hour in range(0, 2000, 10):
+        out, keys = verdict.events(keys, scan(obs, T0 + hour * HOUR, thresholds=thresholds))
+        fired += [e.message.split("within the ")[1] for e in out if e.reason == "CertificateExpiringSoon"]
+    assert fired == ["1440h alert threshold", "720h alert threshold", "168h alert threshold"]
+
+
+def test_expired_mismatch_and_ca_fire_once_each() -> None:
+    obs = [verdict.Observation("db-0", "client", cert(1, T0 - MIN), cert(2, T0 + HOUR))]
+    cas = (cert(0xCA, T0 + 5 * MIN, is_ca=True),)
+    out, keys = verdict.events(frozenset(), scan(obs, cas=cas))
+    assert sorted(reasons(out)) == ["CAExpiringSoon", "CertificateExpired", "ServedCertificateMismatch"]
+    again, keys2 = verdict.events(keys, scan(obs, T0 + HOUR, cas=cas))
+    assert again == [] and keys2 == keys
+
+
+def test_keys_survive_a_scan_that_missed_a_member_and_are_pruned_after_a_complete_one() -> None:
+    obs = healthy(lifetime=10 * MIN, members=2)
+    out, keys = verdict.events(frozenset(), scan(obs, T0 + 5 * MIN))
+    assert len(out) == 4
+    partial = [o if o.member != "db-1" else verdict.Observation(o.member, o.port, None, o.secret_leaf, error="x")
+               for o in obs]
+    _, kept = verdict.events(keys, scan(partial, T0 + 6 * MIN))
+    assert kept == keys
+    out, _ = verdict.events(kept, scan(obs, T0 + 7 * MIN))
+    assert out == []
+    renewed = healthy(lifetime=10 * MIN, members=2, base=0x200)
+    _, pruned = verdict.events(kept, scan(renewed, T0 + 8 * MIN, thresholds=()))
+    assert pruned == frozenset()
+
+
+def test_certificates_renewed_only_when_every_member_serves_a_new_leaf() -> None:
+    before = verdict.scan_status(scan(healthy(lifetime=HOUR)))
+    half = healthy(lifetime=HOUR)
+    half[0] = verdict.Observation("db-0", "client", cert(0x999, T0 + 2 * HOUR), cert(0x999, T0 + 2 * HOUR))
+    out, _ = verdict.events(frozenset(), scan(half), before)
+    assert "CertificatesRenewed" not in reasons(out)
+    out, _ = verdict.events(frozenset(), scan(healthy(lifetime=2 * HOUR, base=0x300)), before)
+    assert reasons(out) == ["CertificatesRenewed"] and out[0].type_ == "Normal"
+    assert "db-0, db-1, db-2" in out[0].message
+    out, _ = verdict.events(frozenset(), scan(healthy(lifetime=HOUR)), None)
+    assert out == []
+    out, _ = verdict.events(frozenset(), scan(healthy(lifetime=HOUR)), {"members": "garbage"})
+    assert out == []
+
+
+@given(st.text())
+def test_decode_keys_tolerates_garbage(text: str) -> None:
+    keys = verdict.decode_keys(text)
+    assert verdict.decode_keys(verdict.encode_keys(keys)) == keys
+
+
+def test_decode_keys_reads_what_encode_keys_wrote_and_ignores_the_rest() -> None:
+    assert verdict.encode_keys({"X:ab", "S:ab:540", "bogus"}) == "S:ab:540,X:ab"
+    assert verdict.decode_keys("S:ab:540,,X:ab, M:1 ,S:XY:1,Q:1") == {"S:ab:540", "X:ab", "M:1"}
+    assert verdict.decode_keys(None) == frozenset() and verdict.decode_keys(42) == frozenset()
+
+
+@settings(deadline=None, max_examples=50)
+@given(
+    lifetime_min=st.integers(min_value=1, max_value=300),
+    thresholds_min=st.lists(st.integers(min_value=1, max_value=300), max_size=4),
+    step_s=st.integers(min_value=30, max_value=900),
+)
+def test_no_event_repeats_over_a_lifetime(lifetime_min: int, thresholds_min: list[int], step_s: int) -> None:
+    leaf = cert(5, T0 + lifetime_min * MIN)
+    obs = [verdict.Observation("db-0", "client", leaf, leaf)]
+    thresholds = tuple(t * MIN for t in thresholds_min)
+    keys: frozenset[str] = frozenset()
+    fired: list[str] = []
+    for second in range(0, lifetime_min * 60 + 2 * step_s, step_s):
+        out, keys = verdict.events(keys, scan(obs, T0 + datetime.timedelta(seconds=second), thresholds=thresholds))
+        fired += [e.message for e in out]
+        rescan, _ = verdict.events(keys, scan(obs, T0 + datetime.timedelta(seconds=second), thresholds=thresholds))
+        assert rescan == []
+    assert len(fired) == len(set(fired))
+    assert sum("within the" in m for m in fired) <= len(set(thresholds))
+    assert sum("expired at" in m for m in fired) == 1
+
+
+# --- auto-renew -------------------------------------------------------------------------------------------------
+
+
+def decide(now: datetime.datetime, **overrides: object) -> verdict.Decision:
+    args: dict[str, object] = {
+        "etcd": "db", "not_before": T0, "not_after": T0 + 6 * MIN, "enabled": True, "before": 5 * MIN,
+        "retry_after_failure": 24 * HOUR, "in_flight": False, "last_failure_at": None,
+        "unscanned_members": (), "requested_for": None, "now": now,
+    }
+    args.update(overrides)
+    return verdict.auto_renew(**args)  # type: ignore[arg-type]
+
+
+def test_not_due_then_create_with_a_deterministic_name() -> None:
+    assert decide(T0 + 30 * datetime.timedelta(seconds=1)).verdict is verdict.Verdict.NONE
+    first = decide(T0 + 2 * MIN)
+    assert first.verdict is verdict.Verdict.CREATE
+    assert first.request_name == decide(T0 + 3 * MIN).request_name  # a restart re-derives the same name
+    assert first.request_name == f"db-auto-renew-{int((T0 + 6 * MIN).timestamp()):x}"
+    assert decide(T0 + 2 * MIN, not_after=T0 + 7 * MIN).request_name != first.request_name
+
+
+def test_one_per_expiry_and_none_while_in_flight_or_disabled() -> None:
+    assert decide(T0 + 2 * MIN, in_flight=True).verdict is verdict.Verdict.NONE
+    assert decide(T0 + 2 * MIN, enabled=False).verdict is verdict.Verdict.NONE
+    assert decide(T0 + 2 * MIN, requested_for=T0 + 6 * MIN).verdict is verdict.Verdict.NONE
+    assert decide(T0 + 2 * MIN, requested_for=T0 - HOUR).verdict is verdict.Verdict.CREATE
+
+
+def test_back_off_after_a_failure_then_a_new_name() -> None:
+    failed = T0 + 2 * MIN
+    wait = decide(T0 + 3 * MIN, requested_for=T0 + 6 * MIN, last_failure_at=failed)
+    assert wait.verdict is verdict.Verdict.WAIT_RETRY and wait.retry_at == failed + 24 * HOUR
+    retry = decide(failed + 24 * HOUR, requested_for=T0 + 6 * MIN, last_failure_at=failed)
+    assert retry.verdict is verdict.Verdict.CREATE
+    assert retry.request_name != decide(T0 + 2 * MIN).request_name
+    assert retry.request_name is not None and retry.request_name.startswith("db-auto-renew-")
+
+
+def test_held_while_members_are_unscanned() -> None:
+    held = decide(T0 + 2 * MIN, unscanned_members=["db-2", "db-1", "db-2"])
+    assert held.verdict is verdict.Verdict.HOLD and held.held_members == ("db-2", "db-1")
+    assert "db-2, db-1" in held.reason
+    assert decide(T0, unscanned_members=["db-2"]).verdict is verdict.Verdict.NONE  # not due: no noise
+    nothing = decide(T0, not_before=None, not_after=None, unscanned_members=["db-0"])
+    assert nothing.verdict is verdict.Verdict.NONE and "db-0" in nothing.reason
+    assert decide(T0, not_before=None, not_after=None).verdict is verdict.Verdict.NONE
+
+
+def test_default_before_is_a_quarter_of_the_lifetime_capped_at_720h() -> None:
+    assert verdict.renew_before(T0, T0 + 8 * MIN, None) == 2 * MIN
+    assert verdict.renew_before(T0, T0 + 365 * 24 * HOUR, None) == 720 * HOUR
+    assert verdict.renew_before(T0, T0 + 8 * MIN, 5 * MIN) == 5 * MIN
+    assert decide(T0 + 4 * MIN, before=None).verdict is verdict.Verdict.NONE  # 6 m lifetime: due at 4m30s
+    assert decide(T0 + 5 * MIN, before=None).verdict is verdict.Verdict.CREATE
+    assert decide(T0 + 5 * MIN, before=None, not_after=T0 + 6 * MIN).renew_at == T0 + datetime.timedelta(
+        minutes=4, seconds=30)
+
+
+@given(st.integers(min_value=0, max_value=3 * 24 * 3600), st.booleans(), st.booleans())
+def test_never_create_while_in_flight_or_before_the_retry(offset: int, in_flight: bool, failed: bool) -> None:
+    now = T0 + datetime.timedelta(seconds=offset)
+    failure = T0 + MIN if failed else None
+    d = decide(now, in_flight=in_flight, last_failure_at=failure, requested_for=T0 + 6 * MIN if failed else None)
+    if d.verdict is verdict.Verdict.CREATE:
+        assert not in_flight
+        assert failure is None or now >= failure + 24 * HOUR
+
+
+def test_go_duration() -> None:
+    assert verdict.go_duration(720 * HOUR) == "720h"
+    assert verdict.go_duration(9 * MIN) == "9m"
+    assert verdict.go_duration(datetime.timedelta(seconds=90)) == "1m30s"
+    assert verdict.go_duration(datetime.timedelta(0)) == "0s"
+
+
+def test_a_certificate_is_expired_at_its_not_after() -> None:
+    leaf = cert(9, T0)
+    obs = [verdict.Observation("db-0", "client", leaf, leaf)]
+    assert verdict.condition(scan(obs))[1] == "Expired"
+    assert reasons(verdict.events(frozenset(), scan(obs))[0]) == ["CertificateExpired"]
