@@ -49,43 +49,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from opsmanager import pki
-from opsmanager.api import conditions
+from opsmanager.api import conditions, constants, durations
 
 # --- names (to be moved to opsmanager.api.constants at merge) ---------------------------------------------------
 
-PORT_CLIENT: Final = "client"
-PORT_PEER: Final = "peer"
-PORTS: Final = (PORT_CLIENT, PORT_PEER)
-
-COND_CERTIFICATES_VALID: Final = "CertificatesValid"
-REASON_VALID: Final = "Valid"
-REASON_EXPIRED: Final = "Expired"
-REASON_EXPIRING_SOON: Final = "ExpiringSoon"
-REASON_CA_EXPIRING_SOON: Final = "CAExpiringSoon"
-REASON_SERVED_CERTIFICATE_MISMATCH: Final = "ServedCertificateMismatch"
-REASON_SCAN_FAILED: Final = "ScanFailed"
-
-EVENT_CERTIFICATE_EXPIRING_SOON: Final = "CertificateExpiringSoon"
-EVENT_CERTIFICATE_EXPIRED: Final = "CertificateExpired"
-EVENT_CA_EXPIRING_SOON: Final = "CAExpiringSoon"
-EVENT_SERVED_CERTIFICATE_MISMATCH: Final = "ServedCertificateMismatch"
-EVENT_CERTIFICATES_RENEWED: Final = "CertificatesRenewed"
-EVENT_AUTO_RENEW_HELD: Final = "AutoRenewHeld"
+# Names (condition, reasons, Events, ports, the trigger label) are the API's: opsmanager.api.constants.
+PORTS: Final = constants.TLS_PORTS
+AUTO_RENEW_BEFORE_CAP: Final = durations.parse(constants.AUTO_RENEW_BEFORE_MAX)
 EVENT_TYPE_WARNING: Final = "Warning"
 EVENT_TYPE_NORMAL: Final = "Normal"
-
-TRIGGER_LABEL: Final = "ops.opsmanager.dev/trigger"
-TRIGGER_AUTO_RENEW: Final = "auto-renew"
-
-DEFAULT_SCAN_INTERVAL: Final = datetime.timedelta(minutes=5)
-DEFAULT_ALERT_BEFORE: Final = (
-    datetime.timedelta(hours=1440), datetime.timedelta(hours=720), datetime.timedelta(hours=168),
-)
-DEFAULT_RETRY_AFTER_FAILURE: Final = datetime.timedelta(hours=24)
-AUTO_RENEW_BEFORE_CAP: Final = datetime.timedelta(hours=720)
-
-_TRUE: Final = "True"
-_FALSE: Final = "False"
 
 
 # --- inputs -----------------------------------------------------------------------------------------------------
@@ -101,7 +73,7 @@ class Observation:
     """
 
     member: str
-    port: str  # PORT_CLIENT | PORT_PEER
+    port: str  # constants.PORT_CLIENT | constants.PORT_PEER
     served: pki.CertInfo | None
     secret_leaf: pki.CertInfo | None
     error: str | None = None
@@ -234,27 +206,27 @@ def condition(scan: Scan) -> tuple[str, str, str]:
     expired = [(o, c) for o, c in served if c.not_after <= now]
     if expired:
         obs, cert = expired[0]
-        return _FALSE, REASON_EXPIRED, (
+        return constants.FALSE, constants.REASON_CERTS_EXPIRED, (
             f"{_where(obs)} serves a certificate (serial {serial_hex(cert.serial)}) that expired at "
             f"{conditions.rfc3339(cert.not_after)}{_more(len(expired))}")
     soon = [(o, c) for o, c in served if c.not_after - now <= scan.smallest_threshold]
     if soon:
         obs, cert = soon[0]
-        return _FALSE, REASON_EXPIRING_SOON, (
+        return constants.FALSE, constants.REASON_CERTS_EXPIRING_SOON, (
             f"{_where(obs)} serves a certificate (serial {serial_hex(cert.serial)}) that expires at "
             f"{conditions.rfc3339(cert.not_after)}, within the {go_duration(scan.smallest_threshold)} alert "
             f"threshold{_more(len(soon))}")
     ca = _earliest_ca(scan)
     if ca is not None and ca.not_after - now <= scan.smallest_threshold:
         verb = "expired" if ca.not_after <= now else "expires"
-        return _FALSE, REASON_CA_EXPIRING_SOON, (
+        return constants.FALSE, constants.REASON_CA_EXPIRING_SOON, (
             f"CA {ca.subject or ca.issuer} (serial {serial_hex(ca.serial)}) {verb} at "
             f"{conditions.rfc3339(ca.not_after)}, within the {go_duration(scan.smallest_threshold)} alert threshold")
     mismatched = [o for o, c in served if o.secret_leaf is not None and not o.matches_secret]
     if mismatched:
         obs = mismatched[0]
         assert obs.served is not None and obs.secret_leaf is not None
-        return _FALSE, REASON_SERVED_CERTIFICATE_MISMATCH, (
+        return constants.FALSE, constants.REASON_SERVED_CERTIFICATE_MISMATCH, (
             f"{_where(obs)} serves serial {serial_hex(obs.served.serial)} (notAfter "
             f"{conditions.rfc3339(obs.served.not_after)}), its Secret holds serial "
             f"{serial_hex(obs.secret_leaf.serial)}{_more(len(mismatched))}")
@@ -266,9 +238,9 @@ def condition(scan: Scan) -> tuple[str, str, str]:
     if not scan.observations:
         problems.append("no member observed")
     if problems:
-        return _FALSE, REASON_SCAN_FAILED, "could not verify " + "; ".join(problems)
+        return constants.FALSE, constants.REASON_SCAN_FAILED, "could not verify " + "; ".join(problems)
     earliest = served[0]
-    return _TRUE, REASON_VALID, (
+    return constants.TRUE, constants.REASON_CERTS_VALID, (
         f"every member serves its Secret's certificate; the earliest expires at "
         f"{conditions.rfc3339(earliest[1].not_after)} ({_where(earliest[0])})")
 
@@ -346,7 +318,7 @@ def events(
         if left <= datetime.timedelta(0):
             if f"X:{serial}" not in keys:
                 keys.add(f"X:{serial}")
-                out.append(Event(EVENT_TYPE_WARNING, EVENT_CERTIFICATE_EXPIRED,
+                out.append(Event(EVENT_TYPE_WARNING, constants.EVENT_CERTIFICATE_EXPIRED,
                                  f"{_where(obs)} serves a certificate (serial {serial}) that expired at {not_after}"))
         else:
             crossed = [t for t in thresholds if left <= t]
@@ -356,12 +328,12 @@ def events(
                 if announced is None or tightest < announced:
                     keys = {k for k in keys if not k.startswith(f"S:{serial}:")}
                     keys.add(f"S:{serial}:{tightest}")
-                    out.append(Event(EVENT_TYPE_WARNING, EVENT_CERTIFICATE_EXPIRING_SOON,
+                    out.append(Event(EVENT_TYPE_WARNING, constants.EVENT_CERTIFICATE_EXPIRING_SOON,
                                      f"{_where(obs)} serves a certificate (serial {serial}) that expires at "
                                      f"{not_after}, within the {go_duration(crossed[0])} alert threshold"))
         if obs.secret_leaf is not None and not obs.matches_secret and f"M:{serial}" not in keys:
             keys.add(f"M:{serial}")
-            out.append(Event(EVENT_TYPE_WARNING, EVENT_SERVED_CERTIFICATE_MISMATCH,
+            out.append(Event(EVENT_TYPE_WARNING, constants.EVENT_SERVED_CERTIFICATE_MISMATCH,
                              f"{_where(obs)} serves serial {serial} (notAfter {not_after}), its Secret holds "
                              f"serial {serial_hex(obs.secret_leaf.serial)}"))
     largest = scan.largest_threshold
@@ -370,7 +342,7 @@ def events(
         if ca.not_after - now <= largest and f"C:{serial}" not in keys:
             keys.add(f"C:{serial}")
             verb = "expired" if ca.not_after <= now else "expires"
-            out.append(Event(EVENT_TYPE_WARNING, EVENT_CA_EXPIRING_SOON,
+            out.append(Event(EVENT_TYPE_WARNING, constants.EVENT_CA_EXPIRING_SOON,
                              f"CA {ca.subject or ca.issuer} (serial {serial}) {verb} at "
                              f"{conditions.rfc3339(ca.not_after)}"))
     renewed = _renewed(scan, previous_serials(previous_tls))
@@ -391,7 +363,7 @@ def _renewed(scan: Scan, before: Mapping[tuple[str, str], str]) -> Event | None:
         return None
     members = ", ".join(dict.fromkeys(o.member for o in scan.observations))
     earliest = min(c.not_after for _, c in compared)
-    return Event(EVENT_TYPE_NORMAL, EVENT_CERTIFICATES_RENEWED,
+    return Event(EVENT_TYPE_NORMAL, constants.EVENT_CERTIFICATES_RENEWED,
                  f"every member serves a new certificate ({members}); the earliest expires at "
                  f"{conditions.rfc3339(earliest)}")
 
