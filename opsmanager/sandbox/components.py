@@ -35,13 +35,19 @@ READY_TIMEOUT = 30.0
 ENDPOINTS_FILE = "endpoints.json"
 
 
+def recorded_endpoints(directory: Path) -> dict[str, str]:
+    """``<directory>/endpoints.json`` ({} when there is none or it is unreadable)."""
+    try:
+        endpoints = json.loads((directory / ENDPOINTS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return endpoints if isinstance(endpoints, dict) else {}
+
+
 def record_endpoint(directory: Path, name: str, url: str | None) -> None:
     """Set (or, with ``url=None``, remove) one entry of ``<directory>/endpoints.json``, keeping the others."""
     path = directory / ENDPOINTS_FILE
-    try:
-        endpoints = json.loads(path.read_text())
-    except (OSError, ValueError):
-        endpoints = {}
+    endpoints = recorded_endpoints(directory)
     if url is None:
         endpoints.pop(name, None)
     else:
