@@ -14,7 +14,9 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# promtool (tests/deploy/test_alert_rules.py, never skipped) comes from Debian's prometheus package.
 test: $(STAMP)
+	@command -v promtool >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null)
 	$(BIN)/opsmanager crds --check
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 

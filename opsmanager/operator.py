@@ -1,7 +1,7 @@
 """``opsmanager run``: the operator process — kopf, in-process, with the provisioner and the ops engine.
 
     opsmanager run [--kubeconfig PATH] [--namespace NS ... | --all-namespaces] [--standalone]
-                   [--interval SECONDS] [--liveness URL] [--verbose | --debug | --quiet]
+                   [--interval SECONDS] [--liveness URL] [--metrics-port N] [--verbose | --debug | --quiet]
 
 One process runs both halves KubeDB splits in two: the provisioner's handlers on ``etcds.opsmanager.dev``
 (:mod:`opsmanager.provisioner.handlers`) and, when it is installed, the ops engine's on ``etcdopsrequests``
@@ -18,6 +18,9 @@ work) and hands kopf the resulting credentials.
 kopf settings: finalizer, progress and diff-base annotations live under ``opsmanager.dev/`` (not kopf's
 ``kopf.zalando.org``), progress is kept in annotations only so ``status`` stays ours, and kopf posts Kubernetes
 events only for warnings (the handlers post their own, on transitions).
+
+``--metrics-port N`` (default 8081, 0 = off) serves :mod:`opsmanager.lifecycle.metrics`' registry on
+``http://0.0.0.0:N/metrics`` from a thread of its own (prometheus_client's server).
 
 The sandbox (``opsmanager.sandbox.components``) and the e2e harness (``e2e/processes.py``) start it as a child
 process (``python -m opsmanager run --kubeconfig K ...``, ready when its liveness endpoint answers, stopped by
@@ -39,6 +42,7 @@ import kopf
 
 from opsmanager import kube
 from opsmanager.kube import config as kube_config
+from opsmanager.lifecycle import metrics
 from opsmanager.provisioner import handlers as provisioner_handlers
 
 log = logging.getLogger("opsmanager.operator")
@@ -176,6 +180,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="how often each Etcd is reconciled and its status refreshed (default %(default)s)")
     parser.add_argument("--liveness", metavar="URL",
                         help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    parser.add_argument("--metrics-port", type=int, default=metrics.DEFAULT_PORT, metavar="N",
+                        help="serve Prometheus metrics on http://0.0.0.0:N/metrics (default %(default)s; 0: off)")
     parser.add_argument("--no-ops", action="store_true", help="run the provisioner only, without the ops engine")
     verbosity = parser.add_mutually_exclusive_group()
     verbosity.add_argument("-v", "--verbose", action="store_true")
@@ -184,6 +190,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     args = parser.parse_args(list(argv))
     if args.interval <= 0:
         parser.error(f"--interval must be greater than 0 seconds, got {args.interval}")
+    if not 0 <= args.metrics_port <= 65535:
+        parser.error(f"--metrics-port must be a port number from 0 (off) to 65535, got {args.metrics_port}")
     if args.kubeconfig and not os.path.exists(args.kubeconfig):
         parser.error(f"--kubeconfig {args.kubeconfig}: no such file")
     return args
@@ -200,6 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     clusterwide = not args.namespace
     log.info("opsmanager operator: %s, api %s", "all namespaces" if clusterwide else ", ".join(args.namespace),
              memo.kube.host)
+    if args.metrics_port:
+        metrics.serve(args.metrics_port)
     try:
         kopf.run(registry=registry, memo=memo, standalone=args.standalone, clusterwide=clusterwide,
                  namespaces=args.namespace, liveness_endpoint=args.liveness)

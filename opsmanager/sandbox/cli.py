@@ -5,7 +5,8 @@
 Starts the API server (with the CRDs rendered from the API models, or ``--crds DIR``, and cert-manager's kinds), the kubelet, the StatefulSet controller
 and cert-manager, writes ``<dir>/kubeconfig``, applies the ``--apply`` manifests, prints how to point kubectl at
 it, and runs until interrupted; then stops every process it started (by PID) and exits 0. The operator and the
-admission webhook (``components.DEFAULTS``) start as child processes of this CLI unless ``--no-operator`` is given.
+admission webhook (``components.DEFAULTS``) start as child processes of this CLI unless ``--no-operator`` is given;
+the operator's metrics URL is then in ``<dir>/endpoints.json`` (``{"operatorMetrics": "http://127.0.0.1:PORT/metrics"}``).
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ async def _up(args: argparse.Namespace) -> int:
                                crds_dir=crds) as sb:
         for path in args.apply:
             await sb.apply(Path(path))
+        metrics_url = sandbox_components.recorded_endpoints(sb.dir).get("operatorMetrics")
+        endpoints = (f"  operator metrics: {metrics_url} (in {sb.dir / sandbox_components.ENDPOINTS_FILE})\n"
+                     if metrics_url else "")
         extras = "none" if not components else ", ".join(getattr(c, "__name__", repr(c)) for c in components)
         print(f"sandbox up in {time.monotonic() - started:.2f}s: API server {sb.url} (state in {sb.dir})\n"
               f"  CRDs: {', '.join(sb.crds) or 'none'}; extra components: {extras}\n"
@@ -77,6 +81,7 @@ async def _up(args: argparse.Namespace) -> int:
               f"    export KUBECONFIG={sb.kubeconfig}\n"
               f"    kubectl get pods -A\n"
               f"  container logs: {sb.dir / 'logs'}/<namespace>/<pod>/<container>.log\n"
+              f"{endpoints}"
               f"  stop with Ctrl-C (SIGINT) or SIGTERM", flush=True)
         await stop.wait()
         print("stopping the sandbox ...", flush=True)

@@ -9,8 +9,9 @@ code (only the pure rendering of the webhook's configurations, :mod:`opsmanager.
   against that CA), registers it as the Service ``opsmanager-system/opsmanager-webhook:443`` and installs the
   Validating/MutatingWebhookConfigurations with the CA as ``caBundle`` — so ``kubectl apply`` of an invalid
   request is denied with the webhook's message, exactly as on a real cluster (``failurePolicy: Fail``).
-* :func:`operator` starts ``python -m opsmanager run`` for all namespaces and waits until its liveness endpoint
-  answers.
+* :func:`operator` starts ``python -m opsmanager run`` for all namespaces with ``--metrics-port`` on a free loopback
+  port, waits until its liveness endpoint answers and records its metrics URL as ``operatorMetrics`` in
+  ``<dir>/endpoints.json`` (removed again when it stops).
 
 The webhook goes first: the API server calls it on every create and update of an Etcd or EtcdOpsRequest.
 """
@@ -18,8 +19,10 @@ The webhook goes first: the API server calls it on every create and update of an
 from __future__ import annotations
 
 import contextlib
+import json
 import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -29,6 +32,29 @@ from opsmanager.sandbox import children
 from opsmanager.webhook import config as webhook_config
 
 READY_TIMEOUT = 30.0
+ENDPOINTS_FILE = "endpoints.json"
+
+
+def recorded_endpoints(directory: Path) -> dict[str, str]:
+    """``<directory>/endpoints.json`` ({} when there is none or it is unreadable)."""
+    try:
+        endpoints = json.loads((directory / ENDPOINTS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return endpoints if isinstance(endpoints, dict) else {}
+
+
+def record_endpoint(directory: Path, name: str, url: str | None) -> None:
+    """Set (or, with ``url=None``, remove) one entry of ``<directory>/endpoints.json``, keeping the others."""
+    path = directory / ENDPOINTS_FILE
+    endpoints = recorded_endpoints(directory)
+    if url is None:
+        endpoints.pop(name, None)
+    else:
+        endpoints[name] = url
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(endpoints, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
 
 
 async def _answers(url: str, ssl_context: ssl.SSLContext | None = None) -> bool:
@@ -73,13 +99,16 @@ async def webhook(sb: Any) -> AsyncIterator[children.Child]:
 @contextlib.asynccontextmanager
 async def operator(sb: Any, *, interval: float = 1.0) -> AsyncIterator[children.Child]:
     liveness = f"http://127.0.0.1:{children.free_port()}/healthz"
+    metrics_port = children.free_port()
     argv = children.product_argv("run", "--kubeconfig", str(sb.kubeconfig), "--liveness", liveness,
-                                 "--interval", str(interval), "--standalone")
+                                 "--interval", str(interval), "--standalone", "--metrics-port", str(metrics_port))
     child = await children.Child.start("the operator", argv, log_path=sb.dir / "logs" / "operator.log")
     try:
         await child.wait_ready(lambda: _answers(liveness), timeout=READY_TIMEOUT)
+        record_endpoint(Path(sb.dir), "operatorMetrics", f"http://127.0.0.1:{metrics_port}/metrics")
         yield child
     finally:
+        record_endpoint(Path(sb.dir), "operatorMetrics", None)
         await child.stop()
 
 

@@ -46,13 +46,16 @@ def test_a_missing_kubeconfig_is_a_login_error_naming_it(tmp_path: Path) -> None
 
 def test_parse_args_defaults_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = operator.parse_args([])
-    assert args.namespace == [] and args.interval == 5.0 and not args.standalone
+    assert args.namespace == [] and args.interval == 5.0 and not args.standalone and args.metrics_port == 8081
+    assert operator.parse_args(["--metrics-port", "0"]).metrics_port == 0
     kc = write_kubeconfig(tmp_path / "kc", "http://127.0.0.1:1")
     args = operator.parse_args(["--kubeconfig", str(kc), "-n", "a", "-n", "b", "--standalone", "--interval", "1"])
     assert args.namespace == ["a", "b"] and args.standalone and args.interval == 1.0
     for bad, message in ((["--interval", "0"], "--interval must be greater than 0"),
                          (["--kubeconfig", str(tmp_path / "missing")], "no such file"),
-                         (["-n", "a", "-A"], "not allowed with")):
+                         (["-n", "a", "-A"], "not allowed with"),
+                         (["--metrics-port", "-1"], "--metrics-port must be a port number"),
+                         (["--metrics-port", "65536"], "--metrics-port must be a port number")):
         with pytest.raises(SystemExit):
             operator.parse_args(bad)
         assert message in capsys.readouterr().err

@@ -2,17 +2,19 @@
 
 We test: both run as child processes of the product CLI (other PIDs than the test's, their own log files), the
 webhook denies invalid requests through the API server (registered as a Service with a caBundle), the operator
-provisions an Etcd to Ready, and leaving the sandbox stops both children.
+provisions an Etcd to Ready, the operator's metrics URL is in ``<dir>/endpoints.json`` and answers, and leaving the sandbox stops both children.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from opsmanager import kube
@@ -64,6 +66,17 @@ async def test_webhook_denies_and_operator_provisions(tmp_path: Path) -> None:
                 return ((obj or {}).get("status") or {}).get("phase") == constants.DB_PHASE_READY
 
             await aeventually(ready, timeout=60, what="Etcd db Ready through the operator started by the sandbox")
+        endpoints = json.loads((sb.dir / "endpoints.json").read_text())
+        assert endpoints["operatorMetrics"].startswith("http://127.0.0.1:")
+        async with aiohttp.ClientSession() as session, session.get(endpoints["operatorMetrics"]) as response:
+            assert response.status == 200
+            exposition = await response.text()
+        for name in ("opsmanager_etcd_certificate_not_after_timestamp_seconds",
+                     "opsmanager_etcd_certificate_matches_secret", "opsmanager_etcd_ca_not_after_timestamp_seconds",
+                     "opsmanager_etcd_tls_last_scan_timestamp_seconds"):
+            assert f"# TYPE {name} gauge" in exposition
+        assert "\nopsmanager_etcd_tls_scan_errors_total 0.0\n" in exposition
         assert (sb.dir / "logs" / "webhook.log").stat().st_size > 0
         assert (sb.dir / "logs" / "operator.log").stat().st_size > 0
     assert all(c.process.returncode is not None for c in started)
+    assert "operatorMetrics" not in json.loads((tmp_path / "sb" / "endpoints.json").read_text())
