@@ -42,6 +42,7 @@ class OperatorProcess:
     process: subprocess.Popen[bytes]
     log_path: Path
     liveness_url: str
+    metrics_url: str
     _log_file: IO[bytes] | None = None
 
     @property
@@ -55,7 +56,9 @@ class OperatorProcess:
               env: dict[str, str] | None = None, ready_timeout: float = 30.0) -> OperatorProcess:
         """Start the operator against ``kubeconfig`` and wait until it serves its liveness probe."""
         url = f"http://127.0.0.1:{children.free_port()}/healthz"
-        argv = [sys.executable, "-m", "opsmanager", "run", "--kubeconfig", os.fspath(kubeconfig), "--liveness", url]
+        metrics_port = children.free_port()
+        argv = [sys.executable, "-m", "opsmanager", "run", "--kubeconfig", os.fspath(kubeconfig), "--liveness", url,
+                "--metrics-port", str(metrics_port), "--metrics-address", "127.0.0.1"]
         for ns in namespaces:
             argv += ["--namespace", ns]
         if interval is not None:
@@ -71,7 +74,7 @@ class OperatorProcess:
         log_file = path.open("ab")
         process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    env={**os.environ, **(env or {})})
-        op = cls(process, path, url, log_file)
+        op = cls(process, path, url, f"http://127.0.0.1:{metrics_port}/metrics", log_file)
         try:
             op.wait_ready(ready_timeout)
         except BaseException:

@@ -1,7 +1,7 @@
 """``opsmanager run``: the operator process — kopf, in-process, with the provisioner and the ops engine.
 
     opsmanager run [--kubeconfig PATH] [--namespace NS ... | --all-namespaces] [--standalone]
-                   [--interval SECONDS] [--liveness URL] [--metrics-port N] [--verbose | --debug | --quiet]
+                   [--interval SECONDS] [--liveness URL] [--metrics-port N] [--metrics-address A] [--verbose | --debug | --quiet]
 
 One process runs both halves KubeDB splits in two: the provisioner's handlers on ``etcds.opsmanager.dev``
 (:mod:`opsmanager.provisioner.handlers`) and, when it is installed, the ops engine's on ``etcdopsrequests``
@@ -20,7 +20,8 @@ kopf settings: finalizer, progress and diff-base annotations live under ``opsman
 events only for warnings (the handlers post their own, on transitions).
 
 ``--metrics-port N`` (default 8081, 0 = off) serves :mod:`opsmanager.lifecycle.metrics`' registry on
-``http://0.0.0.0:N/metrics`` from a thread of its own (prometheus_client's server).
+``http://A:N/metrics`` (``--metrics-address A``, default 0.0.0.0 for a pod; the sandbox and the tests use
+127.0.0.1) from a thread of its own (prometheus_client's server).
 
 The sandbox (``opsmanager.sandbox.components``) and the e2e harness (``e2e/processes.py``) start it as a child
 process (``python -m opsmanager run --kubeconfig K ...``, ready when its liveness endpoint answers, stopped by
@@ -42,6 +43,7 @@ import kopf
 
 from opsmanager import kube
 from opsmanager.kube import config as kube_config
+from opsmanager.lifecycle import handlers as lifecycle_handlers
 from opsmanager.lifecycle import metrics
 from opsmanager.provisioner import handlers as provisioner_handlers
 
@@ -130,6 +132,7 @@ def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float
         configure(settings)
 
     provisioner_handlers.register(registry, interval=interval)
+    lifecycle_handlers.register(registry, client, tick=interval)
     if with_ops:
         load_ops_handlers(registry, client)
     return registry
@@ -181,7 +184,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--liveness", metavar="URL",
                         help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
     parser.add_argument("--metrics-port", type=int, default=metrics.DEFAULT_PORT, metavar="N",
-                        help="serve Prometheus metrics on http://0.0.0.0:N/metrics (default %(default)s; 0: off)")
+                        help="serve Prometheus metrics on http://A:N/metrics (default %(default)s; 0: off)")
+    parser.add_argument("--metrics-address", default="0.0.0.0", metavar="A",
+                        help="address the metrics server binds (default %(default)s; 127.0.0.1: this host only)")
     parser.add_argument("--no-ops", action="store_true", help="run the provisioner only, without the ops engine")
     verbosity = parser.add_mutually_exclusive_group()
     verbosity.add_argument("-v", "--verbose", action="store_true")
@@ -209,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("opsmanager operator: %s, api %s", "all namespaces" if clusterwide else ", ".join(args.namespace),
              memo.kube.host)
     if args.metrics_port:
-        metrics.serve(args.metrics_port)
+        metrics.serve(args.metrics_port, addr=args.metrics_address)
     try:
         kopf.run(registry=registry, memo=memo, standalone=args.standalone, clusterwide=clusterwide,
                  namespaces=args.namespace, liveness_endpoint=args.liveness)

@@ -101,7 +101,8 @@ async def operator(sb: Any, *, interval: float = 1.0) -> AsyncIterator[children.
     liveness = f"http://127.0.0.1:{children.free_port()}/healthz"
     metrics_port = children.free_port()
     argv = children.product_argv("run", "--kubeconfig", str(sb.kubeconfig), "--liveness", liveness,
-                                 "--interval", str(interval), "--standalone", "--metrics-port", str(metrics_port))
+                                 "--interval", str(interval), "--standalone", "--metrics-port", str(metrics_port),
+                                 "--metrics-address", "127.0.0.1")
     child = await children.Child.start("the operator", argv, log_path=sb.dir / "logs" / "operator.log")
     try:
         await child.wait_ready(lambda: _answers(liveness), timeout=READY_TIMEOUT)

@@ -1,0 +1,51 @@
+"""kopf wiring of the certificate-lifecycle scan: a timer on every Etcd with TLS, scanning when its
+``spec.tlsLifecycle.scanInterval`` has passed since ``status.tls.lastScanTime``.
+
+The timer ticks often (``tick`` seconds) and scans rarely: a per-object interval cannot be a kopf timer's own
+interval (that is one number for every object), and "has the interval passed" read from status survives an
+operator restart. Registered explicitly by :func:`register` from ``opsmanager.operator.build_registry``, with the
+operator process's one Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any
+
+import kopf
+
+from opsmanager import kube
+from opsmanager.api import constants
+from opsmanager.etcd import errors as etcd_errors
+from opsmanager.lifecycle import metrics, scan
+
+RESOURCE = (constants.ETCD_GROUP, constants.ETCD_VERSION, constants.ETCD_PLURAL)
+DEFAULT_TICK = 5.0
+
+Logger = logging.Logger | logging.LoggerAdapter[Any]
+
+
+def _has_tls(spec: Any, **_: Any) -> bool:
+    return bool((spec or {}).get("tls"))
+
+
+def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, tick: float = DEFAULT_TICK) -> None:
+    """Add the scan timer to ``registry``; it uses ``client``."""
+
+    @kopf.timer(*RESOURCE, registry=registry, id="tls-scan", interval=tick, when=_has_tls)
+    async def tls_scan(body: kopf.Body, logger: Logger, **_: Any) -> None:
+        obj = dict(body)
+        if not scan.due(obj, now=datetime.datetime.now(datetime.UTC)):
+            return
+        try:
+            await scan.scan_once(client, obj)
+        except (kube.KubeError, etcd_errors.EtcdError) as err:
+            metrics.scan_failed()
+            logger.info("TLS scan of %s/%s: %s; next tick retries", body.get("metadata", {}).get("namespace"),
+                        body.get("metadata", {}).get("name"), err)
+
+    @kopf.on.delete(*RESOURCE, registry=registry, id="tls-scan-forget", optional=True)
+    async def forget(body: kopf.Body, **_: Any) -> None:
+        meta = body.get("metadata", {})
+        metrics.forget(meta.get("namespace") or "default", meta.get("name") or "")
