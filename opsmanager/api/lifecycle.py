@@ -34,6 +34,12 @@ def _positive(text: str) -> str:
 PolicyDuration = Annotated[str, pydantic.AfterValidator(_positive)]
 
 
+def default_renew_before(lifetime: datetime.timedelta) -> datetime.timedelta:
+    """The auto-renew window when ``autoRenew.before`` is unset: a quarter of the leaf's lifetime (notAfter -
+    notBefore), at most 720h — after cert-manager's own renewal point, so the operator is the safety net."""
+    return min(lifetime / 4, durations.parse(constants.AUTO_RENEW_BEFORE_MAX))
+
+
 class AutoRenew(common.Model):
     """When the operator itself asks for a rotation of the leaves (an `EtcdOpsRequest` labelled
     `ops.opsmanager.dev/trigger: auto-renew`)."""
@@ -64,7 +70,7 @@ class AutoRenew(common.Model):
         a quarter of ``lifetime``, at most 720h."""
         if self.before is not None:
             return durations.parse(self.before)
-        return min(lifetime / 4, durations.parse(constants.AUTO_RENEW_BEFORE_MAX))
+        return default_renew_before(lifetime)
 
 
 class TLSLifecycle(common.Model):

@@ -49,13 +49,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from opsmanager import pki
-from opsmanager.api import conditions, constants, durations
+from opsmanager.api import conditions, constants, durations, lifecycle
 
 # --- names (to be moved to opsmanager.api.constants at merge) ---------------------------------------------------
 
 # Names (condition, reasons, Events, ports, the trigger label) are the API's: opsmanager.api.constants.
 PORTS: Final = constants.TLS_PORTS
-AUTO_RENEW_BEFORE_CAP: Final = durations.parse(constants.AUTO_RENEW_BEFORE_MAX)
 EVENT_TYPE_WARNING: Final = "Warning"
 EVENT_TYPE_NORMAL: Final = "Normal"
 
@@ -126,15 +125,7 @@ def serial_hex(serial: int) -> str:
 
 def go_duration(delta: datetime.timedelta) -> str:
     """A duration in Go's spelling (``720h``, ``9m``, ``1h30m``, ``90s`` → ``1m30s``), whole seconds."""
-    total = int(delta.total_seconds())
-    if total == 0:
-        return "0s"
-    sign = "-" if total < 0 else ""
-    total = abs(total)
-    hours, rest = divmod(total, 3600)
-    minutes, seconds = divmod(rest, 60)
-    parts = [f"{hours}h" if hours else "", f"{minutes}m" if minutes else "", f"{seconds}s" if seconds else ""]
-    return sign + "".join(parts)
+    return durations.format(datetime.timedelta(seconds=int(delta.total_seconds())))
 
 
 def _where(obs: Observation) -> str:
@@ -390,10 +381,9 @@ class Decision:
 
 def renew_before(not_before: datetime.datetime, not_after: datetime.datetime,
                  before: datetime.timedelta | None) -> datetime.timedelta:
-    """``autoRenew.before`` in effect: as given, else a quarter of the lifetime capped at 720h."""
-    if before is not None:
-        return before
-    return min((not_after - not_before) / 4, AUTO_RENEW_BEFORE_CAP)
+    """``autoRenew.before`` in effect: as given, else the API's default for that lifetime
+    (:func:`opsmanager.api.lifecycle.default_renew_before`)."""
+    return before if before is not None else lifecycle.default_renew_before(not_after - not_before)
 
 
 def _stamp(moment: datetime.datetime) -> str:
