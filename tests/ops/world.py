@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
-import hashlib
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -36,6 +35,7 @@ from opsmanager.etcd import access, client, fake
 from opsmanager.ops import engine
 from opsmanager.provisioner import applying, material, naming, render
 from opsmanager.sandbox import apiserver as sandbox_apiserver
+from opsmanager.sandbox import statefulset as sandbox_statefulset
 
 NS = "ops"
 CERT_API = "cert-manager.io/v1"
@@ -287,8 +287,9 @@ class World:
 
     async def _statefulset(self, sts: Obj) -> None:
         template = sts["spec"]["template"]
-        revision = f"{sts['metadata']['name']}-" + hashlib.sha256(
-            json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
+        # The sandbox StatefulSet controller's own rule for a revision's name (a hash of the pod template).
+        revision = f"{sts['metadata']['name']}-" + sandbox_statefulset.revision_hash(
+            sandbox_statefulset.template_patch(sts))
         status = sts.get("status") or {}
         if status.get("updateRevision") != revision or status.get("observedGeneration") != sts["metadata"].get(
                 "generation"):
@@ -315,16 +316,13 @@ class World:
                 self._missing_seen.add(name)  # recreated on the next settle: missing during one reconcile
                 continue
             self._missing_seen.discard(name)
-            await self._create_pod(sts, name, template, revision)
+            await self._create_pod(sts, names.index(name), template, revision)
 
-    async def _create_pod(self, sts: Obj, name: str, template: Obj, revision: str) -> None:
+    async def _create_pod(self, sts: Obj, ordinal: int, template: Obj, revision: str) -> None:
         assert self.cluster is not None
-        labels = {**(template["metadata"].get("labels") or {}), "controller-revision-hash": revision,
-                  "statefulset.kubernetes.io/pod-name": name}
-        await self.kube.create({"apiVersion": "v1", "kind": "Pod",
-                                "metadata": {"name": name, "namespace": NS, "labels": labels,
-                                             "annotations": template["metadata"].get("annotations") or {}},
-                                "spec": template["spec"]})
+        pod = sandbox_statefulset.new_pod(sts, template, ordinal, revision)  # as the sandbox's controller makes it
+        name = pod["metadata"]["name"]
+        await self.kube.create(pod)
         self._ips += 1
         ip = f"10.0.{self._ips // 250}.{self._ips % 250 + 1}"
 
