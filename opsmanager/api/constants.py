@@ -111,6 +111,8 @@ EVENT_AUTO_RENEW_HELD: Final = "AutoRenewHeld"  # names the members that could n
 PORT_CLIENT: Final = "client"  # 2379
 PORT_PEER: Final = "peer"  # the https peer listener
 TLS_PORTS: Final = (PORT_CLIENT, PORT_PEER)
+# Which certificate alias a member serves on each TLS port (its Secret is what the port must serve).
+PORT_ALIAS: Final = {PORT_CLIENT: ALIAS_SERVER, PORT_PEER: ALIAS_PEER}
 
 # --- spec.tlsLifecycle defaults (Go durations) -----------------------------------------------------------------
 

@@ -34,7 +34,6 @@ from opsmanager.provisioner import material, members, naming, render
 
 ANNOTATION_EVENT_KEYS: Final = "opsmanager.dev/tls-announced"  # which Events were posted (verdict's keys)
 HANDSHAKE_TIMEOUT: Final = 3.0
-PORT_ALIAS: Final = {constants.PORT_CLIENT: constants.ALIAS_SERVER, constants.PORT_PEER: constants.ALIAS_PEER}
 
 
 def _now() -> datetime.datetime:
@@ -83,7 +82,7 @@ async def observe(k: kube.Kube, db: etcd_api.Etcd, *, now: datetime.datetime) ->
     ns, name = db.metadata.namespace or "default", db.metadata.name or ""
     expected = naming.pods(name, db.spec.replicas)
     leaves = {port: _leaf(await k.get("v1", "Secret", ns, render.secret_name(db, tls, alias)))
-              for port, alias in PORT_ALIAS.items()}
+              for port, alias in constants.PORT_ALIAS.items()}
     cas = _cas(await k.get("v1", "Secret", ns, naming.trust_bundle_secret(name)))
     pods = await members.pods(k, ns, name)
     identity, _ = await members.client_identity(k, ns, name, [tls])

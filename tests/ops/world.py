@@ -335,7 +335,7 @@ class World:
         if name not in self.cluster.members:
             return
         volumes = {v["name"]: (v.get("secret") or {}).get("secretName") for v in template["spec"].get("volumes") or []}
-        for alias, port in ((constants.ALIAS_SERVER, "client"), (constants.ALIAS_PEER, "peer")):
+        for port, alias in constants.PORT_ALIAS.items():
             secret_name = volumes.get(f"{alias}-tls")
             cert = material.secret_bytes(await self.kube.get("v1", "Secret", NS, secret_name), "tls.crt") \
                 if secret_name else None

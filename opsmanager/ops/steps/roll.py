@@ -32,13 +32,14 @@ POST_CHECKS = (constants.STEP_CHECK_POD_READY, constants.STEP_ETCD_CLUSTER_HEALT
 
 
 async def _expected_serials(ctx: context.OpsContext, step: plan.Step) -> dict[str, int]:
+    """The serial each TLS port must serve: that of the leaf in the port's alias Secret."""
     assert step.tls is not None
     out = {}
-    for alias in (constants.ALIAS_SERVER, constants.ALIAS_PEER):
+    for port, alias in constants.PORT_ALIAS.items():
         secret = await ctx.secret(render.secret_name(ctx.db_name, step.tls, alias))
         cert = material.secret_bytes(secret, "tls.crt")
         if cert:
-            out[alias] = pki.cert_info(cert).serial
+            out[port] = pki.cert_info(cert).serial
     return out
 
 
@@ -66,10 +67,10 @@ async def _post_checks(ctx: context.OpsContext, step: plan.Step, client: admin.E
                 return context.Progress(f"waiting for the cluster to recover after {name}: {err}", delay=0.3)
         else:
             expected = await _expected_serials(ctx, step)
-            ports = {constants.ALIAS_SERVER: "client", constants.ALIAS_PEER: "peer"}
-            for alias, serial in expected.items():
+            for port, serial in expected.items():
+                alias = constants.PORT_ALIAS[port]
                 try:
-                    served = await client.served_certificate(name, port=ports[alias])
+                    served = await client.served_certificate(name, port=port)
                 except etcd_errors.EtcdError as err:
                     return context.Progress(f"reading the {alias} certificate {name} serves: {err}", delay=0.5)
                 if served.serial != serial:
