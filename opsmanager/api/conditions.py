@@ -35,8 +35,12 @@ def rfc3339(moment: datetime.datetime) -> str:
 
 
 def parse_rfc3339(text: str) -> datetime.datetime:
-    """Parse a ``lastTransitionTime`` (``...Z`` or with an offset, fractional seconds allowed) to an aware time."""
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(datetime.UTC)
+    """Parse an RFC 3339 time (``...Z``/``...z`` or with an offset, fractional seconds allowed) to an aware UTC
+    time. A time without an offset is taken as UTC, as :func:`rfc3339` does."""
+    parsed = datetime.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=datetime.UTC)
+    return parsed.astimezone(datetime.UTC)
 
 
 def _now_text(now: datetime.datetime | None) -> str:

@@ -19,13 +19,14 @@ and kopf's loop is not touched. Path ``/metrics`` (that server answers on every 
 
 from __future__ import annotations
 
-import datetime
 import threading
 from collections.abc import Mapping
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 import prometheus_client
+
+from opsmanager.api import conditions
 
 DEFAULT_PORT = 8081
 PORTS = ("client", "peer")
@@ -60,10 +61,7 @@ _published: dict[tuple[str, str], set[tuple[str, str]]] = {}
 
 def timestamp(value: str) -> float:
     """Unix seconds of an RFC 3339 time (``Z`` or an offset)."""
-    parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=datetime.UTC)
-    return parsed.timestamp()
+    return conditions.parse_rfc3339(value).timestamp()
 
 
 def _optional_timestamp(value: object) -> float | None:
