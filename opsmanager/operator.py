@@ -1,7 +1,8 @@
 """``opsmanager run``: the operator process — kopf, in-process, with the provisioner and the ops engine.
 
     opsmanager run [--kubeconfig PATH] [--namespace NS ... | --all-namespaces] [--standalone]
-                   [--interval SECONDS] [--liveness URL] [--metrics-port N] [--metrics-address A] [--verbose | --debug | --quiet]
+                   [--interval SECONDS] [--liveness URL] [--metrics-port N] [--metrics-address A]
+                   [--certificate-delivery-timeout SECONDS] [--verbose | --debug | --quiet]
 
 One process runs both halves KubeDB splits in two: the provisioner's handlers on ``etcds.opsmanager.dev``
 (:mod:`opsmanager.provisioner.handlers`) and, when it is installed, the ops engine's on ``etcdopsrequests``
@@ -23,6 +24,10 @@ events only for warnings (the handlers post their own, on transitions).
 ``http://A:N/metrics`` (``--metrics-address A``, default 0.0.0.0 for a pod; the sandbox and the tests use
 127.0.0.1) from a thread of its own (prometheus_client's server).
 
+``--certificate-delivery-timeout SECONDS`` (default 120) is how long the kubelet may take to bring a changed
+Secret into a running member: the scan and the zero-restart rotation wait that long before they call a member that
+still serves its previous leaf stuck (:data:`opsmanager.api.constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT`).
+
 The sandbox (``opsmanager.sandbox.components``) and the e2e harness (``e2e/processes.py``) start it as a child
 process (``python -m opsmanager run --kubeconfig K ...``, ready when its liveness endpoint answers, stopped by
 PID); tests may run it in-process with :func:`run_async` and a ``stop_flag``.
@@ -42,6 +47,7 @@ from typing import Any
 import kopf
 
 from opsmanager import kube
+from opsmanager.api import constants
 from opsmanager.kube import config as kube_config
 from opsmanager.lifecycle import handlers as lifecycle_handlers
 from opsmanager.lifecycle import metrics
@@ -102,9 +108,10 @@ def quiet_routine_logs() -> None:
     logging.getLogger("transitions").setLevel(logging.WARNING)  # the phase machine's per-transition INFO lines
 
 
-def load_ops_handlers(registry: kopf.OperatorRegistry, client: kube.Kube) -> bool:
-    """Register the ops engine's handlers in ``registry`` (its ``register(registry, client)``) when the module
-    exists. False when the engine is not installed."""
+def load_ops_handlers(registry: kopf.OperatorRegistry, client: kube.Kube, *,
+                      delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT) -> bool:
+    """Register the ops engine's handlers in ``registry`` (its ``register(registry, client, delivery_timeout=)``)
+    when the module exists. False when the engine is not installed."""
     try:
         module = importlib.import_module(OPS_HANDLERS_MODULE)
     except ModuleNotFoundError as exc:
@@ -113,12 +120,13 @@ def load_ops_handlers(registry: kopf.OperatorRegistry, client: kube.Kube) -> boo
             raise  # the engine is there but one of its imports is broken: say so, do not hide it
         log.warning("%s is not installed: running the provisioner only", OPS_HANDLERS_MODULE)
         return False
-    module.register(registry, client)
+    module.register(registry, client, delivery_timeout=delivery_timeout)
     return True
 
 
 def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float,
-                   with_ops: bool = True) -> kopf.OperatorRegistry:
+                   with_ops: bool = True,
+                   delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT) -> kopf.OperatorRegistry:
     """A new kopf registry with login, settings, the provisioner and (when present) the ops engine, whose
     handlers use ``client`` — the one Kubernetes client of the operator process (also ``memo.kube``)."""
     registry = kopf.OperatorRegistry()
@@ -132,9 +140,9 @@ def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float
         configure(settings)
 
     provisioner_handlers.register(registry, interval=interval)
-    lifecycle_handlers.register(registry, client, tick=interval)
+    lifecycle_handlers.register(registry, client, tick=interval, delivery_grace=delivery_timeout)
     if with_ops:
-        load_ops_handlers(registry, client)
+        load_ops_handlers(registry, client, delivery_timeout=delivery_timeout)
     return registry
 
 
@@ -153,10 +161,12 @@ async def run_async(
     stop_flag: asyncio.Event | None = None,
     ready_flag: asyncio.Event | None = None,
     with_ops: bool = True,
+    delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT,
 ) -> None:
     """Run the operator in the current event loop until ``stop_flag`` is set (or it is cancelled)."""
     client = kube.Kube.from_kubeconfig(kubeconfig)
-    registry = build_registry(kubeconfig, client, interval=interval, with_ops=with_ops)
+    registry = build_registry(kubeconfig, client, interval=interval, with_ops=with_ops,
+                              delivery_timeout=delivery_timeout)
     memo = make_memo(client)
     quiet_routine_logs()
     try:
@@ -187,6 +197,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="serve Prometheus metrics on http://A:N/metrics (default %(default)s; 0: off)")
     parser.add_argument("--metrics-address", default="0.0.0.0", metavar="A",
                         help="address the metrics server binds (default %(default)s; 127.0.0.1: this host only)")
+    parser.add_argument("--certificate-delivery-timeout", type=float, metavar="SECONDS",
+                        default=constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT,
+                        help="how long the kubelet may take to deliver a changed Secret into a member before the "
+                             "operator calls it stuck (default %(default)s)")
     parser.add_argument("--no-ops", action="store_true", help="run the provisioner only, without the ops engine")
     verbosity = parser.add_mutually_exclusive_group()
     verbosity.add_argument("-v", "--verbose", action="store_true")
@@ -195,6 +209,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     args = parser.parse_args(list(argv))
     if args.interval <= 0:
         parser.error(f"--interval must be greater than 0 seconds, got {args.interval}")
+    if args.certificate_delivery_timeout <= 0:
+        parser.error("--certificate-delivery-timeout must be greater than 0 seconds, "
+                     f"got {args.certificate_delivery_timeout}")
     if not 0 <= args.metrics_port <= 65535:
         parser.error(f"--metrics-port must be a port number from 0 (off) to 65535, got {args.metrics_port}")
     if args.kubeconfig and not os.path.exists(args.kubeconfig):
@@ -208,7 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.debug:
         quiet_routine_logs()
     client = kube.Kube.from_kubeconfig(args.kubeconfig)
-    registry = build_registry(args.kubeconfig, client, interval=args.interval, with_ops=not args.no_ops)
+    registry = build_registry(args.kubeconfig, client, interval=args.interval, with_ops=not args.no_ops,
+                              delivery_timeout=args.certificate_delivery_timeout)
     memo = make_memo(client)
     clusterwide = not args.namespace
     log.info("opsmanager operator: %s, api %s", "all namespaces" if clusterwide else ", ".join(args.namespace),

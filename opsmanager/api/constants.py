@@ -120,6 +120,11 @@ DEFAULT_TLS_SCAN_INTERVAL: Final = "5m"
 DEFAULT_TLS_ALERT_BEFORE: Final = ("1440h", "720h", "168h")
 DEFAULT_AUTO_RENEW_RETRY_AFTER_FAILURE: Final = "24h"
 AUTO_RENEW_BEFORE_MAX: Final = "720h"  # cap of the default autoRenew.before (a quarter of the lifetime)
+# How long the kubelet may take to deliver a changed Secret into a running pod (its sync period plus the Secret
+# cache TTL, about a minute on a default kubelet): a member may serve its previous leaf that long after the
+# Secret changed before the operator calls it a mismatch (the scan) or restarts it (a zero-restart rotation).
+# `opsmanager run --certificate-delivery-timeout SECONDS`.
+DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT: Final = 120.0
 
 # --- EtcdOpsRequest types --------------------------------------------------------------------------------------
 

@@ -30,8 +30,10 @@ def _has_tls(spec: Any, **_: Any) -> bool:
     return bool((spec or {}).get("tls"))
 
 
-def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, tick: float = DEFAULT_TICK) -> None:
-    """Add the scan timer to ``registry``; it uses ``client``."""
+def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, tick: float = DEFAULT_TICK,
+             delivery_grace: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT) -> None:
+    """Add the scan timer to ``registry``; it uses ``client``. ``delivery_grace``: seconds a member may serve its
+    previous leaf after its Secret changed before the scan calls it a mismatch."""
 
     @kopf.timer(*RESOURCE, registry=registry, id="tls-scan", interval=tick, when=_has_tls)
     async def tls_scan(body: kopf.Body, logger: Logger, **_: Any) -> None:

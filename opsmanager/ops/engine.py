@@ -103,8 +103,10 @@ class Engine:
     ``etcd``: how a reconcile reaches etcd (default: the gRPC client; tests pass a fake's factory)."""
 
     def __init__(self, client: kube.Kube, *, clock: Callable[[], datetime.datetime] | None = None,
-                 etcd: admin.AdminFactory = admin.connect) -> None:
+                 etcd: admin.AdminFactory = admin.connect,
+                 delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT) -> None:
         self.kube = client
+        self.delivery_timeout = delivery_timeout  # seconds the kubelet may take to deliver a changed Secret
         self.clock = clock or (lambda: datetime.datetime.now(datetime.UTC))
         self.etcd = etcd
 

@@ -31,10 +31,12 @@ def _paused(status: Any, **_: Any) -> bool:
     return pause_api.held_by_request(status) is not None
 
 
-def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, eng: engine.Engine | None = None) -> None:
+def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, eng: engine.Engine | None = None,
+             delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT) -> None:
     """Register the ops engine's handlers in ``registry``; they use ``client`` (and ``eng``, default: an
-    :class:`~opsmanager.ops.engine.Engine` over ``client``)."""
-    the_engine = eng if eng is not None else engine.Engine(client)
+    :class:`~opsmanager.ops.engine.Engine` over ``client`` that allows ``delivery_timeout`` seconds for the kubelet
+    to deliver a changed Secret)."""
+    the_engine = eng if eng is not None else engine.Engine(client, delivery_timeout=delivery_timeout)
 
     @kopf.on.startup(registry=registry, id="heal_leaked_pauses")
     async def heal_leaked_pauses(logger: kopf.Logger, **_: Any) -> None:
