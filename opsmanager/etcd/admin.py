@@ -73,5 +73,11 @@ AdminFactory = Callable[[Sequence[access.Endpoint], access.TLSIdentity | None], 
 
 
 def connect(endpoints: Sequence[access.Endpoint], tls: access.TLSIdentity | None) -> EtcdAdmin:
-    """The real admin: the gRPC :class:`~opsmanager.etcd.client.EtcdClient`, 2 s per attempt."""
+    """The real admin: the gRPC :class:`~opsmanager.etcd.client.EtcdClient`, 2 s per attempt.
+
+    No endpoint at all (no member pod has an address yet, e.g. every pod is being recreated) is
+    :class:`errors.MemberUnreachable` — transient, so the engine retries within the step's timeout — rather than
+    the client's ``ValueError`` for a programming error."""
+    if not endpoints:
+        raise errors.MemberUnreachable("no etcd member has an address yet (every member pod is missing or starting)")
     return client.EtcdClient(endpoints, tls=tls, timeout=2.0)
