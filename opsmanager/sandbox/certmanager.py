@@ -17,18 +17,27 @@ What it does, following cert-manager v1.x (see ../shared/reference/etcd-tls-and-
   issuance, +1 each time), ``notBefore``/``notAfter``/``renewalTime``.
 - It (re-)issues when the Secret is missing, incomplete, its key does not match, it was issued by another
   issuer, its certificate no longer matches the spec (names, CN, subject, isCA, usages, key algorithm,
-  duration, key encoding), it expired or its renewal time came (``renewBefore``, ``renewBeforePercentage``,
-  else 2/3 of the lifetime), or when someone sets ``Issuing=True`` on the status (``cmctl renew``): then it
-  issues, removes ``Issuing`` and bumps ``revision``. A new private key is made every time
-  (``rotationPolicy: Always``, cert-manager's default since v1.18).
+  duration, key encoding), it expired or its renewal time came, or when someone sets ``Issuing=True`` on the
+  status (``cmctl renew``): then it issues, removes ``Issuing`` and bumps ``revision``. A new private key is made
+  every time (``rotationPolicy: Always``, cert-manager's default since v1.18).
+- **Timing, as cert-manager's** (:func:`issued_validity`, :func:`renewal_time`): notBefore is the issuance time
+  (no backdating) and notAfter ``notBefore + duration`` (pkg/util/pki/certificatetemplate.go); a CA issuer cuts
+  notAfter at the earliest notAfter of its CA chain (pkg/util/pki/validity.go), so a leaf of a CA with a minute
+  left ends with the CA and a leaf of an expired CA is born expired. Renewal at ``renewBefore`` before notAfter
+  when it is positive and shorter than the actual lifetime, else ``renewBeforePercentage`` of it, else at 2/3 of
+  the actual lifetime, truncated to the second (pkg/util/pki/renewaltime.go); the controller looks again exactly
+  then (no resync period). A born-expired certificate is not stored: issuance fails (``Issuing=False``,
+  ``InvalidCertificate``; ``lastFailureTime``, ``failedIssuanceAttempts``) and is retried after cert-manager's
+  back-off (1 h doubling to 32 h) — at once on a spec change or ``Issuing=True`` — as cert-manager does since
+  cert-manager#8610 instead of re-issuing in a loop. All of it runs on the controller's ``clock`` (injectable).
 - Deleting a Certificate leaves its Secret (cert-manager's default). A Secret that carries the
   ``certificate-name`` annotation of *another existing* Certificate is never overwritten: the Certificate gets
   Ready=False, reason ``SecretInUse``. A Secret without cert-manager annotations is taken over (as
   cert-manager does), which the Issuing condition message and an Event say.
-- Deviations: the default key is ECDSA P-256 (cert-manager's is RSA 2048, slow to make on 2 cores; set
-  ``privateKey.algorithm: RSA`` to get RSA); no CertificateRequest objects; no minimum duration (cert-manager
-  requires ≥ 1h; short durations make renewal testable); ``issuance_delay`` seconds pass between
-  ``Issuing=True`` and the Secret being written (default 0).
+- Deviations (docs/sandbox.md lists them all): the default key is ECDSA P-256 (cert-manager's is RSA 2048, slow
+  to make on 2 cores; set ``privateKey.algorithm: RSA`` to get RSA); no CertificateRequest objects; no minimum
+  duration (cert-manager requires ≥ 1h; short durations make renewal testable); ``issuance_delay`` seconds pass
+  between ``Issuing=True`` and the Secret being written (default 0).
 """
 
 from __future__ import annotations
