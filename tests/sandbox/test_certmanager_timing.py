@@ -11,7 +11,8 @@ Then on the real controller (API server over HTTP, informers, work queue): a 9 s
 issued and a ``renewBefore: 4s`` one 5 s after, in real time; with the controller's clock moved forward (and the
 Certificates touched, so the controller looks again), a 3 m leaf renews at 2 m and a ``renewBefore: 30s`` one at
 2 m 30 s; a leaf of a CA with a minute left ends with the CA; a leaf of an expired CA is not stored, fails with
-back-off instead of re-issuing in a loop, and is issued once the CA is replaced and ``Issuing=True`` is set.
+back-off instead of re-issuing in a loop (at once after a spec change), and is issued once the CA is replaced and
+``Issuing=True`` is set.
 """
 
 from __future__ import annotations
@@ -315,16 +316,21 @@ async def test_a_leaf_of_an_expired_ca_fails_with_backoff_and_is_issued_after_th
     last_failure = status_time(c, "lastFailureTime")
     assert await cmgr.client.get("v1", "Secret", NS, "orphan-tls") is None  # the born-expired leaf is not stored
 
-    # cert-manager's back-off: the next attempt comes an hour after the failure, not in a loop
-    cmgr.clock.move_to(last_failure + datetime.timedelta(hours=1) - 1.5 * S)
-    await cmgr.poke("orphan")
-
-    async def failed_again() -> dict[str, Any] | None:
+    async def attempts(n: int) -> dict[str, Any] | None:
         c = await cmgr.get("orphan")
-        return c if (c.get("status") or {}).get("failedIssuanceAttempts") == 2 else None
+        return c if (c.get("status") or {}).get("failedIssuanceAttempts") == n else None
 
-    c = await aeventually(failed_again, timeout=10, what="the retry after an hour")
-    assert status_time(c, "lastFailureTime") - last_failure >= datetime.timedelta(hours=1)
+    # a spec change is retried at once (cert-manager: the next request no longer matches the spec) ...
+    await cmgr.client.patch("cert-manager.io/v1", "Certificate", NS, "orphan", {"spec": {"duration": "4m"}})
+    c = await aeventually(lambda: attempts(2), timeout=10, what="a retry after the spec change")
+    second_failure = status_time(c, "lastFailureTime")
+    assert second_failure - last_failure < MIN
+
+    # ... otherwise cert-manager's back-off holds: 2 h after a second failure (1 h after a first), not a loop
+    cmgr.clock.move_to(second_failure + datetime.timedelta(hours=2) - 1.5 * S)
+    await cmgr.poke("orphan")
+    c = await aeventually(lambda: attempts(3), timeout=10, what="the retry after the back-off")
+    assert status_time(c, "lastFailureTime") - second_failure >= datetime.timedelta(hours=2)
 
     # a new CA in the issuer's Secret and cmctl renew (Issuing=True) issue at once, and clear the failure
     now = cmgr.clock()
