@@ -118,27 +118,59 @@ def _subject_alt_names(dns_names: Iterable[str], ip_addresses: Iterable[str], ur
     return sans
 
 
+# How far back the certificates the project makes for its own use (tests, the webhook's serving certificate) start,
+# to cover clock skew between the machines that check them. cert-manager does not backdate: its emulation passes an
+# exact ``not_before``.
+BACKDATE = datetime.timedelta(minutes=5)
+
+
+def validity(
+    duration: datetime.timedelta,
+    *,
+    not_before: datetime.datetime | None = None,
+    not_after: datetime.datetime | None = None,
+    now: datetime.datetime | None = None,
+) -> tuple[datetime.datetime, datetime.datetime]:
+    """The (notBefore, notAfter) a certificate made here gets, to the second (X.509 keeps no fractions).
+
+    By default it starts :data:`BACKDATE` before ``now`` and ends ``duration`` after ``now``. An explicit
+    ``not_before`` moves the start, and the default end becomes ``not_before + duration`` (cert-manager's rule); an
+    explicit ``not_after`` is kept even when it is earlier than ``not_before`` (a leaf capped at an expired CA's end
+    is born expired).
+    """
+    at = now if now is not None else _now()
+    start = not_before if not_before is not None else at - BACKDATE
+    end = not_after if not_after is not None else (start + duration if not_before is not None else at + duration)
+    return _whole_second(start), _whole_second(end)
+
+
+def _whole_second(t: datetime.datetime) -> datetime.datetime:
+    return t.astimezone(datetime.UTC).replace(microsecond=0)
+
+
 def _builder(
     subject: x509.Name,
     issuer: x509.Name,
     key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey,
     *,
     serial: int,
-    duration: datetime.timedelta,
+    not_before: datetime.datetime,
+    not_after: datetime.datetime,
     is_ca: bool,
     key_encipherment: bool,
 ) -> x509.CertificateBuilder:
-    """What every certificate made here starts with: names, public key, serial, validity (from five minutes ago, to
-    cover clock skew), BasicConstraints and KeyUsage (keyCertSign and cRLSign for a CA)."""
-    now = _now()
+    """What every certificate made here starts with: names, public key, serial, validity, BasicConstraints and
+    KeyUsage (keyCertSign and cRLSign for a CA).
+
+    The validity goes through the builder's constructor: its ``not_valid_after`` setter refuses an end before the
+    start, which a leaf capped at an expired CA's notAfter has (as cert-manager's CA issuer makes it).
+    """
     return (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(serial)
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + duration)
+        x509.CertificateBuilder(
+            issuer_name=issuer, subject_name=subject, public_key=key.public_key(), serial_number=serial,
+            not_valid_before=not_before.astimezone(datetime.UTC).replace(tzinfo=None),
+            not_valid_after=not_after.astimezone(datetime.UTC).replace(tzinfo=None),
+        )
         .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -166,9 +198,12 @@ def make_ca(
     *,
     duration: datetime.timedelta = datetime.timedelta(days=3650),
     organizations: Sequence[str] = (),
+    not_before: datetime.datetime | None = None,
+    not_after: datetime.datetime | None = None,
 ) -> KeyPair:
-    """A self-signed CA certificate (CA:TRUE, keyCertSign, cRLSign)."""
-    return make_self_signed(common_name, usages=(), duration=duration, organizations=organizations, is_ca=True)
+    """A self-signed CA certificate (CA:TRUE, keyCertSign, cRLSign); validity as :func:`validity`."""
+    return make_self_signed(common_name, usages=(), duration=duration, organizations=organizations, is_ca=True,
+                            not_before=not_before, not_after=not_after)
 
 
 def make_leaf(
@@ -187,15 +222,22 @@ def make_leaf(
     is_ca: bool = False,
     key_algorithm: str = "ECDSA",
     key_encoding: str = "PKCS8",
+    not_before: datetime.datetime | None = None,
+    not_after: datetime.datetime | None = None,
 ) -> KeyPair:
-    """A certificate signed by ``ca`` with the given SANs and extended key usages."""
+    """A certificate signed by ``ca`` with the given SANs and extended key usages.
+
+    Validity: see :func:`validity` (by default backdated by :data:`BACKDATE`; ``not_after`` is not capped at the
+    CA's end here — the caller decides, as cert-manager's CA issuer does).
+    """
     ca_cert, ca_key, ca_public = _issuer(ca)
+    start, end = validity(duration, not_before=not_before, not_after=not_after)
     key = _new_key(key_algorithm)
     sans = _subject_alt_names(dns_names, ip_addresses, uris, emails)
     builder = _builder(
         _name(common_name, organizations, org_units), ca_cert.subject, key,
-        serial=serial if serial is not None else x509.random_serial_number(), duration=duration, is_ca=is_ca,
-        key_encipherment=key_algorithm.upper() == "RSA",
+        serial=serial if serial is not None else x509.random_serial_number(), not_before=start, not_after=end,
+        is_ca=is_ca, key_encipherment=key_algorithm.upper() == "RSA",
     ).add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_public), critical=False)
     builder = _with_usages_and_sans(builder, usages, sans)
     cert = builder.sign(ca_key, hashes.SHA256())
@@ -297,16 +339,20 @@ def make_self_signed(
     is_ca: bool = False,
     key_algorithm: str = "ECDSA",
     key_encoding: str = "PKCS8",
+    not_before: datetime.datetime | None = None,
+    not_after: datetime.datetime | None = None,
 ) -> KeyPair:
     """A certificate signed by its own key, with any SANs and usages (cert-manager's SelfSigned issuer).
 
-    With ``is_ca=True`` it can sign others (keyCertSign, cRLSign) — the usual bootstrap of a CA Issuer.
+    With ``is_ca=True`` it can sign others (keyCertSign, cRLSign) — the usual bootstrap of a CA Issuer. Validity: see
+    :func:`validity`.
     """
+    start, end = validity(duration, not_before=not_before, not_after=not_after)
     key = _new_key(key_algorithm)
     subject = _name(common_name, organizations, org_units)
     sans = _subject_alt_names(dns_names, ip_addresses, uris, emails)
     builder = _builder(
-        subject, subject, key, serial=x509.random_serial_number(), duration=duration, is_ca=is_ca,
+        subject, subject, key, serial=x509.random_serial_number(), not_before=start, not_after=end, is_ca=is_ca,
         key_encipherment=key_algorithm.upper() == "RSA",
     ).add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
     builder = _with_usages_and_sans(builder, usages, sans)

@@ -17,18 +17,27 @@ What it does, following cert-manager v1.x (see ../shared/reference/etcd-tls-and-
   issuance, +1 each time), ``notBefore``/``notAfter``/``renewalTime``.
 - It (re-)issues when the Secret is missing, incomplete, its key does not match, it was issued by another
   issuer, its certificate no longer matches the spec (names, CN, subject, isCA, usages, key algorithm,
-  duration, key encoding), it expired or its renewal time came (``renewBefore``, ``renewBeforePercentage``,
-  else 2/3 of the lifetime), or when someone sets ``Issuing=True`` on the status (``cmctl renew``): then it
-  issues, removes ``Issuing`` and bumps ``revision``. A new private key is made every time
-  (``rotationPolicy: Always``, cert-manager's default since v1.18).
+  duration, key encoding), it expired or its renewal time came, or when someone sets ``Issuing=True`` on the
+  status (``cmctl renew``): then it issues, removes ``Issuing`` and bumps ``revision``. A new private key is made
+  every time (``rotationPolicy: Always``, cert-manager's default since v1.18).
+- **Timing, as cert-manager's** (:func:`issued_validity`, :func:`renewal_time`): notBefore is the issuance time
+  (no backdating) and notAfter ``notBefore + duration`` (pkg/util/pki/certificatetemplate.go); a CA issuer cuts
+  notAfter at the earliest notAfter of its CA chain (pkg/util/pki/validity.go), so a leaf of a CA with a minute
+  left ends with the CA and a leaf of an expired CA is born expired. Renewal at ``renewBefore`` before notAfter
+  when it is positive and shorter than the actual lifetime, else ``renewBeforePercentage`` of it, else at 2/3 of
+  the actual lifetime, truncated to the second (pkg/util/pki/renewaltime.go); the controller looks again exactly
+  then (no resync period). A born-expired certificate is not stored: issuance fails (``Issuing=False``,
+  ``InvalidCertificate``; ``lastFailureTime``, ``failedIssuanceAttempts``) and is retried after cert-manager's
+  back-off (1 h doubling to 32 h) — at once on a spec change or ``Issuing=True`` — as cert-manager does since
+  cert-manager#8610 instead of re-issuing in a loop. All of it runs on the controller's ``clock`` (injectable).
 - Deleting a Certificate leaves its Secret (cert-manager's default). A Secret that carries the
   ``certificate-name`` annotation of *another existing* Certificate is never overwritten: the Certificate gets
   Ready=False, reason ``SecretInUse``. A Secret without cert-manager annotations is taken over (as
   cert-manager does), which the Issuing condition message and an Event say.
-- Deviations: the default key is ECDSA P-256 (cert-manager's is RSA 2048, slow to make on 2 cores; set
-  ``privateKey.algorithm: RSA`` to get RSA); no CertificateRequest objects; no minimum duration (cert-manager
-  requires ≥ 1h; short durations make renewal testable); ``issuance_delay`` seconds pass between
-  ``Issuing=True`` and the Secret being written (default 0).
+- Deviations (docs/sandbox.md lists them all): the default key is ECDSA P-256 (cert-manager's is RSA 2048, slow
+  to make on 2 cores; set ``privateKey.algorithm: RSA`` to get RSA); no CertificateRequest objects; no minimum
+  duration (cert-manager requires ≥ 1h; short durations make renewal testable); ``issuance_delay`` seconds pass
+  between ``Issuing=True`` and the Secret being written (default 0).
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ import ipaddress
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from cryptography import x509
@@ -49,6 +59,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from opsmanager import kube, pki
 from opsmanager.api import common as api_common
+from opsmanager.api import conditions as api_conditions
 from opsmanager.sandbox import events, workqueue
 
 log = logging.getLogger(__name__)
@@ -223,15 +234,50 @@ def desired(cert: Obj) -> Desired:
 
 
 def renewal_time(want: Desired, not_before: datetime.datetime, not_after: datetime.datetime) -> datetime.datetime:
-    """When cert-manager renews: ``renewBefore`` (or ``renewBeforePercentage``) before notAfter, else at 2/3."""
+    """When cert-manager renews (``RenewalTime``, pkg/util/pki/renewaltime.go), to the second.
+
+    ``renewBefore`` before notAfter when it is positive and shorter than the ACTUAL lifetime (notBefore..notAfter,
+    which a CA issuer may have cut short); else ``renewBeforePercentage`` of that lifetime when it is in (0, 100);
+    else a third of it (renewal at 2/3). Truncated to the second, as cert-manager stores it in the status.
+    """
     lifetime = not_after - not_before
-    if want.renew_before is not None and want.renew_before < lifetime:
+    if want.renew_before is not None and datetime.timedelta(0) < want.renew_before < lifetime:
         before = want.renew_before
     elif want.renew_before_percentage is not None and 0 < want.renew_before_percentage < 100:
         before = lifetime * want.renew_before_percentage / 100
     else:
         before = lifetime / 3
-    return not_after - before
+    return (not_after - before).replace(microsecond=0)
+
+
+def issued_validity(want: Desired, issuer: IssuerState, now: datetime.datetime
+                    ) -> tuple[datetime.datetime, datetime.datetime]:
+    """The (notBefore, notAfter) of a certificate issued at ``now``, as cert-manager sets them.
+
+    notBefore is the issuance time (no backdating; whole seconds, as X.509 stores it) and notAfter is
+    ``notBefore + duration`` (``CertificateTemplateOverrideDuration``, pkg/util/pki/certificatetemplate.go). A CA
+    issuer caps notAfter at the earliest notAfter of its CA chain (``CertificateNotAfterValidity``,
+    pkg/util/pki/validity.go), so a leaf of a CA with a minute left ends with the CA, and a leaf of an expired CA
+    is born expired.
+    """
+    not_before = now.astimezone(datetime.UTC).replace(microsecond=0)
+    not_after = not_before + want.duration
+    if issuer.kind == "ca" and issuer.ca is not None:
+        ca_end = min(pki.cert_info(c).not_after for c in pki.split_pem(issuer.ca.cert_pem))
+        not_after = min(not_after, ca_end)
+    return not_before, not_after
+
+
+# cert-manager's back-off after a failed issuance: 1 h, doubled per failed attempt, at most 32 h
+# (pkg/controller/certificates/trigger, shouldBackoffReissuingOnFailure).
+RETRY_AFTER_FAILURE = datetime.timedelta(hours=1)
+MAX_RETRY_AFTER_FAILURE = datetime.timedelta(hours=32)
+
+
+def failure_backoff(failed_attempts: int) -> datetime.timedelta:
+    """How long after its last failed issuance a Certificate waits before the next one (spec changes and a manual
+    ``Issuing=True`` do not wait)."""
+    return min(MAX_RETRY_AFTER_FAILURE, RETRY_AFTER_FAILURE * (1 << min(5, max(0, failed_attempts - 1))))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,12 +368,15 @@ def issuance_trigger(cert: Obj, secret: Obj | None, want: Desired, now: datetime
     return None
 
 
-def sign(want: Desired, issuer: IssuerState) -> tuple[pki.KeyPair, bytes]:
-    """Make the key and certificate; returns (tls.crt + tls.key as a KeyPair, ca.crt)."""
+def sign(want: Desired, issuer: IssuerState, now: datetime.datetime | None = None) -> tuple[pki.KeyPair, bytes]:
+    """Make the key and certificate issued at ``now`` (default: the current time; validity: :func:`issued_validity`);
+    returns (tls.crt + tls.key as a KeyPair, ca.crt)."""
     ekus = tuple(u for u in want.usages if u in _EKU_OF)
+    not_before, not_after = issued_validity(want, issuer, now or _now())
     common = dict(dns_names=want.dns_names, ip_addresses=want.ip_addresses, uris=want.uris, emails=want.emails,
                   usages=ekus, duration=want.duration, organizations=want.organizations, org_units=want.org_units,
-                  is_ca=want.is_ca, key_algorithm=want.key_algorithm, key_encoding=want.key_encoding)
+                  is_ca=want.is_ca, key_algorithm=want.key_algorithm, key_encoding=want.key_encoding,
+                  not_before=not_before, not_after=not_after)
     if issuer.kind == "selfSigned":
         pair = pki.make_self_signed(want.common_name, **common)  # type: ignore[arg-type]
         return pair, pair.cert_pem
@@ -418,9 +467,11 @@ def _rv(obj: Obj | None) -> int:
 class Controller:
     """Issuer, ClusterIssuer and Certificate controllers, driven by list/watch over HTTP."""
 
-    def __init__(self, client: kube.Kube, *, issuance_delay: float = 0.0) -> None:
+    def __init__(self, client: kube.Kube, *, issuance_delay: float = 0.0,
+                 clock: Callable[[], datetime.datetime] = _now) -> None:
         self.client = client
         self.issuance_delay = issuance_delay
+        self.clock = clock  # cert-manager's clock: issuance times, renewal and expiry decisions, status times
         self.recorder = events.Recorder(client, "cert-manager-certificates-issuing")
         self.issuers = kube.Informer(client, "cert-manager.io/v1", "Issuer")
         self.cluster_issuers = kube.Informer(client, "cert-manager.io/v1", "ClusterIssuer")
@@ -433,6 +484,7 @@ class Controller:
         self._written: dict[tuple[str, str, str], Obj] = {}       # our last writes (fresher than the cache)
         self._issued_digest: dict[str, str] = {}                  # certificate uid -> Desired.digest()
         self._issuing_since: dict[str, float] = {}
+        self._failed_digest: dict[str, str] = {}                  # certificate uid -> Desired.digest() that failed
 
     # -- plumbing ---------------------------------------------------------------------------------------------------
 
@@ -545,11 +597,11 @@ class Controller:
         gen = meta.get("generation")
         status = dict(cert.get("status") or {})
         conditions = list(status.get("conditions") or [])
-        now = _now()
+        now = self.clock()
         try:
             want = desired(cert)
         except SpecError as exc:
-            status["conditions"] = set_condition(conditions, "Ready", "False", "InvalidSpec", str(exc), gen)
+            status["conditions"] = set_condition(conditions, "Ready", "False", "InvalidSpec", str(exc), gen, now)
             await self._write_status(cert, status)
             return None
         secret_name = cert["spec"]["secretName"]
@@ -563,7 +615,7 @@ class Controller:
                 msg = (f'Secret "{secret_name}" holds the certificate of Certificate "{owner}", which also uses it; '
                        "not overwriting it (two Certificates must not share a secretName)")
                 status["conditions"] = set_condition(set_condition(conditions, "Issuing", None), "Ready", "False",
-                                                     "SecretInUse", msg, gen)
+                                                     "SecretInUse", msg, gen, now)
                 await self._write_status(cert, status)
                 return None
 
@@ -571,7 +623,7 @@ class Controller:
         issuing = condition(cert, "Issuing")
         manual = issuing is not None and issuing.get("status") == "True"
         if trigger is None and not manual:
-            return await self._up_to_date(cert, secret, want, status, conditions)
+            return await self._up_to_date(cert, secret, want, status, conditions, now)
         if trigger is None and issuing is not None:
             trigger = Trigger(str(issuing.get("reason") or "ManuallyTriggered"), str(issuing.get("message") or ""))
         assert trigger is not None
@@ -579,6 +631,18 @@ class Controller:
                 not ((secret.get("metadata") or {}).get("annotations") or {}).get(ANN + "issuer-name"):
             trigger = Trigger("IncorrectIssuer", f'Issuing certificate as Secret "{secret_name}" was not issued by '
                               "cert-manager; it will be taken over and overwritten")
+
+        # 0. after a failed issuance, wait out cert-manager's back-off unless the spec changed (or Issuing=True is set)
+        wait = 0.0 if manual else self._backoff_left(uid, status, want, now)
+        if wait > 0:
+            if trigger.reason in _SECRET_INVALID:
+                status["conditions"] = set_condition(conditions, "Ready", "False", trigger.reason, trigger.message,
+                                                     gen, now)
+                await self._write_status(cert, status)
+            expiry = _expiry(secret)
+            if expiry is not None and expiry > now:  # come back to mark it expired, even while backing off
+                wait = min(wait, (expiry - now).total_seconds())
+            return max(0.05, wait)
 
         # 1. mark Issuing=True (the trigger), as cert-manager's trigger controller does
         if not manual:
@@ -604,7 +668,10 @@ class Controller:
             return self.issuance_delay - (loop_now - since)
 
         # 2. issue and store
-        pair, ca_pem = sign(want, state)
+        pair, ca_pem = sign(want, state, now)
+        info = pki.cert_info(pair.cert_pem)
+        if info.not_after <= now:
+            return await self._fail_born_expired(cert, want, status, conditions, trigger, info, now)
         body = secret_body(cert, want, pair, ca_pem, secret)
         try:
             if secret is None:
@@ -616,8 +683,10 @@ class Controller:
         self._written[("Secret", ns, secret_name)] = written
         self._issued_digest[uid] = want.digest()
         self._issuing_since.pop(uid, None)
-        info = pki.cert_info(pair.cert_pem)
+        self._failed_digest.pop(uid, None)
         renew_at = renewal_time(want, info.not_before, info.not_after)
+        for cleared in ("lastFailureTime", "failedIssuanceAttempts"):
+            status.pop(cleared, None)
         status.update({
             "revision": int(status.get("revision") or 0) + 1,
             "notBefore": rfc3339(info.not_before),
@@ -626,24 +695,63 @@ class Controller:
         })
         conditions = set_condition(conditions, "Issuing", None)
         status["conditions"] = set_condition(conditions, "Ready", "True", "Ready",
-                                             "Certificate is up to date and has not expired", gen, _now())
+                                             "Certificate is up to date and has not expired", gen, now)
         if await self._write_status(cert, status) is None:
             return None
         self.recorder.event(cert, "Normal", "Issuing", "The certificate has been successfully issued")
-        return max(0.05, (renew_at - _now()).total_seconds())
+        return max(0.05, (renew_at - self.clock()).total_seconds())
+
+    def _backoff_left(self, uid: str, status: Obj, want: Desired, now: datetime.datetime) -> float:
+        """Seconds of cert-manager's back-off after the last failed issuance still to wait (0: none). A spec changed
+        since that failure does not wait (cert-manager compares the next request with the spec)."""
+        last = status.get("lastFailureTime")
+        if not last or self._failed_digest.get(uid, want.digest()) != want.digest():
+            return 0.0
+        attempts = int(status.get("failedIssuanceAttempts") or 1)
+        return (api_conditions.parse_rfc3339(str(last)) + failure_backoff(attempts) - now).total_seconds()
+
+    async def _fail_born_expired(self, cert: Obj, want: Desired, status: Obj, conditions: list[Obj],
+                                 trigger: Trigger, info: pki.CertInfo, now: datetime.datetime) -> float | None:
+        """The issuer signed a certificate that has already expired (a CA issuer caps it at its expired CA's end):
+        it is not stored, and issuance fails with back-off, as cert-manager does since cert-manager#8610 (2026) rather
+        than re-issuing in a loop."""
+        meta = cert["metadata"]
+        uid, gen = str(meta.get("uid")), meta.get("generation")
+        attempts = int(status.get("failedIssuanceAttempts") or 0) + 1
+        message = ("The certificate request has failed to complete and will be retried: the signed certificate "
+                   f"expired on {rfc3339(info.not_after)}, before it could be stored (its issuer's CA ends then)")
+        status.update({"lastFailureTime": rfc3339(now), "failedIssuanceAttempts": attempts})
+        conditions = set_condition(conditions, "Issuing", "False", "InvalidCertificate", message, gen, now)
+        if trigger.reason in _SECRET_INVALID:
+            conditions = set_condition(conditions, "Ready", "False", trigger.reason, trigger.message, gen, now)
+        status["conditions"] = conditions
+        self._failed_digest[uid] = want.digest()
+        self._issuing_since.pop(uid, None)
+        if await self._write_status(cert, status) is None:
+            return None
+        self.recorder.event(cert, "Warning", "InvalidCertificate", message)
+        return failure_backoff(attempts).total_seconds()
 
     async def _up_to_date(self, cert: Obj, secret: Obj | None, want: Desired, status: Obj,
-                          conditions: list[Obj]) -> float:
+                          conditions: list[Obj], now: datetime.datetime) -> float:
         info = pki.cert_info(_unb64(secret, "tls.crt"))
         renew_at = renewal_time(want, info.not_before, info.not_after)
         status.update({"notBefore": rfc3339(info.not_before), "notAfter": rfc3339(info.not_after),
                        "renewalTime": rfc3339(renew_at)})
         status["conditions"] = set_condition(conditions, "Ready", "True", "Ready",
                                              "Certificate is up to date and has not expired",
-                                             cert["metadata"].get("generation"))
+                                             cert["metadata"].get("generation"), now)
         self._issuing_since.pop(str(cert["metadata"].get("uid")), None)
         await self._write_status(cert, status)
-        return max(0.05, (renew_at - _now()).total_seconds())
+        return max(0.05, (renew_at - self.clock()).total_seconds())
+
+
+def _expiry(secret: Obj | None) -> datetime.datetime | None:
+    crt = _unb64(secret, "tls.crt")
+    try:
+        return pki.cert_info(crt).not_after if crt else None
+    except (ValueError, IndexError):
+        return None
 
 
 def _cmp(c: Obj) -> tuple[Any, ...]:

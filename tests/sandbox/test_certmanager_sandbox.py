@@ -129,7 +129,7 @@ async def test_renewal_at_renew_before(full_sandbox: cluster.Sandbox) -> None:
     await install_ca_issuer(sb)
     await sb.apply(certificate("short", "short-tls", commonName="short", duration="6s", renewBefore="5s"))
     first = await aeventually(lambda: issued_at(sb, "short", 1), timeout=10)
-    # renewal time is notAfter - 5s, i.e. about 1 s after issuance (plus pki's 5-minute backdating of notBefore)
+    # renewal time is notAfter - 5s, i.e. 1 s after issuance (notBefore is the issuance time, notAfter 6 s later)
     assert first["status"]["renewalTime"] < first["status"]["notAfter"]
     await aeventually(lambda: issued_at(sb, "short", 2), timeout=10, what="automatic renewal")
 
