@@ -1,8 +1,13 @@
 """Admission rules for ``Etcd`` and ``EtcdOpsRequest``: KubeDB's checks, in KubeDB's order, with its messages.
 
 Transport-free (no HTTP, no Kubernetes client): each function takes plain object dicts and returns a
-:class:`Verdict`. The only outside knowledge, "does this Etcd exist and what is its spec", comes through the
+:class:`Verdict`. The only outside knowledge — "does this Etcd exist and what is its spec", and "is the
+EtcdOpsRequest holding this Etcd paused still running, and what will it write" — comes through the
 :class:`EtcdLookup` protocol; :class:`InMemoryEtcdLookup` serves unit tests, ``opsmanager.webhook.lookup`` the real API.
+
+Ours, beyond KubeDB (issue 11): on an Etcd update, while an EtcdOpsRequest holds the Etcd paused, ``spec.tls`` may
+change only to exactly what that request's ``UpdateDatabase`` step writes (:func:`paused_tls_errors`); anything else
+is ``spec.tls: Forbidden: Etcd <db> is paused by EtcdOpsRequest <req>; ...``.
 
 Sources: ``kubedb/apimachinery pkg/webhooks/ops/v1alpha1/etcd.go`` and ``pkg/webhooks/kubedb/v1alpha2/etcd.go``
 (summarised in ``shared/reference/kubedb-etcd-ops.md`` §4). The order of checks for an ``EtcdOpsRequest``:
