@@ -54,6 +54,15 @@ def held_by_request(status: Mapping[str, Any] | None) -> str | None:
     return name
 
 
+def request_holds(request: Mapping[str, Any] | None) -> bool:
+    """Whether the EtcdOpsRequest object ``request`` (as read from the API, or None when it does not exist) still
+    holds a pause it set: it exists, is not being deleted and has not finished. A pause whose request does not
+    hold it is a leaked one — the engine heals it away, and nothing else need honour it."""
+    if request is None or (request.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return (request.get("status") or {}).get("phase") not in constants.TERMINAL_OPS_PHASES
+
+
 def pause(status: Mapping[str, Any], request: str) -> Status:
     """``status`` with the pause of ``request`` set."""
     out = dict(status)

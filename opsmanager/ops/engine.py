@@ -24,7 +24,7 @@ from typing import Any
 import transitions
 
 from opsmanager import kube
-from opsmanager.api import conditions, constants
+from opsmanager.api import conditions, constants, tlschange
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.api import pause as pause_api
 from opsmanager.etcd import admin
@@ -44,7 +44,6 @@ from opsmanager.ops.steps import (
 
 log = logging.getLogger("opsmanager.ops")
 
-ANNOTATION_TLS_BEFORE = "ops.opsmanager.dev/tls-before"  # the Etcd's spec.tls when the request started
 
 Executor = Callable[[context.OpsContext, plan.Step], Awaitable[context.StepResult]]
 
@@ -207,13 +206,13 @@ class Engine:
         """The Etcd's ``spec.tls`` as it was when the request started, persisted on the request (annotation), so
         the plan does not change when ``UpdateDatabase`` writes the new TLS."""
         ann = req["metadata"].get("annotations") or {}
-        if ANNOTATION_TLS_BEFORE not in ann:
+        if tlschange.ANNOTATION_TLS_BEFORE not in ann:
             before = json.dumps((db_obj.get("spec") or {}).get("tls"), sort_keys=True)
             req = await self.kube.patch(constants.OPS_API_VERSION, constants.OPS_KIND, req["metadata"]["namespace"],
                                         req["metadata"]["name"],
-                                        {"metadata": {"annotations": {ANNOTATION_TLS_BEFORE: before}}})
+                                        {"metadata": {"annotations": {tlschange.ANNOTATION_TLS_BEFORE: before}}})
             ann = req["metadata"].get("annotations") or {}
-        return req, json.loads(ann[ANNOTATION_TLS_BEFORE])
+        return req, json.loads(ann[tlschange.ANNOTATION_TLS_BEFORE])
 
     def _timed_out(self, ctx: context.OpsContext, step: plan.Step, timeout: datetime.timedelta) -> str | None:
         now = self.clock()

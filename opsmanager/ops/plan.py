@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from opsmanager.api import common, constants
+from opsmanager.api import common, constants, tlschange
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.provisioner import render
@@ -97,29 +97,8 @@ def effective_issuer(tls: etcd_api.TLSConfig, alias: str) -> tuple[str, str, str
     return _issuer_key(render.issuer_of(tls, alias))
 
 
-def desired_tls(current: etcd_api.TLSConfig | None, req: ops_api.ReconfigureTLSSpec) -> etcd_api.TLSConfig | None:
-    """The Etcd's ``spec.tls`` after the request: certificates merged by alias, issuerRef replaced when given."""
-    if req.remove:
-        return None
-    if req.rotate_certificates:
-        return current
-    base = current.model_copy(deep=True) if current is not None else etcd_api.TLSConfig()
-    if req.issuer_ref is not None:
-        base.issuer_ref = req.issuer_ref.model_copy(deep=True)
-    merged: dict[str, common.CertificateSpec] = {c.alias: c for c in base.certificates or []}
-    for cert in req.certificates or []:
-        old = merged.get(cert.alias)
-        if old is None:
-            merged[cert.alias] = cert.model_copy(deep=True)
-        else:
-            update = cert.model_dump(exclude_unset=True, exclude_none=True)
-            merged[cert.alias] = old.model_copy(update={k: getattr(cert, k) for k in update}, deep=True)
-    base.certificates = [merged[a] for a in sorted(merged, key=_alias_order)] or None
-    return base
-
-
-def _alias_order(alias: str) -> int:
-    return constants.CERT_ALIASES.index(alias) if alias in constants.CERT_ALIASES else len(constants.CERT_ALIASES)
+# The fold itself is the API's one rule (the webhook needs it too, and may not import the engine).
+desired_tls = tlschange.desired_tls
 
 
 def classify(current: etcd_api.TLSConfig | None, req: ops_api.ReconfigureTLSSpec) -> TLSChange:

@@ -58,7 +58,7 @@ def _validate_opsrequest(req: AdmissionRequest, lookup: validation.EtcdLookup) -
 
 
 def _validate_etcd(req: AdmissionRequest, lookup: validation.EtcdLookup) -> validation.Verdict:
-    return validation.validate_etcd(req.operation, req.object, req.old_object)
+    return validation.validate_etcd(req.operation, req.object, req.old_object, lookup=lookup)
 
 
 def _mutate_etcd(req: AdmissionRequest, lookup: validation.EtcdLookup) -> validation.Verdict:

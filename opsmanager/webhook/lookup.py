@@ -1,14 +1,18 @@
 """The Kubernetes-API implementation of :class:`opsmanager.webhook.validation.EtcdLookup`, on the one client.
 
+It reads Etcds (the ``databaseRef`` of a new EtcdOpsRequest) and EtcdOpsRequests (the request holding an Etcd
+paused, when an update changes that Etcd's ``spec.tls``).
+
 The GET goes through :class:`opsmanager.kube.Kube` (async, aiohttp) on the webhook server's event loop. The
 admission rules are pure and synchronous and run in a worker thread (``asyncio.to_thread`` in the server), so
 :meth:`KubernetesEtcdLookup.get_etcd` — what the rules call — hands the GET back to the loop the lookup is bound
-to and waits for it; :meth:`KubernetesEtcdLookup.aget_etcd` is the same lookup for async callers.
+to and waits for it; :meth:`KubernetesEtcdLookup.aget_etcd` is the same lookup for async callers (and likewise
+``get_opsrequest`` / ``aget_opsrequest``).
 
-404 means "no such Etcd" (the webhook then denies with KubeDB's ``spec.databaseRef ... is invalid or not
-found``); any other failure — API unreachable, 403, no kubeconfig, a timeout — raises
-:class:`~opsmanager.webhook.validation.EtcdLookupError`, so the webhook says it could not decide instead of
-claiming the Etcd is missing. No client exception escapes this module.
+404 means "no such object" (for an Etcd the webhook then denies with KubeDB's ``spec.databaseRef ... is invalid
+or not found``; a missing EtcdOpsRequest holds no pause); any other failure — API unreachable, 403, no
+kubeconfig, a timeout — raises :class:`~opsmanager.webhook.validation.EtcdLookupError`, so the webhook says it
+could not decide instead of claiming the object is missing. No client exception escapes this module.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from opsmanager.webhook import validation
 
 
 class KubernetesEtcdLookup:
-    """Read Etcd objects from an API server.
+    """Read Etcd and EtcdOpsRequest objects from an API server.
 
     Pass a ``client`` (tests, the sandbox), or a ``kubeconfig`` path; with neither, the one loader's order
     applies (``$KUBECONFIG``/``~/.kube/config``, else the in-cluster service account). A client this lookup
@@ -52,22 +56,21 @@ class KubernetesEtcdLookup:
             self._client = kube.Kube.from_kubeconfig(self._kubeconfig, context=self._context)
         return self._client
 
-    async def aget_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The Etcd, None when it does not exist; :class:`EtcdLookupError` when that cannot be told."""
+    async def _aget(self, api_version: str, kind: str, plural: str, namespace: str,
+                    name: str) -> dict[str, Any] | None:
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-        where = f"GET etcds {namespace}/{name}"
+        where = f"GET {plural} {namespace}/{name}"
         try:
             async with asyncio.timeout(self._timeout):
-                return await self._kube().get(constants.ETCD_API_VERSION, constants.ETCD_KIND, namespace, name)
+                return await self._kube().get(api_version, kind, namespace, name)
         except kube.KubeError as exc:
             status = f"HTTP {exc.status} {exc.reason}".strip() if exc.status else "unreachable"
             raise validation.EtcdLookupError(f"{where}: {status}: {exc}") from exc
         except TimeoutError as exc:
             raise validation.EtcdLookupError(f"{where}: no answer within {self._timeout}s") from exc
 
-    def get_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """:meth:`aget_etcd` for the synchronous rules, called from a worker thread (never from the loop)."""
+    def _get(self, api_version: str, kind: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         loop = self._loop
         if loop is None or loop.is_closed():
             raise validation.EtcdLookupError("the Etcd lookup is not bound to a running event loop")
@@ -76,15 +79,33 @@ class KubernetesEtcdLookup:
         except RuntimeError:
             running = None
         if running is loop:
-            raise RuntimeError("KubernetesEtcdLookup.get_etcd blocks: call it from a worker thread, "
-                               "or await aget_etcd on the loop")
-        future = asyncio.run_coroutine_threadsafe(self.aget_etcd(namespace, name), loop)
+            raise RuntimeError(f"KubernetesEtcdLookup.get_* blocks ({plural} {namespace}/{name}): call it from a "
+                               "worker thread, or await its aget_* twin on the loop")
+        future = asyncio.run_coroutine_threadsafe(self._aget(api_version, kind, plural, namespace, name), loop)
         try:
             return future.result(self._timeout + 1.0)
         except concurrent.futures.TimeoutError as exc:
             future.cancel()
-            raise validation.EtcdLookupError(f"GET etcds {namespace}/{name}: no answer within {self._timeout}s") \
+            raise validation.EtcdLookupError(f"GET {plural} {namespace}/{name}: no answer within {self._timeout}s") \
                 from exc
+
+    async def aget_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Etcd, None when it does not exist; :class:`EtcdLookupError` when that cannot be told."""
+        return await self._aget(constants.ETCD_API_VERSION, constants.ETCD_KIND, constants.ETCD_PLURAL, namespace,
+                                name)
+
+    def get_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """:meth:`aget_etcd` for the synchronous rules, called from a worker thread (never from the loop)."""
+        return self._get(constants.ETCD_API_VERSION, constants.ETCD_KIND, constants.ETCD_PLURAL, namespace, name)
+
+    async def aget_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The EtcdOpsRequest, None when it does not exist; :class:`EtcdLookupError` when that cannot be told."""
+        return await self._aget(constants.OPS_API_VERSION, constants.OPS_KIND, constants.OPS_PLURAL, namespace,
+                                name)
+
+    def get_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """:meth:`aget_opsrequest` for the synchronous rules, called from a worker thread (never from the loop)."""
+        return self._get(constants.OPS_API_VERSION, constants.OPS_KIND, constants.OPS_PLURAL, namespace, name)
 
     async def aclose(self) -> None:
         """Close the client (only when this lookup created it)."""

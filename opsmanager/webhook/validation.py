@@ -1,8 +1,13 @@
 """Admission rules for ``Etcd`` and ``EtcdOpsRequest``: KubeDB's checks, in KubeDB's order, with its messages.
 
 Transport-free (no HTTP, no Kubernetes client): each function takes plain object dicts and returns a
-:class:`Verdict`. The only outside knowledge, "does this Etcd exist and what is its spec", comes through the
+:class:`Verdict`. The only outside knowledge — "does this Etcd exist and what is its spec", and "is the
+EtcdOpsRequest holding this Etcd paused still running, and what will it write" — comes through the
 :class:`EtcdLookup` protocol; :class:`InMemoryEtcdLookup` serves unit tests, ``opsmanager.webhook.lookup`` the real API.
+
+Ours, beyond KubeDB (issue 11): on an Etcd update, while an EtcdOpsRequest holds the Etcd paused, ``spec.tls`` may
+change only to exactly what that request's ``UpdateDatabase`` step writes (:func:`paused_tls_errors`); anything else
+is ``spec.tls: Forbidden: Etcd <db> is paused by EtcdOpsRequest <req>; ...``.
 
 Sources: ``kubedb/apimachinery pkg/webhooks/ops/v1alpha1/etcd.go`` and ``pkg/webhooks/kubedb/v1alpha2/etcd.go``
 (summarised in ``shared/reference/kubedb-etcd-ops.md`` §4). The order of checks for an ``EtcdOpsRequest``:
@@ -44,7 +49,7 @@ from typing import Any, Final, Literal, Protocol
 import jsonpatch
 import pydantic
 
-from opsmanager.api import common, constants, durations, etcd, opsrequest
+from opsmanager.api import common, constants, durations, etcd, opsrequest, pause, tlschange
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
@@ -80,6 +85,11 @@ MSG_DURATION_INVALID: Final = (
 )
 MSG_DURATION_NOT_POSITIVE: Final = 'must be greater than zero: write a positive Go duration such as "24h"'
 MSG_ALERT_DUPLICATE: Final = "the same duration as {other} ({value}); list each threshold once"
+# Ours (issue 11): spec.tls of an Etcd that an EtcdOpsRequest holds paused belongs to that request.
+MSG_TLS_PAUSED: Final = (
+    "Etcd {etcd} is paused by EtcdOpsRequest {request}; spec.tls can change only through an EtcdOpsRequest "
+    "once {request} has finished"
+)
 
 MSG_DEFAULT_VERSION_MISSING: Final = "'spec.version' is missing"
 MSG_DEFAULT_CANT_HALT: Final = "can't halt, since deletion policy is 'DoNotTerminate'"
@@ -90,36 +100,49 @@ MSG_DEFAULT_VERSION_UNKNOWN: Final = 'failed to get EtcdVersion "{version}": sup
 
 
 class EtcdLookup(Protocol):
-    """Where the webhook reads Etcd objects from. Blocking; the server calls it in a worker thread."""
+    """Where the webhook reads the objects its rules need: Etcds (an EtcdOpsRequest's ``databaseRef``) and
+    EtcdOpsRequests (the request holding an Etcd paused). Blocking; the server calls it in a worker thread."""
 
     def get_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Etcd object dict, or None when it does not exist. Raise :class:`EtcdLookupError` when unknown."""
         ...
 
+    def get_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The EtcdOpsRequest object dict, or None when it does not exist. Raise :class:`EtcdLookupError` when
+        unknown."""
+        ...
+
 
 class EtcdLookupError(Exception):
-    """The lookup could not tell whether the Etcd exists (API unreachable, forbidden, ...)."""
+    """The lookup could not tell whether the object exists (API unreachable, forbidden, ...)."""
 
 
 class InMemoryEtcdLookup:
     """An :class:`EtcdLookup` over a dict, for unit tests and the in-process sandbox."""
 
     def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
-        self._objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         for obj in objects:
             self.put(obj)
 
     def put(self, obj: Mapping[str, Any]) -> None:
-        """Add or replace an Etcd (keyed by its metadata namespace and name)."""
+        """Add or replace an object (keyed by its kind — Etcd when not given —, namespace and name)."""
         meta = obj.get("metadata") or {}
-        self._objects[(meta.get("namespace") or "default", meta["name"])] = copy.deepcopy(dict(obj))
+        key = (obj.get("kind") or constants.ETCD_KIND, meta.get("namespace") or "default", meta["name"])
+        self._objects[key] = copy.deepcopy(dict(obj))
 
-    def delete(self, namespace: str, name: str) -> None:
-        self._objects.pop((namespace, name), None)
+    def delete(self, namespace: str, name: str, *, kind: str = constants.ETCD_KIND) -> None:
+        self._objects.pop((kind, namespace, name), None)
+
+    def _get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        obj = self._objects.get((kind, namespace, name))
+        return copy.deepcopy(obj) if obj is not None else None
 
     def get_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
-        obj = self._objects.get((namespace, name))
-        return copy.deepcopy(obj) if obj is not None else None
+        return self._get(constants.ETCD_KIND, namespace, name)
+
+    def get_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get(constants.OPS_KIND, namespace, name)
 
 
 # --- field errors, formatted like k8s.io/apimachinery's field.Error --------------------------------------------
@@ -573,8 +596,64 @@ def tls_lifecycle_errors(policy: Any) -> list[FieldError]:
     return [e for e in errors if e is not None]
 
 
-def validate_etcd(operation: str, obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None) -> Verdict:
-    """The verdict of ``/validate-etcd`` for one admission request (CREATE, UPDATE and DELETE)."""
+def _normal_tls(tls: Any) -> Any:
+    """``spec.tls`` as the models read it (defaults filled in, camelCase, no nulls), so that two spellings of the
+    same TLS compare equal; a value the models cannot read is returned as it is (the schema check reports it)."""
+    if tls is None:
+        return None
+    try:
+        return etcd.TLSConfig.model_validate(tls).to_dict()
+    except pydantic.ValidationError:
+        return tls
+
+
+def engine_tls_write(old: Mapping[str, Any], request: Mapping[str, Any]) -> Any:
+    """The ``spec.tls`` that ``request``'s ``UpdateDatabase`` step writes to the Etcd ``old`` (normalised; None
+    for a removal): the request's ``spec.tls`` folded into the Etcd's TLS as the engine recorded it when the
+    request started (``tlschange.tls_before``), else as it is now — the engine's own rule, from the API layer.
+    A request that writes nothing (not ``ReconfigureTLS``, or one the engine cannot plan) leaves it as it is."""
+    current = _dict(old.get("spec")).get("tls")
+    before = tlschange.tls_before(request)
+    start = before if before is not None else current
+    try:
+        spec = opsrequest.EtcdOpsRequest.model_validate(request).spec
+        base = etcd.TLSConfig.model_validate(start) if start is not None else None
+    except pydantic.ValidationError:
+        return _normal_tls(current)
+    if spec.type != constants.OPS_TYPE_RECONFIGURE_TLS or spec.tls is None:
+        return _normal_tls(current)
+    desired = tlschange.desired_tls(base, spec.tls)
+    return desired.to_dict() if desired is not None else None
+
+
+def _held_by_request(obj: Mapping[str, Any]) -> str | None:
+    """``pause.held_by_request`` of ``obj``'s status, whatever its shape (a review may carry anything)."""
+    conds = _dict(obj.get("status")).get("conditions")
+    return pause.held_by_request({"conditions": [c for c in conds if isinstance(c, dict)]
+                                  if isinstance(conds, list) else None})
+
+
+def paused_tls_errors(obj: Mapping[str, Any], old: Mapping[str, Any], lookup: EtcdLookup) -> list[FieldError]:
+    """Ours (issue 11): while an EtcdOpsRequest holds the Etcd paused (``pause.held_by_request``), ``spec.tls``
+    changes only to exactly what that request's ``UpdateDatabase`` step writes (:func:`engine_tls_write`): the
+    request owns the TLS until it has finished. A pause held by anyone else is not this rule's business, and a
+    request that no longer exists, is being deleted or has finished holds nothing (``pause.request_holds``; the
+    engine heals such a pause away). Raises :class:`EtcdLookupError` when the request cannot be read."""
+    holder = _held_by_request(old)
+    new_tls = _normal_tls(_dict(obj.get("spec")).get("tls"))
+    if holder is None or new_tls == _normal_tls(_dict(old.get("spec")).get("tls")):
+        return []
+    request = lookup.get_opsrequest(_meta(old).get("namespace") or "default", holder)
+    if not pause.request_holds(request) or new_tls == engine_tls_write(old, _dict(request)):
+        return []
+    return [forbidden("spec.tls", MSG_TLS_PAUSED.format(etcd=_name(old), request=holder))]
+
+
+def validate_etcd(
+    operation: str, obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None, *, lookup: EtcdLookup
+) -> Verdict:
+    """The verdict of ``/validate-etcd`` for one admission request (CREATE, UPDATE and DELETE). ``lookup`` reads
+    the EtcdOpsRequest holding the Etcd paused, on an UPDATE that changes ``spec.tls`` only."""
     kind, group = constants.ETCD_KIND, constants.ETCD_GROUP
     if operation == "DELETE":
         if old is not None and _dict(old.get("spec")).get("deletionPolicy") == constants.DELETION_DO_NOT_TERMINATE:
@@ -589,6 +668,15 @@ def validate_etcd(operation: str, obj: Mapping[str, Any] | None, old: Mapping[st
         message = precondition_error(old, obj, ["spec.storageType"])
         if message:
             errors.append(invalid("spec", _name(obj), message))
+        try:
+            errors += paused_tls_errors(obj, old, lookup)
+        except EtcdLookupError as exc:
+            return Verdict.deny(
+                f"could not validate {kind} {_meta(old).get('namespace') or 'default'}/{_name(old)}: it is paused "
+                f"by EtcdOpsRequest {_held_by_request(old)} and looking that request up failed: {exc}; retry when "
+                "the API server is reachable",
+                code=503, reason="ServiceUnavailable",
+            )
     if errors:
         return Verdict.invalid(kind, group, _name(obj), errors, warnings=warnings)
     return Verdict.allow(warnings=warnings)

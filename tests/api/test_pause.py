@@ -2,7 +2,8 @@
 
 We test these aspects: a request's pause is recognised only with its exact message; a pause set by hand (any
 other message) has a holder but no request; ``Paused=False`` or no condition is not paused; ``pause`` then
-``release`` by the same request round-trips; ``release`` by another name changes nothing.
+``release`` by the same request round-trips; ``release`` by another name changes nothing; a request holds its
+pause only while it exists, is not being deleted and has not finished (``request_holds``).
 """
 
 from __future__ import annotations
@@ -47,3 +48,16 @@ def test_pause_and_release_round_trip_and_release_leaves_another_pause() -> None
     by_hand = paused("backup", "paused by hand")
     assert pause.release(by_hand, "rotate") == by_hand
     assert other == snapshot  # inputs are not mutated
+
+
+def test_a_request_holds_its_pause_only_while_it_exists_and_runs() -> None:
+    def request(phase: str | None, **meta: Any) -> dict[str, Any]:
+        return {"metadata": {"name": "op", **meta}, "status": {"phase": phase} if phase else {}}
+
+    assert pause.request_holds(request(None))  # admitted, not yet picked up
+    assert pause.request_holds(request(constants.PHASE_PENDING))
+    assert pause.request_holds(request(constants.PHASE_PROGRESSING))
+    assert not pause.request_holds(None)
+    for phase in constants.TERMINAL_OPS_PHASES:
+        assert not pause.request_holds(request(phase))
+    assert not pause.request_holds(request(constants.PHASE_PROGRESSING, deletionTimestamp="2026-12-01T01:00:00Z"))

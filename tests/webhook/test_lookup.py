@@ -1,10 +1,10 @@
-"""The Kubernetes-API Etcd lookup, through the one client (``opsmanager.kube``) against a small HTTP API server.
+"""The Kubernetes-API lookup, through the one client (``opsmanager.kube``) against a small HTTP API server.
 
 We test these aspects: an existing Etcd is returned (the client hits the right group/version/plural/namespace
-path), from a worker thread (what the rules do) and from the loop; 404 is "no such Etcd"; 403 and a refused
-connection raise ``EtcdLookupError`` (never "not found"); a kubeconfig file works and its token is sent;
-calling the blocking form on the loop is refused (it would deadlock); and the whole chain — HTTPS webhook →
-lookup → API server — denies and allows correctly.
+path), from a worker thread (what the rules do) and from the loop, and so is an EtcdOpsRequest; 404 is "no such
+object"; 403 and a refused connection raise ``EtcdLookupError`` (never "not found"); a kubeconfig file works and
+its token is sent; calling the blocking form on the loop is refused (it would deadlock); and the whole chain —
+HTTPS webhook → lookup → API server — denies and allows correctly.
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ from tests.webhook import conftest
 
 
 class FakeApi:
-    """Serves GET of namespaced ``etcds.opsmanager.dev`` objects; records the paths it was asked for."""
+    """Serves GET of namespaced ``etcds.opsmanager.dev`` and ``etcdopsrequests.ops.opsmanager.dev`` objects;
+    records the paths it was asked for."""
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.opsrequests: dict[tuple[str, str], dict[str, Any]] = {}
         self.paths: list[str] = []
         self.authorization: list[str | None] = []
         self.runner: web.AppRunner | None = None
@@ -44,15 +46,18 @@ class FakeApi:
         ns, name = request.match_info["ns"], request.match_info["name"]
         if name == "forbidden":
             return web.json_response({"kind": "Status", "code": 403, "reason": "Forbidden"}, status=403)
-        obj = self.objects.get((ns, name))
+        ops = "/etcdopsrequests/" in request.path
+        obj = (self.opsrequests if ops else self.objects).get((ns, name))
         if obj is None:
+            what = "etcdopsrequests.ops.opsmanager.dev" if ops else "etcds.opsmanager.dev"
             return web.json_response({"kind": "Status", "apiVersion": "v1", "code": 404, "reason": "NotFound",
-                                      "message": f'etcds.opsmanager.dev "{name}" not found'}, status=404)
+                                      "message": f'{what} "{name}" not found'}, status=404)
         return web.json_response(obj)
 
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get("/apis/opsmanager.dev/v1alpha1/namespaces/{ns}/etcds/{name}", self.handle)
+        app.router.add_get("/apis/ops.opsmanager.dev/v1alpha1/namespaces/{ns}/etcdopsrequests/{name}", self.handle)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -96,6 +101,19 @@ async def test_404_is_none_and_other_errors_raise(api: FakeApi, client: kube.Kub
     with pytest.raises(validation.EtcdLookupError, match="HTTP 403") as raised:
         await asyncio.to_thread(look.get_etcd, "demo", "forbidden")
     assert isinstance(raised.value.__cause__, kube.Forbidden)
+
+
+async def test_an_ops_request_is_read_the_same_way(api: FakeApi, client: kube.Kube) -> None:
+    ops = {"apiVersion": "ops.opsmanager.dev/v1alpha1", "kind": "EtcdOpsRequest",
+           "metadata": {"name": "add-tls", "namespace": "demo"}, "status": {"phase": "Progressing"}}
+    api.opsrequests[("demo", "add-tls")] = ops
+    look = lookup_module.KubernetesEtcdLookup(client)
+    assert await asyncio.to_thread(look.get_opsrequest, "demo", "add-tls") == ops
+    assert await look.aget_opsrequest("demo", "gone") is None
+    assert api.paths == ["/apis/ops.opsmanager.dev/v1alpha1/namespaces/demo/etcdopsrequests/add-tls",
+                         "/apis/ops.opsmanager.dev/v1alpha1/namespaces/demo/etcdopsrequests/gone"]
+    with pytest.raises(validation.EtcdLookupError, match="GET etcdopsrequests demo/forbidden: HTTP 403"):
+        await asyncio.to_thread(look.get_opsrequest, "demo", "forbidden")
 
 
 async def test_unreachable_api_raises_lookup_error() -> None:

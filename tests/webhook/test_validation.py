@@ -239,6 +239,7 @@ def test_delete_of_an_ops_request_is_allowed(lookup: validation.InMemoryEtcdLook
 # --- Etcd ---------------------------------------------------------------------------------------------------------
 
 EPREFIX = 'Etcd.opsmanager.dev "etcd-tls" is invalid: '
+NO_OBJECTS = validation.InMemoryEtcdLookup()  # the Etcd rules read an EtcdOpsRequest only for a held pause
 
 
 def etcd_with(**spec: Any) -> dict[str, Any]:
@@ -275,7 +276,7 @@ def etcd_with(**spec: Any) -> dict[str, Any]:
     ],
 )
 def test_etcd_rules_and_messages(spec: dict[str, Any], error: str) -> None:
-    verdict = validation.validate_etcd("CREATE", etcd_with(**spec), None)
+    verdict = validation.validate_etcd("CREATE", etcd_with(**spec), None, lookup=NO_OBJECTS)
     assert not verdict.allowed and verdict.code == 422
     assert verdict.message == EPREFIX + error
 
@@ -283,7 +284,7 @@ def test_etcd_rules_and_messages(spec: dict[str, Any], error: str) -> None:
 def test_etcd_errors_are_all_reported_in_kubedb_order() -> None:
     obj = etcd_with(version=None, replicas=0, storageType="x", deletionPolicy=None,
                     tls={"certificates": [{"alias": "server"}, {"alias": "bogus"}, {"alias": "server"}]})
-    verdict = validation.validate_etcd("CREATE", obj, None)
+    verdict = validation.validate_etcd("CREATE", obj, None, lookup=NO_OBJECTS)
     assert [e.field for e in verdict.errors] == [
         "spec.version", "spec.replicas", "spec.storageType", "spec.deletionPolicy", "spec.tls.issuerRef",
         "spec.tls.certificates[1].alias", "spec.tls.certificates[2].alias",
@@ -292,13 +293,13 @@ def test_etcd_errors_are_all_reported_in_kubedb_order() -> None:
 
 
 def test_even_replicas_are_allowed_with_a_warning() -> None:
-    verdict = validation.validate_etcd("CREATE", etcd_with(replicas=4), None)
+    verdict = validation.validate_etcd("CREATE", etcd_with(replicas=4), None, lookup=NO_OBJECTS)
     assert verdict.allowed
     assert verdict.warnings == (validation.MSG_EVEN_REPLICAS,)
 
 
 def test_etcd_schema_errors_follow_the_kubedb_rules() -> None:
-    verdict = validation.validate_etcd("CREATE", etcd_with(replicas="3", halted="no"), None)
+    verdict = validation.validate_etcd("CREATE", etcd_with(replicas="3", halted="no"), None, lookup=NO_OBJECTS)
     assert verdict.message == EPREFIX + (
         '[spec.replicas: Invalid value: "3": Input should be a valid integer, '
         'spec.halted: Invalid value: "no": Input should be a valid boolean]'
@@ -308,32 +309,32 @@ def test_etcd_schema_errors_follow_the_kubedb_rules() -> None:
 def test_storage_type_is_immutable_on_update() -> None:
     old = etcd_with()
     new = etcd_with(storageType="Ephemeral", replicas=5)
-    verdict = validation.validate_etcd("UPDATE", new, old)
+    verdict = validation.validate_etcd("UPDATE", new, old, lookup=NO_OBJECTS)
     assert verdict.message == EPREFIX + (
         'spec: Invalid value: "etcd-tls": precondition failed for: map[spec:map[replicas:5 storageType:Ephemeral]].'
         "At least one of the following was changed:\n\tapiVersion\n\tkind\n\tname\n\tnamespace\n\tspec.storageType"
     )
-    assert validation.validate_etcd("UPDATE", etcd_with(replicas=5), old).allowed
+    assert validation.validate_etcd("UPDATE", etcd_with(replicas=5), old, lookup=NO_OBJECTS).allowed
 
 
 def test_do_not_terminate_blocks_delete() -> None:
     old = etcd_with(deletionPolicy="DoNotTerminate")
-    verdict = validation.validate_etcd("DELETE", None, old)
+    verdict = validation.validate_etcd("DELETE", None, old, lookup=NO_OBJECTS)
     assert verdict.message == EPREFIX + (
         'spec.deletionPolicy: Invalid value: "etcd-tls": can not delete as deletionPolicy is set to "DoNotTerminate"'
     )
-    assert validation.validate_etcd("DELETE", None, etcd_with(deletionPolicy="WipeOut")).allowed
+    assert validation.validate_etcd("DELETE", None, etcd_with(deletionPolicy="WipeOut"), lookup=NO_OBJECTS).allowed
 
 
 def test_an_etcd_being_deleted_is_not_validated() -> None:
     obj = etcd_with(replicas=0)
     obj["metadata"]["deletionTimestamp"] = "2026-11-29T14:39:00Z"
-    assert validation.validate_etcd("UPDATE", obj, obj).allowed
+    assert validation.validate_etcd("UPDATE", obj, obj, lookup=NO_OBJECTS).allowed
 
 
 def test_a_valid_etcd_is_allowed() -> None:
-    assert validation.validate_etcd("CREATE", etcd_with(), None).allowed
-    assert validation.validate_etcd("CREATE", PLAIN_DB, None).allowed
+    assert validation.validate_etcd("CREATE", etcd_with(), None, lookup=NO_OBJECTS).allowed
+    assert validation.validate_etcd("CREATE", PLAIN_DB, None, lookup=NO_OBJECTS).allowed
 
 
 # --- spec.tlsLifecycle (issue 11) ------------------------------------------------------------------------------
@@ -369,7 +370,7 @@ _NOT_POSITIVE = 'must be greater than zero: write a positive Go duration such as
 )
 @pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
 def test_bad_tls_lifecycle_policies_are_denied(policy: dict[str, Any], error: str, operation: str) -> None:
-    verdict = validation.validate_etcd(operation, etcd_with(tlsLifecycle=policy), etcd_with())
+    verdict = validation.validate_etcd(operation, etcd_with(tlsLifecycle=policy), etcd_with(), lookup=NO_OBJECTS)
     assert not verdict.allowed and verdict.code == 422
     assert verdict.message == EPREFIX + error
 
@@ -377,7 +378,7 @@ def test_bad_tls_lifecycle_policies_are_denied(policy: dict[str, Any], error: st
 def test_tls_lifecycle_errors_are_all_reported_in_field_order_after_kubedb_rules() -> None:
     policy = {"scanInterval": "x", "alertBefore": ["1h", "60m", "0"],
               "autoRenew": {"before": "0s", "retryAfterFailure": "1d"}}
-    verdict = validation.validate_etcd("CREATE", etcd_with(replicas=0, tlsLifecycle=policy), None)
+    verdict = validation.validate_etcd("CREATE", etcd_with(replicas=0, tlsLifecycle=policy), None, lookup=NO_OBJECTS)
     assert [e.field for e in verdict.errors] == [
         "spec.replicas", "spec.tlsLifecycle.scanInterval", "spec.tlsLifecycle.alertBefore[1]",
         "spec.tlsLifecycle.alertBefore[2]", "spec.tlsLifecycle.autoRenew.before",
@@ -397,16 +398,16 @@ def test_tls_lifecycle_errors_are_all_reported_in_field_order_after_kubedb_rules
     ],
 )
 def test_valid_tls_lifecycle_policies_are_allowed(policy: dict[str, Any]) -> None:
-    assert validation.validate_etcd("CREATE", etcd_with(tlsLifecycle=policy), None).allowed
-    assert validation.validate_etcd("UPDATE", etcd_with(tlsLifecycle=policy), etcd_with()).allowed
+    assert validation.validate_etcd("CREATE", etcd_with(tlsLifecycle=policy), None, lookup=NO_OBJECTS).allowed
+    assert validation.validate_etcd("UPDATE", etcd_with(tlsLifecycle=policy), etcd_with(), lookup=NO_OBJECTS).allowed
 
 
 def test_tls_lifecycle_wrong_shapes_fall_to_the_schema_check() -> None:
-    verdict = validation.validate_etcd("CREATE", etcd_with(tlsLifecycle={"scanInteval": "5m"}), None)
+    verdict = validation.validate_etcd("CREATE", etcd_with(tlsLifecycle={"scanInteval": "5m"}), None, lookup=NO_OBJECTS)
     assert verdict.message == EPREFIX + (
         "spec.tlsLifecycle.scanInteval: Forbidden: unknown field; check its spelling (`kubectl explain`)"
     )
-    verdict = validation.validate_etcd("CREATE", etcd_with(tlsLifecycle={"alertBefore": "24h"}), None)
+    verdict = validation.validate_etcd("CREATE", etcd_with(tlsLifecycle={"alertBefore": "24h"}), None, lookup=NO_OBJECTS)
     assert not verdict.allowed and verdict.errors[0].field == "spec.tlsLifecycle.alertBefore"
 
 
@@ -426,7 +427,7 @@ def test_defaults_are_a_json_patch() -> None:
     assert patched["spec"]["halted"] is False
     assert patched["spec"]["tls"]["issuerRef"] == {"name": "ca", "apiGroup": "cert-manager.io", "kind": "Issuer"}
     assert patched["spec"]["tls"]["certificates"][0]["issuerRef"]["kind"] == "Issuer"
-    assert validation.validate_etcd("CREATE", patched, None).allowed
+    assert validation.validate_etcd("CREATE", patched, None, lookup=NO_OBJECTS).allowed
 
 
 @pytest.mark.parametrize("spec", [

@@ -63,8 +63,7 @@ async def heal(client: kube.Kube, namespace: str | None = None, *, only: str | N
             if holder is None:
                 continue
             req = await client.get(constants.OPS_API_VERSION, constants.OPS_KIND, ns, holder) if holder else None
-            phase = ((req or {}).get("status") or {}).get("phase")
-            if req is None or phase in constants.TERMINAL_OPS_PHASES or req["metadata"].get("deletionTimestamp"):
+            if not pause_api.request_holds(req):
                 if await resume(client, ns, db["metadata"]["name"], holder):
                     healed.append(f"{ns}/{db['metadata']['name']}")
     return healed

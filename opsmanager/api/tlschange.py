@@ -1,0 +1,61 @@
+"""What a ``ReconfigureTLS`` request makes of the Etcd's ``spec.tls`` — one rule, pure.
+
+The ops engine writes the result back to the Etcd in its last step (``UpdateDatabase``), and the admission
+webhook lets exactly that write through while the request holds the Etcd paused (any other edit of ``spec.tls``
+then is refused). Both must compute the same value, so the rule lives here, below both of them: the engine
+(``opsmanager.ops.plan``) may not be imported by the webhook.
+
+``ANNOTATION_TLS_BEFORE`` belongs to the same contract: the engine records on the request the Etcd's
+``spec.tls`` as it was when the request started, and folds the request into *that* (so its own write cannot
+change its plan). The webhook reads the same annotation to compute the same value.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+from opsmanager.api import common, constants
+from opsmanager.api import etcd as etcd_api
+from opsmanager.api import opsrequest as ops_api
+
+ANNOTATION_TLS_BEFORE: Final = "ops.opsmanager.dev/tls-before"  # the Etcd's spec.tls when the request started
+
+
+def desired_tls(current: etcd_api.TLSConfig | None, req: ops_api.ReconfigureTLSSpec) -> etcd_api.TLSConfig | None:
+    """The Etcd's ``spec.tls`` after the request: certificates merged by alias, issuerRef replaced when given."""
+    if req.remove:
+        return None
+    if req.rotate_certificates:
+        return current
+    base = current.model_copy(deep=True) if current is not None else etcd_api.TLSConfig()
+    if req.issuer_ref is not None:
+        base.issuer_ref = req.issuer_ref.model_copy(deep=True)
+    merged: dict[str, common.CertificateSpec] = {c.alias: c for c in base.certificates or []}
+    for cert in req.certificates or []:
+        old = merged.get(cert.alias)
+        if old is None:
+            merged[cert.alias] = cert.model_copy(deep=True)
+        else:
+            update = cert.model_dump(exclude_unset=True, exclude_none=True)
+            merged[cert.alias] = old.model_copy(update={k: getattr(cert, k) for k in update}, deep=True)
+    base.certificates = [merged[a] for a in sorted(merged, key=alias_order)] or None
+    return base
+
+
+def alias_order(alias: str) -> int:
+    """Where an alias sorts in ``spec.tls.certificates``: the order of ``constants.CERT_ALIASES``, unknown last."""
+    return constants.CERT_ALIASES.index(alias) if alias in constants.CERT_ALIASES else len(constants.CERT_ALIASES)
+
+
+def tls_before(request: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The Etcd's ``spec.tls`` (a raw dict) the engine recorded on ``request`` when it started; None when it has
+    not recorded one yet, recorded none (TLS was off), or the annotation cannot be read. As in the engine, None
+    means: fold the request into the Etcd's ``spec.tls`` as it is now."""
+    raw = ((request.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_TLS_BEFORE)
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
