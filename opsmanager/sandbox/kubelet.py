@@ -604,6 +604,11 @@ class PodWorker:
                     return True
         return False
 
+    @property
+    def held_refreshes(self) -> frozenset[tuple[str, str]]:
+        """(kind, name) of the changed objects whose refresh :data:`ANNOTATION_HOLD_VOLUME_REFRESH` holds back."""
+        return frozenset(self._held)
+
     def schedule_refresh(self, kind: str, name: str) -> None:
         """An object this pod mounts changed: re-project its volumes after the refresh delay."""
         if not self.volumes_ready or self.terminating:
