@@ -23,6 +23,7 @@ from e2e import scenario
 from opsmanager import pki
 from opsmanager.api import conditions, constants
 from opsmanager.sandbox import kubelet as sandbox_kubelet
+from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -115,4 +116,34 @@ async def test_a_member_whose_volume_refresh_is_held_back_is_restarted_alone(sc:
     assert restart["message"].endswith(f"after it was issued: {stale}")
     print(f"\nheld-back member: {restart['message']}; {result.writes_ok} writes ok / {result.writes_failed} failed, "
           f"max stall {result.max_gap:.3f}s, {result.elections} elections, wall {result.wall_seconds:.1f}s")
+    await sc.drop_etcd(db)
+
+
+async def test_operator_killed_while_restarting_the_stale_member_restarts_it_only_once(
+        sc: scenario.Scenario) -> None:
+    """SIGKILL the operator right after it decided to restart the held-back member (``RestartPods`` False): the
+    operator started again finishes the restart from the conditions, without a second eviction."""
+    db = "zk"
+    await sc.fresh_etcd(db, issuer="ca-a")
+    stale = f"{db}-2"
+    await sc.k.patch("v1", "Pod", sc.namespace, stale, {"metadata": {"annotations": {
+        sandbox_kubelet.ANNOTATION_HOLD_VOLUME_REFRESH: "true"}}})
+    async with scenario.PodTracker(sc, db) as pods, scenario.PidTracker(sc, db, interval=0.05) as pids:
+        await sc.submit(f"{db}-rotate", db, "ReconfigureTLS", tls={"rotateCertificates": True})
+
+        async def restarting() -> bool:
+            req = await sc.request(f"{db}-rotate") or {}
+            return conditions.is_false((req.get("status") or {}).get("conditions"), constants.COND_RESTART_PODS)
+
+        await aeventually(restarting, timeout=60, interval=0.05, what="the restart of the stale member decided")
+        await sc.kill_operator()
+        await sc.start_operator()
+        req = await sc.watch_request(f"{db}-rotate", timeout=120)
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
+    assert pods.restarts() == {f"{db}-0": 0, f"{db}-1": 0, stale: 1}, pods.uids
+    assert pids.restarts() == {f"{db}-0": 0, f"{db}-1": 0, stale: 1}, pids.pids
+    served_now = await served(sc, db)
+    after = await secret_serials(sc, db)
+    assert all(set(by_member.values()) == {after[port]} for port, by_member in served_now.items())
+    assert not await sc.is_paused(db)
     await sc.drop_etcd(db)
