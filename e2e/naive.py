@@ -64,6 +64,7 @@ class NaiveOutcome:
 
     strategy: str
     steps: tuple[MemberStep, ...]
+    leader_moves: int = 0  # MoveLeader calls the strategy made (planned leader changes, not elections)
 
     @property
     def completed(self) -> bool:
@@ -295,10 +296,8 @@ async def _serials(sc: scenario.Scenario, model: etcd_api.Etcd, tls: etcd_api.TL
     return out
 
 
-async def rotate(sc: scenario.Scenario, db: str) -> NaiveOutcome:
-    """Re-issue every certificate (``Issuing=True``, as ``cmctl renew``), then one rolling restart in ordinal
-    order: no MoveLeader before the leader, no check of what each member serves."""
-    await set_paused(sc.k, sc.namespace, db, True)
+async def reissue(sc: scenario.Scenario, db: str) -> None:
+    """Re-issue every certificate of ``db`` (``Issuing=True``, as ``cmctl renew``) and wait for the new Secrets."""
     model = await etcd_model(sc, db)
     tls = model.spec.tls
     if tls is None:
@@ -308,13 +307,45 @@ async def rotate(sc: scenario.Scenario, db: str) -> NaiveOutcome:
     def issuing(st: dict[str, Any]) -> dict[str, Any]:
         st = dict(st)
         st["conditions"] = conditions.set_condition(st.get("conditions"), "Issuing", constants.TRUE,
-                                                    reason="ManuallyTriggered", message="bench: naive rotate")
+                                                    reason="ManuallyTriggered", message="bench: rotate")
         return st
 
     for alias in constants.CERT_ALIASES:
         await sc.k.transact_status(CERT_API, "Certificate", sc.namespace, naming.certificate(db, alias), issuing)
     await wait_secrets(sc, model, tls, not_serials=before)
+
+
+async def rotate(sc: scenario.Scenario, db: str) -> NaiveOutcome:
+    """Re-issue every certificate (``Issuing=True``, as ``cmctl renew``), then one rolling restart in ordinal
+    order: no MoveLeader before the leader, no check of what each member serves."""
+    await set_paused(sc.k, sc.namespace, db, True)
+    await reissue(sc, db)
     return NaiveOutcome("re-issue, then pod delete in ordinal order", tuple(await roll_in_order(sc, db)))
+
+
+async def rotate_then_restart(sc: scenario.Scenario, db: str) -> NaiveOutcome:
+    """The restart-based rotation (this operator's rotate before zero-restart): re-issue every certificate, then a
+    leader-aware ``Restart`` EtcdOpsRequest (one member at a time, MoveLeader before the leader)."""
+    await reissue(sc, db)
+    request = f"{db}-restart"
+    await sc.submit(request, db, constants.OPS_TYPE_RESTART)
+    req = await sc.watch_request(request, timeout=300)
+    conds = (req.get("status") or {}).get("conditions") or []
+    steps = []
+    for pod in naming.pods(db, 3):
+        evicted = conditions.get_condition(conds, constants.per_pod_type(constants.STEP_EVICT_POD, pod))
+        ready = conditions.get_condition(conds, constants.per_pod_type(constants.STEP_CHECK_POD_READY, pod))
+        if evicted is None:
+            continue
+        seconds = 0.0
+        if ready is not None and ready.get("status") == constants.TRUE:
+            seconds = (conditions.parse_rfc3339(ready["lastTransitionTime"])
+                       - conditions.parse_rfc3339(evicted["lastTransitionTime"])).total_seconds()
+        steps.append(MemberStep(pod, "evict", seconds, ready is not None and ready.get("status") == constants.TRUE))
+    if (req.get("status") or {}).get("phase") != constants.PHASE_SUCCESSFUL:
+        raise RuntimeError(f"the Restart request {request} ended {(req.get('status') or {}).get('phase')}")
+    return NaiveOutcome("re-issue, then a leader-aware Restart request", tuple(steps),
+                        leader_moves=await sc.leader_moves(request))
 
 
 async def change_issuer(sc: scenario.Scenario, db: str, issuer: str = "ca-b") -> NaiveOutcome:

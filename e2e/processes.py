@@ -53,8 +53,10 @@ class OperatorProcess:
     def start(cls, kubeconfig: str | os.PathLike[str], *, log_path: str | os.PathLike[str],
               namespaces: Sequence[str] = (), interval: float | None = None, standalone: bool = True,
               with_ops: bool = True, verbose: bool = False, extra_args: Sequence[str] = (),
-              env: dict[str, str] | None = None, ready_timeout: float = 30.0) -> OperatorProcess:
-        """Start the operator against ``kubeconfig`` and wait until it serves its liveness probe."""
+              env: dict[str, str] | None = None, ready_timeout: float = 30.0,
+              delivery_timeout: float | None = None) -> OperatorProcess:
+        """Start the operator against ``kubeconfig`` and wait until it serves its liveness probe.
+        ``delivery_timeout``: its ``--certificate-delivery-timeout`` (None: the operator's default)."""
         url = f"http://127.0.0.1:{children.free_port()}/healthz"
         metrics_port = children.free_port()
         argv = [sys.executable, "-m", "opsmanager", "run", "--kubeconfig", os.fspath(kubeconfig), "--liveness", url,
@@ -67,6 +69,8 @@ class OperatorProcess:
             argv.append("--standalone")
         if not with_ops:
             argv.append("--no-ops")
+        if delivery_timeout is not None:
+            argv += ["--certificate-delivery-timeout", str(delivery_timeout)]
         if verbose:
             argv.append("--verbose")
         argv += list(extra_args)

@@ -44,6 +44,8 @@ class OpResult:
     leader_moves: int
     conditions: tuple[str, ...]
     failure: str = ""
+    writer_key: bytes = b""  # the key the live writer put its sequence numbers under
+    last_acknowledged: int = 0  # the highest sequence number a put of the writer was acknowledged for
 
     @property
     def unplanned_elections(self) -> int:
@@ -58,8 +60,10 @@ class Scenario:
     """A sandbox with the operator running, helpers to make CAs, Etcds and requests, and the live measurements."""
 
     def __init__(self, workdir: str | os.PathLike[str], *, printer: Printer | None = None,
-                 namespace: str = NAMESPACE) -> None:
+                 namespace: str = NAMESPACE, delivery_timeout: float | None = None) -> None:
+        """``delivery_timeout``: the operator's ``--certificate-delivery-timeout`` (None: the sandbox's 15 s)."""
         self.dir = pathlib.Path(workdir)
+        self.delivery_timeout = delivery_timeout
         self.print = printer or (lambda _line: None)
         self.namespace = namespace
         self.sandbox: Any = None
@@ -84,9 +88,13 @@ class Scenario:
     async def start_operator(self) -> None:
         """``opsmanager run`` as a child process (so a test can SIGKILL it), logging to ``operator.log``.
         Started from a thread: its readiness wait blocks, and this loop also serves the sandbox's API."""
+        from opsmanager.sandbox import components as sandbox_components
+
+        delivery = self.delivery_timeout
         self.operator = await asyncio.to_thread(
             processes.OperatorProcess.start, self.sandbox.kubeconfig, log_path=self.dir / "operator.log",
-            interval=1.0)
+            interval=1.0,
+            delivery_timeout=delivery if delivery is not None else sandbox_components.SANDBOX_CERTIFICATE_DELIVERY_TIMEOUT)
 
     async def kill_operator(self) -> None:
         """SIGKILL the operator: the crash case."""
@@ -255,6 +263,8 @@ class Scenario:
             wall = time.monotonic() - started
             after = w.snapshot()
             mres = mon.result
+        final = w.result  # after the writer stopped: its last acknowledged put included
+        assert final is not None
         status = req.get("status") or {}
         failure = ""
         for cond in status.get("conditions") or []:
@@ -265,11 +275,27 @@ class Scenario:
             writes_ok=after.ok - before.ok, writes_failed=after.failed - before.failed, max_gap=after.max_gap,
             elections=mres.elections, leader_moves=await self.leader_moves(request_name),
             conditions=tuple(c["type"] for c in status.get("conditions") or []), failure=failure,
+            writer_key=final.key, last_acknowledged=final.last_value,
         )
 
-    async def served_serials(self, db: str) -> dict[str, int]:
-        """The serial each member serves on its client port now (fresh handshake), with whichever of the
+    async def read_back(self, db: str, key: bytes) -> int:
+        """A linearizable read of the live writer's ``key`` (its latest sequence number), with whichever of the
         writer's identities the members accept."""
+        eps = await self.endpoints(db)
+        last: Exception | None = None
+        for ident in [*self.writer_identities(), None]:
+            try:
+                async with etcd_client.EtcdClient(eps, tls=ident) as client:
+                    value = await client.get(key, timeout=5.0)
+                return int(value or b"0")
+            except etcd_errors.EtcdError as err:
+                last = err
+        raise RuntimeError(f"no identity of the writer could read {key!r} back: {last}")
+
+    async def served_serials(self, db: str, port: str = "client") -> dict[str, int]:
+        """The serial each member serves on its ``port`` (``client`` or ``peer``) now (fresh handshake), with
+        whichever of the writer's identities the members accept (the peer port of a TLS Etcd is the https one)."""
+        number: str | int = naming.peer_port("https") if port == "peer" else port
         eps = await self.endpoints(db)
         last: Exception | None = None
         for ident in self.writer_identities():
@@ -277,7 +303,7 @@ class Scenario:
             try:
                 async with etcd_client.EtcdClient(eps, tls=ident) as client:
                     for ep in eps:
-                        out[ep.name] = (await client.served_certificate(ep.name, port="client")).serial
+                        out[ep.name] = (await client.served_certificate(ep.name, port=number)).serial
                 return out
             except etcd_errors.TLSHandshakeFailed as err:
                 last = err

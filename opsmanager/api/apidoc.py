@@ -38,10 +38,11 @@ _CONDITIONS = """\
 |---|---|
 | `Running` | the request started (reason `Running`); phase `Progressing` |
 | `IssueCertificatesSucceeded` | rotate: re-issue triggered on every Certificate |
+| `ServedCertificatesVerified` | rotate: every member serves its re-issued leaf on the client and the peer port (fresh handshakes; no restart) |
 | `CertificateSynced` | every certificate Secret carries the new material |
 | `UpdateStatefulSet` | the StatefulSet was re-rendered |
 | `TrustBundleWidened` / `PeerURLsUpdated` / `TrustBundleNarrowed` | multi-pass TLS transitions: both CAs trusted, peer URLs re-registered, old CA dropped |
-| `RestartPods` | the rolling restart (umbrella; `False` while in flight) |
+| `RestartPods` | the rolling restart (umbrella; `False` while in flight); on a rotate only when a member still served its previous leaf after the delivery bound and was restarted alone |
 | `<Step>--<pod>` | per-pod steps: `EvictPod`, `CheckPodReady`, `EtcdClusterHealthy`, `MoveLeader`, `UpdatePeerURL`, `VerifyServedCertificate` |
 | `EtcdLeaderMoved` | `MoveLeader`: leadership is on the chosen member |
 | `UpdateDatabase` | the new `spec.tls` was written to the Etcd (last) |

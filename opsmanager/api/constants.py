@@ -157,6 +157,9 @@ TERMINAL_OPS_PHASES: Final = (PHASE_SUCCESSFUL, PHASE_FAILED, PHASE_SKIPPED)
 COND_RUNNING: Final = "Running"
 COND_ISSUE_CERTIFICATES_SUCCEEDED: Final = "IssueCertificatesSucceeded"
 COND_CERTIFICATE_SYNCED: Final = "CertificateSynced"
+# Zero-restart rotation: every member serves its re-issued leaf on the client and the peer port (fresh handshakes);
+# a member still serving the previous one after the delivery bound is restarted alone (then RestartPods appears).
+COND_SERVED_CERTIFICATES_VERIFIED: Final = "ServedCertificatesVerified"
 COND_UPDATE_STATEFULSET: Final = "UpdateStatefulSet"
 COND_RESTART_PODS: Final = "RestartPods"
 COND_UPDATE_DATABASE: Final = "UpdateDatabase"

@@ -35,7 +35,9 @@ class ReconfigureTLSSpec(common.Model):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["alias"]},
     )
     rotate_certificates: bool = pydantic.Field(
-        default=False, description="Re-issue every certificate from the current issuer and roll the members."
+        default=False,
+        description="Re-issue every certificate from the current issuer; the members hot-reload the new leaves "
+                    "(no restart unless one still serves its old leaf after the kubelet's delivery bound).",
     )
     remove: bool = pydantic.Field(default=False, description="Turn TLS off (back to plain HTTP) on every member.")
 

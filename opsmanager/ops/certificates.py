@@ -2,8 +2,10 @@
 the way owned by someone else, the trust bundle — the Secret of CAs every member trusts — and the CA probes.
 
 Used by :mod:`~opsmanager.ops.steps.sync_certificates`, :mod:`~opsmanager.ops.steps.issue`,
-:mod:`~opsmanager.ops.steps.roll_pass` (the bundle a pass needs) and :mod:`~opsmanager.ops.steps.update_database`
-(deleting what a removal leaves behind). Failures these helpers prevent:
+:mod:`~opsmanager.ops.steps.roll_pass` (the bundle a pass needs), :mod:`~opsmanager.ops.steps.update_database`
+(deleting what a removal leaves behind), and — for what a member serves on the wire (:func:`expected_serials`,
+:func:`served_problem`) — :mod:`~opsmanager.ops.steps.roll` and :mod:`~opsmanager.ops.steps.verify_served`.
+Failures these helpers prevent:
 
 - **a CA change nobody trusts yet** — the trust bundle is widened (old + new CA) before any leaf from the new CA
   exists; the new CA is learned from a probe Certificate issued by the new issuer, so it works for any issuer
@@ -17,6 +19,8 @@ from typing import Any
 from opsmanager import pki
 from opsmanager.api import common, conditions, constants
 from opsmanager.api import etcd as etcd_api
+from opsmanager.etcd import admin
+from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan
 from opsmanager.provisioner import material, naming, ownership, render
 
@@ -166,3 +170,31 @@ async def delete_certificates(ctx: context.OpsContext, tls: etcd_api.TLSConfig) 
                     secret, f"{ctx.namespace}/{ctx.db_name}", db_uid, name) is None:
                 await ctx.kube.delete("v1", "Secret", ctx.namespace, cert["spec"]["secretName"])
     await ctx.kube.delete("v1", "Secret", ctx.namespace, naming.trust_bundle_secret(ctx.db_name))
+
+
+# --- what a member serves on the wire ---------------------------------------------------------------------------
+
+
+async def expected_serials(ctx: context.OpsContext, tls: etcd_api.TLSConfig) -> dict[str, int]:
+    """The serial each TLS port must serve (``constants.PORT_ALIAS``): that of the leaf in the port's alias Secret."""
+    out = {}
+    for port, alias in constants.PORT_ALIAS.items():
+        secret = await ctx.secret(render.secret_name(ctx.db_name, tls, alias))
+        cert = material.secret_bytes(secret, "tls.crt")
+        if cert:
+            out[port] = pki.cert_info(cert).serial
+    return out
+
+
+async def served_problem(client: admin.EtcdAdmin, member: str, expected: dict[str, int]) -> str | None:
+    """What is wrong with what ``member`` serves (a fresh TLS handshake per port), or None when every port serves
+    the serial ``expected`` names for it."""
+    for port, serial in expected.items():
+        alias = constants.PORT_ALIAS[port]
+        try:
+            served = await client.served_certificate(member, port=port)
+        except etcd_errors.EtcdError as err:
+            return f"reading the {alias} certificate {member} serves: {err}"
+        if served.serial != serial:
+            return f"{member} serves {alias} certificate serial {served.serial_hex}, expected {serial:x}"
+    return None

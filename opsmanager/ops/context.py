@@ -69,6 +69,8 @@ class OpsContext:
     tls_before: dict[str, Any] | None = None
     # How this reconcile reaches etcd: the engine's one seam to etcd (tests inject a fake).
     admin_factory: admin.AdminFactory = admin.connect
+    # Seconds the kubelet may take to deliver a changed Secret into a running pod (``Engine.delivery_timeout``).
+    delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT
 
     @property
     def name(self) -> str:

@@ -40,6 +40,7 @@ from opsmanager.ops.steps import (
     update_database,
     update_peer_urls,
     update_statefulset,
+    verify_served,
 )
 
 log = logging.getLogger("opsmanager.ops")
@@ -58,6 +59,7 @@ STEPS: dict[plan.StepKind, Executor] = {
     plan.StepKind.ROLL_PASS: roll_pass.run,
     plan.StepKind.UPDATE_PEER_URLS: update_peer_urls.run,
     plan.StepKind.MOVE_LEADER: move_leader.run,
+    plan.StepKind.VERIFY_SERVED: verify_served.run,
     plan.StepKind.UPDATE_DATABASE: update_database.run,
 }
 
@@ -237,7 +239,8 @@ class Engine:
         req, tls_before = await self._snapshot(req, db_obj)
         request = ops_api.EtcdOpsRequest.model_validate(req)
         ctx = context.OpsContext(self.kube, req, db_obj, plan.Plan(request.spec.type, None, None, ()), self.clock(),
-                                 tls_before=tls_before, admin_factory=self.etcd)
+                                 tls_before=tls_before, admin_factory=self.etcd,
+                                 delivery_timeout=self.delivery_timeout)
         try:
             ctx.plan = plan.plan_for(ctx.db, request)
         except ValueError as err:

@@ -16,8 +16,13 @@ The TLS plans are the product. Each exists because the naive order fails on a li
 - **issuer (CA) change** — etcd reads CA files only at start, so a roll onto the new CA alone leaves old- and
   new-CA members unable to talk (quorum lost, 3–8 s write stalls, measured). So: pass 1 trusts old+new; then the
   leaves come from the new issuer (hot-reloaded, and rolled to force fresh connections); pass 3 drops the old CA.
-- **rotate** — re-issue every certificate (cert-manager's ``Issuing=True``), wait for a higher revision and
-  complete material, roll, and verify by a fresh handshake that each member serves its new certificate.
+- **rotate** (the CA never changes: same issuer) — re-issue every certificate (cert-manager's ``Issuing=True``),
+  wait for a higher revision and complete material, then *no roll*: etcd re-reads its leaf and key on every new
+  handshake, so once the kubelet has delivered the new files each member serves them. ``ServedCertificatesVerified``
+  checks that with fresh handshakes on the client and the peer port of every member; a member still serving the
+  previous leaf after the delivery bound (``--certificate-delivery-timeout``) is restarted alone, leader-aware, and
+  only then does ``RestartPods`` appear. A roll here would cost an election-free but needless restart of every
+  member (and, done naively, write stalls and elections — measured in ``docs/benchmarks.md``).
 - **certificate fields under the same issuer** — one pass.
 """
 
@@ -49,6 +54,7 @@ class StepKind(enum.Enum):
     ROLL_PASS = "RollPass"  # trust bundle + StatefulSet + roll, as one intermediate pass
     UPDATE_PEER_URLS = "UpdatePeerURLs"  # member update of each peer URL to the step's scheme
     MOVE_LEADER = "MoveLeader"  # standalone MoveLeader request
+    VERIFY_SERVED = "VerifyServed"  # rotate: every member serves its new leaf (hot reload), else restart it alone
     UPDATE_DATABASE = "UpdateDatabase"  # write spec.tls back to the Etcd, clean up what is no longer used
 
 
@@ -184,7 +190,9 @@ def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec) -> 
             Step(constants.COND_ISSUE_CERTIFICATES_SUCCEEDED, StepKind.ISSUE,
                  "Successfully re-issued every certificate", tls=current),
             _sync_certificates(current),
-            *_final_roll(current, verify=True, what="with the re-issued certificates"),
+            Step(constants.COND_SERVED_CERTIFICATES_VERIFIED, StepKind.VERIFY_SERVED,
+                 "Every member serves its re-issued certificates on the client and the peer port",
+                 verify_served_certificates=True, tls=current),
             _update_database("Successfully updated the Etcd TLS configuration"),
         ]
     elif change is TLSChange.UPDATE:

@@ -1,6 +1,7 @@
 """``opsmanager sandbox up``: run the local sandbox until SIGINT/SIGTERM.
 
     opsmanager sandbox up [--dir .sandbox] [--no-operator] [--port N] [--apply FILE ...] [--speed F]
+                          [--certificate-delivery-timeout SECONDS]
 
 Starts the API server (with the CRDs rendered from the API models, or ``--crds DIR``, and cert-manager's kinds), the kubelet, the StatefulSet controller
 and cert-manager, writes ``<dir>/kubeconfig``, applies the ``--apply`` manifests, prints how to point kubectl at
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import signal
 import sys
@@ -38,6 +40,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="multiply probe periods and restart back-off by this factor (default 1.0 = real time)")
     up.add_argument("--crds", default=None, metavar="DIR",
                     help="apply the CRD files of DIR (default: the CRDs rendered from the installed API models)")
+    up.add_argument("--certificate-delivery-timeout", type=float, metavar="SECONDS",
+                    default=sandbox_components.SANDBOX_CERTIFICATE_DELIVERY_TIMEOUT,
+                    help="the operator's --certificate-delivery-timeout (default %(default)s: the sandbox kubelet "
+                         "delivers a changed Secret after 0.5 s)")
     up.add_argument("-v", "--verbose", action="store_true", help="log the controllers' work")
     return parser
 
@@ -65,7 +71,10 @@ async def _up(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    components = [] if args.no_operator else [*cluster.DEFAULT_COMPONENTS, *sandbox_components.DEFAULTS]
+    components = [] if args.no_operator else [
+        *cluster.DEFAULT_COMPONENTS,
+        *(functools.partial(c, delivery_timeout=args.certificate_delivery_timeout)
+          if c is sandbox_components.operator else c for c in sandbox_components.DEFAULTS)]
     crds = Path(args.crds) if args.crds else cluster.MODEL_CRDS
     async with cluster.Sandbox(dir=args.dir, port=args.port, speed=args.speed, components=components,
                                crds_dir=crds) as sb:
@@ -74,7 +83,8 @@ async def _up(args: argparse.Namespace) -> int:
         metrics_url = sandbox_components.recorded_endpoints(sb.dir).get("operatorMetrics")
         endpoints = (f"  operator metrics: {metrics_url} (in {sb.dir / sandbox_components.ENDPOINTS_FILE})\n"
                      if metrics_url else "")
-        extras = "none" if not components else ", ".join(getattr(c, "__name__", repr(c)) for c in components)
+        extras = "none" if not components else ", ".join(
+            getattr(getattr(c, "func", c), "__name__", repr(c)) for c in components)
         print(f"sandbox up in {time.monotonic() - started:.2f}s: API server {sb.url} (state in {sb.dir})\n"
               f"  CRDs: {', '.join(sb.crds) or 'none'}; extra components: {extras}\n"
               f"  point kubectl at it with:\n"

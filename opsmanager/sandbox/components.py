@@ -10,8 +10,10 @@ code (only the pure rendering of the webhook's configurations, :mod:`opsmanager.
   Validating/MutatingWebhookConfigurations with the CA as ``caBundle`` — so ``kubectl apply`` of an invalid
   request is denied with the webhook's message, exactly as on a real cluster (``failurePolicy: Fail``).
 * :func:`operator` starts ``python -m opsmanager run`` for all namespaces with ``--metrics-port`` on a free loopback
-  port, waits until its liveness endpoint answers and records its metrics URL as ``operatorMetrics`` in
-  ``<dir>/endpoints.json`` (removed again when it stops).
+  port and ``--certificate-delivery-timeout`` (default :data:`SANDBOX_CERTIFICATE_DELIVERY_TIMEOUT`, 15 s: the
+  sandbox kubelet refreshes a changed Secret after 0.5 s, not the real kubelet's minute or so), waits until its
+  liveness endpoint answers and records its metrics URL as ``operatorMetrics`` in ``<dir>/endpoints.json``
+  (removed again when it stops).
 
 The webhook goes first: the API server calls it on every create and update of an Etcd or EtcdOpsRequest.
 """
@@ -32,6 +34,9 @@ from opsmanager.sandbox import children
 from opsmanager.webhook import config as webhook_config
 
 READY_TIMEOUT = 30.0
+# How long the operator in the sandbox allows the kubelet to deliver a changed Secret (`opsmanager run
+# --certificate-delivery-timeout`): the sandbox kubelet does it after 0.5 s, so 15 s is a wide margin.
+SANDBOX_CERTIFICATE_DELIVERY_TIMEOUT = 15.0
 ENDPOINTS_FILE = "endpoints.json"
 
 
@@ -97,12 +102,14 @@ async def webhook(sb: Any) -> AsyncIterator[children.Child]:
 
 
 @contextlib.asynccontextmanager
-async def operator(sb: Any, *, interval: float = 1.0) -> AsyncIterator[children.Child]:
+async def operator(sb: Any, *, interval: float = 1.0,
+                   delivery_timeout: float = SANDBOX_CERTIFICATE_DELIVERY_TIMEOUT) -> AsyncIterator[children.Child]:
     liveness = f"http://127.0.0.1:{children.free_port()}/healthz"
     metrics_port = children.free_port()
     argv = children.product_argv("run", "--kubeconfig", str(sb.kubeconfig), "--liveness", liveness,
                                  "--interval", str(interval), "--standalone", "--metrics-port", str(metrics_port),
-                                 "--metrics-address", "127.0.0.1")
+                                 "--metrics-address", "127.0.0.1",
+                                 "--certificate-delivery-timeout", str(delivery_timeout))
     child = await children.Child.start("the operator", argv, log_path=sb.dir / "logs" / "operator.log")
     try:
         await child.wait_ready(lambda: _answers(liveness), timeout=READY_TIMEOUT)

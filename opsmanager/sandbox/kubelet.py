@@ -19,6 +19,10 @@ Behaviour that matches the real kubelet (and that the operator's logic may rely 
   pod of the same name (a StatefulSet replacement) starts only after the old one's processes are gone, and
   gets the same IP.
 - Secret/ConfigMap volume updates are applied after ``volume_refresh_delay`` through the atomic ``..data`` swap.
+  Test-only knob (no real kubelet has it): while a pod carries the annotation
+  ``sandbox.opsmanager.dev/hold-volume-refresh: "true"`` (:data:`ANNOTATION_HOLD_VOLUME_REFRESH`) its Secret and
+  ConfigMap volumes are not re-projected — a kubelet that is slow to deliver; removing the annotation delivers
+  what was held. A replacement pod has no such annotation, so a restarted member gets fresh files.
 - Probe periods, delays and restart back-off are multiplied by ``speed`` (1.0 = real time).
 
 The pieces a pod needs from its host (objects, status sink, events, DNS) are the :class:`PodHost` protocol,
@@ -56,6 +60,14 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 NODE_NAME = "sandbox"
+# Test-only: a pod with this annotation set to "true" keeps its Secret/ConfigMap volumes as they are.
+ANNOTATION_HOLD_VOLUME_REFRESH = "sandbox.opsmanager.dev/hold-volume-refresh"
+
+
+def holds_volume_refresh(pod: Obj) -> bool:
+    """The pod asks (test-only) that its Secret/ConfigMap volumes are not re-projected."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return str(annotations.get(ANNOTATION_HOLD_VOLUME_REFRESH, "")).lower() == "true"
 UNSUPPORTED_IMAGE = "ImageNotSupportedBySandbox"
 
 
@@ -421,6 +433,7 @@ class PodWorker:
         self._task: asyncio.Task[None] | None = None
         self._runner_tasks: list[asyncio.Task[None]] = []
         self._refresh: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self._held: set[tuple[str, str]] = set()  # refreshes held back by ANNOTATION_HOLD_VOLUME_REFRESH
         self.etc_files = {name: self.dir / "etc" / name for name in ("hosts", "resolv.conf", "nsswitch.conf",
                                                                     "hostname")}
         self.pvc_uids: set[str] = set()
@@ -451,6 +464,10 @@ class PodWorker:
         self.pod = pod
         if (pod.get("metadata") or {}).get("labels") != old_labels:
             self.host.network_changed()
+        if self._held and not holds_volume_refresh(pod):  # the hold was lifted: deliver what it held back
+            held, self._held = self._held, set()
+            for kind, name in sorted(held):
+                self.schedule_refresh(kind, name)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"pod-{self.namespace}/{self.name}")
@@ -587,6 +604,11 @@ class PodWorker:
                     return True
         return False
 
+    @property
+    def held_refreshes(self) -> frozenset[tuple[str, str]]:
+        """(kind, name) of the changed objects whose refresh :data:`ANNOTATION_HOLD_VOLUME_REFRESH` holds back."""
+        return frozenset(self._held)
+
     def schedule_refresh(self, kind: str, name: str) -> None:
         """An object this pod mounts changed: re-project its volumes after the refresh delay."""
         if not self.volumes_ready or self.terminating:
@@ -601,6 +623,11 @@ class PodWorker:
         self._refresh.pop(key, None)
         kind, name = key
         if self.terminating:
+            return
+        if holds_volume_refresh(self.pod):
+            self._held.add(key)
+            log.info("pod %s/%s: %s %s changed; volume refresh held back (%s)", self.namespace, self.name, kind,
+                     name, ANNOTATION_HOLD_VOLUME_REFRESH)
             return
         for vol in (self.pod.get("spec") or {}).get("volumes") or []:
             single = {"name": vol.get("name"), "volumes": [vol]}

@@ -173,3 +173,14 @@ def test_render_only_regenerates_the_page_from_the_json(tmp_path: pathlib.Path) 
     assert "| 12.5 |" in (tmp_path / "b.md").read_text()
     with pytest.raises(SystemExit):
         bench.main(["--render-only"])
+
+
+def test_rotate_compares_zero_restart_with_the_restart_based_and_the_naive_rotate() -> None:
+    rotate = next(op for op in bench.OPERATIONS if op.key == "rotate")
+    assert rotate.engine_passes == 0  # same CA: the engine restarts nothing
+    assert [v.strategy for v in rotate.naive] == ["reissue-then-restart", "naive-ordinal-roll"]
+    assert all(v.strategy in bench.STRATEGY_TEXT for v in rotate.naive)
+    rec = _engine(scenario_key="rotate", operation="rotate", strategy="reissue-then-restart", leader_moves=1,
+                  elections=1, member_restarts=3)
+    assert rec["unplanned_elections"] == 0 and "leader-aware Restart" in rec["method"]
+    assert bench.verdict([rec]) == []  # not the engine's own row

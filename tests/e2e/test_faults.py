@@ -101,9 +101,10 @@ OPERATIONS: list[tuple[str, dict[str, Any], int, list[Trigger]]] = [
         # see that boundary before the request is terminal. UpdateStatefulSet is followed by a whole roll.
         ("UpdateStatefulSet", true(constants.COND_UPDATE_STATEFULSET)),
     ]),
-    ("rotate", {"tls": {"rotateCertificates": True}}, 1, [
+    # Zero-restart: no member is restarted at all (0 passes), killed or not.
+    ("rotate", {"tls": {"rotateCertificates": True}}, 0, [
         ("IssueCertificatesSucceeded", true(constants.COND_ISSUE_CERTIFICATES_SUCCEEDED)),
-        ("UpdateStatefulSet", true(constants.COND_UPDATE_STATEFULSET)),
+        ("CertificateSynced", true(constants.COND_CERTIFICATE_SYNCED)),
     ]),
     ("change-issuer", {"tls": {"issuerRef": {**ISSUER, "name": "ca-b"}}}, 3, [
         ("TrustBundleWidened", true(constants.COND_TRUST_BUNDLE_WIDENED)),

@@ -24,8 +24,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 TLS_ORDER = {
     "add-tls": ["Running", "CertificateSynced", "TLSListenersAdded", "PeerURLsUpdated", "UpdateStatefulSet",
                 "RestartPods", "UpdateDatabase", "Successful"],
-    "rotate": ["Running", "IssueCertificatesSucceeded", "CertificateSynced", "UpdateStatefulSet", "RestartPods",
-               "UpdateDatabase", "Successful"],
+    "rotate": ["Running", "IssueCertificatesSucceeded", "CertificateSynced", "ServedCertificatesVerified",
+               "UpdateDatabase", "Successful"],  # zero-restart: tests/e2e/test_zero_restart_rotate.py
     "change-issuer": ["Running", "TrustBundleWidened", "CertificateSynced", "UpdateStatefulSet", "RestartPods",
                       "TrustBundleNarrowed", "UpdateDatabase", "Successful"],
     "remove-tls": ["Running", "PlaintextListenersAdded", "PeerURLsUpdated", "UpdateStatefulSet", "RestartPods",
@@ -68,7 +68,7 @@ async def test_all_four_tls_operations_lose_no_write_and_cause_no_unplanned_elec
         assert result.phase == constants.PHASE_SUCCESSFUL, result.failure
         assert umbrella(result) == TLS_ORDER[name]
         assert result.writes_failed == 0, f"{name}: {result.writes_failed} failed writes"
-        assert result.writes_ok > 100
+        assert result.writes_ok > (20 if name == "rotate" else 100)  # rotate restarts nothing: done in ~1 s
         # Every raft election during the operation is one the engine asked for with MoveLeader.
         assert result.elections == result.leader_moves, f"{name}: {result.elections} elections, " \
                                                         f"{result.leader_moves} MoveLeader"

@@ -2,7 +2,7 @@
 
 We test these aspects, for add TLS, rotate, issuer change, remove TLS, Restart and MoveLeader:
 - the phase ends ``Successful`` and the step conditions appear in the plan's order;
-- each member is restarted exactly once per pass, never two at a time, and never while it leads (leadership was
+- each member is restarted exactly once per pass (rotate: no pass at all), never two at a time, and never while it leads (leadership was
   moved first: the fake cluster saw no election, only MoveLeaders);
 - TLS operations: every member serves the certificate now in its Secret, and ``spec.tls`` is written back;
 - every member's peer URL is registered under the scheme of the end state; removing TLS deletes the
@@ -42,9 +42,10 @@ OPERATIONS = [
     Operation("add-tls", False, "ReconfigureTLS", {"tls": {"issuerRef": ISSUER_A}},
               ["Running", "CertificateSynced", "TLSListenersAdded", "PeerURLsUpdated", "UpdateStatefulSet",
                "RestartPods", "UpdateDatabase", "Successful"], 2, True),
+    # Zero-restart: the members hot-reload the re-issued leaves (tests/ops/test_engine_rotate.py has the rest).
     Operation("rotate", True, "ReconfigureTLS", {"tls": {"rotateCertificates": True}},
-              ["Running", "IssueCertificatesSucceeded", "CertificateSynced", "UpdateStatefulSet", "RestartPods",
-               "UpdateDatabase", "Successful"], 1, True),
+              ["Running", "IssueCertificatesSucceeded", "CertificateSynced", "ServedCertificatesVerified",
+               "UpdateDatabase", "Successful"], 0, True),
     Operation("change-issuer", True, "ReconfigureTLS", {"tls": {"issuerRef": ISSUER_B}},
               ["Running", "TrustBundleWidened", "CertificateSynced", "UpdateStatefulSet", "RestartPods",
                "TrustBundleNarrowed", "UpdateDatabase", "Successful"], 3, True),
@@ -73,8 +74,9 @@ async def served_as_in_secrets(world: w.World) -> bool:
 
 async def assert_rolled_safely(world: w.World, op: Operation) -> None:
     assert world.cluster is not None
-    assert world.record.creations == {p: op.passes for p in PODS}, "each member restarted once per pass"
-    assert world.record.max_missing == 1, "one member at a time"
+    assert {p: world.record.creations.get(p, 0) for p in PODS} == {p: op.passes for p in PODS}, \
+        "each member restarted once per pass"
+    assert world.record.max_missing == min(op.passes, 1), "one member at a time"
     assert world.record.restarted_while_leader == []
     assert world.cluster.elections == [], "every leader change was a MoveLeader"
     assert [c.cause for c in world.cluster.history] == ["move"] * op.passes

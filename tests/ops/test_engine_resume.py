@@ -51,8 +51,9 @@ async def test_killed_after_every_step_and_before_every_action_it_resumes_to_suc
     for cond in op.order:
         assert {f"in-flight {cond}", f"done {cond}"} <= crashed or cond == constants.COND_SUCCESSFUL, cond
     # ... and so was every restart of every member, before and after the eviction went out.
-    for pod in operations.PODS:
-        assert {f"before evict {pod}", f"after evict {pod}", f"in-flight EvictPod--{pod}"} <= crashed, pod
-    assert any(p.startswith("after move_leader") for p in crashed)
+    if op.passes:  # (rotate restarts nothing: tests/ops/test_engine_rotate.py crashes around its restart of one)
+        for pod in operations.PODS:
+            assert {f"before evict {pod}", f"after evict {pod}", f"in-flight EvictPod--{pod}"} <= crashed, pod
+        assert any(p.startswith("after move_leader") for p in crashed)
     if constants.COND_PEER_URLS_UPDATED in op.order:
         assert {f"after member_update {p}" for p in operations.PODS} <= crashed

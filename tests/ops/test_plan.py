@@ -55,10 +55,15 @@ def test_remove_tls_is_the_reverse() -> None:
     assert p.steps[3].wiring is not None and p.steps[3].wiring.tls is None
 
 
-def test_rotate_issues_first() -> None:
+def test_rotate_issues_first_then_verifies_what_is_served_without_a_roll() -> None:
     p = plan.plan_for(db(CA), req(rotateCertificates=True))
-    assert conditions(p) == ["Running", "IssueCertificatesSucceeded", "CertificateSynced", "UpdateStatefulSet",
-                             "RestartPods", "UpdateDatabase"]
+    assert conditions(p) == ["Running", "IssueCertificatesSucceeded", "CertificateSynced",
+                             "ServedCertificatesVerified", "UpdateDatabase"]
+    assert [s.kind for s in p.steps if s.kind in (plan.StepKind.ROLL, plan.StepKind.ROLL_PASS,
+                                                   plan.StepKind.APPLY_STATEFULSET)] == []
+    verify = p.steps[3]
+    assert verify.kind is plan.StepKind.VERIFY_SERVED and verify.verify_served_certificates
+    assert verify.tls == p.desired_tls  # the same issuer: rotate never changes the CA
 
 
 def test_issuer_change_widens_then_swaps_leaves_then_narrows() -> None:

@@ -12,7 +12,10 @@ What is played, by :meth:`World.settle` — called after every reconcile, so it 
 - cert-manager: a Certificate with no Secret, a changed spec or ``Issuing=True`` gets a Secret with a fresh leaf
   from its issuer's CA (one CA per issuer name), ``Ready=True`` and ``revision + 1``;
 - etcd: a :class:`~opsmanager.etcd.fake.FakeCluster` — a member stops when its pod is deleted and starts when the
-  pod is recreated, serving the certificates of the Secrets its pod template mounts.
+  pod is recreated, serving the certificates of the Secrets its pod template mounts;
+- the kubelet's volume refresh and etcd's hot reload of its leaf: a running member serves whatever leaf its pod's
+  Secrets hold now (one settle after a change), except a pod annotated with the sandbox kubelet's test-only
+  ``sandbox.opsmanager.dev/hold-volume-refresh: "true"``, which keeps serving what it had (a stale member).
 
 It also records what the tests assert: every pod (re)creation, how many pods were missing at once, and which
 member was the leader when its pod went away.
@@ -35,6 +38,7 @@ from opsmanager.etcd import access, client, fake
 from opsmanager.ops import engine
 from opsmanager.provisioner import applying, material, naming, render
 from opsmanager.sandbox import apiserver as sandbox_apiserver
+from opsmanager.sandbox import kubelet as sandbox_kubelet
 from opsmanager.sandbox import statefulset as sandbox_statefulset
 
 NS = "ops"
@@ -67,7 +71,10 @@ class CrashingKube(kube.Kube):
 
     crash: Callable[[str], None] = staticmethod(lambda point: None)
 
+    on_evict: Callable[[str], None] = staticmethod(lambda pod: None)
+
     async def evict(self, namespace: str, pod: str) -> None:
+        self.on_evict(pod)
         self.crash(f"before evict {pod}")
         await super().evict(namespace, pod)
         self.crash(f"after evict {pod}")
@@ -113,6 +120,7 @@ class Record:
     creations: dict[str, int] = dataclasses.field(default_factory=dict)  # pod -> times (re)created by us
     max_missing: int = 0
     restarted_while_leader: list[str] = dataclasses.field(default_factory=list)
+    evictions: list[tuple[str, float]] = dataclasses.field(default_factory=list)  # (pod, clock offset in s)
 
 
 class World:
@@ -120,6 +128,7 @@ class World:
         self.server = server
         self.kube = client
         client.crash = self.maybe_crash
+        client.on_evict = lambda pod: self.record.evictions.append((pod, self.clock.offset.total_seconds()))
         self.clock = FakeClock()
         self.cluster: fake.FakeCluster | None = None
         self.cas: dict[str, pki.KeyPair] = {}
@@ -128,6 +137,7 @@ class World:
         self.crashes: list[str] = []
         self.held: set[str] = set()  # pods the kubelet does not recreate (a member that never comes back)
         self.cert_manager_running = True
+        self.delivery_timeout = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT  # --certificate-delivery-timeout
         self._ips = 0
         self._missing_seen: set[str] = set()
 
@@ -141,7 +151,7 @@ class World:
 
     def engine(self) -> engine.Engine:
         """A fresh engine, as a restarted operator builds it (nothing carried over from the previous one)."""
-        return engine.Engine(self.kube, clock=self.clock, etcd=self.admin)
+        return engine.Engine(self.kube, clock=self.clock, etcd=self.admin, delivery_timeout=self.delivery_timeout)
 
     def admin(self, endpoints: Sequence[access.Endpoint], tls: access.TLSIdentity | None) -> CrashingAdmin:
         return CrashingAdmin(self, endpoints, tls)
@@ -241,6 +251,35 @@ class World:
         await self._cert_manager()
         for sts in await self.kube.list("apps/v1", "StatefulSet", NS):
             await self._statefulset(sts)
+        await self._refresh_volumes()
+
+    async def hold_volume_refresh(self, pod: str, hold: bool = True) -> None:
+        """Annotate ``pod`` as the sandbox kubelet's test-only knob does: its member keeps serving what it has."""
+        value = "true" if hold else None
+        await self.kube.patch("v1", "Pod", NS, pod, {"metadata": {"annotations": {
+            sandbox_kubelet.ANNOTATION_HOLD_VOLUME_REFRESH: value}}})
+
+    async def _served_from_volumes(self, pod: Obj) -> dict[str, pki.CertInfo | None]:
+        volumes = {v["name"]: (v.get("secret") or {}).get("secretName") for v in pod["spec"].get("volumes") or []}
+        out: dict[str, pki.CertInfo | None] = {}
+        for port, alias in constants.PORT_ALIAS.items():
+            secret_name = volumes.get(f"{alias}-tls")
+            cert = material.secret_bytes(await self.kube.get("v1", "Secret", NS, secret_name), "tls.crt") \
+                if secret_name else None
+            out[port] = pki.cert_info(cert) if cert else None
+        return out
+
+    async def _refresh_volumes(self) -> None:
+        """The kubelet delivers changed Secrets into running pods; etcd serves the new leaf at the next handshake."""
+        if self.cluster is None:
+            return
+        for pod in await self.kube.list("v1", "Pod", NS):
+            member = self.cluster.members.get(pod["metadata"]["name"])
+            if member is None or not member.up or sandbox_kubelet.holds_volume_refresh(pod):
+                continue
+            for port, cert in (await self._served_from_volumes(pod)).items():
+                if cert is not None:
+                    self.cluster.serve(member.name, port, cert)
 
     def ca(self, issuer: str) -> pki.KeyPair:
         if issuer not in self.cas:
@@ -334,12 +373,8 @@ class World:
         self.record.creations[name] = self.record.creations.get(name, 0) + 1
         if name not in self.cluster.members:
             return
-        volumes = {v["name"]: (v.get("secret") or {}).get("secretName") for v in template["spec"].get("volumes") or []}
-        for port, alias in constants.PORT_ALIAS.items():
-            secret_name = volumes.get(f"{alias}-tls")
-            cert = material.secret_bytes(await self.kube.get("v1", "Secret", NS, secret_name), "tls.crt") \
-                if secret_name else None
-            self.cluster.serve(name, port, pki.cert_info(cert) if cert else None)
+        for port, cert in (await self._served_from_volumes(pod)).items():
+            self.cluster.serve(name, port, cert)
         self.cluster.start(name)
 
 

@@ -140,6 +140,40 @@ async def test_secret_update_reaches_mounted_files(standalone_kubelet: kubelet.S
     assert os.readlink(worker.dir / "volumes" / "certs" / "..data") != data_before
 
 
+async def test_a_pod_annotated_to_hold_its_volume_refresh_keeps_its_files_until_the_hold_is_lifted(
+        standalone_kubelet: kubelet.StandaloneHost) -> None:
+    """The test-only knob: ``sandbox.opsmanager.dev/hold-volume-refresh: "true"`` keeps a pod's Secret volume as it
+    was while another pod mounting the same Secret gets the update; lifting the hold delivers it."""
+    host = standalone_kubelet
+
+    def secret(value: bytes) -> dict[str, Any]:
+        return {"kind": "Secret", "metadata": {"name": "certs", "namespace": "default"},
+                "data": {"tls.crt": base64.b64encode(value).decode()}}
+
+    def pod(name: str, hold: bool) -> dict[str, Any]:
+        annotations = {kubelet.ANNOTATION_HOLD_VOLUME_REFRESH: "true"} if hold else {}
+        return {"metadata": {"name": name, "namespace": "default", "annotations": annotations},
+                "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                    "name": "sh", "image": "registry.k8s.io/etcd:3.5.1-0", "command": ["/bin/sh", "-c", "sleep 60"],
+                    "volumeMounts": [{"name": "certs", "mountPath": "/etc/certs", "readOnly": True}]}],
+                    "volumes": [{"name": "certs", "secret": {"secretName": "certs"}}]}}
+
+    host.put(secret(b"first"))
+    held, witness = host.run_pod(pod("held", True)), host.run_pod(pod("witness", False))
+    held_file = held.dir / "volumes" / "certs" / "tls.crt"
+    witness_file = witness.dir / "volumes" / "certs" / "tls.crt"
+    await aeventually(lambda: held_file.exists() and witness_file.exists(), timeout=10, what="volumes laid out")
+    host.put(secret(b"second"))
+    await aeventually(lambda: witness_file.read_bytes() == b"second", timeout=10, what="the witness refreshed")
+    await aeventually(lambda: held.held_refreshes == {("Secret", "certs")}, timeout=10, what="the refresh held")
+    assert held_file.read_bytes() == b"first"
+    lifted = pod("held", False)
+    lifted["metadata"]["uid"] = held.uid
+    held.update(lifted)
+    await aeventually(lambda: held_file.read_bytes() == b"second", timeout=10, what="delivered once lifted")
+    assert held.held_refreshes == frozenset()
+
+
 def shell_pod(name: str, script: str, **container: Any) -> dict[str, Any]:
     """A one-container pod (``sh``) running ``script`` with a 1 s grace period and an emptyDir at /out."""
     return {"metadata": {"name": name, "namespace": "default"},

@@ -16,11 +16,18 @@ module                 condition(s) it owns                                     
                        ``RestartPods``
 ``update_peer_urls``   ``PeerURLsUpdated`` (+ per-pod ``UpdatePeerURL``)                UPDATE_PEER_URLS
 ``move_leader``        ``EtcdLeaderMoved``                                              MOVE_LEADER
+``verify_served``      ``ServedCertificatesVerified`` (+ per-pod                        VERIFY_SERVED
+                       ``VerifyServedCertificate``); rotate's ``RestartPods`` (+ per-pod
+                       ``EvictPod``/``CheckPodReady``/…) only when a member still serves
+                       its previous leaf after the delivery bound
 ``update_database``    ``UpdateDatabase``                                               UPDATE_DATABASE
 =====================  ==============================================================  ============================
 
-Split of the rolling restart: ``roll`` is the member-by-member restart itself (the only code that evicts a pod);
+Split of the rolling restart: ``roll`` is the member-by-member restart itself (the only code that evicts a pod;
+``verify_served`` calls its ``restart``/``finish_eviction``/``post_checks``/``move_leader`` to restart one stale
+member during a zero-restart rotation);
 ``update_statefulset`` re-renders the template; ``roll_pass`` is an intermediate pass that composes the two with
 the trust bundle the pass needs, as one step. Helpers shared by several certificate steps (material checks,
-ownership, the trust bundle, CA probes) are in :mod:`opsmanager.ops.certificates`, which is not a step.
+ownership, the trust bundle, CA probes, the serials each TLS port must serve) are in
+:mod:`opsmanager.ops.certificates`, which is not a step.
 """

@@ -13,39 +13,36 @@ healthy, no learners, the member caught up, a linearizable read through it) → 
 (a fresh handshake shows the certificate now in its Secret, on the client and the peer port), and
 ``MoveLeader--<pod>`` for the leader. Failures prevented: quorum lost by restarting two members at once or a
 member of a degraded cluster; a 1.5–2 s write stall from killing the leader (MoveLeader takes ≈ 0.1 s).
+
+The restart machinery (:func:`restart`, :func:`finish_eviction`, :func:`post_checks`, :func:`move_leader`) is
+shared with :mod:`~opsmanager.ops.steps.verify_served`, which restarts a member alone when it still serves a
+previous certificate; it says what "recreated" means by a ``replaced`` predicate (here: the pod runs the update
+revision; there: the pod has a new UID, since the StatefulSet's revision does not change).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from opsmanager import kube, pki
+from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.etcd import admin
 from opsmanager.etcd import errors as etcd_errors
-from opsmanager.ops import context, plan, rollout
-from opsmanager.provisioner import material, members, render
+from opsmanager.ops import certificates, context, plan, rollout
+from opsmanager.provisioner import members
 
 T, F = constants.TRUE, constants.FALSE
 POST_CHECKS = (constants.STEP_CHECK_POD_READY, constants.STEP_ETCD_CLUSTER_HEALTHY,
                constants.STEP_VERIFY_SERVED_CERTIFICATE)
 
-
-async def _expected_serials(ctx: context.OpsContext, step: plan.Step) -> dict[str, int]:
-    """The serial each TLS port must serve: that of the leaf in the port's alias Secret."""
-    assert step.tls is not None
-    out = {}
-    for port, alias in constants.PORT_ALIAS.items():
-        secret = await ctx.secret(render.secret_name(ctx.db_name, step.tls, alias))
-        cert = material.secret_bytes(secret, "tls.crt")
-        if cert:
-            out[port] = pki.cert_info(cert).serial
-    return out
+# Does this pod object (of the named member) stand for the member after the restart we asked for?
+Replaced = Callable[[str, dict[str, Any]], bool]
 
 
-async def _post_checks(ctx: context.OpsContext, step: plan.Step, client: admin.EtcdAdmin,
-                       pods: dict[str, dict[str, Any]], update_revision: str) -> context.StepResult | None:
-    """Finish the checks of a member restarted in this pass; None when no member has checks left."""
+async def post_checks(ctx: context.OpsContext, step: plan.Step, client: admin.EtcdAdmin,
+                      pods: dict[str, dict[str, Any]], replaced: Replaced) -> context.StepResult | None:
+    """Finish the checks of a member restarted in this step; None when no member has checks left."""
     for name in ctx.pod_names():
         if not ctx.is_true(constants.per_pod_type(constants.STEP_EVICT_POD, name)):
             continue
@@ -58,7 +55,7 @@ async def _post_checks(ctx: context.OpsContext, step: plan.Step, client: admin.E
         check = pending[0]
         pod = pods.get(name)
         if check == constants.STEP_CHECK_POD_READY:
-            if pod is None or members.revision(pod) != update_revision or not members.serving(pod):
+            if pod is None or not replaced(name, pod) or not members.serving(pod):
                 return context.Progress(f"waiting for {name} to be recreated and Ready", delay=0.3)
         elif check == constants.STEP_ETCD_CLUSTER_HEALTHY:
             try:
@@ -66,23 +63,33 @@ async def _post_checks(ctx: context.OpsContext, step: plan.Step, client: admin.E
             except etcd_errors.EtcdError as err:
                 return context.Progress(f"waiting for the cluster to recover after {name}: {err}", delay=0.3)
         else:
-            expected = await _expected_serials(ctx, step)
-            for port, serial in expected.items():
-                alias = constants.PORT_ALIAS[port]
-                try:
-                    served = await client.served_certificate(name, port=port)
-                except etcd_errors.EtcdError as err:
-                    return context.Progress(f"reading the {alias} certificate {name} serves: {err}", delay=0.5)
-                if served.serial != serial:
-                    return context.Progress(
-                        f"{name} serves {alias} certificate serial {served.serial_hex}, expected {serial:x}",
-                        delay=0.5)
+            assert step.tls is not None
+            problem = await certificates.served_problem(client, name, await certificates.expected_serials(
+                ctx, step.tls))
+            if problem is not None:
+                return context.Progress(problem, delay=0.5)
         await ctx.set_pod_condition(check, name, T)
         return context.Progress(delay=0.0)
     return None
 
 
-async def _restart(ctx: context.OpsContext, step: plan.Step, pod: dict[str, Any]) -> context.StepResult:
+async def finish_eviction(ctx: context.OpsContext, step: plan.Step, pods: dict[str, dict[str, Any]],
+                          replaced: Replaced) -> context.StepResult | None:
+    """A pod we were evicting when the operator stopped (``EvictPod`` False): mark it evicted if it is gone,
+    terminating or already replaced, else evict it again. None when no eviction is in flight."""
+    for name in ctx.pod_names():
+        type_ = constants.per_pod_type(constants.STEP_EVICT_POD, name)
+        if ctx.condition(type_) is None or ctx.is_true(type_):
+            continue
+        pod = pods.get(name)
+        if pod is None or pod["metadata"].get("deletionTimestamp") or replaced(name, pod):
+            await _mark_evicted(ctx, step, name)
+            return context.Progress(delay=0.0)
+        return await restart(ctx, step, pod)
+    return None
+
+
+async def restart(ctx: context.OpsContext, step: plan.Step, pod: dict[str, Any]) -> context.StepResult:
     """The one place a member pod is deleted: through the Eviction API, so a PodDisruptionBudget still has a say."""
     name = pod["metadata"]["name"]
     await ctx.set_pod_condition(constants.STEP_EVICT_POD, name, F)
@@ -105,6 +112,20 @@ async def _mark_evicted(ctx: context.OpsContext, step: plan.Step, name: str) -> 
         await ctx.set_pod_condition(check, name, F)
 
 
+async def move_leader(ctx: context.OpsContext, client: admin.EtcdAdmin, action: rollout.Action) -> context.StepResult:
+    """Move leadership off ``action.pod`` (about to be restarted) to ``action.target_pod``."""
+    assert action.pod is not None and action.target_id is not None
+    await ctx.set_pod_condition(constants.STEP_MOVE_LEADER, action.pod, F)
+    try:
+        move = await client.move_leader(action.target_id, timeout=5.0)
+    except etcd_errors.EtcdError as err:
+        return context.Progress(f"moving leadership from {action.pod} to {action.target_pod}: {err}", delay=0.5)
+    await ctx.set_pod_condition(constants.STEP_MOVE_LEADER, action.pod, T)
+    await ctx.event("MoveLeader", f"Moved etcd leadership from {action.pod} to {action.target_pod} in "
+                                  f"{move.rpc_seconds:.3f}s before restarting it")
+    return context.Progress(delay=0.0)
+
+
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     """One move of the rolling restart (a ``ROLL`` or the roll part of a ``ROLL_PASS``)."""
     sts = await ctx.statefulset()
@@ -113,19 +134,16 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     update_revision = (sts.get("status") or {}).get("updateRevision")
     if not update_revision:
         return context.Progress("waiting for the StatefulSet's update revision", delay=0.2)
+
+    def on_update_revision(_name: str, pod: dict[str, Any]) -> bool:
+        return bool(members.revision(pod) == update_revision)
+
     pods = await ctx.pods()
     peer_scheme = step.wiring.advertised_peer_scheme if step.wiring is not None else "https"
     async with await ctx.etcd(pods, peer_scheme=peer_scheme) as client:
-        # A pod we were deleting when the operator stopped: finish its bookkeeping.
-        for name in ctx.pod_names():
-            if ctx.condition(constants.per_pod_type(constants.STEP_EVICT_POD, name)) is not None and not ctx.is_true(
-                    constants.per_pod_type(constants.STEP_EVICT_POD, name)):
-                pod = pods.get(name)
-                if pod is None or pod["metadata"].get("deletionTimestamp") or members.revision(pod) == update_revision:
-                    await _mark_evicted(ctx, step, name)
-                    return context.Progress(delay=0.0)
-                return await _restart(ctx, step, pod)
-        pending = await _post_checks(ctx, step, client, pods, update_revision)
+        if (in_flight := await finish_eviction(ctx, step, pods, on_update_revision)) is not None:
+            return in_flight
+        pending = await post_checks(ctx, step, client, pods, on_update_revision)
         if pending is not None:
             return pending
         views = await members.observe(client, pods, ctx.pod_names(), timeout=1.5, update_revision=update_revision,
@@ -136,16 +154,6 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
         if action.kind in (rollout.ActionKind.WAIT, rollout.ActionKind.REFUSE):
             return context.Progress(action.reason, delay=0.5)
         if action.kind is rollout.ActionKind.MOVE_LEADER:
-            assert action.pod is not None and action.target_id is not None
-            await ctx.set_pod_condition(constants.STEP_MOVE_LEADER, action.pod, F)
-            try:
-                move = await client.move_leader(action.target_id, timeout=5.0)
-            except etcd_errors.EtcdError as err:
-                return context.Progress(f"moving leadership from {action.pod} to {action.target_pod}: {err}",
-                                        delay=0.5)
-            await ctx.set_pod_condition(constants.STEP_MOVE_LEADER, action.pod, T)
-            await ctx.event("MoveLeader", f"Moved etcd leadership from {action.pod} to {action.target_pod} in "
-                                          f"{move.rpc_seconds:.3f}s before restarting it")
-            return context.Progress(delay=0.0)
+            return await move_leader(ctx, client, action)
         assert action.pod is not None
-        return await _restart(ctx, step, pods[action.pod])
+        return await restart(ctx, step, pods[action.pod])

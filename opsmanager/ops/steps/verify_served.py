@@ -1,0 +1,135 @@
+"""``ServedCertificatesVerified`` (rotate, unchanged CA): every member serves its re-issued leaf — no restart.
+
+etcd re-reads its leaf certificate and key on every new TLS handshake (it loads CA files only at start; measured
+on etcd 3.5.1), and the kubelet swaps a changed Secret into a running pod atomically (``..data``). So after
+``CertificateSynced`` nothing needs restarting: this step waits until a **fresh handshake** with each member, on
+the client port (the ``server`` alias Secret's leaf) and on the https peer port (the ``peer`` alias's), shows the
+serial now in the Secret, and sets ``VerifyServedCertificate--<pod>`` True per member.
+
+The kubelet delivers a changed Secret after a delay (its sync period plus its cache TTL: about a minute on a
+default kubelet). A member still serving the previous leaf ``delivery_timeout`` seconds after ``CertificateSynced``
+became True (``opsmanager run --certificate-delivery-timeout``, default 120 s; the clock is that condition's
+``lastTransitionTime``, so it survives an operator restart) is **restarted alone** with the rolling restart's
+machinery (:mod:`~opsmanager.ops.steps.roll`): only when the cluster is at rest, followers before the leader,
+MoveLeader off a stale leader first, through the Eviction API, then ``CheckPodReady--`` (a new pod UID, Ready),
+``EtcdClusterHealthy--`` and ``VerifyServedCertificate--``. Only then does ``RestartPods`` appear, saying how many
+members needed a restart and why.
+
+Failures prevented: a rotation that restarts every member for nothing (an election-free roll still costs each
+member a restart and a catch-up; a naive one stalls writes and causes elections — ``docs/benchmarks.md``); a
+"rotation" declared done while a member still hands out the old certificate (a kubelet that never delivered, a
+pod stuck on a stale volume) — it is found by the handshake and fixed by a restart of that member only.
+
+Crash safety: the conditions are the state. Before an eviction the member's pod UID is written on the request
+(annotation ``ops.opsmanager.dev/stale-members``), so a member evicted just before the operator died is
+recognised by its new UID and never restarted twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from opsmanager.api import conditions, constants
+from opsmanager.ops import certificates, context, plan, rollout
+from opsmanager.ops.steps import roll
+from opsmanager.provisioner import members
+
+T, F = constants.TRUE, constants.FALSE
+# {"<pod>": {"uid": "<uid of the pod we evicted>", "after": <seconds after CertificateSynced>}} on the request
+ANNOTATION_STALE_MEMBERS = "ops.opsmanager.dev/stale-members"
+
+
+def _stale_record(ctx: context.OpsContext) -> dict[str, dict[str, Any]]:
+    raw = (ctx.request["metadata"].get("annotations") or {}).get(ANNOTATION_STALE_MEMBERS)
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+async def _remember(ctx: context.OpsContext, name: str, uid: str, after: float) -> None:
+    record = {**_stale_record(ctx), name: {"uid": uid, "after": round(after)}}
+    ctx.request = await ctx.kube.patch(
+        constants.OPS_API_VERSION, constants.OPS_KIND, ctx.namespace, ctx.name,
+        {"metadata": {"annotations": {ANNOTATION_STALE_MEMBERS: json.dumps(record, sort_keys=True)}}})
+
+
+def restart_message(restarted: list[str], total: int, after: int) -> str:
+    return (f"Restarted {len(restarted)} of {total} members that still served the previous certificate {after}s "
+            f"after it was issued: {', '.join(restarted)}")
+
+
+def _since_synced(ctx: context.OpsContext, step: plan.Step) -> float:
+    """Seconds since the new material was complete (``CertificateSynced``, else this step's own start)."""
+    for type_ in (constants.COND_CERTIFICATE_SYNCED, step.condition):
+        age = conditions.transition_age(ctx.conditions, type_, now=ctx.now)
+        if age is not None:
+            return age.total_seconds()
+    return 0.0
+
+
+async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    assert step.tls is not None
+    record = _stale_record(ctx)
+
+    def replaced(name: str, pod: dict[str, Any]) -> bool:
+        old = (record.get(name) or {}).get("uid")
+        return old is not None and pod["metadata"].get("uid") != old and not members.terminating(pod)
+
+    pods = await ctx.pods()
+    names = ctx.pod_names()
+    async with await ctx.etcd(pods) as client:
+        if (in_flight := await roll.finish_eviction(ctx, step, pods, replaced)) is not None:
+            return in_flight
+        if (checks := await roll.post_checks(ctx, step, client, pods, replaced)) is not None:
+            return checks
+        expected = await certificates.expected_serials(ctx, step.tls)
+        missing = [p for p in constants.PORT_ALIAS if p not in expected]
+        if missing:
+            return context.Progress(f"no certificate in the Secret of the {', '.join(missing)} port", delay=0.5)
+        stale: dict[str, str] = {}
+        for name in names:
+            type_ = constants.per_pod_type(constants.STEP_VERIFY_SERVED_CERTIFICATE, name)
+            if ctx.is_true(type_):
+                continue
+            problem = await certificates.served_problem(client, name, expected)
+            if problem is None:
+                await ctx.set_pod_condition(constants.STEP_VERIFY_SERVED_CERTIFICATE, name, T)
+                continue
+            if ctx.condition(type_) is None:
+                await ctx.set_pod_condition(constants.STEP_VERIFY_SERVED_CERTIFICATE, name, F)
+            stale[name] = problem
+        if not stale:
+            restarted = [n for n in names if ctx.is_true(constants.per_pod_type(constants.STEP_EVICT_POD, n))]
+            if not restarted:
+                return context.Done()
+            afters = [int((record.get(n) or {}).get("after") or 0) for n in restarted]
+            message = restart_message(restarted, len(names), min(afters))
+            await ctx.set_condition(constants.COND_RESTART_PODS, T, message)
+            return context.Done(f"{step.message}; {message[0].lower()}{message[1:]}")
+        elapsed = _since_synced(ctx, step)
+        bound = ctx.delivery_timeout
+        if elapsed < bound:
+            return context.Progress(
+                f"waiting up to {bound:g}s after CertificateSynced for the kubelet to deliver the new certificates "
+                f"(a member still serving the previous one then is restarted alone): {'; '.join(stale.values())}",
+                delay=0.5)
+        views = await members.observe(client, pods, names, timeout=1.5, learners=True)
+        views = [dataclasses.replace(v, up_to_date=v.name not in stale) for v in views]
+        action = rollout.next_action(views, ctx.db.spec.replicas)
+        if action.kind in (rollout.ActionKind.WAIT, rollout.ActionKind.REFUSE, rollout.ActionKind.DONE):
+            return context.Progress(f"{', '.join(stale)} still serve(s) the previous certificate after {bound:g}s; "
+                                    f"not restarting yet: {action.reason}", delay=0.5)
+        if action.kind is rollout.ActionKind.MOVE_LEADER:
+            return await roll.move_leader(ctx, client, action)
+        assert action.pod is not None
+        pod = pods[action.pod]
+        await _remember(ctx, action.pod, str(pod["metadata"].get("uid") or ""), elapsed)
+        await ctx.set_condition(
+            constants.COND_RESTART_PODS, F,
+            f"Restarting {action.pod}: it still served the previous certificate {elapsed:.0f}s after it was issued "
+            f"({stale[action.pod]})")
+        return await roll.restart(ctx, step, pod)

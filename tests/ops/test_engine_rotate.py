@@ -1,0 +1,135 @@
+"""Zero-restart rotation in the fast world: the re-issued leaves are hot-reloaded, so nothing is restarted — unless
+a member still serves its previous leaf after the delivery bound, and then that member alone, leader-aware.
+
+The world's kubelet delivers a changed Secret to every running member one settle later, except to a pod annotated
+``sandbox.opsmanager.dev/hold-volume-refresh: "true"`` (the sandbox kubelet's test-only knob), whose member keeps
+serving the old serial. Between reconciles the tests move the engine's clock forward (``STEP`` seconds), so the
+delivery bound (``World.delivery_timeout``, the engine's ``--certificate-delivery-timeout``) is crossed in a few
+dozen reconciles.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from opsmanager import pki
+from opsmanager.api import conditions, constants
+from tests.ops import test_engine_operations as operations
+from tests.ops import test_engine_resume as resume
+from tests.ops import world as w
+
+ROTATE = next(op for op in operations.OPERATIONS if op.name == "rotate")
+ORDER_WITH_RESTART = ["Running", "IssueCertificatesSucceeded", "CertificateSynced", "ServedCertificatesVerified",
+                      "RestartPods", "UpdateDatabase", "Successful"]
+STEP = 5.0  # seconds of the engine's clock between two reconciles
+
+
+async def tick(world: w.World) -> None:
+    world.clock.advance(STEP)
+
+
+async def secret_serials(world: w.World) -> dict[str, int]:
+    out = {}
+    for port, alias in constants.PORT_ALIAS.items():
+        secret = await world.kube.get("v1", "Secret", w.NS, f"db-{alias}-cert")
+        assert secret is not None
+        out[port] = pki.cert_info(base64.b64decode(secret["data"]["tls.crt"])).serial
+    return out
+
+
+async def served_everywhere(world: w.World) -> bool:
+    assert world.cluster is not None
+    want = await secret_serials(world)
+    return all(m.served[port].serial == serial for m in world.cluster.members.values()
+               for port, serial in want.items())
+
+
+async def rotate(world: w.World, *, stale: str | None = None, crash_points: set[str] | None = None) -> dict:
+    await world.etcd("db", tls_issuer="ca-a")
+    before = await secret_serials(world)
+    if stale is not None:
+        await world.hold_volume_refresh(stale)
+    world.crash_points = crash_points or set()
+    await world.request("rotate", "db", "ReconfigureTLS", tls={"rotateCertificates": True})
+    req = await world.run("rotate", between=lambda _i: tick(world))
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
+    after = await secret_serials(world)
+    assert all(after[p] != before[p] for p in before), "every leaf was re-issued"
+    assert await served_everywhere(world), "every member serves the new leaf on the client and the peer port"
+    assert not await world.is_paused("db")
+    assert world.cluster is not None and world.cluster.open_admins == 0
+    return req
+
+
+def conds(req: dict) -> list[dict]:
+    return list(req["status"]["conditions"])
+
+
+async def test_normal_rotate_restarts_nothing_and_verifies_both_ports_of_every_member(world: w.World) -> None:
+    req = await rotate(world)
+    assert w.umbrella(req) == ROTATE.order  # no RestartPods, no UpdateStatefulSet
+    assert world.record.creations == {} and world.record.evictions == []
+    assert world.cluster is not None and world.cluster.history == []  # no MoveLeader, no election
+    for pod in operations.PODS:
+        assert conditions.is_true(conds(req), constants.per_pod_type(constants.STEP_VERIFY_SERVED_CERTIFICATE, pod))
+        assert conditions.get_condition(conds(req), constants.per_pod_type(constants.STEP_EVICT_POD, pod)) is None
+
+
+async def test_a_member_still_serving_the_old_leaf_after_the_bound_is_restarted_alone(world: w.World) -> None:
+    req = await rotate(world, stale="db-1")
+    assert w.umbrella(req) == ORDER_WITH_RESTART
+    assert world.record.creations == {"db-1": 1}, "only the stale member was restarted, once"
+    [(pod, offset)] = world.record.evictions
+    assert pod == "db-1" and offset >= world.delivery_timeout - STEP, "not before the delivery bound"
+    assert world.cluster is not None and world.cluster.history == []  # a follower: no leader change at all
+    restart = conditions.get_condition(conds(req), constants.COND_RESTART_PODS)
+    assert restart is not None and restart["status"] == constants.TRUE
+    assert restart["message"].startswith("Restarted 1 of 3 members that still served the previous certificate ")
+    assert restart["message"].endswith("after it was issued: db-1")
+    for check in (constants.STEP_EVICT_POD, constants.STEP_CHECK_POD_READY, constants.STEP_ETCD_CLUSTER_HEALTHY,
+                  constants.STEP_VERIFY_SERVED_CERTIFICATE):
+        assert conditions.is_true(conds(req), constants.per_pod_type(check, "db-1")), check
+
+
+async def test_a_shorter_delivery_bound_restarts_sooner(world: w.World) -> None:
+    world.delivery_timeout = 15.0
+    await rotate(world, stale="db-2")
+    [(pod, offset)] = world.record.evictions
+    assert pod == "db-2" and world.delivery_timeout - STEP <= offset < 60
+
+
+async def test_a_stale_leader_hands_leadership_over_before_its_restart(world: w.World) -> None:
+    # (the leader of a fresh world is db-0)
+    req = await rotate(world, stale="db-0")
+    assert w.umbrella(req) == ORDER_WITH_RESTART
+    assert world.record.creations == {"db-0": 1}
+    assert world.record.restarted_while_leader == []
+    assert world.cluster is not None
+    assert [c.cause for c in world.cluster.history] == ["move"] and world.cluster.elections == []
+    assert world.cluster.calls[0].startswith("move_leader ")
+    assert conditions.is_true(conds(req), constants.per_pod_type(constants.STEP_MOVE_LEADER, "db-0"))
+
+
+def _crash_points() -> set[str]:
+    """Every step and per-member condition (in flight, done), before and after every eviction and MoveLeader."""
+    return resume.crash_points(operations.Operation("rotate", True, "ReconfigureTLS", {}, ORDER_WITH_RESTART, 1,
+                                                    True))
+
+
+@pytest.mark.parametrize("stale", ["db-1", "db-0"])
+async def test_killed_anywhere_during_the_restart_of_a_stale_member_it_restarts_it_once(
+        world: w.World, stale: str) -> None:
+    req = await rotate(world, stale=stale, crash_points=_crash_points())
+    assert w.umbrella(req) == ORDER_WITH_RESTART
+    assert world.record.creations == {stale: 1}, "no double restart"
+    assert world.record.restarted_while_leader == []
+    assert world.cluster is not None and world.cluster.elections == []
+    crashed = set(world.crashes)
+    assert {f"before evict {stale}", f"after evict {stale}", f"in-flight EvictPod--{stale}",
+            "in-flight RestartPods", "done RestartPods",
+            "in-flight ServedCertificatesVerified", "done ServedCertificatesVerified"} <= crashed
+    if stale == "db-0":
+        assert any(p.startswith("after move_leader") for p in crashed)
+        assert [c.cause for c in world.cluster.history] == ["move"]
