@@ -203,8 +203,9 @@ class CertificateSpec(Model):
     renew_before: Duration | None = pydantic.Field(
         default=None,
         description=(
-            "Deprecated: how long before expiry cert-manager renews. A renewal is not picked up by etcd "
-            "without a restart; use an `EtcdOpsRequest` of type `ReconfigureTLS` with `rotateCertificates`."
+            "How long before expiry cert-manager renews (the Certificate's `renewBefore`; default: cert-manager's "
+            "2/3 of the lifetime). etcd serves a renewed leaf on its next handshake, no restart needed; the "
+            "operator's scan verifies each member serves it (`spec.tlsLifecycle`)."
         ),
     )
     dns_names: list[str] | None = pydantic.Field(
