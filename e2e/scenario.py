@@ -15,7 +15,7 @@ import dataclasses
 import os
 import pathlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Self
 
 from e2e import monitor, processes, writer
@@ -58,8 +58,9 @@ class Scenario:
     """A sandbox with the operator running, helpers to make CAs, Etcds and requests, and the live measurements."""
 
     def __init__(self, workdir: str | os.PathLike[str], *, printer: Printer | None = None,
-                 namespace: str = NAMESPACE) -> None:
+                 namespace: str = NAMESPACE, operator_args: Sequence[str] = ()) -> None:
         self.dir = pathlib.Path(workdir)
+        self.operator_args = tuple(operator_args)  # extra `opsmanager run` flags, e.g. a short delivery timeout
         self.print = printer or (lambda _line: None)
         self.namespace = namespace
         self.sandbox: Any = None
@@ -86,7 +87,7 @@ class Scenario:
         Started from a thread: its readiness wait blocks, and this loop also serves the sandbox's API."""
         self.operator = await asyncio.to_thread(
             processes.OperatorProcess.start, self.sandbox.kubeconfig, log_path=self.dir / "operator.log",
-            interval=1.0)
+            interval=1.0, extra_args=self.operator_args)
 
     async def kill_operator(self) -> None:
         """SIGKILL the operator: the crash case."""
