@@ -27,6 +27,7 @@ from typing import Any, Final
 from opsmanager import kube
 from opsmanager.api import conditions, constants, durations
 from opsmanager.api import etcd as etcd_api
+from opsmanager.lifecycle import scan as scan_shell
 from opsmanager.lifecycle import triggers, verdict
 
 log = logging.getLogger(__name__)
@@ -137,8 +138,7 @@ async def _remember(k: kube.Kube, ns: str, name: str, state: verdict.AutoRenewSt
                     annotations: Mapping[str, Any]) -> None:
     encoded = state.encode()
     if encoded != annotations.get(ANNOTATION_AUTO_RENEW):
-        await k.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name,
-                      {"metadata": {"annotations": {ANNOTATION_AUTO_RENEW: encoded}}})
+        await scan_shell.patch_annotations(k, ns, name, {ANNOTATION_AUTO_RENEW: encoded})
 
 
 __all__ = ["ANNOTATION_AUTO_RENEW", "after_scan", "earliest_leaf", "settle", "unscanned"]

@@ -28,6 +28,7 @@ notBefore, which some issuers backdate (ACME by an hour).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 from collections.abc import Mapping
@@ -114,6 +115,23 @@ async def observe(k: kube.Kube, db: etcd_api.Etcd, *, now: datetime.datetime) ->
     return verdict.Scan(tuple(observations), tuple(cas), tuple(db.tls_lifecycle.alert_thresholds()), now)
 
 
+PATCH_ATTEMPTS: Final = 5
+
+
+async def patch_annotations(k: kube.Kube, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+    """Merge ``annotations`` into the Etcd's metadata, retrying a Conflict (the API server may give up re-applying
+    a merge patch while the object is written often, e.g. while it is created) a few times, briefly backing off."""
+    for attempt in range(PATCH_ATTEMPTS):
+        try:
+            await k.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, namespace, name,
+                          {"metadata": {"annotations": dict(annotations)}})
+            return
+        except kube.Conflict:
+            if attempt == PATCH_ATTEMPTS - 1:
+                raise
+            await asyncio.sleep(0.2 * (attempt + 1))  # back-off between attempts, not a synchronisation
+
+
 def parse_time(value: object) -> datetime.datetime | None:
     """An RFC 3339 time from status or an annotation; None when absent or unparsable."""
     if not isinstance(value, str) or not value:
@@ -188,8 +206,7 @@ async def scan_once(k: kube.Kube, obj: Mapping[str, Any], *, now: datetime.datet
     changed = {key: value for key, value in wanted.items() if value != annotations.get(key)}
     if changed:
         # Keys first, Events second: a crash in between loses an Event rather than posting it twice.
-        await k.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name,
-                      {"metadata": {"annotations": changed}})
+        await patch_annotations(k, ns, name, changed)
     for event in events:
         await k.event(dict(obj), reason=event.reason, message=event.message, type_=event.type_)
     metrics.publish(ns, name, tls_status)

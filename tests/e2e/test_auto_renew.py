@@ -25,7 +25,7 @@ import pytest_asyncio
 from e2e import scenario
 from opsmanager.api import conditions, constants
 from opsmanager.etcd import client as etcd_client
-from opsmanager.lifecycle import verdict
+from opsmanager.lifecycle import scan, verdict
 from opsmanager.provisioner import naming
 from tests.polling import aeventually
 
@@ -178,3 +178,72 @@ async def test_an_issuer_that_cannot_issue_fails_the_request_and_the_next_waits_
     assert gap < 60 + 30  # ... and one soon after it
     assert retry["metadata"]["name"].startswith(first["metadata"]["name"] + "-")
     assert len(await auto_requests(sc, db)) == 2
+
+
+async def test_a_reissue_and_an_ended_request_each_trigger_a_scan_long_before_the_interval(
+        sc: scenario.Scenario) -> None:
+    """``scanInterval: 1h`` once a first complete scan is there: only the triggers can make these scans. cert-manager re-issues the server and peer
+    leaves (``Issuing=True``, as ``cmctl renew``; no ops request): the scan a few seconds later shows every member
+    serving the new serials (etcd re-reads its leaf per handshake), posts ``CertificatesRenewed`` and no
+    ``ServedCertificateMismatch``. Then a ``MoveLeader`` request ends: a scan follows it."""
+    db = "triggered"
+    await sc.ca_issuer("ca-trigger")
+    body = etcd_body(sc, db, "ca-trigger", {"enabled": False})
+    body["spec"]["tls"]["certificates"] = [{"alias": a, "duration": "1h"} for a in constants.CERT_ALIASES]
+    await sc.k.create(body)
+    await sc.wait_ready(db, timeout=90)
+
+    async def tls() -> dict[str, Any]:
+        return ((await etcd(sc, db)).get("status") or {}).get("tls") or {}
+
+    async def complete() -> dict[str, Any] | None:
+        """A scan of every member and port, after which no scan request is pending (the issuance at creation
+        requested one too): from here on only a new trigger can make the next scan."""
+        obj = await etcd(sc, db)
+        now = (obj.get("status") or {}).get("tls") or {}
+        pending = ((obj.get("metadata") or {}).get("annotations") or {}).get(scan.ANNOTATION_SCAN_REQUESTED)
+        if pending and (not now.get("lastScanTime") or conditions.parse_rfc3339(pending) > conditions.parse_rfc3339(
+                now["lastScanTime"])):
+            return None
+        return now if len(now.get("members") or ()) == 3 and all(served_serials(now).values()) else None
+
+    await aeventually(complete, timeout=60, interval=0.5, what="a complete scan")
+    await sc.k.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db,
+                     {"spec": {"tlsLifecycle": {"scanInterval": "1h"}}})
+    first = await aeventually(complete, timeout=10, interval=0.5, what="a complete scan")
+    old = served_serials(first)
+
+    def issuing(st: dict[str, Any]) -> dict[str, Any]:
+        st = dict(st)
+        st["conditions"] = conditions.set_condition(st.get("conditions"), "Issuing", constants.TRUE,
+                                                    reason="ManuallyTriggered", message="test: cmctl renew")
+        return st
+
+    renewed_at = time.monotonic()
+    for alias in constants.PORT_ALIAS.values():
+        await sc.k.transact_status("cert-manager.io/v1", "Certificate", sc.namespace, naming.certificate(db, alias),
+                                   issuing)
+
+    async def rescanned() -> dict[str, Any] | None:
+        now = await tls()
+        serials = served_serials(now)
+        matching = all((m.get(p) or {}).get("matchesSecret") for m in now.get("members") or ()
+                       for p in constants.TLS_PORTS)
+        return now if matching and all(serials[k] not in (None, old[k]) for k in old) else None
+
+    second = await aeventually(rescanned, timeout=45, interval=0.5, what="a scan showing the re-issued leaves")
+    print(f"\nscan after the re-issue: {time.monotonic() - renewed_at:.1f}s after Issuing=True")
+    await aeventually(lambda: events(sc, db, constants.EVENT_CERTIFICATES_RENEWED), timeout=10, interval=0.5,
+                      what="CertificatesRenewed")
+    assert await events(sc, db, constants.EVENT_SERVED_CERTIFICATE_MISMATCH) == []
+
+    await sc.submit("move-after-renew", db, constants.OPS_TYPE_MOVE_LEADER)
+    done = await sc.watch_request("move-after-renew", timeout=120)
+    assert done["status"]["phase"] == constants.PHASE_SUCCESSFUL, done["status"]
+    ended = max(conditions.parse_rfc3339(c["lastTransitionTime"]) for c in done["status"]["conditions"])
+
+    async def scanned_after_the_request() -> bool:
+        last = conditions.parse_rfc3339((await tls())["lastScanTime"])
+        return last >= ended and last > conditions.parse_rfc3339(second["lastScanTime"])
+
+    await aeventually(scanned_after_the_request, timeout=30, interval=0.5, what="a scan after the request ended")
