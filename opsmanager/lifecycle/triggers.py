@@ -107,7 +107,10 @@ class CertificateWatch:
     def __init__(self, k: kube.Kube, *, delay: datetime.timedelta = SECRET_CHANGE_DELAY) -> None:
         self.k = k
         self.delay = delay
-        self.informer = kube.Informer(k, "cert-manager.io/v1", "Certificate", label_selector=CERTIFICATE_SELECTOR)
+        # relist_delay: a watch refused (e.g. an older ClusterRole without `watch` on certificates) is retried
+        # every few seconds, not twice a second; the interval scan still runs meanwhile.
+        self.informer = kube.Informer(k, "cert-manager.io/v1", "Certificate", label_selector=CERTIFICATE_SELECTOR,
+                                      relist_delay=5.0)
         self.informer.add_handler(self._changed)
         self._tasks: set[asyncio.Task[None]] = set()
 
