@@ -93,8 +93,8 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.networking.request_timeout = 60
 
 
-# Handlers that run every few seconds per object (timers) or on every event of every request (the scan trigger).
-ROUTINE_HANDLERS = ("Timer 'status'", "Timer 'heal-pause'", "Timer 'tls-scan'", "Handler 'tls-scan-after-request'")
+# Timers that run every few seconds per object.
+ROUTINE_HANDLERS = ("Timer 'status'", "Timer 'heal-pause'", "Timer 'tls-scan'")
 
 
 class RoutineTimerFilter(logging.Filter):

@@ -1,8 +1,8 @@
 """kopf wiring of the certificate lifecycle: a timer on every Etcd with TLS, scanning when its
 ``spec.tlsLifecycle.scanInterval`` has passed since ``status.tls.lastScanTime`` or a requested scan time has come
 (:func:`opsmanager.lifecycle.scan.due`), then deciding auto-renew (:mod:`opsmanager.lifecycle.autorenew`); and the
-scan triggers (:mod:`opsmanager.lifecycle.triggers`): an event handler on EtcdOpsRequests that requests a scan when
-one ends, and a labelled watch on the operator's Certificates that requests one when a certificate is re-issued.
+scan triggers (:mod:`opsmanager.lifecycle.triggers`): a watch on EtcdOpsRequests that requests a scan when one
+ends, and a labelled watch on the operator's Certificates that requests one when a certificate is re-issued.
 
 The timer ticks often (``tick`` seconds) and scans rarely: a per-object interval cannot be a kopf timer's own
 interval (that is one number for every object), and "has the interval passed" read from status survives an
@@ -24,7 +24,6 @@ from opsmanager.etcd import errors as etcd_errors
 from opsmanager.lifecycle import autorenew, metrics, scan, triggers
 
 RESOURCE = (constants.ETCD_GROUP, constants.ETCD_VERSION, constants.ETCD_PLURAL)
-OPS_RESOURCE = (constants.OPS_GROUP, constants.OPS_VERSION, constants.OPS_PLURAL)
 DEFAULT_TICK = 5.0
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
@@ -38,8 +37,7 @@ def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, tick: float 
              delivery_grace: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT) -> None:
     """Add the scan timer and its triggers to ``registry``; they use ``client``. ``delivery_grace``: seconds a member
     may serve its previous leaf after its Secret changed before the scan calls it a mismatch."""
-    ended: set[tuple[str, str, str]] = set()  # requests whose end already requested a scan (this process)
-    watch = triggers.CertificateWatch(client)
+    watches = (triggers.CertificateWatch(client), triggers.RequestWatch(client))
 
     @kopf.timer(*RESOURCE, registry=registry, id="tls-scan", interval=tick, when=_has_tls)
     async def tls_scan(body: kopf.Body, logger: Logger, **_: Any) -> None:
@@ -64,28 +62,12 @@ def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, tick: float 
         meta = body.get("metadata", {})
         metrics.forget(meta.get("namespace") or "default", meta.get("name") or "")
 
-    @kopf.on.event(*OPS_RESOURCE, registry=registry, id="tls-scan-after-request")
-    async def after_request(event: kopf.RawEvent, body: kopf.Body, logger: Logger, **_: Any) -> None:
-        meta = body.get("metadata", {})
-        key = (meta.get("namespace") or "default", meta.get("name") or "", meta.get("uid") or "")
-        if event.get("type") == "DELETED":
-            ended.discard(key)
-            return
-        at = triggers.request_ended_at(body)
-        etcd = ((body.get("spec") or {}).get("databaseRef") or {}).get("name")
-        if at is None or not etcd or key in ended:
-            return
-        ended.add(key)
-        try:
-            if await triggers.request_scan(client, key[0], etcd, at):
-                logger.info("TLS scan of %s/%s requested: EtcdOpsRequest %s ended", key[0], etcd, key[1])
-        except kube.KubeError as err:
-            logger.info("TLS scan request after EtcdOpsRequest %s: %s; the interval scan covers it", key[1], err)
-
-    @kopf.on.startup(registry=registry, id="tls-certificate-watch")
+    @kopf.on.startup(registry=registry, id="tls-scan-triggers")
     async def start_watch(**_: Any) -> None:
-        watch.start()
+        for watch in watches:
+            watch.start()
 
-    @kopf.on.cleanup(registry=registry, id="tls-certificate-watch-stop")
+    @kopf.on.cleanup(registry=registry, id="tls-scan-triggers-stop")
     async def stop_watch(**_: Any) -> None:
-        await watch.stop()
+        for watch in watches:
+            await watch.stop()

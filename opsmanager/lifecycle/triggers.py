@@ -7,8 +7,9 @@ is after ``status.tls.lastScanTime`` (:func:`opsmanager.lifecycle.scan.due`). Re
 survives an operator restart, and many triggers in a row cost one scan (:func:`verdict.merge_scan_request` keeps
 the earliest pending time).
 
-- **An ops request ended** (phase ``Successful``, ``Failed`` or ``Skipped``): T = the time its terminal condition
-  was set (plus a second: times are kept in whole seconds). The first scan after the pause is released reports
+- **An ops request ended** (phase ``Successful``, ``Failed`` or ``Skipped``; a watch on EtcdOpsRequests,
+  :class:`RequestWatch`): T = the time its terminal condition was set + 1 s (times are kept in whole seconds; a
+  scan earlier in the same second must not count as after it). The first scan after the pause is released reports
   what the request left behind — and auto-renew learns that its request failed.
 - **A certificate was (re-)issued**: the operator watches only its own cert-manager ``Certificate`` objects (label
   ``app.kubernetes.io/managed-by=opsmanager``, a server-side label selector) and reacts when ``status.revision``
@@ -24,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any, Final
 
 from opsmanager import kube
@@ -100,17 +101,16 @@ def certificate_target(new: Mapping[str, Any], old: Mapping[str, Any] | None) ->
     return meta.get("namespace") or "default", etcd
 
 
-class CertificateWatch:
-    """A labelled watch on the operator's own Certificates that requests a scan of their Etcd when one is
-    re-issued. Started and stopped by the kopf startup/cleanup handlers."""
+class _Watch:
+    """An informer whose handler turns changes into scan requests (each a small task of its own)."""
 
-    def __init__(self, k: kube.Kube, *, delay: datetime.timedelta = SECRET_CHANGE_DELAY) -> None:
+    what = ""
+
+    def __init__(self, k: kube.Kube, api_version: str, kind: str, *, label_selector: str | None = None) -> None:
         self.k = k
-        self.delay = delay
-        # relist_delay: a watch refused (e.g. an older ClusterRole without `watch` on certificates) is retried
-        # every few seconds, not twice a second; the interval scan still runs meanwhile.
-        self.informer = kube.Informer(k, "cert-manager.io/v1", "Certificate", label_selector=CERTIFICATE_SELECTOR,
-                                      relist_delay=5.0)
+        # relist_delay: a watch refused (e.g. an older ClusterRole without `watch`) is retried every few seconds,
+        # not twice a second; the interval scan still runs meanwhile.
+        self.informer = kube.Informer(k, api_version, kind, label_selector=label_selector, relist_delay=5.0)
         self.informer.add_handler(self._changed)
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -124,20 +124,81 @@ class CertificateWatch:
         self._tasks.clear()
 
     def _changed(self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        if etype == "DELETED" or not self.informer.synced.is_set():
-            return  # the first listing is what already was: no change to react to
-        target = certificate_target(obj, old)
-        if target is None:
-            return
-        task = asyncio.create_task(self._request(*target, _now() + self.delay))
+        raise NotImplementedError
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _request(self, namespace: str, etcd: str, at: datetime.datetime) -> None:
+    async def _request(self, namespace: str, etcd: str, at: datetime.datetime, why: str) -> None:
         try:
             if await request_scan(self.k, namespace, etcd, at):
-                log.info("TLS scan of %s/%s requested for %s: a certificate was re-issued", namespace, etcd,
-                         conditions.rfc3339(at))
+                log.info("TLS scan of %s/%s requested for %s: %s", namespace, etcd, conditions.rfc3339(at), why)
         except kube.KubeError as err:
-            log.info("TLS scan request for %s/%s after a re-issue: %s; the interval scan covers it", namespace,
-                     etcd, err)
+            log.info("TLS scan request for %s/%s (%s): %s; the interval scan covers it", namespace, etcd, why, err)
+
+
+class CertificateWatch(_Watch):
+    """A labelled watch on the operator's own Certificates that requests a scan of their Etcd, ``delay`` later,
+    when one is re-issued. Started and stopped by the kopf startup/cleanup handlers."""
+
+    def __init__(self, k: kube.Kube, *, delay: datetime.timedelta = SECRET_CHANGE_DELAY) -> None:
+        super().__init__(k, "cert-manager.io/v1", "Certificate", label_selector=CERTIFICATE_SELECTOR)
+        self.delay = delay
+
+    def _changed(self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if etype == "DELETED" or not self.informer.synced.is_set():
+            return  # the first listing is what already was: no change to react to
+        target = certificate_target(obj, old)
+        if target is not None:
+            self._spawn(self._request(*target, _now() + self.delay, "a certificate was re-issued"))
+
+
+def request_target(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> tuple[str, str, datetime.datetime] | None:
+    """``(namespace, etcd, scan at)`` when this change of an EtcdOpsRequest is its end (it was not terminal before,
+    or is seen for the first time already ended); None otherwise. Scan at = the end + 1 s: condition times are
+    whole seconds, and a scan earlier in the same second as the end carries the same ``lastScanTime``."""
+    at = request_ended_at(new)
+    if at is None or (old is not None and request_ended_at(old) is not None):
+        return None
+    etcd = ((new.get("spec") or {}).get("databaseRef") or {}).get("name")
+    if not isinstance(etcd, str) or not etcd:
+        return None
+    return (new.get("metadata") or {}).get("namespace") or "default", etcd, at + datetime.timedelta(seconds=1)
+
+
+class RequestWatch(_Watch):
+    """A watch on EtcdOpsRequests that requests a scan of the Etcd when one of its requests ends. Its own informer
+    rather than a kopf event handler: kopf skips an object's events while it throttles after an error (a Conflict
+    of its own patch), so a request's last event could be missed. The first listing requests, per Etcd, a scan
+    after its latest ended request (a no-op when the Etcd was scanned since): an operator restarted while a
+    request ended misses nothing."""
+
+    def __init__(self, k: kube.Kube) -> None:
+        super().__init__(k, constants.OPS_API_VERSION, constants.OPS_KIND)
+        self._listed: dict[tuple[str, str], datetime.datetime] = {}
+
+    def start(self) -> None:
+        super().start()
+        self._spawn(self._after_listing())
+
+    async def _after_listing(self) -> None:
+        await self.informer.synced.wait()
+        listed, self._listed = self._listed, {}
+        for (namespace, etcd), at in listed.items():
+            await self._request(namespace, etcd, at, "an ops request ended (seen at start)")
+
+    def _changed(self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if etype == "DELETED":
+            return
+        target = request_target(obj, old)
+        if target is None:
+            return
+        namespace, etcd, at = target
+        if not self.informer.synced.is_set():
+            key = (namespace, etcd)
+            self._listed[key] = max(at, self._listed.get(key, at))
+            return
+        name = (obj.get("metadata") or {}).get("name")
+        self._spawn(self._request(namespace, etcd, at, f"EtcdOpsRequest {name} ended"))

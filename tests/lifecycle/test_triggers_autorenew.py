@@ -53,6 +53,19 @@ def test_request_ended_at_is_the_terminal_condition_time() -> None:
     assert triggers.request_ended_at(request("r", "Successful")) is not None  # no condition time: now
 
 
+def test_a_request_target_is_its_end_seen_once() -> None:
+    ended = request("r", "Successful", "2026-12-01T00:03:00Z")
+    ended["metadata"]["namespace"] = "ns"
+    second = datetime.timedelta(seconds=1)  # times are whole seconds: a scan in the second of the end came before
+    assert triggers.request_target(ended, request("r", "Progressing")) == ("ns", "db", T0 + 3 * MIN + second)
+    assert triggers.request_target(ended, None) == ("ns", "db", T0 + 3 * MIN + second)  # listed, or first seen
+    assert triggers.request_target(ended, ended) is None  # a later change of an ended request
+    assert triggers.request_target(request("r", "Progressing"), request("r", "Pending")) is None
+    orphan = request("r", "Failed", "2026-12-01T00:03:00Z")
+    orphan["spec"] = {}
+    assert triggers.request_target(orphan, None) is None
+
+
 def test_settle_learns_how_the_remembered_request_ended() -> None:
     mine = verdict.AutoRenewState("db-auto-renew-1", T0 + 6 * MIN)
     failed = autorenew.settle(mine, [request("db-auto-renew-1", "Failed", "2026-12-01T00:03:00Z")], T0 + 6 * MIN,
