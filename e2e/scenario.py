@@ -15,7 +15,7 @@ import dataclasses
 import os
 import pathlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Self
 
 from e2e import monitor, processes, writer
@@ -60,10 +60,13 @@ class Scenario:
     """A sandbox with the operator running, helpers to make CAs, Etcds and requests, and the live measurements."""
 
     def __init__(self, workdir: str | os.PathLike[str], *, printer: Printer | None = None,
-                 namespace: str = NAMESPACE, delivery_timeout: float | None = None) -> None:
-        """``delivery_timeout``: the operator's ``--certificate-delivery-timeout`` (None: the sandbox's 15 s)."""
+                 namespace: str = NAMESPACE, delivery_timeout: float | None = None,
+                 operator_args: Sequence[str] = ()) -> None:
+        """``delivery_timeout``: the operator's ``--certificate-delivery-timeout`` (None: the sandbox's 15 s);
+        ``operator_args``: extra ``opsmanager run`` flags."""
         self.dir = pathlib.Path(workdir)
         self.delivery_timeout = delivery_timeout
+        self.operator_args = tuple(operator_args)
         self.print = printer or (lambda _line: None)
         self.namespace = namespace
         self.sandbox: Any = None
@@ -93,7 +96,7 @@ class Scenario:
         delivery = self.delivery_timeout
         self.operator = await asyncio.to_thread(
             processes.OperatorProcess.start, self.sandbox.kubeconfig, log_path=self.dir / "operator.log",
-            interval=1.0,
+            interval=1.0, extra_args=self.operator_args,
             delivery_timeout=delivery if delivery is not None else sandbox_components.SANDBOX_CERTIFICATE_DELIVERY_TIMEOUT)
 
     async def kill_operator(self) -> None:

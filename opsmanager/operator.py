@@ -93,14 +93,17 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.networking.request_timeout = 60
 
 
+# Timers that run every few seconds per object.
+ROUTINE_HANDLERS = ("Timer 'status'", "Timer 'heal-pause'", "Timer 'tls-scan'")
+
+
 class RoutineTimerFilter(logging.Filter):
     """Drop kopf's per-run "Timer 'status' is invoked/succeeded" lines: the status timer runs every few seconds for
     every Etcd, and an idle operator should not fill its log. Failures are still logged."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return not (message.startswith(("Timer 'status'", "Timer 'heal-pause'"))
-                    and message.endswith(("succeeded.", "is invoked.")))
+        return not (message.startswith(ROUTINE_HANDLERS) and message.endswith(("succeeded.", "is invoked.")))
 
 
 def quiet_routine_logs() -> None:

@@ -105,6 +105,8 @@ EVENT_CA_EXPIRING_SOON: Final = "CAExpiringSoon"
 EVENT_SERVED_CERTIFICATE_MISMATCH: Final = "ServedCertificateMismatch"
 EVENT_CERTIFICATES_RENEWED: Final = "CertificatesRenewed"  # Normal: every member serves a new leaf
 EVENT_AUTO_RENEW_HELD: Final = "AutoRenewHeld"  # names the members that could not be scanned
+EVENT_AUTO_RENEW_REQUESTED: Final = "AutoRenewRequested"  # Normal: names the auto-renew EtcdOpsRequest filed
+EVENT_AUTO_RENEW_FAILED: Final = "AutoRenewFailed"  # the auto-renew request ended Failed/Skipped; names the retry
 
 # --- TLS ports scanned (the `port` of status.tls and of the metrics) -------------------------------------------
 

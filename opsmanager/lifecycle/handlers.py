@@ -1,5 +1,8 @@
-"""kopf wiring of the certificate-lifecycle scan: a timer on every Etcd with TLS, scanning when its
-``spec.tlsLifecycle.scanInterval`` has passed since ``status.tls.lastScanTime``.
+"""kopf wiring of the certificate lifecycle: a timer on every Etcd with TLS, scanning when its
+``spec.tlsLifecycle.scanInterval`` has passed since ``status.tls.lastScanTime`` or a requested scan time has come
+(:func:`opsmanager.lifecycle.scan.due`), then deciding auto-renew (:mod:`opsmanager.lifecycle.autorenew`); and the
+scan triggers (:mod:`opsmanager.lifecycle.triggers`): a watch on EtcdOpsRequests that requests a scan when one
+ends, and a labelled watch on the operator's Certificates that requests one when a certificate is re-issued.
 
 The timer ticks often (``tick`` seconds) and scans rarely: a per-object interval cannot be a kopf timer's own
 interval (that is one number for every object), and "has the interval passed" read from status survives an
@@ -18,7 +21,7 @@ import kopf
 from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.etcd import errors as etcd_errors
-from opsmanager.lifecycle import metrics, scan
+from opsmanager.lifecycle import autorenew, metrics, scan, triggers
 
 RESOURCE = (constants.ETCD_GROUP, constants.ETCD_VERSION, constants.ETCD_PLURAL)
 DEFAULT_TICK = 5.0
@@ -32,8 +35,9 @@ def _has_tls(spec: Any, **_: Any) -> bool:
 
 def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, tick: float = DEFAULT_TICK,
              delivery_grace: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT) -> None:
-    """Add the scan timer to ``registry``; it uses ``client``. ``delivery_grace``: seconds a member may serve its
-    previous leaf after its Secret changed before the scan calls it a mismatch."""
+    """Add the scan timer and its triggers to ``registry``; they use ``client``. ``delivery_grace``: seconds a member
+    may serve its previous leaf after its Secret changed before the scan calls it a mismatch."""
+    watches = (triggers.CertificateWatch(client), triggers.RequestWatch(client))
 
     @kopf.timer(*RESOURCE, registry=registry, id="tls-scan", interval=tick, when=_has_tls)
     async def tls_scan(body: kopf.Body, logger: Logger, **_: Any) -> None:
@@ -41,7 +45,13 @@ def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, tick: float 
         if not scan.due(obj, now=datetime.datetime.now(datetime.UTC)):
             return
         try:
-            await scan.scan_once(client, obj)
+            result = await scan.scan_once(client, obj, delivery_grace=delivery_grace)
+            if result is not None:
+                fresh = await client.get(constants.ETCD_API_VERSION, constants.ETCD_KIND,
+                                         body.get("metadata", {}).get("namespace"), body.get("metadata", {}).get("name"))
+                decision = await autorenew.after_scan(client, fresh or obj, result)
+                if decision is not None:
+                    logger.debug("auto-renew: %s: %s", decision.verdict.value, decision.reason)
         except (kube.KubeError, etcd_errors.EtcdError) as err:
             metrics.scan_failed()
             logger.info("TLS scan of %s/%s: %s; next tick retries", body.get("metadata", {}).get("namespace"),
@@ -51,3 +61,13 @@ def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, tick: float 
     async def forget(body: kopf.Body, **_: Any) -> None:
         meta = body.get("metadata", {})
         metrics.forget(meta.get("namespace") or "default", meta.get("name") or "")
+
+    @kopf.on.startup(registry=registry, id="tls-scan-triggers")
+    async def start_watch(**_: Any) -> None:
+        for watch in watches:
+            watch.start()
+
+    @kopf.on.cleanup(registry=registry, id="tls-scan-triggers-stop")
+    async def stop_watch(**_: Any) -> None:
+        for watch in watches:
+            await watch.stop()

@@ -15,10 +15,21 @@ become findings (``ScanFailed``), never exceptions.
 
 While an EtcdOpsRequest holds the Etcd paused the scan stands aside: mid-rotation a mismatch is the plan, not a
 finding; the first scan after the pause reports the result.
+
+When: every ``scanInterval`` after ``status.tls.lastScanTime``, and whenever the annotation
+``opsmanager.dev/tls-scan-requested`` holds a time after the last scan that has come (:func:`due`). Triggers write
+it (:mod:`opsmanager.lifecycle.triggers`: an ops request ended, a Certificate was re-issued) and so does the scan
+itself while a member is within the **delivery grace** (it serves another leaf than its Secret's, but that Secret
+leaf is younger than ``--certificate-delivery-timeout``): it looks again every few seconds until the member serves
+the new leaf or the grace is over and the member is flagged ``ServedCertificateMismatch``. A Secret leaf's age is
+counted from when the scan first saw its serial (annotation ``opsmanager.dev/tls-secret-seen``), not from its
+notBefore, which some issuers backdate (ACME by an hour).
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import datetime
 from collections.abc import Mapping
 from typing import Any, Final
@@ -33,6 +44,8 @@ from opsmanager.lifecycle import metrics, verdict
 from opsmanager.provisioner import material, members, naming, render
 
 ANNOTATION_EVENT_KEYS: Final = "opsmanager.dev/tls-announced"  # which Events were posted (verdict's keys)
+ANNOTATION_SCAN_REQUESTED: Final = "opsmanager.dev/tls-scan-requested"  # RFC 3339: scan once this time has come
+ANNOTATION_SECRET_SEEN: Final = "opsmanager.dev/tls-secret-seen"  # Secret leaf serial -> first seen (verdict)
 HANDSHAKE_TIMEOUT: Final = 3.0
 
 
@@ -102,27 +115,72 @@ async def observe(k: kube.Kube, db: etcd_api.Etcd, *, now: datetime.datetime) ->
     return verdict.Scan(tuple(observations), tuple(cas), tuple(db.tls_lifecycle.alert_thresholds()), now)
 
 
-def due(obj: Mapping[str, Any], *, now: datetime.datetime) -> bool:
-    """Whether the Etcd's scan interval has passed since its last scan (or it never had one)."""
-    db = etcd_api.Etcd.model_validate(obj)
-    last = ((obj.get("status") or {}).get("tls") or {}).get("lastScanTime")
-    if not last:
-        return True
+PATCH_ATTEMPTS: Final = 5
+
+
+async def patch_annotations(k: kube.Kube, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+    """Merge ``annotations`` into the Etcd's metadata, retrying a Conflict (the API server may give up re-applying
+    a merge patch while the object is written often, e.g. while it is created) a few times, briefly backing off."""
+    for attempt in range(PATCH_ATTEMPTS):
+        try:
+            await k.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, namespace, name,
+                          {"metadata": {"annotations": dict(annotations)}})
+            return
+        except kube.Conflict:
+            if attempt == PATCH_ATTEMPTS - 1:
+                raise
+            await asyncio.sleep(0.2 * (attempt + 1))  # back-off between attempts, not a synchronisation
+
+
+def parse_time(value: object) -> datetime.datetime | None:
+    """An RFC 3339 time from status or an annotation; None when absent or unparsable."""
+    if not isinstance(value, str) or not value:
+        return None
     try:
-        return now - conditions.parse_rfc3339(str(last)) >= db.tls_lifecycle.scan_interval_delta
+        return conditions.parse_rfc3339(value)
     except ValueError:
-        return True
+        return None
 
 
-async def scan_once(k: kube.Kube, obj: Mapping[str, Any], *, now: datetime.datetime | None = None) -> verdict.Scan | None:
-    """Scan one Etcd and record what was found; None when there is nothing to scan (no TLS, or paused)."""
+def ceil_second(moment: datetime.datetime) -> datetime.datetime:
+    """``moment`` rounded up to a whole second: RFC 3339 in status and annotations keeps whole seconds, and a
+    request must stay *after* the scan time it is compared with."""
+    whole = moment.replace(microsecond=0)
+    return whole if whole == moment else whole + datetime.timedelta(seconds=1)
+
+
+def last_scan(obj: Mapping[str, Any]) -> datetime.datetime | None:
+    return parse_time(((obj.get("status") or {}).get("tls") or {}).get("lastScanTime"))
+
+
+def scan_requested(obj: Mapping[str, Any]) -> datetime.datetime | None:
+    return parse_time(((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SCAN_REQUESTED))
+
+
+def due(obj: Mapping[str, Any], *, now: datetime.datetime) -> bool:
+    """Whether to scan the Etcd now (:func:`verdict.scan_due`): never scanned, its scan interval has passed since
+    the last scan, or a requested scan time after the last scan has come."""
+    db = etcd_api.Etcd.model_validate(obj)
+    return verdict.scan_due(last_scan=last_scan(obj), interval=db.tls_lifecycle.scan_interval_delta,
+                            requested=scan_requested(obj), now=now)
+
+
+async def scan_once(k: kube.Kube, obj: Mapping[str, Any], *, now: datetime.datetime | None = None,
+                    delivery_grace: float = 0.0) -> verdict.Scan | None:
+    """Scan one Etcd and record what was found; None when there is nothing to scan (no TLS, or paused).
+    ``delivery_grace``: seconds a member may serve another leaf than its Secret's new one before it is a mismatch."""
     if pause.is_paused(obj.get("status")):
         return None
     db = etcd_api.Etcd.model_validate(obj)
     if db.spec.tls is None:
         return None
     ns, name = db.metadata.namespace or "default", db.metadata.name or ""
-    scan = await observe(k, db, now=now or _now())
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    observed = await observe(k, db, now=now or _now())
+    seen = verdict.seen_after(verdict.decode_seen(annotations.get(ANNOTATION_SECRET_SEEN)), observed.observations,
+                              observed.now)
+    scan = dataclasses.replace(observed, delivery_grace=datetime.timedelta(seconds=delivery_grace),
+                               secret_seen=seen)
     tls_status = verdict.scan_status(scan)
     status, reason, message = verdict.condition(scan)
     generation = (obj.get("metadata") or {}).get("generation")
@@ -136,13 +194,19 @@ async def scan_once(k: kube.Kube, obj: Mapping[str, Any], *, now: datetime.datet
 
     previous_tls = (obj.get("status") or {}).get("tls")
     await k.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name, mutate)
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
     events, keys = verdict.events(verdict.decode_keys(annotations.get(ANNOTATION_EVENT_KEYS)), scan, previous_tls)
-    encoded = verdict.encode_keys(keys)
-    if encoded != annotations.get(ANNOTATION_EVENT_KEYS):
+    wanted: dict[str, str] = {ANNOTATION_EVENT_KEYS: verdict.encode_keys(keys),
+                              ANNOTATION_SECRET_SEEN: verdict.encode_seen(seen)}
+    recheck = verdict.recheck_at(scan)
+    if recheck is not None:
+        again = verdict.merge_scan_request(pending=scan_requested(obj), last_scan=scan.now.replace(microsecond=0),
+                                           wanted=ceil_second(recheck))
+        if again is not None:
+            wanted[ANNOTATION_SCAN_REQUESTED] = conditions.rfc3339(again)
+    changed = {key: value for key, value in wanted.items() if value != annotations.get(key)}
+    if changed:
         # Keys first, Events second: a crash in between loses an Event rather than posting it twice.
-        await k.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name,
-                      {"metadata": {"annotations": {ANNOTATION_EVENT_KEYS: encoded}}})
+        await patch_annotations(k, ns, name, changed)
     for event in events:
         await k.event(dict(obj), reason=event.reason, message=event.message, type_=event.type_)
     metrics.publish(ns, name, tls_status)

@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
@@ -93,6 +94,11 @@ class Scan:
     cas: tuple[pki.CertInfo, ...]
     thresholds: tuple[datetime.timedelta, ...]
     now: datetime.datetime
+    # The delivery grace: how long a member may serve another leaf than its Secret's, counted from when that
+    # Secret leaf was issued (``secret_seen``, else its notBefore), before it is a mismatch. Zero: never.
+    delivery_grace: datetime.timedelta = datetime.timedelta(0)
+    # Secret leaf serial (lowercase hex) -> when the scan first saw it in the Secret (see :func:`seen_after`).
+    secret_seen: Mapping[str, datetime.datetime] = dataclasses.field(default_factory=dict)
 
     @property
     def smallest_threshold(self) -> datetime.timedelta:
@@ -149,6 +155,99 @@ def _earliest_ca(scan: Scan) -> pki.CertInfo | None:
 
 def _failed(scan: Scan) -> list[Observation]:
     return [o for o in scan.observations if o.served is None]
+
+
+# --- delivery grace ---------------------------------------------------------------------------------------------
+
+# While a member is within the grace, the scan looks again this soon (or at the grace's end, if sooner).
+GRACE_RECHECK: Final = datetime.timedelta(seconds=10)
+
+
+def issued_at(scan: Scan, leaf: pki.CertInfo) -> datetime.datetime:
+    """When a Secret's leaf counts as issued for the delivery grace: when the scan first saw its serial in the
+    Secret (recorded by the scan shell), else its notBefore."""
+    return scan.secret_seen.get(serial_hex(leaf.serial), leaf.not_before)
+
+
+def in_grace(scan: Scan, obs: Observation) -> bool:
+    """True when ``obs`` serves another leaf than its Secret's, but that Secret leaf is younger than the delivery
+    grace: the kubelet may not have delivered it yet, so it is not (yet) a mismatch."""
+    if obs.served is None or obs.secret_leaf is None or obs.matches_secret:
+        return False
+    return scan.now < issued_at(scan, obs.secret_leaf) + scan.delivery_grace
+
+
+def _mismatched(scan: Scan) -> list[Observation]:
+    """Members serving another leaf than their Secret's, past the delivery grace."""
+    return [o for o in scan.observations
+            if o.served is not None and o.secret_leaf is not None and not o.matches_secret and not in_grace(scan, o)]
+
+
+def recheck_at(scan: Scan) -> datetime.datetime | None:
+    """When to scan again because a member is within the delivery grace (None: no member is): soon, and at the
+    latest just after the grace ends, so the scan either sees the new serial served or flags the member."""
+    ends = [issued_at(scan, o.secret_leaf) + scan.delivery_grace
+            for o in scan.observations if o.secret_leaf is not None and in_grace(scan, o)]
+    if not ends:
+        return None
+    return min(min(ends) + datetime.timedelta(seconds=1), scan.now + GRACE_RECHECK)
+
+
+# Annotation value grammar: ``<serial>@<unix seconds, hex>`` joined by commas.
+_SEEN = re.compile(r"^([0-9a-f]{1,64})@([0-9a-f]{1,12})$")
+
+
+def decode_seen(text: object) -> dict[str, datetime.datetime]:
+    """Secret serial -> first seen, from the annotation value; malformed parts (or a non-string) are ignored."""
+    out: dict[str, datetime.datetime] = {}
+    if not isinstance(text, str):
+        return out
+    for part in text.split(","):
+        match = _SEEN.match(part.strip())
+        if match:
+            out[match.group(1)] = datetime.datetime.fromtimestamp(int(match.group(2), 16), datetime.UTC)
+    return out
+
+
+def encode_seen(seen: Mapping[str, datetime.datetime]) -> str:
+    """The annotation value of :func:`decode_seen`, sorted (an unchanged map is not rewritten)."""
+    return ",".join(f"{serial}@{_stamp(at)}" for serial, at in sorted(seen.items()))
+
+
+def seen_after(previous: Mapping[str, datetime.datetime], observations: Iterable[Observation],
+               now: datetime.datetime) -> dict[str, datetime.datetime]:
+    """The first-seen map after a scan at ``now``: every Secret leaf serial it read keeps its earlier time or gets
+    ``now``; serials no longer in any Secret are dropped (so the map stays as small as the Secrets)."""
+    out: dict[str, datetime.datetime] = {}
+    for obs in observations:
+        if obs.secret_leaf is not None:
+            serial = serial_hex(obs.secret_leaf.serial)
+            out[serial] = previous.get(serial, now)
+    return out
+
+
+# --- scan triggers ----------------------------------------------------------------------------------------------
+
+
+def scan_due(*, last_scan: datetime.datetime | None, interval: datetime.timedelta,
+             requested: datetime.datetime | None, now: datetime.datetime) -> bool:
+    """Whether to scan now: never scanned, the interval has passed since the last scan, or a scan was requested
+    for a time after the last scan that has come (an ops request ended, a Secret changed, a delivery recheck)."""
+    if last_scan is None or now - last_scan >= interval:
+        return True
+    return requested is not None and last_scan < requested <= now
+
+
+def merge_scan_request(*, pending: datetime.datetime | None, last_scan: datetime.datetime | None,
+                       wanted: datetime.datetime) -> datetime.datetime | None:
+    """The scan request to record when a trigger wants a scan at ``wanted``, or None when nothing must change:
+    ``wanted`` is not after the last scan (that scan already covered it), or an earlier request is still
+    pending (its scan covers this one; a member still in the delivery grace then asks again itself)."""
+    if last_scan is not None and wanted <= last_scan:
+        return None
+    if pending is not None and (last_scan is None or pending > last_scan) and pending <= wanted:
+        return None
+    return wanted
 
 
 def _port_entry(obs: Observation) -> dict[str, Any]:
@@ -213,7 +312,7 @@ def condition(scan: Scan) -> tuple[str, str, str]:
         return constants.FALSE, constants.REASON_CA_EXPIRING_SOON, (
             f"CA {ca.subject or ca.issuer} (serial {serial_hex(ca.serial)}) {verb} at "
             f"{conditions.rfc3339(ca.not_after)}, within the {go_duration(scan.smallest_threshold)} alert threshold")
-    mismatched = [o for o, c in served if o.secret_leaf is not None and not o.matches_secret]
+    mismatched = sorted(_mismatched(scan), key=lambda o: o.served.not_after if o.served else now)
     if mismatched:
         obs = mismatched[0]
         assert obs.served is not None and obs.secret_leaf is not None
@@ -302,6 +401,7 @@ def events(
     out: list[Event] = []
     now = scan.now
     thresholds = sorted({t for t in scan.thresholds if t > datetime.timedelta(0)})
+    mismatched = _mismatched(scan)
     for obs, cert in _served(scan):
         serial = serial_hex(cert.serial)
         not_after = conditions.rfc3339(cert.not_after)
@@ -322,7 +422,7 @@ def events(
                     out.append(Event(EVENT_TYPE_WARNING, constants.EVENT_CERTIFICATE_EXPIRING_SOON,
                                      f"{_where(obs)} serves a certificate (serial {serial}) that expires at "
                                      f"{not_after}, within the {go_duration(crossed[0])} alert threshold"))
-        if obs.secret_leaf is not None and not obs.matches_secret and f"M:{serial}" not in keys:
+        if obs.secret_leaf is not None and obs in mismatched and f"M:{serial}" not in keys:
             keys.add(f"M:{serial}")
             out.append(Event(EVENT_TYPE_WARNING, constants.EVENT_SERVED_CERTIFICATE_MISMATCH,
                              f"{_where(obs)} serves serial {serial} (notAfter {not_after}), its Secret holds "
@@ -447,3 +547,82 @@ def auto_renew(
     name = request_name(etcd, not_after, last_failure_at if same_expiry else None)
     return Decision(Verdict.CREATE, f"the earliest certificate expires at {conditions.rfc3339(not_after)}, "
                     f"within {go_duration(not_after - renew_at)}", request_name=name, renew_at=renew_at)
+
+
+# The auto request's spec.timeout: a quarter of the renew window, at least 1m, at most 10m — so a re-issue that
+# hangs (an issuer that cannot issue) fails while most of the window is left for the retry and for a person.
+AUTO_RENEW_TIMEOUT_MIN: Final = datetime.timedelta(minutes=1)
+AUTO_RENEW_TIMEOUT_MAX: Final = datetime.timedelta(minutes=10)
+
+
+def request_timeout(before: datetime.timedelta) -> datetime.timedelta:
+    """``spec.timeout`` of an auto-renew request for a renew window ``before``: clamp(before / 4, 1m, 10m)."""
+    return max(AUTO_RENEW_TIMEOUT_MIN, min(AUTO_RENEW_TIMEOUT_MAX, before / 4))
+
+
+def request_body(*, etcd: str, namespace: str, etcd_uid: str | None, name: str, not_after: datetime.datetime,
+                 timeout: datetime.timedelta) -> dict[str, Any]:
+    """The auto-renew ``EtcdOpsRequest``: ``ReconfigureTLS`` with ``rotateCertificates: true``, labelled
+    ``ops.opsmanager.dev/trigger: auto-renew``, annotated with the expiry it renews, owned by the Etcd."""
+    meta: dict[str, Any] = {
+        "name": name, "namespace": namespace,
+        "labels": {constants.LABEL_OPS_TRIGGER: constants.TRIGGER_AUTO_RENEW},
+        "annotations": {ANNOTATION_AUTO_RENEW_FOR: conditions.rfc3339(not_after)},
+    }
+    if etcd_uid:
+        meta["ownerReferences"] = [{"apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
+                                    "name": etcd, "uid": etcd_uid}]
+    return {
+        "apiVersion": constants.OPS_API_VERSION, "kind": constants.OPS_KIND, "metadata": meta,
+        "spec": {"type": constants.OPS_TYPE_RECONFIGURE_TLS, "databaseRef": {"name": etcd},
+                 "tls": {"rotateCertificates": True}, "timeout": go_duration(timeout)},
+    }
+
+
+ANNOTATION_AUTO_RENEW_FOR: Final = "opsmanager.dev/auto-renew-for"  # on the request: the notAfter it renews
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoRenewState:
+    """What auto-renew remembers on the Etcd (annotation ``opsmanager.dev/tls-auto-renew``): the latest request
+    it filed, the expiry that request was for, when it was found failed, and the members of the current hold
+    (so ``AutoRenewHeld`` is posted once per hold)."""
+
+    request: str | None = None
+    requested_for: datetime.datetime | None = None
+    failed_at: datetime.datetime | None = None
+    held: tuple[str, ...] = ()
+
+    def encode(self) -> str:
+        out: dict[str, Any] = {}
+        if self.request:
+            out["request"] = self.request
+        if self.requested_for is not None:
+            out["for"] = conditions.rfc3339(self.requested_for)
+        if self.failed_at is not None:
+            out["failedAt"] = conditions.rfc3339(self.failed_at)
+        if self.held:
+            out["held"] = list(self.held)
+        return json.dumps(out, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: object) -> AutoRenewState:
+        """The state from the annotation; anything malformed reads as "nothing remembered" for that field."""
+        try:
+            raw = json.loads(text) if isinstance(text, str) else {}
+        except ValueError:
+            raw = {}
+        if not isinstance(raw, dict):
+            raw = {}
+
+        def when(key: str) -> datetime.datetime | None:
+            try:
+                return conditions.parse_rfc3339(str(raw[key])) if key in raw else None
+            except ValueError:
+                return None
+
+        request = raw.get("request")
+        held = raw.get("held")
+        return cls(request=request if isinstance(request, str) and request else None,
+                   requested_for=when("for"), failed_at=when("failedAt"),
+                   held=tuple(h for h in held if isinstance(h, str)) if isinstance(held, list) else ())

@@ -352,3 +352,144 @@ def test_a_certificate_is_expired_at_its_not_after() -> None:
     obs = [verdict.Observation("db-0", "client", leaf, leaf)]
     assert verdict.condition(scan(obs))[1] == "Expired"
     assert reasons(verdict.events(frozenset(), scan(obs))[0]) == ["CertificateExpired"]
+
+
+# --- delivery grace ---------------------------------------------------------------------------------------------
+# The Secret leaf's age counts from when the scan first saw its serial (secret_seen), else its notBefore. The tests
+# set both explicitly, so they hold whether the sandbox backdates notBefore or not.
+
+
+def renewed_secret(lifetime: datetime.timedelta = HOUR) -> list[verdict.Observation]:
+    """db-1 client still serves its old leaf; its Secret holds a new one (serial 0xbeef, notBefore T0)."""
+    obs = healthy(lifetime=lifetime)
+    obs[2] = verdict.Observation("db-1", "client", obs[2].served, cert(0xBEEF, T0 + 2 * HOUR))
+    return obs
+
+
+def graced(observations: list[verdict.Observation], now: datetime.datetime, grace: datetime.timedelta,
+           seen: dict[str, datetime.datetime] | None = None) -> verdict.Scan:
+    return verdict.Scan(tuple(observations), (CA,), (9 * MIN,), now, delivery_grace=grace,
+                        secret_seen=seen or {})
+
+
+def test_a_served_leaf_older_than_a_young_secret_leaf_is_no_mismatch_within_the_grace() -> None:
+    obs = renewed_secret()
+    within = graced(obs, T0 + MIN, 2 * MIN)
+    assert verdict.condition(within)[1] == "Valid"
+    assert "ServedCertificateMismatch" not in reasons(verdict.events(frozenset(), within)[0])
+    assert verdict.scan_status(within)["members"][1]["client"]["matchesSecret"] is False  # status stays factual
+    after = graced(obs, T0 + 2 * MIN, 2 * MIN)
+    assert verdict.condition(after)[1] == "ServedCertificateMismatch"
+    assert reasons(verdict.events(frozenset(), after)[0]) == ["ServedCertificateMismatch"]
+    assert verdict.condition(graced(obs, T0 + MIN, datetime.timedelta(0)))[1] == "ServedCertificateMismatch"
+
+
+def test_the_grace_counts_from_first_seen_not_from_a_backdated_not_before() -> None:
+    obs = renewed_secret()  # the Secret leaf's notBefore is T0
+    seen = {"beef": T0 + 10 * MIN}  # first seen ten minutes after its notBefore (an issuer that backdates)
+    assert verdict.condition(graced(obs, T0 + 11 * MIN, 2 * MIN, seen))[1] == "Valid"
+    assert verdict.condition(graced(obs, T0 + 11 * MIN, 2 * MIN))[1] == "ServedCertificateMismatch"
+
+
+def test_a_member_serving_the_new_leaf_after_the_grace_announces_the_renewal() -> None:
+    before = verdict.scan_status(scan(healthy(lifetime=HOUR)))
+    during = graced(renewed_secret(), T0 + MIN, 2 * MIN)
+    out, keys = verdict.events(frozenset(), during, before)
+    assert out == []
+    new = healthy(lifetime=2 * HOUR, base=0x300)
+    out, _ = verdict.events(keys, graced(new, T0 + 90 * datetime.timedelta(seconds=1), 2 * MIN), before)
+    assert reasons(out) == ["CertificatesRenewed"]
+
+
+def test_recheck_soon_while_in_the_grace_and_just_after_it_at_the_latest() -> None:
+    obs = renewed_secret()
+    assert verdict.recheck_at(graced(obs, T0 + MIN, 2 * MIN)) == T0 + MIN + verdict.GRACE_RECHECK
+    assert verdict.recheck_at(graced(obs, T0 + 2 * MIN - datetime.timedelta(seconds=3), 2 * MIN)) == (
+        T0 + 2 * MIN + datetime.timedelta(seconds=1))
+    assert verdict.recheck_at(graced(obs, T0 + 3 * MIN, 2 * MIN)) is None  # past the grace: flagged, no recheck
+    assert verdict.recheck_at(graced(healthy(), T0, 2 * MIN)) is None
+
+
+def test_first_seen_keeps_earlier_times_adds_new_serials_and_drops_gone_ones() -> None:
+    obs = renewed_secret()
+    first = verdict.seen_after({}, obs, T0)
+    assert set(first) == {verdict.serial_hex(o.secret_leaf.serial) for o in obs if o.secret_leaf} and \
+        set(first.values()) == {T0}
+    later = verdict.seen_after({**first, "dead": T0 - HOUR}, obs, T0 + HOUR)
+    assert later == first
+    assert verdict.decode_seen(verdict.encode_seen(later)) == later
+    assert verdict.decode_seen("beef@1,zz@1,@,x") == {"beef": datetime.datetime.fromtimestamp(1, datetime.UTC)}
+    assert verdict.decode_seen(None) == {}
+
+
+# --- scan triggers ----------------------------------------------------------------------------------------------
+
+
+def test_scan_due_on_the_interval_or_a_requested_time_after_the_last_scan_that_has_come() -> None:
+    def due(now: datetime.datetime, requested: datetime.datetime | None, last: datetime.datetime | None = T0) -> bool:
+        return verdict.scan_due(last_scan=last, interval=5 * MIN, requested=requested, now=now)
+
+    assert due(T0, None, last=None)
+    assert not due(T0 + MIN, None) and due(T0 + 5 * MIN, None)
+    assert due(T0 + MIN, T0 + 30 * datetime.timedelta(seconds=1))  # an ops request ended after the last scan
+    assert not due(T0 + MIN, T0 + 2 * MIN)  # not yet: a delivery delay or a grace recheck in the future
+    assert due(T0 + 2 * MIN, T0 + 2 * MIN)
+    assert not due(T0 + MIN, T0)  # the last scan already covered it
+    assert not due(T0 + MIN, T0 - MIN)
+
+
+def test_merge_keeps_the_earliest_pending_request_and_skips_what_a_scan_covered() -> None:
+    def merge(pending: datetime.datetime | None, wanted: datetime.datetime) -> datetime.datetime | None:
+        return verdict.merge_scan_request(pending=pending, last_scan=T0, wanted=wanted)
+
+    assert merge(None, T0 + MIN) == T0 + MIN
+    assert merge(None, T0) is None and merge(None, T0 - MIN) is None
+    assert merge(T0 + MIN, T0 + 2 * MIN) is None  # the pending earlier scan covers it
+    assert merge(T0 + 2 * MIN, T0 + MIN) == T0 + MIN  # earlier wins
+    assert merge(T0 - MIN, T0 + MIN) == T0 + MIN  # a consumed request is replaced
+    assert verdict.merge_scan_request(pending=None, last_scan=None, wanted=T0) == T0
+
+
+@given(st.lists(st.integers(min_value=-600, max_value=600), min_size=1, max_size=6),
+       st.integers(min_value=0, max_value=600))
+def test_a_requested_scan_is_never_lost_by_merging(offsets: list[int], now_offset: int) -> None:
+    """Whatever the order of triggers after a scan at T0, the recorded request makes a scan due at the earliest
+    wanted time after T0 (and not before it)."""
+    pending: datetime.datetime | None = None
+    for offset in offsets:
+        merged = verdict.merge_scan_request(pending=pending, last_scan=T0,
+                                            wanted=T0 + datetime.timedelta(seconds=offset))
+        pending = merged if merged is not None else pending
+    after = [T0 + datetime.timedelta(seconds=o) for o in offsets if o > 0]
+    now = T0 + datetime.timedelta(seconds=now_offset)
+    due = verdict.scan_due(last_scan=T0, interval=HOUR, requested=pending, now=now)
+    assert due == bool(after and min(after) <= now)
+
+
+# --- auto-renew request and memory ------------------------------------------------------------------------------
+
+
+def test_auto_request_timeout_is_a_quarter_of_the_window_clamped_to_1m_10m() -> None:
+    assert verdict.request_timeout(5 * MIN) == MIN + 15 * datetime.timedelta(seconds=1)
+    assert verdict.request_timeout(2 * MIN) == MIN
+    assert verdict.request_timeout(720 * HOUR) == 10 * MIN
+
+
+def test_auto_request_body() -> None:
+    body = verdict.request_body(etcd="db", namespace="ns", etcd_uid="u-1", name="db-auto-renew-1",
+                                not_after=T0 + 6 * MIN, timeout=75 * datetime.timedelta(seconds=1))
+    assert body["kind"] == "EtcdOpsRequest" and body["apiVersion"] == "ops.opsmanager.dev/v1alpha1"
+    assert body["metadata"]["labels"] == {"ops.opsmanager.dev/trigger": "auto-renew"}
+    assert body["metadata"]["ownerReferences"] == [
+        {"apiVersion": "opsmanager.dev/v1alpha1", "kind": "Etcd", "name": "db", "uid": "u-1"}]
+    assert body["metadata"]["annotations"] == {"opsmanager.dev/auto-renew-for": "2026-12-01T00:06:00Z"}
+    assert body["spec"] == {"type": "ReconfigureTLS", "databaseRef": {"name": "db"},
+                            "tls": {"rotateCertificates": True}, "timeout": "1m15s"}
+
+
+def test_auto_renew_state_round_trips_and_tolerates_garbage() -> None:
+    state = verdict.AutoRenewState("db-auto-renew-1", T0 + 6 * MIN, T0 + 3 * MIN, ("db-1",))
+    assert verdict.AutoRenewState.decode(state.encode()) == state
+    assert verdict.AutoRenewState.decode(verdict.AutoRenewState().encode()) == verdict.AutoRenewState()
+    for garbage in (None, 42, "", "{", "[]", '{"for": "yesterday", "held": "db-1", "request": 7}'):
+        assert verdict.AutoRenewState.decode(garbage) == verdict.AutoRenewState()

@@ -104,3 +104,5 @@ def test_routine_timer_lines_are_dropped_but_failures_kept() -> None:
     assert not f.filter(record("Timer 'status' is invoked."))
     assert f.filter(record("Timer 'status' failed with an exception. Will retry."))
     assert f.filter(record("Handler 'provision' succeeded."))
+    assert not f.filter(record("Timer 'tls-scan' succeeded."))
+    assert f.filter(record("Timer 'tls-scan' failed with an exception. Will retry."))
