@@ -84,6 +84,9 @@ COND_PROVISIONED: Final = "Provisioned"
 COND_PAUSED: Final = "Paused"  # set by the ops engine while a request owns the cluster; the provisioner keeps off
 COND_HALTED: Final = "Halted"
 COND_CERTIFICATES_VALID: Final = "CertificatesValid"  # the certificate-lifecycle scan (issue 11)
+# The material gate (issue 12): True when every mounted Secret holds its source's released material; False with
+# the gate's reason (UntrustedCA, KeyMismatch, SANMismatch, Expired, …) while a source is held back.
+COND_TLS_MATERIAL_READY: Final = "TLSMaterialReady"
 
 # Reasons of CertificatesValid; a False condition takes the first that applies, in this order.
 REASON_CERTS_VALID: Final = "Valid"

@@ -22,7 +22,7 @@ from opsmanager.api import etcd as etcd_api
 from opsmanager.etcd import admin
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan
-from opsmanager.provisioner import material, naming, ownership, render
+from opsmanager.provisioner import material, naming, ownership, release, render
 
 CERT_API = "cert-manager.io/v1"
 
@@ -39,6 +39,10 @@ async def check_ownership(ctx: context.OpsContext, certs: list[dict[str, Any]]) 
             return problem
         secret = await ctx.secret(cert["spec"]["secretName"])
         if problem := ownership.foreign_secret(secret, where, db_uid, name):
+            return problem
+        alias = cert["metadata"]["labels"].get(naming.LABEL_COMPONENT, "")
+        mounted = await ctx.secret(render.secret_name(ctx.db, ctx.db.spec.tls or ctx.plan.desired_tls, alias))
+        if problem := release.foreign_mounted(mounted, ctx.db, alias):
             return problem
     return None
 
@@ -95,13 +99,20 @@ async def current_bundle(ctx: context.OpsContext) -> bytes:
 
 
 async def write_bundle(ctx: context.OpsContext, pems: bytes) -> bool:
-    """Write the trust bundle; True when it changed."""
-    if not pki.split_pem(pems):
-        raise ValueError("refusing to write an empty trust bundle: it would make every member reject every peer")
-    if await current_bundle(ctx) == pems:
-        return False
-    await ctx.kube.apply(render.render_trust_bundle(ctx.db, pems))
-    return True
+    """Write the trust bundle (and the record of when each CA entered it); True when it changed."""
+    return await release.write_bundle(ctx.kube, ctx.db, pems, now=ctx.now)
+
+
+async def release_all(ctx: context.OpsContext, tls: etcd_api.TLSConfig, allowed: bytes | None) -> str | None:
+    """Release the source of every alias into its mounted Secret through the gate (:mod:`opsmanager.provisioner
+    .release`) with the CAs this phase allows (None: no member serves TLS yet). What is held back, or None."""
+    held = []
+    for alias in constants.CERT_ALIASES:
+        result = await release.release(ctx.kube, ctx.db, tls, alias, allowed=allowed, now=ctx.now)
+        if result.blocked:
+            held.append(result.blocked)
+        held += [p.message for p in result.verdict.problems]
+    return "; ".join(held) if held else None
 
 
 # --- the new CA, before any leaf from it exists ---------------------------------------------------------------
@@ -156,19 +167,16 @@ async def trust_for(ctx: context.OpsContext, step: plan.Step) -> bytes | context
 
 
 async def delete_certificates(ctx: context.OpsContext, tls: etcd_api.TLSConfig) -> None:
-    """Remove TLS: delete the Certificates and the Secrets this operator's Certificates issued, and the bundle."""
+    """Remove TLS: delete the Certificates, the mounted Secrets the operator wrote, the sources our Certificates
+    issued, and the bundle."""
     db_uid = ctx.db_obj["metadata"].get("uid")
     for cert in render.render_certificates(ctx.db, tls):
         name = cert["metadata"]["name"]
         live = await ctx.kube.get(CERT_API, "Certificate", ctx.namespace, name)
         if live is not None and ownership.is_controlled_by(live, db_uid):
             await ctx.kube.delete(CERT_API, "Certificate", ctx.namespace, name)
-        secret = await ctx.secret(cert["spec"]["secretName"])
-        if secret is not None:
-            ann = secret["metadata"].get("annotations") or {}
-            if ann.get(ownership.CERTIFICATE_NAME_ANNOTATION) == name and ownership.foreign_secret(
-                    secret, f"{ctx.namespace}/{ctx.db_name}", db_uid, name) is None:
-                await ctx.kube.delete("v1", "Secret", ctx.namespace, cert["spec"]["secretName"])
+    for alias in constants.CERT_ALIASES:
+        await release.delete_released(ctx.kube, ctx.db, tls, alias)
     await ctx.kube.delete("v1", "Secret", ctx.namespace, naming.trust_bundle_secret(ctx.db_name))
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 import hashlib
 import json
 import re
@@ -40,10 +41,10 @@ from typing import Any
 
 import pydantic
 
-from opsmanager import kube
+from opsmanager import kube, pki
 from opsmanager.api import constants, pause
 from opsmanager.api import etcd as etcd_api
-from opsmanager.provisioner import material, naming, ownership, render
+from opsmanager.provisioner import gate, material, naming, ownership, release, render
 
 Obj = dict[str, Any]
 
@@ -80,7 +81,8 @@ class Outcome:
 
     ``state``: ``done``, ``waiting`` (retry after ``delay``), ``blocked`` (a person must act; ``message`` says
     what), ``paused`` (an ops request owns the cluster). ``reason`` is CamelCase for the condition and events;
-    ``changed`` lists the objects written in this pass (``Kind name``).
+    ``changed`` lists the objects written in this pass (``Kind name``); ``held`` the sources the gate holds back
+    (empty: all released; None: not looked at in this pass).
     """
 
     state: str
@@ -88,6 +90,7 @@ class Outcome:
     message: str
     delay: float = 0.0
     changed: tuple[str, ...] = ()
+    held: tuple[gate.Problem, ...] | None = None  # the gate's problems; None when TLS material was not looked at
 
     @property
     def ok(self) -> bool:
@@ -285,36 +288,83 @@ async def _ensure_owned(k: kube.Kube, db: etcd_api.Etcd, obj: Obj, changed: list
     return None
 
 
-async def _ensure_tls(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConfig, changed: list[str]) -> Outcome | None:
+async def _migrate_certificate(k: kube.Kube, cert: Obj, changed: list[str]) -> None:
+    """A Certificate from before the gated layout writes the mounted Secret itself: point it at its source
+    Secret. cert-manager issues a fresh leaf from the same issuer there, and the gate releases it into the mounted
+    Secret (members hot-reload it; nothing restarts). The one Certificate edit the provisioner makes."""
+    meta = cert["metadata"]
+    live = await k.get(cert["apiVersion"], cert["kind"], meta["namespace"], meta["name"])
+    if live is None:
+        return
+    want = cert["spec"]["secretName"]
+    if (live.get("spec") or {}).get("secretName") == want:
+        return
+    await k.patch(cert["apiVersion"], cert["kind"], meta["namespace"], meta["name"],
+                  {"spec": {"secretName": want, "secretTemplate": cert["spec"]["secretTemplate"]}})
+    changed.append(f"Certificate {meta['name']} (source Secret {want})")
+
+
+async def _ensure_tls(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConfig, changed: list[str],
+                      initial: bool) -> tuple[Outcome | None, tuple[gate.Problem, ...]]:
+    """Certificates, sources, trust bundle and the release of each source through the gate.
+
+    Returns a stopping outcome (None: go on) and the problems of the sources held back."""
     ns, name, where = db.metadata.namespace or "default", db.metadata.name or "", _where(db)
-    # 1. Certificates: create the missing ones. Existing ones are left alone: changing a Certificate of a live
-    #    cluster is a ReconfigureTLS (the ops engine), not a reconcile.
+    # 1. Certificates: create the missing ones. Existing ones are left alone (changing a Certificate of a live
+    #    cluster is a ReconfigureTLS), except a legacy one that still writes the mounted Secret: repointed.
     for cert in render.render_certificates(db, tls):
         blocked = await _ensure_owned(k, db, cert, changed, update=False)
         if blocked:
-            return blocked
-    # 2. Every leaf Secret complete, and not written by someone else.
-    verdicts: list[material.Material] = []
+            return blocked, ()
+        await _migrate_certificate(k, cert, changed)
+    # 2. Neither a source nor a mounted Secret written by someone else.
     for alias in constants.CERT_ALIASES:
-        secret_name = render.secret_name(db, tls, alias)
-        secret = await k.get("v1", "Secret", ns, secret_name)
-        why = ownership.foreign_secret(secret, where, db.metadata.uid, naming.certificate(name, alias))
+        source = await k.get("v1", "Secret", ns, render.source_secret_name(db, tls, alias))
+        why = ownership.foreign_secret(source, where, db.metadata.uid, naming.certificate(name, alias))
+        why = why or release.foreign_mounted(await k.get("v1", "Secret", ns, render.secret_name(db, tls, alias)),
+                                             db, alias)
         if why:
-            return Outcome(BLOCKED, REASON_FOREIGN_OBJECT, why, delay=BLOCKED_DELAY)
-        verdicts.append(material.check_secret(secret, f"{ns}/{secret_name}"))
-    problem = material.first_problem(verdicts)
-    if problem is not None:
-        return Outcome(WAITING, REASON_WAITING_FOR_CERTIFICATES,
-                       f"waiting for cert-manager: {problem.problem}", delay=WAITING_DELAY)
-    # 3. The trust bundle: created once from the union of the leaves' ca.crt; never rewritten here.
+            return Outcome(BLOCKED, REASON_FOREIGN_OBJECT, why, delay=BLOCKED_DELAY), ()
+    # 3. The trust bundle: created once, before any member exists, from the sources' CAs (when every source passes
+    #    the gate but for trust); never rewritten here — widening and narrowing it is the ops engine's job.
     bundle_name = naming.trust_bundle_secret(name)
     live_bundle = await k.get("v1", "Secret", ns, bundle_name)
     why = ownership.foreign_owned(live_bundle, where, db.metadata.uid)
     if why:
-        return Outcome(BLOCKED, REASON_FOREIGN_OBJECT, why, delay=BLOCKED_DELAY)
+        return Outcome(BLOCKED, REASON_FOREIGN_OBJECT, why, delay=BLOCKED_DELAY), ()
     if live_bundle is None:
-        await _create(k, render.render_trust_bundle(db, material.union_of_cas(verdicts)), changed)
-    return None
+        verdicts = []
+        for alias in constants.CERT_ALIASES:
+            source_name = render.source_secret_name(db, tls, alias)
+            verdicts.append(gate.check(await k.get("v1", "Secret", ns, source_name), f"{ns}/{source_name}",
+                                       dns_names=render.member_dns_names(db, alias), loaded=None, now=_now()))
+        problems = tuple(p for v in verdicts for p in v.problems)
+        if problems:
+            return Outcome(WAITING, REASON_WAITING_FOR_CERTIFICATES,
+                           f"waiting for cert-manager: {problems[0].message}", delay=WAITING_DELAY), problems
+        await release.write_bundle(k, db, pki.bundle(*(v.data["ca.crt"] for v in verdicts)), initial=initial)
+        changed.append(f"Secret {bundle_name}")
+    # 4. Release every source that passes the gate against the CAs every member has loaded.
+    allowed = await release.loaded(k, db)
+    held: list[gate.Problem] = []
+    missing: list[str] = []
+    for alias in constants.CERT_ALIASES:
+        result = await release.release(k, db, tls, alias, allowed=allowed)
+        if result.blocked:
+            return Outcome(BLOCKED, REASON_FOREIGN_OBJECT, result.blocked, delay=BLOCKED_DELAY), tuple(held)
+        if result.changed:
+            changed.append(f"Secret {render.secret_name(db, tls, alias)} (released)")
+        held += result.verdict.problems
+        if not result.verdict.passed and await k.get("v1", "Secret", ns, render.secret_name(db, tls, alias)) is None:
+            missing.append(result.verdict.problems[0].message)
+    if missing:  # a new cluster: etcd exits at start on a missing file, so no StatefulSet before its Secrets
+        return Outcome(WAITING, REASON_WAITING_FOR_CERTIFICATES, f"waiting for cert-manager: {missing[0]}",
+                       delay=WAITING_DELAY), tuple(held)
+    return None, tuple(held)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
 
 
 async def reconcile(k: kube.Kube, obj: Mapping[str, Any]) -> Outcome:
@@ -340,10 +390,11 @@ async def reconcile(k: kube.Kube, obj: Mapping[str, Any]) -> Outcome:
         return Outcome(BLOCKED, REASON_FOREIGN_OBJECT, why, delay=BLOCKED_DELAY)
     tls_drift = live_sts is not None and tls_mounted(live_sts) != (db.spec.tls is not None)
 
+    held: tuple[gate.Problem, ...] | None = None
     if db.spec.tls is not None and not tls_drift:
-        outcome = await _ensure_tls(k, db, db.spec.tls, changed)
+        outcome, held = await _ensure_tls(k, db, db.spec.tls, changed, initial=live_sts is None)
         if outcome is not None:
-            return dataclasses.replace(outcome, changed=tuple(changed))
+            return dataclasses.replace(outcome, changed=tuple(changed), held=held)
 
     for manifest in [*render.render_services(db), render.render_pdb(db)]:
         outcome = await _ensure_owned(k, db, manifest, changed)
@@ -379,7 +430,8 @@ async def reconcile(k: kube.Kube, obj: Mapping[str, Any]) -> Outcome:
                 return Outcome(WAITING, "StatefulSetChanged", "the StatefulSet changed while being updated; "
                                "looking again", delay=WAITING_DELAY, changed=tuple(changed))
     summary = ", ".join(changed) if changed else "nothing to change"
-    return Outcome(DONE, REASON_RECONCILED, f"all objects exist and match spec ({summary})", changed=tuple(changed))
+    return Outcome(DONE, REASON_RECONCILED, f"all objects exist and match spec ({summary})", changed=tuple(changed),
+                   held=held)
 
 
 # --- deletion --------------------------------------------------------------------------------------------------
@@ -433,12 +485,6 @@ async def finalize(k: kube.Kube, obj: Mapping[str, Any]) -> Outcome:
                        changed=tuple(changed))
     tls = db.spec.tls
     for alias in constants.CERT_ALIASES:
-        secret_name = render.secret_name(db, tls, alias)
-        secret = await k.get("v1", "Secret", ns, secret_name)
-        if secret is None or ownership.foreign_secret(secret, _where(db), db.metadata.uid,
-                                                      naming.certificate(name, alias)):
-            continue
-        if await k.delete("v1", "Secret", ns, secret_name, uid=secret["metadata"].get("uid")):
-            changed.append(f"Secret {secret_name}")
+        changed += await release.delete_released(k, db, tls, alias)
     return Outcome(DONE, REASON_DELETED, "members, their volumes and the certificate Secrets deleted",
                    changed=tuple(changed))

@@ -20,6 +20,7 @@ taken from the operator memo (``memo.kube``).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -28,7 +29,7 @@ import kopf
 
 from opsmanager import kube
 from opsmanager.api import conditions, constants
-from opsmanager.provisioner import applying, observe, status
+from opsmanager.provisioner import applying, gate, naming, observe, status
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 RESOURCE = (constants.ETCD_GROUP, constants.ETCD_VERSION, constants.ETCD_PLURAL)
@@ -66,11 +67,38 @@ async def _record(k: kube.Kube, body: Mapping[str, Any], outcome: applying.Outco
     )
     if outcome.changed:
         logger.info("reconcile %s/%s: %s", ns, name, ", ".join(outcome.changed))
+    if outcome.held is not None:
+        await _report_held(k, body, outcome.held, logger)
     if previous is None or previous.get("reason") != outcome.reason:
         warning = outcome.state == applying.BLOCKED
         (logger.warning if warning else logger.info)("Etcd %s/%s: %s", ns, name, outcome.message)
         await k.event(dict(body), reason=outcome.reason, message=outcome.message,
                       type_="Warning" if warning else "Normal")
+
+
+async def _report_held(k: kube.Kube, body: Mapping[str, Any], held: tuple[gate.Problem, ...],
+                       logger: Logger) -> None:
+    """``TLSMaterialReady`` and one Warning Event per (source, reason) the gate holds back — not one per pass:
+    the pairs announced are recorded on the Etcd (``opsmanager.dev/tls-material-announced``) before the Event is
+    posted, and forgotten once the source passes (so the same failure coming back is announced again). A source
+    cert-manager has not written yet (``SourceMissing``) is waiting, not a warning."""
+    ns, name, generation = _ident(body)
+    await k.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name,
+                            status.material_ready([(p.code, p.message) for p in held], generation))
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    try:
+        announced = {tuple(x) for x in json.loads(annotations.get(naming.ANNOTATION_MATERIAL_ANNOUNCED) or "[]")}
+    except (ValueError, TypeError):
+        announced = set()
+    current = {(p.secret, p.code): p for p in held if p.code != gate.SOURCE_MISSING}
+    new = [p for key, p in current.items() if key not in announced]
+    keep = sorted([list(key) for key in current])
+    if {tuple(x) for x in keep} != announced:
+        await k.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name, {"metadata": {"annotations": {
+            naming.ANNOTATION_MATERIAL_ANNOUNCED: json.dumps(keep, separators=(",", ":")) if keep else None}}})
+    for p in new:
+        logger.warning("Etcd %s/%s: %s", ns, name, p.message)
+        await k.event(dict(body), reason=p.code, message=p.message, type_="Warning")
 
 
 async def reconcile_once(k: kube.Kube, namespace: str, name: str, memo: Any,

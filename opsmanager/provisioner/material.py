@@ -40,7 +40,7 @@ class Material:
         return f"Material({self.secret!r}, {state})"
 
 
-def _decode(data: Mapping[str, Any], key: str) -> bytes | None:
+def decode(data: Mapping[str, Any], key: str) -> bytes | None:
     value = data.get(key)
     if value is None:
         return None
@@ -54,7 +54,7 @@ def _decode(data: Mapping[str, Any], key: str) -> bytes | None:
 
 def secret_bytes(secret: Mapping[str, Any] | None, key: str) -> bytes | None:
     """The decoded value of ``data[key]`` of a Secret read from the API; None when absent or not base64."""
-    return _decode((secret or {}).get("data") or {}, key)
+    return decode((secret or {}).get("data") or {}, key)
 
 
 def check_secret(secret: Mapping[str, Any] | None, name: str) -> Material:
@@ -68,7 +68,7 @@ def check_secret(secret: Mapping[str, Any] | None, name: str) -> Material:
     missing = [k for k in KEYS if not data.get(k)]
     if missing:
         return Material(name, False, f"Secret {name} has no {', '.join(missing)} yet")
-    cert_pem, key_pem, ca_pem = (_decode(data, k) for k in KEYS)
+    cert_pem, key_pem, ca_pem = (decode(data, k) for k in KEYS)
     if cert_pem is None or key_pem is None or ca_pem is None:
         bad = [k for k, v in zip(KEYS, (cert_pem, key_pem, ca_pem), strict=True) if v is None]
         return Material(name, False, f"Secret {name}: {', '.join(bad)} is not valid base64")

@@ -78,6 +78,27 @@ def certificate(db: str, alias: str) -> str:
     return f"{db}-{alias}"
 
 
+def source_secret(db: str, alias: str) -> str:
+    """The *source* Secret cert-manager's Certificate of an alias writes: ``<db>-<alias>-issued``.
+
+    Members and clients never mount it: the operator copies it into the mounted Secret (``render.secret_name``)
+    only when the gate (:mod:`.gate`) passes. One definition; ``render.source_secret_name`` is the one rule for
+    "where does the source of alias X come from".
+    """
+    return f"{db}-{alias}-issued"
+
+
+# On the trust bundle: {"<sha256 of a CA>": "<RFC3339 second it entered the bundle>"} (see .gate.loaded_cas).
+ANNOTATION_CA_ENTERED: Final = "opsmanager.dev/ca-entered"
+# On an Etcd: the (source Secret, reason) pairs already announced by a Warning Event (JSON list), so a held
+# source is reported once, not once per reconcile.
+ANNOTATION_MATERIAL_ANNOUNCED: Final = "opsmanager.dev/tls-material-announced"
+# On the mounted Secrets the operator writes: the source Secret they were copied from.
+ANNOTATION_RELEASED_FROM: Final = "opsmanager.dev/released-from"
+# On source Secrets (through the Certificate's secretTemplate): which Etcd they feed, for the Secret watch.
+LABEL_SOURCE_OF: Final = "opsmanager.dev/source-of"
+
+
 def ca_probe(db: str, index: int) -> str:
     """The CA-probe Certificate (and its Secret) of the ``index``-th new issuer: ``<db>-ca-probe-<index>``."""
     return f"{db}-ca-probe-{index}"

@@ -116,12 +116,30 @@ def _namespace(db: etcd_api.Etcd) -> str:
 
 
 def secret_name(db: etcd_api.Etcd | str, tls: etcd_api.TLSConfig | None, alias: str) -> str:
-    """The Secret of an alias: ``certificates[alias].secretName`` or ``<db>-<alias>-cert``."""
+    """The *mounted* Secret of an alias — what members (server, peer) and clients (client) mount, written only
+    by the operator (:mod:`.release`): ``certificates[alias].secretName`` or ``<db>-<alias>-cert``."""
     name = db if isinstance(db, str) else _name(db)
     spec = tls.certificate(alias) if tls is not None else None
     if spec is not None and spec.secret_name:
         return spec.secret_name
     return etcd_api.default_secret_name(name, alias)
+
+
+def source_secret_name(db: etcd_api.Etcd | str, tls: etcd_api.TLSConfig | None, alias: str) -> str:
+    """Where the source of an alias comes from: the Secret its cert-manager Certificate writes
+    (``naming.source_secret``: ``<db>-<alias>-issued``). The one rule; user-provided sources plug in here."""
+    del tls  # the same for every cert-manager configuration; user-provided Secrets will be named by spec.tls
+    name = db if isinstance(db, str) else _name(db)
+    return naming.source_secret(name, alias)
+
+
+def member_dns_names(db: etcd_api.Etcd, alias: str) -> list[str]:
+    """The names a leaf of ``alias`` must cover: ``<pod>.<headless-svc>.<ns>.svc`` of every member for server and
+    peer (clients dial them, peers check them); nothing for the client identity."""
+    if alias == constants.ALIAS_CLIENT:
+        return []
+    name = _name(db)
+    return [naming.pod_fqdn(name, _namespace(db), p) for p in naming.pods(name, db.spec.replicas)]
 
 
 def default_dns_names(db: str, namespace: str) -> list[str]:
@@ -153,7 +171,9 @@ def render_certificate(db: etcd_api.Etcd, tls: etcd_api.TLSConfig, alias: str) -
     spec = tls.certificate(alias)
     issuer = _issuer(tls, alias)
     body: dict[str, Any] = {
-        "secretName": secret_name(db, tls, alias),
+        "secretName": source_secret_name(db, tls, alias),
+        # Labels the source so the operator's Secret watch (and nothing else) sees it change.
+        "secretTemplate": {"labels": {naming.LABEL_SOURCE_OF: name}},
         "issuerRef": {"group": issuer.api_group, "kind": issuer.kind, "name": issuer.name},
         "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
     }
@@ -215,14 +235,35 @@ def render_certificates(db: etcd_api.Etcd, tls: etcd_api.TLSConfig | None = None
     return [render_certificate(db, tls, alias) for alias in constants.CERT_ALIASES]
 
 
-def render_trust_bundle(db: etcd_api.Etcd, ca_pems: bytes) -> Manifest:
-    """The trust-bundle Secret: every CA the members must trust right now (old + new during a CA change)."""
+def render_trust_bundle(db: etcd_api.Etcd, ca_pems: bytes, entered: str | None = None) -> Manifest:
+    """The trust-bundle Secret: every CA the members must trust right now (old + new during a CA change).
+    ``entered``: the encoded record of when each CA entered it (``naming.ANNOTATION_CA_ENTERED``, see
+    :func:`.gate.loaded_cas`)."""
+    meta = _meta(db, naming.trust_bundle_secret(_name(db)), component="trust-bundle")
+    if entered is not None:
+        meta["annotations"] = {naming.ANNOTATION_CA_ENTERED: entered}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
-        "metadata": _meta(db, naming.trust_bundle_secret(_name(db)), component="trust-bundle"),
+        "metadata": meta,
         "data": {naming.TRUST_BUNDLE_KEY: base64.b64encode(ca_pems).decode()},
+    }
+
+
+def render_mounted_secret(db: etcd_api.Etcd, tls: etcd_api.TLSConfig | None, alias: str,
+                          data: dict[str, bytes], source: str) -> Manifest:
+    """The mounted Secret of an alias as the operator writes it: owned by the Etcd, labelled like the other
+    objects, the source's three keys, the source named in ``opsmanager.dev/released-from`` — no cert-manager
+    annotation (nothing but the operator writes it)."""
+    meta = _meta(db, secret_name(db, tls, alias), component=alias)
+    meta["annotations"] = {naming.ANNOTATION_RELEASED_FROM: source}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": meta,
+        "data": {k: base64.b64encode(v).decode() for k, v in sorted(data.items())},
     }
 
 

@@ -35,6 +35,7 @@ OWNED_CONDITIONS = (
     constants.COND_HALTED,
     COND_RECONCILED,
     COND_DELETION_BLOCKED,
+    constants.COND_TLS_MATERIAL_READY,
 )
 
 # Reasons (KubeDB's where it has one).
@@ -82,6 +83,24 @@ def reconciled(ok: bool, reason: str, message: str, generation: int | None, *,
         _set(status, COND_RECONCILED, constants.TRUE if ok else constants.FALSE, reason, message, generation, now)
         if ok and generation is not None:
             status["observedGeneration"] = generation
+        return status
+    return mutate
+
+
+REASON_MATERIAL_RELEASED = "Released"
+
+
+def material_ready(problems: list[tuple[str, str]], generation: int | None, *,
+                   now: datetime.datetime | None = None) -> Mutation:
+    """``TLSMaterialReady`` from the gate: True when nothing is held back, else False with the first problem's
+    code as the reason and every problem's message (``problems``: (code, message) pairs; no Secret data)."""
+    def mutate(status: Status) -> Status:
+        if not problems:
+            _set(status, constants.COND_TLS_MATERIAL_READY, constants.TRUE, REASON_MATERIAL_RELEASED,
+                 "every mounted Secret holds the material its source passed the gate with", generation, now)
+        else:
+            _set(status, constants.COND_TLS_MATERIAL_READY, constants.FALSE, problems[0][0],
+                 "held back: " + "; ".join(m for _c, m in problems), generation, now)
         return status
     return mutate
 

@@ -10,7 +10,8 @@ What is played, by :meth:`World.settle` — called after every reconcile, so it 
 - the kubelet: a pod that was deleted is recreated one settle later (it is missing during one reconcile, as a
   restarting member is), on the update revision, Ready, with a fresh podIP;
 - cert-manager: a Certificate with no Secret, a changed spec or ``Issuing=True`` gets a Secret with a fresh leaf
-  from its issuer's CA (one CA per issuer name), ``Ready=True`` and ``revision + 1``;
+  from its issuer's CA (one CA per issuer name), ``Ready=True`` and ``revision + 1`` — its *source* Secret
+  (``<db>-<alias>-issued``): the pods mount the Secrets the operator releases through the gate, as in production;
 - etcd: a :class:`~opsmanager.etcd.fake.FakeCluster` — a member stops when its pod is deleted and starts when the
   pod is recreated, serving the certificates of the Secrets its pod template mounts;
 - the kubelet's volume refresh and etcd's hot reload of its leaf: a running member serves whatever leaf its pod's
@@ -36,7 +37,7 @@ from opsmanager.api import conditions, constants, crdgen
 from opsmanager.api import etcd as etcd_api
 from opsmanager.etcd import access, client, fake
 from opsmanager.ops import engine
-from opsmanager.provisioner import applying, material, naming, render
+from opsmanager.provisioner import applying, material, naming, release, render
 from opsmanager.sandbox import apiserver as sandbox_apiserver
 from opsmanager.sandbox import kubelet as sandbox_kubelet
 from opsmanager.sandbox import statefulset as sandbox_statefulset
@@ -175,9 +176,11 @@ class World:
             for cert in render.render_certificates(db, db.spec.tls):
                 await self.kube.apply(cert)
             await self.settle()
+            for alias in constants.CERT_ALIASES:  # the provisioner's gate: the sources into the mounted Secrets
+                assert (await release.release(self.kube, db, db.spec.tls, alias, allowed=None)).verdict.passed
             cas = [material.secret_bytes(await self.kube.get("v1", "Secret", NS, render.secret_name(db, db.spec.tls, a)),
                                       "ca.crt") for a in constants.CERT_ALIASES]
-            await self.kube.apply(render.render_trust_bundle(db, pki.bundle(*[c for c in cas if c])))
+            await release.write_bundle(self.kube, db, pki.bundle(*[c for c in cas if c]), initial=True)
         await applying.apply_statefulset(self.kube, db)
         for _ in range(3):
             await self.settle()

@@ -9,7 +9,11 @@ Failures prevented:
 - **adopting someone else's objects** — a Certificate or Secret controlled by another owner is never taken over:
   the step fails closed naming the object and the way out (cozystack's rule), before anything is applied.
 
-For a fresh TLS set-up (``Trust.DESIRED``, add TLS) it then writes the trust bundle from the new CAs.
+Then it releases every source (what the Certificate wrote) into the Secret members and clients mount, through
+the material gate (:mod:`opsmanager.provisioner.release`), with the CAs the phase allows: for a fresh TLS set-up
+(``Trust.DESIRED``, add TLS) any CA — no member serves TLS yet — and the trust bundle is then written from the
+released CAs, before the pass that turns TLS on; otherwise (rotate, certificate update, issuer change after the
+widen pass) the CAs of the current trust bundle, which every member has restarted onto.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     waiting = [p for cert in certs if (p := await certificates.material_problem(ctx, cert))]
     if waiting:
         return context.Progress(f"waiting for certificates: {'; '.join(waiting)}", delay=0.5)
-    if step.trust is plan.Trust.DESIRED:
+    fresh = step.trust is plan.Trust.DESIRED
+    allowed = None if fresh else await certificates.current_bundle(ctx)
+    if held := await certificates.release_all(ctx, step.tls, allowed):
+        return context.Progress(f"waiting for certificates that pass the gate: {held}", delay=0.5)
+    if fresh:
         await certificates.write_bundle(ctx, await certificates.desired_cas(ctx, step.tls))
     return context.Done()
