@@ -187,8 +187,9 @@ async def wait_secrets(sc: scenario.Scenario, model: etcd_api.Etcd, tls: etcd_ap
                        issued_by: bytes | None = None, not_serials: dict[str, int] | None = None,
                        timeout: float = 30.0) -> dict[str, material.Material]:
     """Wait until every leaf Secret of ``tls`` is complete (and signed by ``issued_by``, and with a serial other
-    than ``not_serials[secret]``)."""
-    names = [render.secret_name(model, tls, alias) for alias in constants.CERT_ALIASES]
+    than ``not_serials[secret]``), then mount it as the naive flows do: cert-manager's Secret straight into the
+    members' (and clients') Secret, with no gate (:func:`mount_directly`)."""
+    names = [render.source_secret_name(model, tls, alias) for alias in constants.CERT_ALIASES]
     deadline = time.monotonic() + timeout
     while True:
         verdicts: dict[str, material.Material] = {}
@@ -205,10 +206,21 @@ async def wait_secrets(sc: scenario.Scenario, model: etcd_api.Etcd, tls: etcd_ap
                 break
             verdicts[name] = verdict
         if len(verdicts) == len(names):
+            await mount_directly(sc, model, tls)
             return verdicts
         if time.monotonic() > deadline:
             raise TimeoutError(f"certificate Secrets {names} not (re)issued within {timeout:.0f}s")
         await asyncio.sleep(0.2)
+
+
+async def mount_directly(sc: scenario.Scenario, model: etcd_api.Etcd, tls: etcd_api.TLSConfig) -> None:
+    """The layout before the material gate: what cert-manager issued is what members mount, at once."""
+    for alias in constants.CERT_ALIASES:
+        source = await sc.k.get("v1", "Secret", sc.namespace, render.source_secret_name(model, tls, alias))
+        data = (source or {}).get("data") or {}
+        await sc.k.apply({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                          "metadata": {"name": render.secret_name(model, tls, alias), "namespace": sc.namespace},
+                          "data": {k: data[k] for k in ("tls.crt", "tls.key", "ca.crt") if k in data}})
 
 
 async def write_trust_bundle(sc: scenario.Scenario, model: etcd_api.Etcd, ca_pems: bytes) -> None:
@@ -289,7 +301,7 @@ async def remove_tls(sc: scenario.Scenario, db: str) -> NaiveOutcome:
 async def _serials(sc: scenario.Scenario, model: etcd_api.Etcd, tls: etcd_api.TLSConfig) -> dict[str, int]:
     out = {}
     for alias in constants.CERT_ALIASES:
-        name = render.secret_name(model, tls, alias)
+        name = render.source_secret_name(model, tls, alias)
         verdict = material.check_secret(await sc.k.get("v1", "Secret", sc.namespace, name), name)
         if verdict.cert is not None:
             out[name] = verdict.cert.serial

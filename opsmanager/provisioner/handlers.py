@@ -6,6 +6,8 @@
 - **timer** (every ``interval`` seconds) → the level-based loop: reconcile again (this is what repairs a deleted
   StatefulSet, and what picks up the end of a pause) and report the phase from real member health. A steady
   cluster writes nothing: the status transaction skips a no-op.
+- **sources** (a daemon per Etcd) → a labelled watch on its source Secrets: a renewal cert-manager writes is
+  gated and released at once, not at the next timer tick;
 - **delete** → :func:`applying.finalize` by ``spec.deletionPolicy``; ``DoNotTerminate`` keeps the finalizer, sets
   ``DeletionBlocked`` and records a Warning event.
 
@@ -29,6 +31,7 @@ import kopf
 
 from opsmanager import kube
 from opsmanager.api import conditions, constants
+from opsmanager.kube import informer
 from opsmanager.provisioner import applying, gate, naming, observe, status
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
@@ -144,6 +147,36 @@ def register(registry: kopf.OperatorRegistry, *, interval: float = DEFAULT_INTER
         outcome, fresh = await reconcile_once(k, ns, name, memo, logger)
         if fresh is not None and outcome.reason != applying.REASON_INVALID_SPEC:
             await report_status(k, fresh)
+
+    @kopf.daemon(*RESOURCE, registry=registry, id="sources", cancellation_timeout=2.0)
+    async def sources(body: kopf.Body, memo: Any, logger: Logger, stopped: kopf.DaemonStopped, **_: Any) -> None:
+        """Reconcile as soon as a source Secret of this Etcd changes — cert-manager renewed a leaf — so the gate
+        releases it promptly. One watch per Etcd, on its namespace's Secrets labelled
+        ``opsmanager.dev/source-of=<name>`` (the Certificates' ``secretTemplate``); the timer stays the backstop.
+        """
+        k = _kube(memo)
+        ns, name, _generation = _ident(body)
+        changed = asyncio.Event()
+
+        def on_event(etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+            if etype != "DELETED" and (old is None or obj.get("data") != old.get("data")):
+                changed.set()
+
+        watch = informer.Informer(k, "v1", "Secret", namespace=ns,
+                                  label_selector=f"{naming.LABEL_SOURCE_OF}={name}")
+        watch.add_handler(on_event)
+        watch.start()
+        try:
+            while not stopped:
+                try:
+                    await asyncio.wait_for(changed.wait(), timeout=1.0)
+                except TimeoutError:
+                    continue
+                changed.clear()
+                if watch.synced.is_set():
+                    await reconcile_once(k, ns, name, memo, logger)
+        finally:
+            await watch.stop()
 
     @kopf.on.delete(*RESOURCE, registry=registry, id="finalize")
     async def finalize(body: kopf.Body, memo: Any, logger: Logger, **_: Any) -> None:

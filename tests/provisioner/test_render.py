@@ -87,6 +87,9 @@ def test_secret_name_override_is_mounted() -> None:
     sts = render.render_statefulset(db)
     secrets = {v["name"]: v["secret"]["secretName"] for v in sts["spec"]["template"]["spec"]["volumes"]}
     assert secrets["server-tls"] == "mine"
+    # the override names the mounted Secret; the Certificate still writes its source
+    server = next(c for c in render.render_certificates(db) if c["metadata"]["name"] == "db-server")
+    assert server["spec"]["secretName"] == "db-server-issued"
 
 
 def test_probes_use_plain_http_metrics_port_whatever_the_tls_mode() -> None:
@@ -103,7 +106,9 @@ def test_peer_certificates_have_both_usages_and_both_dns_suffixes() -> None:
     peer = certs["db-peer"]
     assert {"server auth", "client auth"} <= set(peer["usages"])
     assert "*.db-pods.ns.svc" in peer["dnsNames"] and "*.db-pods.ns.svc.cluster.local" in peer["dnsNames"]
-    assert peer["secretName"] == "db-peer-cert"
+    # cert-manager writes the source; members mount db-peer-cert, which only the operator writes (the gate)
+    assert peer["secretName"] == "db-peer-issued"
+    assert peer["secretTemplate"] == {"labels": {"opsmanager.dev/source-of": "db"}}
     assert peer["issuerRef"] == {"group": "cert-manager.io", "kind": "Issuer", "name": "ca"}
     assert {"server auth", "client auth"} <= set(certs["db-server"]["usages"])
     client = certs["db-client"]
