@@ -4,10 +4,14 @@ What it does, each pass (the kopf handlers call :func:`reconcile` on create/resu
 
 1. **Paused?** While the Etcd carries ``Paused=True`` (an EtcdOpsRequest owns the cluster) nothing is created,
    changed or deleted; the outcome says so and the status is still reported by the caller.
-2. **TLS** (``spec.tls`` set): create the missing cert-manager Certificates, then wait until every leaf Secret holds
-   complete material (:mod:`.material`) — etcd exits at start on a missing file — then create the trust-bundle
-   Secret ``<db>-ca-bundle`` from the union of the leaf Secrets' ``ca.crt``. The trust bundle is created once and
-   never rewritten here: widening and narrowing it during a CA change is the ops engine's job.
+2. **TLS** (``spec.tls`` set): create the missing cert-manager Certificates (each writes a *source* Secret,
+   ``<db>-<alias>-issued``; a legacy Certificate still writing the mounted Secret is repointed there), create the
+   trust-bundle Secret ``<db>-ca-bundle`` from the sources' ``ca.crt`` when it is missing (a new cluster), then
+   release each source into the Secret members and clients mount (``<db>-<alias>-cert``) through the material
+   gate (:mod:`.gate`, :mod:`.release`) against the CAs every member has loaded. A source that fails is held back
+   and reported (``TLSMaterialReady``, one Event per source and reason); no StatefulSet is created before every
+   mounted Secret exists (etcd exits at start on a missing file). The trust bundle is created once and never
+   rewritten here: widening and narrowing it during a CA change is the ops engine's job.
 3. **Services** ``<db>-pods`` (headless) and ``<db>``, the **PDB**: created when missing, updated when they
    drift from the render.
 4. **StatefulSet** last: created when missing; otherwise updated (PUT with the live ``resourceVersion``) only when
