@@ -99,9 +99,17 @@ async def test_operation_runs_to_successful_rolling_one_member_at_a_time_leader_
     assert world.cluster is not None
     peer_schemes = {url.split("://")[0] for m in world.cluster.members.values() for url in m.peer_urls}
     assert peer_schemes == {"https" if op.tls_after else "http"}
-    if op.name == "remove-tls":  # the certificates this operator created go with TLS
+    if op.name == "remove-tls":  # the certificates this operator created go with TLS: mounted and sources
         assert await world.kube.list(w.CERT_API, "Certificate", w.NS) == []
-        assert await world.kube.get("v1", "Secret", w.NS, "db-server-cert") is None
+        assert [s["metadata"]["name"] for s in await world.kube.list("v1", "Secret", w.NS)] == []
+    if op.tls_after:  # members mount what the operator released: its own Secrets, the sources' material
+        for alias in constants.CERT_ALIASES:
+            mounted = await world.kube.get("v1", "Secret", w.NS, f"db-{alias}-cert")
+            source = await world.kube.get("v1", "Secret", w.NS, f"db-{alias}-issued")
+            assert mounted is not None and source is not None
+            assert mounted["metadata"]["ownerReferences"][0]["kind"] == constants.ETCD_KIND
+            assert not any(a.startswith("cert-manager.io/") for a in mounted["metadata"].get("annotations") or {})
+            assert mounted["data"] == source["data"]
 
 
 async def test_move_leader_to_a_named_follower(world: w.World) -> None:
