@@ -159,12 +159,15 @@ async def delete_released(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConf
     ns, deleted = _ns(db), []
     mounted_name = render.secret_name(db, tls, alias)
     live = await k.get("v1", "Secret", ns, mounted_name)
-    if live is not None and foreign_mounted(live, db, alias) is None:
+    certificate = naming.certificate(db.metadata.name or "", alias)
+    legacy = (((live or {}).get("metadata") or {}).get("annotations") or {}).get(
+        ownership.CERTIFICATE_NAME_ANNOTATION) == certificate
+    if live is not None and (ownership.is_controlled_by(live, db.metadata.uid) or legacy) and foreign_mounted(
+            live, db, alias) is None:
         if await k.delete("v1", "Secret", ns, mounted_name, uid=live["metadata"].get("uid")):
             deleted.append(f"Secret {mounted_name}")
     source_name = render.source_secret_name(db, tls, alias)
     source = await k.get("v1", "Secret", ns, source_name)
-    certificate = naming.certificate(db.metadata.name or "", alias)
     if source is not None and (source["metadata"].get("annotations") or {}).get(
             ownership.CERTIFICATE_NAME_ANNOTATION) == certificate and ownership.foreign_secret(
             source, _where(db), db.metadata.uid, certificate) is None:
