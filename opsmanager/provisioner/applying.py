@@ -457,8 +457,9 @@ async def finalize(k: kube.Kube, obj: Mapping[str, Any]) -> Outcome:
     - ``DoNotTerminate``: nothing is deleted; ``blocked`` (the handler keeps the finalizer and says why). The
       webhook refuses such a deletion up front; this is the second line when the webhook is not installed;
     - ``Delete``: the objects the operator created (StatefulSet, Services, PDB, Certificates, trust bundle) and,
-      once the member pods are gone, the members' data volumes; the certificate Secrets are kept;
-    - ``WipeOut``: the same, and the certificate Secrets too.
+      once the member pods are gone, the members' data volumes; the certificate source Secrets cert-manager
+      wrote are kept (the mounted ones carry the Etcd's ownerReference and go with it);
+    - ``WipeOut``: the same, and the certificate Secrets too (mounted and sources).
     """
     db = parse(obj)
     if db.spec.deletion_policy == constants.DELETION_DO_NOT_TERMINATE:

@@ -121,24 +121,26 @@ async def test_tls_waits_for_complete_material_then_bundle_then_statefulset(env:
     assert reason == applying.REASON_WAITING_FOR_CERTIFICATES, message
 
     ca1, ca2 = pki.make_ca("ca-one"), pki.make_ca("ca-two")
-    server = pki.make_leaf(ca1, "tls", dns_names=["tls"])
-    peer = pki.make_leaf(ca2, "tls", dns_names=["tls"])
+    members = [f"*.tls-pods.{NS}.svc"]
+    server = pki.make_leaf(ca1, "tls", dns_names=members)
+    peer = pki.make_leaf(ca2, "tls", dns_names=members)
     client = pki.make_leaf(ca1, "root", usages=("client",))
-    await k.create(tls_secret("tls-server-cert", ca1, server, certificate="tls-server"))
-    await k.create(tls_secret("tls-peer-cert", ca2, peer, certificate="tls-peer"))
+    # cert-manager writes the sources; the operator releases them into the mounted tls-<alias>-cert
+    await k.create(tls_secret("tls-server-issued", ca1, server, certificate="tls-server"))
+    await k.create(tls_secret("tls-peer-issued", ca2, peer, certificate="tls-peer"))
     # Half-written: the key of another certificate.
-    await k.create(tls_secret("tls-client-cert", ca1, client, key=server.key_pem, certificate="tls-client"))
+    await k.create(tls_secret("tls-client-issued", ca1, client, key=server.key_pem, certificate="tls-client"))
 
     async def sees_bad_client_key() -> bool:
         reason, message = await reconciled_reason(k, "tls")
-        return reason == applying.REASON_WAITING_FOR_CERTIFICATES and "tls-client-cert" in message \
+        return reason == applying.REASON_WAITING_FOR_CERTIFICATES and "tls-client-issued" in message \
             and "not the private key" in message
     await aeventually(sees_bad_client_key, timeout=WAIT,
                       what="the operator names the half-written client Secret")
     assert await k.get("v1", "Secret", NS, "tls-ca-bundle") is None
     assert await k.get("apps/v1", "StatefulSet", NS, "tls") is None
 
-    await k.apply(tls_secret("tls-client-cert", ca1, client, certificate="tls-client"))
+    await k.apply(tls_secret("tls-client-issued", ca1, client, certificate="tls-client"))
     sts = await aeventually(lambda: k.get("apps/v1", "StatefulSet", NS, "tls"), timeout=WAIT,
                             what="StatefulSet created")
     bundle = await k.get("v1", "Secret", NS, "tls-ca-bundle")
@@ -149,6 +151,11 @@ async def test_tls_waits_for_complete_material_then_bundle_then_statefulset(env:
     volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
     assert volumes["ca-bundle"]["secret"]["secretName"] == "tls-ca-bundle"
     assert volumes["server-tls"]["secret"]["secretName"] == "tls-server-cert"
+    for alias in ("server", "peer", "client"):  # released: the operator's own Secrets, the sources' material
+        mounted, source = (await k.get("v1", "Secret", NS, f"tls-{alias}-cert"),
+                           await k.get("v1", "Secret", NS, f"tls-{alias}-issued"))
+        assert mounted is not None and source is not None and mounted["data"] == source["data"]
+        assert mounted["metadata"]["ownerReferences"][0]["uid"] == db["metadata"]["uid"]
     reason, _ = await aeventually(lambda: _reason_is(k, "tls", applying.REASON_RECONCILED), timeout=WAIT,
                                   what="Reconciled")
 
@@ -261,8 +268,9 @@ async def test_delete_removes_volumes_keeps_secrets_and_wipeout_removes_both(env
     for name, policy in (("del", "Delete"), ("wipe", "WipeOut")):
         await k.create(etcd_obj(name, tls=True, deletionPolicy=policy, storageType="Durable"))
         ca = pki.make_ca(f"{name}-ca")
-        for alias in constants.CERT_ALIASES:
-            await k.create(tls_secret(f"{name}-{alias}-cert", ca, pki.make_leaf(ca, name),
+        for alias in constants.CERT_ALIASES:  # the sources; the operator releases them into <name>-<alias>-cert
+            await k.create(tls_secret(f"{name}-{alias}-issued", ca,
+                                      pki.make_leaf(ca, name, dns_names=[f"*.{name}-pods.{NS}.svc"]),
                                       certificate=f"{name}-{alias}"))
         await k.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                         "metadata": {"name": f"data-{name}-0", "namespace": NS},
@@ -280,10 +288,11 @@ async def test_delete_removes_volumes_keeps_secrets_and_wipeout_removes_both(env
             await aeventually(functools.partial(_absent, k, *obj), timeout=WAIT, what=f"{obj} deleted")
     assert await k.get("v1", "PersistentVolumeClaim", NS, "data-del-0") is None
     for alias in constants.CERT_ALIASES:
-        assert await k.get("v1", "Secret", NS, f"del-{alias}-cert") is not None
+        assert await k.get("v1", "Secret", NS, f"del-{alias}-issued") is not None
     assert await k.get("v1", "PersistentVolumeClaim", NS, "data-wipe-0") is None
-    for alias in constants.CERT_ALIASES:
+    for alias in constants.CERT_ALIASES:  # WipeOut: the mounted Secrets and the sources
         assert await k.get("v1", "Secret", NS, f"wipe-{alias}-cert") is None
+        assert await k.get("v1", "Secret", NS, f"wipe-{alias}-issued") is None
     assert await k.get("v1", "Secret", NS, "wipe-ca-bundle") is None
 
 
