@@ -133,3 +133,20 @@ async def test_killed_anywhere_during_the_restart_of_a_stale_member_it_restarts_
     if stale == "db-0":
         assert any(p.startswith("after move_leader") for p in crashed)
         assert [c.cause for c in world.cluster.history] == ["move"]
+
+
+async def test_a_rotation_whose_issuer_changed_ca_releases_nothing_and_times_out(world: w.World) -> None:
+    """The CA behind the issuer changed before the rotation: the re-issued sources chain to a CA no member has
+    loaded, so ``CertificateSynced`` holds them back (the gate) — nothing reaches a member — until ``spec.timeout``."""
+    await world.etcd("db", tls_issuer="ca-a")
+    before = await secret_serials(world)
+    world.cas["ca-a"] = pki.make_ca("ca-a-renewed")  # the Issuer's CA Secret replaced
+    await world.request("rotate", "db", "ReconfigureTLS", tls={"rotateCertificates": True}, timeout="60s")
+    req = await world.run("rotate", between=lambda _i: tick(world))
+    assert req["status"]["phase"] == constants.PHASE_FAILED, req["status"]
+    synced = conditions.get_condition(req["status"]["conditions"], constants.COND_CERTIFICATE_SYNCED)
+    assert synced is not None and synced["status"] == constants.FALSE
+    assert "not every member has loaded" in synced["message"] and "db-server-issued" in synced["message"]
+    assert await secret_serials(world) == before, "a leaf from an unloaded CA was mounted"
+    assert await served_everywhere(world)
+    assert world.record.creations == {}, "nothing restarted"
