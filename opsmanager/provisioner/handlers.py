@@ -6,7 +6,7 @@
 - **timer** (every ``interval`` seconds) → the level-based loop: reconcile again (this is what repairs a deleted
   StatefulSet, and what picks up the end of a pause) and report the phase from real member health. A steady
   cluster writes nothing: the status transaction skips a no-op.
-- **sources** (a daemon per Etcd) → a labelled watch on its source Secrets: a renewal cert-manager writes is
+- **sources** (a daemon per Etcd) → a labelled watch on its Certificates: a renewal cert-manager issues is
   gated and released at once, not at the next timer tick;
 - **delete** → :func:`applying.finalize` by ``spec.deletionPolicy``; ``DoNotTerminate`` keeps the finalizer, sets
   ``DeletionBlocked`` and records a Warning event.
@@ -150,20 +150,24 @@ def register(registry: kopf.OperatorRegistry, *, interval: float = DEFAULT_INTER
 
     @kopf.daemon(*RESOURCE, registry=registry, id="sources", cancellation_timeout=2.0)
     async def sources(body: kopf.Body, memo: Any, logger: Logger, stopped: kopf.DaemonStopped, **_: Any) -> None:
-        """Reconcile as soon as a source Secret of this Etcd changes — cert-manager renewed a leaf — so the gate
-        releases it promptly. One watch per Etcd, on its namespace's Secrets labelled
-        ``opsmanager.dev/source-of=<name>`` (the Certificates' ``secretTemplate``); the timer stays the backstop.
-        """
+        """Reconcile as soon as cert-manager (re-)issues a source of this Etcd, so the gate releases a renewal
+        promptly. cert-manager bumps a Certificate's ``status.revision`` after writing its Secret, so the watch is
+        on this Etcd's own Certificates (a server-side label selector in its namespace) — the operator has no
+        list/watch on Secrets (``deploy/operator.yaml``). The timer stays the backstop."""
         k = _kube(memo)
         ns, name, _generation = _ident(body)
         changed = asyncio.Event()
 
         def on_event(etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-            if etype != "DELETED" and (old is None or obj.get("data") != old.get("data")):
+            def issued(o: dict[str, Any] | None) -> Any:
+                st = (o or {}).get("status") or {}
+                return st.get("revision"), st.get("notAfter")
+            if etype != "DELETED" and (old is None or issued(obj) != issued(old)):
                 changed.set()
 
-        watch = informer.Informer(k, "v1", "Secret", namespace=ns,
-                                  label_selector=f"{naming.LABEL_SOURCE_OF}={name}")
+        selector = f"{naming.LABEL_INSTANCE}={name},{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
+        watch = informer.Informer(k, applying.CERTIFICATE_API, "Certificate", namespace=ns, label_selector=selector,
+                                  relist_delay=5.0)
         watch.add_handler(on_event)
         watch.start()
         try:

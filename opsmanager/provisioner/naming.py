@@ -95,7 +95,7 @@ ANNOTATION_CA_ENTERED: Final = "opsmanager.dev/ca-entered"
 ANNOTATION_MATERIAL_ANNOUNCED: Final = "opsmanager.dev/tls-material-announced"
 # On the mounted Secrets the operator writes: the source Secret they were copied from.
 ANNOTATION_RELEASED_FROM: Final = "opsmanager.dev/released-from"
-# On source Secrets (through the Certificate's secretTemplate): which Etcd they feed, for the Secret watch.
+# On source Secrets (through the Certificate's secretTemplate): which Etcd they feed (a marker for people).
 LABEL_SOURCE_OF: Final = "opsmanager.dev/source-of"
 
 
