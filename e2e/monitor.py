@@ -41,6 +41,7 @@ class LeaderMonitor:
         """``identities``: every client identity that may be the accepted one during the operation (a CA change
         moves the members from one to the other); each sample asks with all of them, plus plain http."""
         ids = list(identities or ([identity] if identity is not None else []))
+        self._endpoints = list(endpoints)
         self._clients = [etcd_client.EtcdClient(endpoints, tls=i, timeout=0.5) for i in ids]
         self._clients.append(etcd_client.EtcdClient([e.with_schemes("http") for e in endpoints], timeout=0.5))
         self.interval = interval
@@ -49,6 +50,10 @@ class LeaderMonitor:
         self._first_term = 0
         self._last = (0, 0)
         self._started = 0.0
+
+    def add_identity(self, identity: access.TLSIdentity) -> None:
+        """Ask with ``identity`` too from the next sample on (a CA that appeared while running)."""
+        self._clients.insert(0, etcd_client.EtcdClient(self._endpoints, tls=identity, timeout=0.5))
 
     async def start(self) -> None:
         self._started = time.monotonic()
