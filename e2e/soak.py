@@ -39,6 +39,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import aiohttp
+
 from e2e import monitor, naive, scenario, writer
 from opsmanager import kube, pki
 from opsmanager.api import constants
@@ -129,6 +131,8 @@ class SoakResult:
     max_stall_s: float
     elections: int
     leader_moves: int
+    monitor_blind_s: float  # time the monitor got no answer: elections in it are seen late, or by /metrics only
+    leader_changes_metrics: int | None  # etcd_server_leader_changes_seen_total, end - start, most of any member
     ca_serials_issued: int  # distinct CAs the CA Secret held
     ca_serials_served: int  # distinct CAs that signed a leaf some member served
     leaf_renewals_served: int  # new served leaf serials, summed over members and ports
@@ -166,7 +170,8 @@ class SoakResult:
             "leaf_lifetime_s": self.config.leaf_lifetime, "writes_failed": self.writes_failed,
             "writes_total": self.writes_ok + self.writes_failed, "max_write_stall_s": round(self.max_stall_s, 3),
             "elections": self.elections, "leader_moves": self.leader_moves,
-            "unplanned_elections": self.unplanned_elections, "ca_rollovers": self.ca_rollovers,
+            "unplanned_elections": self.unplanned_elections, "monitor_blind_s": round(self.monitor_blind_s, 1),
+            "leader_changes_metrics": self.leader_changes_metrics, "ca_rollovers": self.ca_rollovers,
             "ca_serials_issued": self.ca_serials_issued, "leaf_renewals": self.leaf_renewals_served,
             "certificate_revisions": self.certificate_revisions, "members_healthy": self.members_healthy,
             "members": self.members, "member_restarts": self.member_restarts,
@@ -180,7 +185,8 @@ class SoakResult:
         out = [f"soak [{self.strategy}] {self.duration_s:.0f}s (CA {self.config.ca_lifetime:.0f}s, leaves "
                f"{self.config.leaf_lifetime:.0f}s): writes {self.writes_failed} failed / "
                f"{self.writes_ok + self.writes_failed}, max stall {self.max_stall_s:.2f}s, elections {self.elections} "
-               f"(MoveLeader {self.leader_moves}, unplanned {self.unplanned_elections}), CA rollovers seen "
+               f"(MoveLeader {self.leader_moves}, unplanned {self.unplanned_elections}; monitor blind "
+               f"{self.monitor_blind_s:.1f}s, leader changes in /metrics {self.leader_changes_metrics}), CA rollovers seen "
                f"{self.ca_rollovers} ({self.ca_serials_issued} CAs issued), leaf renewals seen "
                f"{self.leaf_renewals_served}, members healthy at the end {self.members_healthy}/{self.members}, "
                f"member restarts {self.member_restarts}, acknowledged writes kept: "
@@ -397,6 +403,32 @@ async def _revisions(sc: scenario.Scenario, db: str) -> dict[str, int]:
     return out
 
 
+LEADER_CHANGES = "etcd_server_leader_changes_seen_total"
+
+
+async def _leader_changes_seen(sc: scenario.Scenario, db: str) -> dict[str, int]:
+    """Each member's ``etcd_server_leader_changes_seen_total`` from its plain-HTTP ``/metrics`` (readable whatever the
+    members trust: the cross-check of the monitor when TLS shuts it out)."""
+    out = {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0)) as session:
+        for pod, ip in (await naive.pod_ips(sc, db)).items():
+            try:
+                async with session.get(f"http://{ip}:{naming.METRICS_PORT}/metrics") as response:
+                    text = await response.text()
+            except (aiohttp.ClientError, TimeoutError, OSError):
+                continue
+            for line in text.splitlines():
+                if line.startswith(LEADER_CHANGES + " "):
+                    out[pod] = int(float(line.split()[1]))
+    return out
+
+
+def changes_between(before: dict[str, int], after: dict[str, int]) -> int | None:
+    """The most leader changes any member counted between two readings (None: no member read twice)."""
+    deltas = [after[p] - before[p] for p in before if p in after and after[p] >= before[p]]
+    return max(deltas) if deltas else None
+
+
 async def _healthy_members(sc: scenario.Scenario, db: str, *, within: float = 10.0) -> int:
     """How many members answer ``/health`` true, the best count seen within ``within`` seconds."""
     deadline, best = time.monotonic() + within, 0
@@ -435,6 +467,7 @@ async def run(sc: scenario.Scenario, strategy: Strategy, config: SoakConfig, say
     w = await writer.Writer.following(eps, material, keep_errors=500)
     mon = monitor.LeaderMonitor(eps)
     moves_before = await _move_leader_events(sc)
+    changes_before = await _leader_changes_seen(sc, db)
     requests_before = {r["metadata"]["name"] for r in await sc.k.list(constants.OPS_API_VERSION, constants.OPS_KIND,
                                                                           sc.namespace)}
     say(f"soak [{strategy.key}]: {config.duration:.0f}s, CA {config.ca_lifetime:.0f}s, leaves "
@@ -467,7 +500,9 @@ async def run(sc: scenario.Scenario, strategy: Strategy, config: SoakConfig, say
     res = SoakResult(
         strategy=strategy.key, config=config, duration_s=result.duration, writes_ok=result.ok,
         writes_failed=result.failed, max_stall_s=result.max_gap, elections=mres.elections,
-        leader_moves=await _move_leader_events(sc) - moves_before, ca_serials_issued=len(sampler.cas),
+        leader_moves=await _move_leader_events(sc) - moves_before, monitor_blind_s=mres.blind_seconds,
+        leader_changes_metrics=changes_between(changes_before, await _leader_changes_seen(sc, db)),
+        ca_serials_issued=len(sampler.cas),
         ca_serials_served=len(ca_served), leaf_renewals_served=sum(max(0, len(v) - 1) for v in served.values()),
         certificate_revisions=await _revisions(sc, db), members_healthy=await _healthy_members(sc, db), members=3,
         member_restarts=restarts, material_changes=result.material_changes, last_acknowledged=result.last_value,

@@ -38,7 +38,8 @@ def test_failures_become_outages_with_a_cause() -> None:
 def _result(**over: object) -> soak.SoakResult:
     base: dict[str, object] = dict(
         strategy="direct-mount", config=soak.SHORT, duration_s=90.0, writes_ok=3000, writes_failed=700,
-        max_stall_s=14.7, elections=1, leader_moves=0, ca_serials_issued=2, ca_serials_served=2,
+        max_stall_s=14.7, elections=1, leader_moves=0, monitor_blind_s=4.0, leader_changes_metrics=1,
+        ca_serials_issued=2, ca_serials_served=2,
         leaf_renewals_served=12, certificate_revisions={"soak-ca": 2}, members_healthy=3, members=3,
         member_restarts=0, material_changes=4, last_acknowledged=3000, read_back=3000,
         outages=(soak.Outage(75.0, 15.0, 700, True, "TLSHandshakeFailed"),), timeline=(), writer_notes=(),
@@ -60,6 +61,12 @@ def test_the_record_and_its_markdown_row() -> None:
     assert _result(read_back=2999).acknowledged_writes_kept is False
 
 
+def test_leader_changes_from_metrics_take_the_most_any_member_counted() -> None:
+    assert soak.changes_between({"a": 1, "b": 2}, {"a": 3, "b": 2, "c": 9}) == 2
+    assert soak.changes_between({"a": 5}, {"a": 1}) is None  # a restarted member starts counting again
+    assert soak.changes_between({}, {"a": 1}) is None
+
+
 def test_strategies_are_one_line_each_and_selectable_in_the_bench() -> None:
     assert soak.STRATEGY_KEYS == ("direct-mount",)
     assert "soak" in bench.SCENARIOS
@@ -77,6 +84,7 @@ async def test_the_short_soak_measures_and_reports_on_todays_layout(tmp_path: pa
     assert result.certificate_revisions[soak.CA_CERTIFICATE] >= 2
     assert result.material_changes >= 1  # the writer took up renewed material
     assert result.members == 3 and 0 <= result.members_healthy <= 3
+    assert result.leader_changes_metrics is not None  # the cross-check of the monitor, readable without TLS
     if result.read_back is not None:  # today's members may trust only an expired CA at the end: no client can read
         assert result.acknowledged_writes_kept, result.lines()
     for outage in result.outages:  # every outage is reported with what the harness could observe
