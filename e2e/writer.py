@@ -90,6 +90,7 @@ def targets_for(endpoint_list: Iterable[access.Endpoint],
 
 # --- the material a following writer reads ----------------------------------------------------------------------
 
+REREAD_MIN_INTERVAL = 0.2  # seconds between two re-reads of the material after failed ops
 MATERIAL_IDENTITY = "material"  # the name of every identity a Material source builds (labels stay stable)
 
 
@@ -201,6 +202,7 @@ class Writer:
         self._pending: access.TLSIdentity | None = None  # newer material, taken up by the next op
         self._material_task: asyncio.Task[None] | None = None
         self._material_changes = self._material_retries = 0
+        self._last_reread = float("-inf")
         self.interval, self.try_timeout, self.key, self.keep_errors = interval, try_timeout, key, keep_errors
         self._targets: list[Target] = []
         self._clients: dict[str | None, etcd_client.EtcdClient] = {}
@@ -409,7 +411,10 @@ class Writer:
         tried: list[str] = []
         if await self._try_targets(value, tried):
             return
-        if self.material is not None:  # a failed handshake may be stale material: re-read it, try once more
+        if self.material is not None and self._now() - self._last_reread >= REREAD_MIN_INTERVAL:
+            # A failed handshake may be stale material: re-read it, try once more (at most every 0.2 s, so an
+            # outage does not turn into a flood of reads).
+            self._last_reread = self._now()
             fresh: access.TLSIdentity | None = None
             with contextlib.suppress(kube.KubeError, OSError):
                 fresh = await self.material.read()
