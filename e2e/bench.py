@@ -279,10 +279,12 @@ def render_markdown(doc: dict[str, Any]) -> str:
 def soak_table(records: Sequence[Record]) -> list[str]:
     rows = [(r["method"], f"{r['duration_s']:.0f}", f"{r['ca_lifetime_s']:.0f} / {r['leaf_lifetime_s']:.0f}",
              f"{r['writes_failed']}/{r['writes_total']}", f"{r['max_write_stall_s']:.3f}", r["unplanned_elections"],
-             r.get("leader_changes_metrics"), r["ca_rollovers"], r["leaf_renewals"], f"{r['members_healthy']}/{r['members']}", len(r["outages"]),
+             r.get("leader_changes_metrics"), f"{r['ca_rollovers']} / {r.get('ca_rollovers_mounted', '–')}",
+             f"{r['leaf_renewals']} / {r.get('leaf_renewals_mounted', '–')}", f"{r['members_healthy']}/{r['members']}", len(r["outages"]),
              r["acknowledged_writes_kept"]) for r in sorted(records, key=order_key)]
     head = ("strategy", "soak s", "CA / leaf lifetime s", "writes failed/total", "max write stall s",
-            "unplanned elections", "leader changes (/metrics)", "CA rollovers seen", "leaf renewals seen", "members healthy at end", "outages",
+            "unplanned elections", "leader changes (/metrics)", "CA rollovers seen (wire / mounted)",
+            "leaf renewals seen (wire / mounted)", "members healthy at end", "outages",
             "acknowledged writes kept")
     return _table(head, rows)
 
@@ -293,7 +295,9 @@ whose leaves come from it, no `EtcdOpsRequest`. The writer follows the user-faci
 `<etcd>-ca-bundle` and authenticates with `<etcd>-client-cert`, re-read from the API as they change (new connections
 take up new material; an op whose every try failed re-reads it and tries again). *CA rollovers seen*: distinct CAs
 that signed a leaf some member served (fresh handshakes every second), minus one; *leaf renewals seen*: new served
-leaf serials, summed over members and ports. *Leader changes (/metrics)* is the most
+leaf serials, summed over members and ports; *mounted*: the same from the files the kubelet delivered into each
+member's volumes (what etcd serves on its next handshake), the fallback once no handshake is accepted any more
+(`wire_blind_s` in the JSON). *Leader changes (/metrics)* is the most
 `etcd_server_leader_changes_seen_total` grew on any member (plain HTTP: it stays readable when TLS shuts the leader
 monitor out; the JSON has the monitor's blind time). *direct mount* is today's layout (the members mount cert-manager's
 Secrets and trust the bundle they started with): the first leaf of a new CA is rejected by every member that did

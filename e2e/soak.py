@@ -136,6 +136,9 @@ class SoakResult:
     ca_serials_issued: int  # distinct CAs the CA Secret held
     ca_serials_served: int  # distinct CAs that signed a leaf some member served
     leaf_renewals_served: int  # new served leaf serials, summed over members and ports
+    ca_serials_mounted: int  # distinct CAs that signed a leaf delivered into a member's volumes
+    leaf_renewals_mounted: int  # new leaf serials delivered into members' volumes, summed over members and aliases
+    wire_blind_s: float  # from the last accepted handshake of the sampler to the end (served leaves unobservable)
     certificate_revisions: dict[str, int]  # cert-manager's revision of each Certificate at the end
     members_healthy: int
     members: int
@@ -157,6 +160,10 @@ class SoakResult:
         return max(0, self.ca_serials_served - 1)
 
     @property
+    def ca_rollovers_mounted(self) -> int:
+        return max(0, self.ca_serials_mounted - 1)
+
+    @property
     def acknowledged_writes_kept(self) -> bool | None:
         return None if self.read_back is None else self.read_back >= self.last_acknowledged
 
@@ -173,6 +180,8 @@ class SoakResult:
             "unplanned_elections": self.unplanned_elections, "monitor_blind_s": round(self.monitor_blind_s, 1),
             "leader_changes_metrics": self.leader_changes_metrics, "ca_rollovers": self.ca_rollovers,
             "ca_serials_issued": self.ca_serials_issued, "leaf_renewals": self.leaf_renewals_served,
+            "ca_rollovers_mounted": self.ca_rollovers_mounted, "leaf_renewals_mounted": self.leaf_renewals_mounted,
+            "wire_blind_s": round(self.wire_blind_s, 1),
             "certificate_revisions": self.certificate_revisions, "members_healthy": self.members_healthy,
             "members": self.members, "member_restarts": self.member_restarts,
             "material_changes": self.material_changes, "acknowledged_writes_kept": self.acknowledged_writes_kept,
@@ -187,8 +196,10 @@ class SoakResult:
                f"{self.writes_ok + self.writes_failed}, max stall {self.max_stall_s:.2f}s, elections {self.elections} "
                f"(MoveLeader {self.leader_moves}, unplanned {self.unplanned_elections}; monitor blind "
                f"{self.monitor_blind_s:.1f}s, leader changes in /metrics {self.leader_changes_metrics}), CA rollovers seen "
-               f"{self.ca_rollovers} ({self.ca_serials_issued} CAs issued), leaf renewals seen "
-               f"{self.leaf_renewals_served}, members healthy at the end {self.members_healthy}/{self.members}, "
+               f"{self.ca_rollovers} on the wire, {self.ca_rollovers_mounted} in members' mounted files "
+               f"({self.ca_serials_issued} CAs issued), leaf renewals seen {self.leaf_renewals_served} on the wire, "
+               f"{self.leaf_renewals_mounted} mounted (served leaves unobservable for the last "
+               f"{self.wire_blind_s:.0f}s: no handshake accepted), members healthy at the end {self.members_healthy}/{self.members}, "
                f"member restarts {self.member_restarts}, acknowledged writes kept: "
                f"{_kept_text(self.acknowledged_writes_kept)}"]
         out += [f"  outage at +{o.start_s:.1f}s for {o.duration_s:.1f}s ({o.failed_writes} failed writes"
@@ -271,6 +282,9 @@ class _Sampler:
         self.signer: dict[int, int] = {}  # leaf serial -> CA serial
         self.served: dict[tuple[str, str], list[int]] = {}  # (member, port) -> distinct leaf serials, in order
         self.ca_first_served: dict[int, float] = {}
+        self.mounted: dict[tuple[str, str], list[int]] = {}  # (member, alias) -> leaf serials in its mounted files
+        self.ca_first_mounted: dict[int, float] = {}
+        self.wire_last_seen = 0.0  # the last time a member's served leaf could be read (a handshake it accepted)
         self.timeline: list[str] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -332,6 +346,7 @@ class _Sampler:
             for port in ("client", "peer"):
                 info = await self._served_one(ep, port)
                 if info is not None:
+                    self.wire_last_seen = self.at()
                     seen = self.served.setdefault((ep.name, port), [])
                     if info.serial in seen:
                         continue
@@ -341,8 +356,32 @@ class _Sampler:
                         self.ca_first_served[ca] = self.at()
                         self.note(f"first leaf of CA #{self.ca_index(ca)} served ({ep.name} {port})")
 
+    def _mounted(self) -> None:
+        """The leaves the kubelet delivered into each member's volumes (what etcd serves on its next handshake):
+        the fallback when no handshake is accepted any more (members trusting only an expired CA)."""
+        names = set(naming.pods(self.db, 3))
+        for w in list(self.sc.sandbox.kubelet.workers.values()):
+            if w.namespace != self.sc.namespace or w.name not in names:
+                continue
+            for alias in (constants.ALIAS_SERVER, constants.ALIAS_PEER):
+                try:
+                    pem = (w.dir / "volumes" / f"{alias}-tls" / "tls.crt").read_bytes()
+                    serial = pki.cert_info(pem).serial
+                except (OSError, ValueError):
+                    continue
+                seen = self.mounted.setdefault((w.name, alias), [])
+                if serial in seen:
+                    continue
+                seen.append(serial)
+                ca = self.signer.get(serial) or next((c for c, ca_pem in self.cas.items()
+                                                      if pki.signed_by(pem, ca_pem)), 0)
+                if ca and ca not in self.ca_first_mounted:
+                    self.ca_first_mounted[ca] = self.at()
+                    self.note(f"first leaf of CA #{self.ca_index(ca)} mounted ({w.name} {alias})")
+
     async def sample(self) -> None:
         await self._secrets()
+        self._mounted()
         await self._served()
 
     async def _run(self) -> None:
@@ -495,6 +534,9 @@ async def run(sc: scenario.Scenario, strategy: Strategy, config: SoakConfig, say
         served = sampler.served
         ca_served = {sampler.signer.get(s, 0) for serials in served.values() for s in serials} - {0}
         restarts = sum(pids.restarts().values())
+        mounted = sampler.mounted
+        ca_mounted = {sampler.signer.get(s, 0) for serials in mounted.values() for s in serials} - {0}
+        wire_blind = max(0.0, sampler.at() - sampler.wire_last_seen)
     requests = [r for r in await sc.k.list(constants.OPS_API_VERSION, constants.OPS_KIND, sc.namespace)
                 if r["metadata"]["name"] not in requests_before]
     res = SoakResult(
@@ -504,6 +546,8 @@ async def run(sc: scenario.Scenario, strategy: Strategy, config: SoakConfig, say
         leader_changes_metrics=changes_between(changes_before, await _leader_changes_seen(sc, db)),
         ca_serials_issued=len(sampler.cas),
         ca_serials_served=len(ca_served), leaf_renewals_served=sum(max(0, len(v) - 1) for v in served.values()),
+        ca_serials_mounted=len(ca_mounted), leaf_renewals_mounted=sum(max(0, len(v) - 1) for v in mounted.values()),
+        wire_blind_s=wire_blind,
         certificate_revisions=await _revisions(sc, db), members_healthy=await _healthy_members(sc, db), members=3,
         member_restarts=restarts, material_changes=result.material_changes, last_acknowledged=result.last_value,
         read_back=stored, outages=tuple(outages), timeline=tuple(sampler.timeline),

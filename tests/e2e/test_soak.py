@@ -40,7 +40,8 @@ def _result(**over: object) -> soak.SoakResult:
         strategy="direct-mount", config=soak.SHORT, duration_s=90.0, writes_ok=3000, writes_failed=700,
         max_stall_s=14.7, elections=1, leader_moves=0, monitor_blind_s=4.0, leader_changes_metrics=1,
         ca_serials_issued=2, ca_serials_served=2,
-        leaf_renewals_served=12, certificate_revisions={"soak-ca": 2}, members_healthy=3, members=3,
+        leaf_renewals_served=12, ca_serials_mounted=2, leaf_renewals_mounted=8, wire_blind_s=5.0,
+        certificate_revisions={"soak-ca": 2}, members_healthy=3, members=3,
         member_restarts=0, material_changes=4, last_acknowledged=3000, read_back=3000,
         outages=(soak.Outage(75.0, 15.0, 700, True, "TLSHandshakeFailed"),), timeline=(), writer_notes=(),
         requests=())
@@ -81,6 +82,8 @@ async def test_the_short_soak_measures_and_reports_on_todays_layout(tmp_path: pa
     assert result.duration_s >= soak.SHORT.duration
     assert result.ca_serials_issued >= 2, result.timeline  # cert-manager renewed the CA Certificate
     assert result.leaf_renewals_served >= 3, result.timeline  # members served renewed leaves (no restart needed)
+    assert result.leaf_renewals_mounted >= result.leaf_renewals_served // 2 - 2, result.timeline  # and the kubelet
+    assert result.ca_serials_mounted >= result.ca_serials_served  # delivered what they served
     assert result.certificate_revisions[soak.CA_CERTIFICATE] >= 2
     assert result.material_changes >= 1  # the writer took up renewed material
     assert result.members == 3 and 0 <= result.members_healthy <= 3
