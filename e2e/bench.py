@@ -16,7 +16,8 @@ the same run (each member's pod deleted once on an idle cluster, until its repla
 ``--json PATH`` writes one object per (scenario, strategy) (merged into an existing file, so a single
 ``--scenario`` refreshes its rows only) and regenerates the markdown page next to it (``benchmarks.md``), with
 the machine and the date. Scenarios: ``ops`` (all five operations), each operation by name, ``scale``
-(:mod:`e2e.scale`), ``webhook`` (:mod:`e2e.webhook_load`), ``all`` (default).
+(:mod:`e2e.scale`), ``webhook`` (:mod:`e2e.webhook_load`), ``soak`` (:mod:`e2e.soak`: the CA churn soak, 15 min per
+strategy by default, ``--soak-duration``/``--soak-ca``/``--soak-leaf``), ``all`` (default).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from e2e import naive, scenario
+from e2e import naive, scenario, soak
 from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.provisioner import naming
@@ -86,7 +87,7 @@ OPERATIONS: tuple[Operation, ...] = (
                NaiveVariant("naive-simultaneous-roll", naive.simultaneous_roll))),
 )
 OPERATION_KEYS = tuple(op.key for op in OPERATIONS)
-SCENARIOS = ("all", "ops", *OPERATION_KEYS, "scale", "webhook")
+SCENARIOS = ("all", "ops", *OPERATION_KEYS, "scale", "webhook", "soak")
 
 STRATEGY_TEXT = {
     ENGINE: "opsmanager EtcdOpsRequest",
@@ -137,7 +138,7 @@ def merge_records(old: Sequence[Record], new: Sequence[Record]) -> list[Record]:
 
 
 def order_key(record: Record) -> tuple[int, int, str]:
-    order = ["bare-restart", *OPERATION_KEYS, "scale", "webhook-latency", "webhook-fuzz"]
+    order = ["bare-restart", *OPERATION_KEYS, "scale", "webhook-latency", "webhook-fuzz", "soak"]
     scen = record.get("scenario", "")
     return (order.index(scen) if scen in order else len(order), 0 if record.get("strategy") == ENGINE else 1,
             record.get("strategy", ""))
@@ -264,7 +265,44 @@ def render_markdown(doc: dict[str, Any]) -> str:
                     f"status counts {fuzz['http_status']}, denial codes in bodies {fuzz['denial_codes']}; "
                     f"**{fuzz['http_500']} HTTP 500, {fuzz['body_500']} reviews answered with code 500**.", ""]
         out += [*WEBHOOK_TEXT.strip("\n").splitlines(), ""]
+    soaks = [r for r in records if r.get("scenario") == "soak"]
+    if soaks:
+        out += ["## Churn soak: cert-manager renews leaves and the CA under a live cluster", "",
+                *soak_table(soaks), "", *SOAK_TEXT.strip("\n").splitlines(), ""]
+        out += [f"- {r['method']}: outage at +{o['start_s']} s for {o['duration_s']} s ({o['failed_writes']} failed "
+                f"writes{', still going at the end' if o['ongoing_at_end'] else ''}): {o['cause']}"
+                for r in soaks for o in r.get("outages", [])]
+        out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def soak_table(records: Sequence[Record]) -> list[str]:
+    rows = [(r["method"], f"{r['duration_s']:.0f}", f"{r['ca_lifetime_s']:.0f} / {r['leaf_lifetime_s']:.0f}",
+             f"{r['writes_failed']}/{r['writes_total']}", f"{r['max_write_stall_s']:.3f}", r["unplanned_elections"],
+             r.get("leader_changes_metrics"), f"{r['ca_rollovers']} / {r.get('ca_rollovers_mounted', '–')}",
+             f"{r['leaf_renewals']} / {r.get('leaf_renewals_mounted', '–')}", f"{r['members_healthy']}/{r['members']}", len(r["outages"]),
+             r["acknowledged_writes_kept"]) for r in sorted(records, key=order_key)]
+    head = ("strategy", "soak s", "CA / leaf lifetime s", "writes failed/total", "max write stall s",
+            "unplanned elections", "leader changes (/metrics)", "CA rollovers seen (wire / mounted)",
+            "leaf renewals seen (wire / mounted)", "members healthy at end", "outages",
+            "acknowledged writes kept")
+    return _table(head, rows)
+
+
+SOAK_TEXT = """
+`e2e/soak.py`: a CA `Certificate` (SelfSigned Issuer, `isCA`, `rotationPolicy: Always`) behind a CA Issuer, an Etcd
+whose leaves come from it, no `EtcdOpsRequest`. The writer follows the user-facing material: it trusts
+`<etcd>-ca-bundle` and authenticates with `<etcd>-client-cert`, re-read from the API as they change (new connections
+take up new material; an op whose every try failed re-reads it and tries again). *CA rollovers seen*: distinct CAs
+that signed a leaf some member served (fresh handshakes every second), minus one; *leaf renewals seen*: new served
+leaf serials, summed over members and ports; *mounted*: the same from the files the kubelet delivered into each
+member's volumes (what etcd serves on its next handshake), the fallback once no handshake is accepted any more
+(`wire_blind_s` in the JSON). *Leader changes (/metrics)* is the most
+`etcd_server_leader_changes_seen_total` grew on any member (plain HTTP: it stays readable when TLS shuts the leader
+monitor out; the JSON has the monitor's blind time). *direct mount* is today's layout (the members mount cert-manager's
+Secrets and trust the bundle they started with): the first leaf of a new CA is rejected by every member that did
+not load that CA, which is the outage its row reports.
+"""
 
 
 METHOD_TEXT = """
@@ -523,6 +561,9 @@ async def run(args: argparse.Namespace, say: Printer) -> list[Record]:
     keys, with_scale, with_webhook = select(args.scenario)
     workdir = pathlib.Path(args.dir)
     records: list[Record] = []
+    if args.scenario in ("all", "soak"):
+        config = soak.SoakConfig(args.soak_duration, args.soak_ca, args.soak_leaf)
+        records += [r.record() for r in await soak.soak(workdir / "soak", config, say)]
     if with_webhook:
         from e2e import webhook_load
 
@@ -557,9 +598,14 @@ def write_outputs(records: list[Record], json_path: pathlib.Path, md_path: pathl
 
 def verdict(records: Sequence[Record]) -> list[str]:
     """What is wrong with our engine's numbers (empty when it met the bar: Successful, 0 failed writes, 0 unplanned
-    elections, every scale operation Successful)."""
+    elections, every scale operation Successful; a soak strategy held to the bar: 0 failed writes, 0 unplanned
+    elections, every member healthy at the end)."""
     problems = []
     for r in records:
+        if r.get("scenario") == "soak" and r.get("held_to_the_bar"):
+            if r["writes_failed"] or r["unplanned_elections"] or r["members_healthy"] != r["members"]:
+                problems.append(f"soak {r['method']}: {r['writes_failed']} failed writes, {r['unplanned_elections']} "
+                                f"unplanned elections, {r['members_healthy']}/{r['members']} members healthy")
         if r.get("strategy") != ENGINE:
             continue
         if r.get("scenario") in OPERATION_KEYS:
@@ -581,6 +627,12 @@ def main(argv: Sequence[str]) -> int:
                         help="the markdown page to regenerate (default: the JSON path with .md)")
     parser.add_argument("--dir", default=".sandbox/bench", help="working directory of the sandboxes (%(default)s)")
     parser.add_argument("--clusters", type=int, default=10, help="clusters in the scale scenario (%(default)s)")
+    parser.add_argument("--soak-duration", type=float, default=soak.FULL.duration,
+                        help="seconds each soak strategy runs (%(default)s)")
+    parser.add_argument("--soak-ca", type=float, default=soak.FULL.ca_lifetime,
+                        help="soak: CA lifetime, s (%(default)s)")
+    parser.add_argument("--soak-leaf", type=float, default=soak.FULL.leaf_lifetime,
+                        help="soak: leaf lifetime, s (%(default)s)")
     parser.add_argument("--render-only", action="store_true",
                         help="run nothing: regenerate the markdown page from the --json file")
     args = parser.parse_args(list(argv))

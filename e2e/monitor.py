@@ -29,6 +29,7 @@ class MonitorResult:
     first_term: int
     last_term: int
     changes: tuple[LeaderChange, ...]
+    blind_seconds: float = 0.0  # time no member answered with any identity (elections then are seen late or not)
 
     @property
     def elections(self) -> int:
@@ -41,6 +42,7 @@ class LeaderMonitor:
         """``identities``: every client identity that may be the accepted one during the operation (a CA change
         moves the members from one to the other); each sample asks with all of them, plus plain http."""
         ids = list(identities or ([identity] if identity is not None else []))
+        self._endpoints = list(endpoints)
         self._clients = [etcd_client.EtcdClient(endpoints, tls=i, timeout=0.5) for i in ids]
         self._clients.append(etcd_client.EtcdClient([e.with_schemes("http") for e in endpoints], timeout=0.5))
         self.interval = interval
@@ -49,6 +51,12 @@ class LeaderMonitor:
         self._first_term = 0
         self._last = (0, 0)
         self._started = 0.0
+        self._blind = 0.0
+        self._last_sample = 0.0
+
+    def add_identity(self, identity: access.TLSIdentity) -> None:
+        """Ask with ``identity`` too from the next sample on (a CA that appeared while running)."""
+        self._clients.insert(0, etcd_client.EtcdClient(self._endpoints, tls=identity, timeout=0.5))
 
     async def start(self) -> None:
         self._started = time.monotonic()
@@ -65,7 +73,7 @@ class LeaderMonitor:
 
     @property
     def result(self) -> MonitorResult:
-        return MonitorResult(self._first_term, self._last[0], tuple(self._changes))
+        return MonitorResult(self._first_term, self._last[0], tuple(self._changes), self._blind)
 
     async def _run(self) -> None:
         while True:
@@ -73,6 +81,9 @@ class LeaderMonitor:
             now = time.monotonic() - self._started
             best = max(((s.raft_term, s.leader_id) for views in answers for s in views.values()
                         if isinstance(s, etcd_client.MemberStatus) and s.leader_id), default=None)
+            if best is None:
+                self._blind += now - self._last_sample
+            self._last_sample = now
             if best is not None:
                 if not self._first_term:
                     self._first_term = best[0]

@@ -13,7 +13,15 @@ Used by tests, the demo and the benchmarks while a cluster is being changed unde
   the new client identity as they become usable, exactly what a well-behaved application does.
 
 The value written is the op's sequence number, so after ``stop()`` a linearizable read of ``key`` must return at
-least ``result.last_value`` — an acknowledged write was not lost.
+least ``result.last_value`` — an acknowledged write was not lost (:meth:`Writer.read_back`).
+
+**Following the material** (issue 12): :meth:`Writer.following` builds a writer that holds no identity of its own.
+It trusts ``<db>-ca-bundle`` (``ca.crt``) and authenticates with ``<db>-client-cert`` (``tls.crt``/``tls.key``),
+read through a :class:`Material` source — from the API (:class:`SecretMaterial`) or from files the way a pod gets
+them mounted (:class:`FileMaterial`) — every ``refresh_interval`` seconds. When the material changes, the next op
+uses it on new connections (the channels of the old material are closed: an application that reloads its
+certificates). An op whose every try failed re-reads the material at once and, if it changed, tries again within
+the same op; an op that still fails is counted failed like any other.
 
 ::
 
@@ -27,11 +35,18 @@ least ``result.last_value`` — an acknowledged write was not lost.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import contextlib
 import dataclasses
+import pathlib
 from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
+from opsmanager import kube
 from opsmanager.etcd import access, errors
 from opsmanager.etcd import client as etcd_client
+from opsmanager.provisioner import naming
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +88,72 @@ def targets_for(endpoint_list: Iterable[access.Endpoint],
     return list(dict.fromkeys(out))
 
 
+# --- the material a following writer reads ----------------------------------------------------------------------
+
+REREAD_MIN_INTERVAL = 0.2  # seconds between two re-reads of the material after failed ops
+MATERIAL_IDENTITY = "material"  # the name of every identity a Material source builds (labels stay stable)
+
+
+class Material(Protocol):
+    """Where a following writer gets its trust and its client certificate. ``read`` returns None while the
+    material is missing or incomplete (the writer then keeps what it has)."""
+
+    async def read(self) -> access.TLSIdentity | None: ...
+
+
+def _identity(ca: bytes | None, cert: bytes | None, key: bytes | None) -> access.TLSIdentity | None:
+    if not ca or not cert or not key:
+        return None
+    try:
+        return access.TLSIdentity(ca_pem=ca, cert_pem=cert, key_pem=key, name=MATERIAL_IDENTITY)
+    except ValueError:
+        return None  # a key that does not match its certificate: incomplete, as far as a client can tell
+
+
+def _secret_bytes(secret: dict[str, Any] | None, key: str) -> bytes | None:
+    raw = ((secret or {}).get("data") or {}).get(key)
+    if not isinstance(raw, str):
+        return None
+    try:
+        return base64.b64decode(raw)
+    except (binascii.Error, ValueError):
+        return None
+
+
+class SecretMaterial:
+    """The user-facing contract read from the API: ``ca.crt`` of ``<db>-ca-bundle`` (trust) and ``tls.crt`` +
+    ``tls.key`` of ``<db>-client-cert`` (who the writer is). Other Secret names can be given."""
+
+    def __init__(self, k: kube.Kube, namespace: str, db: str, *, bundle_secret: str | None = None,
+                 client_secret: str | None = None) -> None:
+        self.k, self.namespace = k, namespace
+        self.bundle_secret = bundle_secret or naming.trust_bundle_secret(db)
+        self.client_secret = client_secret or f"{db}-client-cert"
+
+    async def read(self) -> access.TLSIdentity | None:
+        bundle = await self.k.get("v1", "Secret", self.namespace, self.bundle_secret)
+        client = await self.k.get("v1", "Secret", self.namespace, self.client_secret)
+        return _identity(_secret_bytes(bundle, "ca.crt"), _secret_bytes(client, "tls.crt"),
+                         _secret_bytes(client, "tls.key"))
+
+
+class FileMaterial:
+    """The same material from files, as a pod sees its mounted Secrets (the kubelet swaps them atomically)."""
+
+    def __init__(self, ca_file: str | pathlib.Path, cert_file: str | pathlib.Path,
+                 key_file: str | pathlib.Path) -> None:
+        self.ca_file, self.cert_file, self.key_file = (pathlib.Path(p) for p in (ca_file, cert_file, key_file))
+
+    async def read(self) -> access.TLSIdentity | None:
+        def load(path: pathlib.Path) -> bytes | None:
+            try:
+                return path.read_bytes()
+            except OSError:
+                return None
+        return await asyncio.to_thread(lambda: _identity(load(self.ca_file), load(self.cert_file),
+                                                         load(self.key_file)))
+
+
 @dataclasses.dataclass(frozen=True)
 class WriterResult:
     """Counts of one writer run (or a snapshot of a running one)."""
@@ -88,14 +169,19 @@ class WriterResult:
     failure_offsets: tuple[float, ...]
     switches: int
     marks: tuple[tuple[float, str], ...]
+    material_changes: int = 0  # following writer: how many times new material was taken up
+    material_retries: int = 0  # ops that failed every try, re-read changed material and tried again
 
     @property
     def ops(self) -> int:
         return self.ok + self.failed
 
     def summary(self) -> str:
-        return (f"{self.ok} ok / {self.failed} failed in {self.duration:.2f}s, max gap {self.max_gap * 1000:.0f} ms, "
+        text = (f"{self.ok} ok / {self.failed} failed in {self.duration:.2f}s, max gap {self.max_gap * 1000:.0f} ms, "
                 f"{self.switches} target switches")
+        if self.material_changes:
+            text += f", {self.material_changes} material changes"
+        return text
 
 
 class Writer:
@@ -105,9 +191,18 @@ class Writer:
     """
 
     def __init__(self, targets: Sequence[Target], *, interval: float = 0.02, try_timeout: float = 0.5,
-                 key: bytes = b"/opsmanager/writer", keep_errors: int = 50) -> None:
-        if interval <= 0 or try_timeout <= 0:
-            raise ValueError("Writer: interval and try_timeout must be positive seconds")
+                 key: bytes = b"/opsmanager/writer", keep_errors: int = 50, material: Material | None = None,
+                 refresh_interval: float = 1.0) -> None:
+        """``material``: follow this source (see :meth:`following`); the targets' endpoints are kept and their
+        identity replaced whenever the material changes, re-read every ``refresh_interval`` seconds."""
+        if interval <= 0 or try_timeout <= 0 or refresh_interval <= 0:
+            raise ValueError("Writer: interval, try_timeout and refresh_interval must be positive seconds")
+        self.material, self.refresh_interval = material, refresh_interval
+        self._identity: access.TLSIdentity | None = None  # the material in use (following writer)
+        self._pending: access.TLSIdentity | None = None  # newer material, taken up by the next op
+        self._material_task: asyncio.Task[None] | None = None
+        self._material_changes = self._material_retries = 0
+        self._last_reread = float("-inf")
         self.interval, self.try_timeout, self.key, self.keep_errors = interval, try_timeout, key, keep_errors
         self._targets: list[Target] = []
         self._clients: dict[str | None, etcd_client.EtcdClient] = {}
@@ -145,6 +240,48 @@ class Writer:
     def add_targets(self, targets: Iterable[Target]) -> None:
         self.set_targets([*self._targets, *targets])
 
+    @classmethod
+    async def following(cls, endpoints: Sequence[access.Endpoint], material: Material, *, timeout: float = 30.0,
+                        **kwargs: Any) -> Writer:
+        """A writer over https on every endpoint with whatever ``material`` holds (waits up to ``timeout`` seconds
+        for it to be complete), re-reading it as it changes."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        identity = await material.read()
+        while identity is None:
+            if loop.time() >= deadline:
+                raise TimeoutError(f"Writer.following: no complete material within {timeout:.0f}s (a CA bundle "
+                                   "with ca.crt and a client Secret with tls.crt and a matching tls.key)")
+            await asyncio.sleep(0.2)
+            identity = await material.read()
+        w = cls(targets_for(endpoints, identities=[identity], schemes=("https",)), material=material, **kwargs)
+        w._identity = identity
+        return w
+
+    def _take_up(self, identity: access.TLSIdentity) -> None:
+        """Use ``identity`` for the next tries (same endpoints, https)."""
+        endpoints = list(dict.fromkeys(t.endpoint for t in self._targets))
+        self.set_targets(targets_for(endpoints, identities=[identity], schemes=("https",)))
+        self._identity = identity
+        self._material_changes += 1
+        self.mark(f"material changed (#{self._material_changes})")
+
+    async def _close_stale_clients(self) -> None:
+        keep = {t.identity.fingerprint if t.identity is not None else None for t in self._targets}
+        for key in [k for k in self._clients if k not in keep]:
+            await self._clients.pop(key).close()
+
+    async def _refresh(self) -> None:
+        """Re-read the material every ``refresh_interval``; newer material is taken up by the next op."""
+        assert self.material is not None
+        while not self._stopping:
+            with contextlib.suppress(kube.KubeError, OSError):
+                identity = await self.material.read()
+                current = self._pending or self._identity
+                if identity is not None and (current is None or identity.fingerprint != current.fingerprint):
+                    self._pending = identity
+            await asyncio.sleep(self.refresh_interval)
+
     def mark(self, text: str) -> None:
         """Timestamp an event ("move_leader start") in the result, for reading gaps against actions."""
         self._marks.append((self._now() - self._started_at, text))
@@ -169,12 +306,18 @@ class Writer:
         self._started_at = self._now()
         self._stopping = False
         self._task = asyncio.get_running_loop().create_task(self._run(), name="etcd-live-writer")
+        if self.material is not None:
+            self._material_task = asyncio.get_running_loop().create_task(self._refresh(), name="writer-material")
 
     async def stop(self) -> WriterResult:
         """Finish the op in flight, stop, close the channels; returns (and keeps as ``.result``) the counts."""
         if self._task is None:
             raise RuntimeError("Writer not started")
         self._stopping = True
+        if self._material_task is not None:
+            self._material_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._material_task
         try:
             await self._task
         finally:
@@ -200,7 +343,29 @@ class Writer:
             ok=self._ok, failed=self._failed, max_gap=self._max_gap, duration=now - self._started_at,
             last_value=self._last_value, key=self.key, by_target=dict(self._by_target), errors=tuple(self._errors),
             failure_offsets=tuple(self._failure_offsets), switches=self._switches, marks=tuple(self._marks),
+            material_changes=self._material_changes, material_retries=self._material_retries,
         )
+
+    async def read_back(self, *, timeout: float = 5.0) -> int:
+        """A linearizable read of ``key`` (the highest sequence number stored), through the targets as they are
+        now (a following writer re-reads its material first). Compare with ``result.last_value``: every
+        acknowledged write must be there. Raises :class:`errors.EtcdError` when no target answers."""
+        if self.material is not None:
+            with contextlib.suppress(kube.KubeError, OSError):
+                fresh = await self.material.read()
+                if fresh is not None and (self._identity is None or fresh.fingerprint != self._identity.fingerprint):
+                    self._take_up(fresh)
+        last: errors.EtcdError | None = None
+        for target in self._targets:
+            async with etcd_client.EtcdClient([target.endpoint], tls=target.identity, timeout=timeout) as c:
+                try:
+                    value = await c.get(self.key, endpoint=target.endpoint, scheme=target.scheme, timeout=timeout)
+                except errors.EtcdError as err:
+                    last = err
+                    continue
+            return int(value or b"0")
+        assert last is not None
+        raise last
 
     async def wait_ok(self, count: int = 1, *, timeout: float = 10.0) -> None:
         """Wait until ``count`` more ops have succeeded (a sync point: "the writer is writing")."""
@@ -238,11 +403,39 @@ class Writer:
     async def _one_op(self) -> None:
         self._seq += 1
         value = str(self._seq).encode()
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            if self._identity is None or pending.fingerprint != self._identity.fingerprint:
+                self._take_up(pending)
+                await self._close_stale_clients()
+        tried: list[str] = []
+        if await self._try_targets(value, tried):
+            return
+        if self.material is not None and self._now() - self._last_reread >= REREAD_MIN_INTERVAL:
+            # A failed handshake may be stale material: re-read it, try once more (at most every 0.2 s, so an
+            # outage does not turn into a flood of reads).
+            self._last_reread = self._now()
+            fresh: access.TLSIdentity | None = None
+            with contextlib.suppress(kube.KubeError, OSError):
+                fresh = await self.material.read()
+            if fresh is not None and (self._identity is None or fresh.fingerprint != self._identity.fingerprint):
+                self._material_retries += 1
+                self._take_up(fresh)
+                await self._close_stale_clients()
+                if await self._try_targets(value, tried):
+                    return
+        self._failed += 1
+        offset = self._now() - self._started_at
+        self._failure_offsets.append(offset)
+        if len(self._errors) < self.keep_errors:
+            self._errors.append(f"+{offset:.3f}s op {self._seq} FAILED: " + " | ".join(tried))
+
+    async def _try_targets(self, value: bytes, tried: list[str]) -> bool:
+        """One pass over the targets, the last good one first; True when a put was acknowledged (counted)."""
         order = list(self._targets)
         if self._last_good in order:
             order.remove(self._last_good)
             order.insert(0, self._last_good)
-        tried: list[str] = []
         for target in order:
             c = self._client_for(target)
             try:
@@ -264,12 +457,8 @@ class Writer:
             self._ok_event.set()
             if tried and len(self._errors) < self.keep_errors:  # failed tries before a success: worth seeing
                 self._errors.append(f"+{now - self._started_at:.3f}s op {self._seq} ok after: " + " | ".join(tried))
-            return
-        self._failed += 1
-        offset = self._now() - self._started_at
-        self._failure_offsets.append(offset)
-        if len(self._errors) < self.keep_errors:
-            self._errors.append(f"+{offset:.3f}s op {self._seq} FAILED: " + " | ".join(tried))
+            return True
+        return False
 
 
-__all__ = ["Target", "Writer", "WriterResult", "targets_for"]
+__all__ = ["FileMaterial", "Material", "SecretMaterial", "Target", "Writer", "WriterResult", "targets_for"]

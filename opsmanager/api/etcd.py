@@ -14,7 +14,7 @@ Usage::
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 import pydantic
 
@@ -84,23 +84,69 @@ class PodTemplate(common.Model):
     )
 
 
+# What the CRD's CEL rules and the admission webhook say about spec.tls (one text for both).
+MSG_TLS_ISSUER_AND_EXTERNAL: Final = (
+    "spec.tls.issuerRef and spec.tls.externalSecrets are mutually exclusive: use issuerRef for cert-manager, "
+    "externalSecrets for your own Secrets"
+)
+MSG_TLS_EXTERNAL_CERTIFICATES: Final = (
+    "spec.tls.certificates cannot be used with spec.tls.externalSecrets: your own Secrets carry the certificates; "
+    "remove spec.tls.certificates, or use spec.tls.issuerRef to have cert-manager issue them"
+)
+
+
+class ExternalSecrets(common.Model):
+    """Bring-your-own TLS: one Secret per alias in the Etcd's namespace, each with `tls.crt`, `tls.key` and
+    `ca.crt`. The operator never edits or deletes them (not even with `WipeOut`)."""
+
+    server: str = pydantic.Field(
+        min_length=1, description="Secret of the server certificate (client API, port 2379)."
+    )
+    peer: str = pydantic.Field(min_length=1, description="Secret of the peer certificate (port 2380).")
+    client: str = pydantic.Field(
+        min_length=1, description="Secret of the client certificate the operator presents to the members."
+    )
+
+    def secret(self, alias: str) -> str:
+        """The Secret name given for ``alias`` (``server``, ``peer`` or ``client``)."""
+        names = {"server": self.server, "peer": self.peer, "client": self.client}
+        return names[alias]
+
+
+TLS_ISSUER_OR_EXTERNAL_RULE = "has(self.issuerRef) || has(self.externalSecrets)"
+TLS_EXCLUSIVE_RULE = "!(has(self.issuerRef) && has(self.externalSecrets))"
+TLS_EXTERNAL_NO_CERTIFICATES_RULE = "!has(self.externalSecrets) || !has(self.certificates)"
+
+
 class TLSConfig(common.Model):
-    """TLS of the cluster (`kmapi.TLSConfig`): one issuer plus per-alias overrides. Setting it enables TLS."""
+    """TLS of the cluster (`kmapi.TLSConfig`): one issuer plus per-alias overrides, or the user's own Secrets
+    (`externalSecrets`). Setting it enables TLS."""
 
     model_config = pydantic.ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                {"rule": "has(self.issuerRef)", "message": "spec.tls.issuerRef is missing"},
+                {"rule": TLS_ISSUER_OR_EXTERNAL_RULE, "message": "spec.tls.issuerRef is missing"},
+                {"rule": TLS_EXCLUSIVE_RULE, "message": MSG_TLS_ISSUER_AND_EXTERNAL},
+                {"rule": TLS_EXTERNAL_NO_CERTIFICATES_RULE, "message": MSG_TLS_EXTERNAL_CERTIFICATES},
             ]
         }
     )
 
     issuer_ref: common.IssuerRef | None = pydantic.Field(
-        default=None, description="Issuer of all certificates (required when `tls` is set)."
+        default=None,
+        description="Issuer of all certificates (cert-manager). Exactly one of `issuerRef` and `externalSecrets`.",
+    )
+    external_secrets: ExternalSecrets | None = pydantic.Field(
+        default=None,
+        description=(
+            "Your own Secrets, one per alias (`server`, `peer`, `client`; keys `tls.crt`, `tls.key`, `ca.crt`), "
+            "instead of cert-manager. Exactly one of `issuerRef` and `externalSecrets`; no `certificates` with it. "
+            "Move to cert-manager with a `ReconfigureTLS` request that sets `tls.issuerRef`."
+        ),
     )
     certificates: list[common.CertificateSpec] | None = pydantic.Field(
         default=None,
-        description="Per-alias overrides (`server`, `client`, `peer`), at most one entry per alias.",
+        description="Per-alias overrides (`server`, `client`, `peer`), at most one entry per alias (with `issuerRef`).",
         max_length=3,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["alias"]},
     )

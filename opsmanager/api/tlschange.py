@@ -24,7 +24,10 @@ ANNOTATION_TLS_BEFORE: Final = "ops.opsmanager.dev/tls-before"  # the Etcd's spe
 
 
 def desired_tls(current: etcd_api.TLSConfig | None, req: ops_api.ReconfigureTLSSpec) -> etcd_api.TLSConfig | None:
-    """The Etcd's ``spec.tls`` after the request: certificates merged by alias, issuerRef replaced when given."""
+    """The Etcd's ``spec.tls`` after the request: certificates merged by alias, issuerRef replaced when given.
+
+    An issuerRef on an Etcd that runs on the user's own Secrets (``externalSecrets``) is the handover to
+    cert-manager: afterwards the issuer is set and ``externalSecrets`` is gone."""
     if req.remove:
         return None
     if req.rotate_certificates:
@@ -32,6 +35,7 @@ def desired_tls(current: etcd_api.TLSConfig | None, req: ops_api.ReconfigureTLSS
     base = current.model_copy(deep=True) if current is not None else etcd_api.TLSConfig()
     if req.issuer_ref is not None:
         base.issuer_ref = req.issuer_ref.model_copy(deep=True)
+        base.external_secrets = None  # the handover: cert-manager's from now on
     merged: dict[str, common.CertificateSpec] = {c.alias: c for c in base.certificates or []}
     for cert in req.certificates or []:
         old = merged.get(cert.alias)

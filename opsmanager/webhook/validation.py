@@ -9,6 +9,11 @@ Ours, beyond KubeDB (issue 11): on an Etcd update, while an EtcdOpsRequest holds
 change only to exactly what that request's ``UpdateDatabase`` step writes (:func:`paused_tls_errors`); anything else
 is ``spec.tls: Forbidden: Etcd <db> is paused by EtcdOpsRequest <req>; ...``.
 
+Ours (issue 12), bring-your-own Secrets: ``spec.tls.externalSecrets`` excludes ``issuerRef`` and ``certificates``
+(``spec.tls.externalSecrets: Forbidden: spec.tls.issuerRef and spec.tls.externalSecrets are mutually exclusive:
+...``) and names all three Secrets; a ``ReconfigureTLS`` with ``rotateCertificates`` on such an Etcd is refused (the
+user rotates their own Secrets), one with ``tls.issuerRef`` is the handover to cert-manager and is allowed.
+
 Sources: ``kubedb/apimachinery pkg/webhooks/ops/v1alpha1/etcd.go`` and ``pkg/webhooks/kubedb/v1alpha2/etcd.go``
 (summarised in ``shared/reference/kubedb-etcd-ops.md`` §4). The order of checks for an ``EtcdOpsRequest``:
 
@@ -86,6 +91,25 @@ MSG_DURATION_INVALID: Final = (
 MSG_DURATION_NOT_POSITIVE: Final = 'must be greater than zero: write a positive Go duration such as "24h"'
 MSG_ALERT_DUPLICATE: Final = "the same duration as {other} ({value}); list each threshold once"
 # Ours (issue 11): spec.tls of an Etcd that an EtcdOpsRequest holds paused belongs to that request.
+# Ours (issue 12): bring-your-own Secrets, spec.tls.externalSecrets (the texts shared with the CRD live in the model).
+MSG_TLS_ISSUER_AND_EXTERNAL: Final = etcd.MSG_TLS_ISSUER_AND_EXTERNAL
+MSG_TLS_EXTERNAL_CERTIFICATES: Final = etcd.MSG_TLS_EXTERNAL_CERTIFICATES
+MSG_TLS_EXTERNAL_ALIAS_MISSING: Final = (
+    "name the Secret of the {alias} certificate (keys tls.crt, tls.key and ca.crt, in the Etcd's namespace); "
+    "externalSecrets needs all three of server, peer and client"
+)
+MSG_TLS_EXTERNAL_BAD_NAME: Final = (
+    "not a Secret name: use a lowercase RFC 1123 subdomain (letters, digits, '-' and '.'; at most 253 characters)"
+)
+MSG_TLS_ROTATE_EXTERNAL: Final = (
+    "rotateCertificates does not apply to Etcd {db}: it runs on spec.tls.externalSecrets, which you rotate yourself "
+    "by updating tls.crt and tls.key in your Secrets; to have cert-manager rotate them, hand the Etcd over with "
+    "tls.issuerRef"
+)
+MSG_TLS_ISSUER_REQUIRED_EXTERNAL: Final = (
+    MSG_TLS_ISSUER_REQUIRED + ": Etcd {db} runs on spec.tls.externalSecrets, whose certificates cert-manager does not "
+    "issue; set tls.issuerRef to hand it over to cert-manager (tls.certificates may come with it)"
+)
 MSG_TLS_PAUSED: Final = (
     "Etcd {etcd} is paused by EtcdOpsRequest {request}; spec.tls can change only through an EtcdOpsRequest "
     "once {request} has finished"
@@ -416,6 +440,11 @@ def _db_has_issuer(db: Mapping[str, Any]) -> bool:
     return isinstance(tls, dict) and tls.get("issuerRef") is not None
 
 
+def _db_has_external_secrets(db: Mapping[str, Any]) -> bool:
+    tls = _dict(db.get("spec")).get("tls")
+    return isinstance(tls, dict) and tls.get("externalSecrets") is not None
+
+
 def reconfigure_tls_error(tls: Any, db: Mapping[str, Any]) -> str | None:
     """KubeDB's ``validateEtcdReconfigureTLSOpsRequest`` on a (schema-valid) ``spec.tls`` and the Etcd object."""
     if tls is None:
@@ -432,10 +461,14 @@ def reconfigure_tls_error(tls: Any, db: Mapping[str, Any]) -> str | None:
     if remove:
         return None
     if rotate:
+        if _db_has_external_secrets(db):  # ours (issue 12): the user rotates their own Secrets
+            return MSG_TLS_ROTATE_EXTERNAL.format(db=_name(db))
         return None if _db_has_issuer(db) else MSG_TLS_ROTATE_NO_ISSUER
     if tls.get("issuerRef") is None and not _db_has_issuer(db):
+        if _db_has_external_secrets(db):
+            return MSG_TLS_ISSUER_REQUIRED_EXTERNAL.format(db=_name(db))
         return MSG_TLS_ISSUER_REQUIRED
-    return None
+    return None  # an issuerRef on an externalSecrets Etcd is the handover to cert-manager: allowed
 
 
 def opsrequest_errors(obj: Mapping[str, Any], namespace: str, lookup: EtcdLookup) -> list[FieldError]:
@@ -530,8 +563,10 @@ def etcd_errors(obj: Mapping[str, Any]) -> tuple[list[FieldError], list[str]]:
 
     tls = spec.get("tls")
     if isinstance(tls, dict):
-        if tls.get("issuerRef") is None:
+        external = tls.get("externalSecrets")
+        if tls.get("issuerRef") is None and external is None:
             errors.append(required("spec.tls.issuerRef", MSG_TLS_ISSUER_MISSING))
+        errors += external_secrets_errors(tls)
         certificates = tls.get("certificates")
         seen: set[str] = set()
         for i, cert in enumerate(certificates if isinstance(certificates, list) else []):
@@ -549,6 +584,32 @@ def etcd_errors(obj: Mapping[str, Any]) -> tuple[list[FieldError], list[str]]:
     if not errors:
         errors = schema_errors(etcd.Etcd, obj)
     return errors, warnings
+
+
+_SECRET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def external_secrets_errors(tls: Mapping[str, Any]) -> list[FieldError]:
+    """Ours (issue 12): ``spec.tls.externalSecrets`` — not with ``issuerRef``, not with ``certificates``, and a
+    Secret name for each of ``server``, ``peer`` and ``client``. Empty when ``externalSecrets`` is not set."""
+    external = tls.get("externalSecrets")
+    if external is None:
+        return []
+    base = "spec.tls.externalSecrets"
+    errors: list[FieldError] = []
+    if tls.get("issuerRef") is not None:
+        errors.append(forbidden(base, MSG_TLS_ISSUER_AND_EXTERNAL))
+    if tls.get("certificates"):
+        errors.append(forbidden("spec.tls.certificates", MSG_TLS_EXTERNAL_CERTIFICATES))
+    if not isinstance(external, dict):
+        return errors  # the schema check reports the type
+    for alias in ("server", "peer", "client"):
+        name = external.get(alias)
+        if name is None or name == "":
+            errors.append(required(f"{base}.{alias}", MSG_TLS_EXTERNAL_ALIAS_MISSING.format(alias=alias)))
+        elif isinstance(name, str) and (len(name) > 253 or not _SECRET_NAME.fullmatch(name)):
+            errors.append(invalid(f"{base}.{alias}", name, MSG_TLS_EXTERNAL_BAD_NAME))
+    return errors
 
 
 def _duration_error(path: str, value: Any) -> FieldError | None:

@@ -125,3 +125,28 @@ spec: {version: "3.5.1", tls: {issuerRef: {name: ca}, certificates: [{alias: ser
     refused = kubectl("delete", "etcd", "etcd-cluster")
     assert refused.returncode != 0
     assert 'can not delete as deletionPolicy is set to "DoNotTerminate"' in refused.stderr
+
+
+@pytest.mark.slow
+def test_external_secrets_through_kubectl(wired: server.WebhookServer, kubectl: Kubectl) -> None:
+    """Issue 12: an Etcd on the user's own Secrets is stored; with an issuerRef too it is refused naming both fields
+    and the fix; a rotate on it is refused (the user rotates their Secrets), the handover to an issuer is stored."""
+    byo = """
+apiVersion: opsmanager.dev/v1alpha1
+kind: Etcd
+metadata: {name: byo, namespace: default}
+spec: {version: "3.5.1", tls: {externalSecrets: {server: s-tls, peer: p-tls, client: c-tls}}}
+"""
+    both = apply(kubectl, byo.replace("tls: {", "tls: {issuerRef: {name: ca}, ").replace("name: byo", "name: both"))
+    assert both.returncode != 0
+    assert ("spec.tls.externalSecrets: Forbidden: spec.tls.issuerRef and spec.tls.externalSecrets are mutually "
+            "exclusive: use issuerRef for cert-manager, externalSecrets for your own Secrets") in both.stderr
+    stored = apply(kubectl, byo)
+    assert stored.returncode == 0, stored.stderr
+    rotate = apply(kubectl, ops("rot", "{type: ReconfigureTLS, databaseRef: {name: byo}, "
+                                       "tls: {rotateCertificates: true}}"))
+    assert rotate.returncode != 0
+    assert "rotateCertificates does not apply to Etcd byo: it runs on spec.tls.externalSecrets" in rotate.stderr
+    handover = apply(kubectl, ops("handover", "{type: ReconfigureTLS, databaseRef: {name: byo}, "
+                                             "tls: {issuerRef: {name: ca}}}"))
+    assert handover.returncode == 0, handover.stderr
