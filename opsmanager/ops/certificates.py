@@ -166,6 +166,21 @@ async def trust_for(ctx: context.OpsContext, step: plan.Step) -> bytes | context
     return await desired_cas(ctx, step.tls)
 
 
+async def handover_same_ca(ctx: context.OpsContext, step: plan.Step) -> bool | context.Progress | context.Fail:
+    """Handover (issue 12): is the CA of the new issuer (learned from a probe) the CA of the user's Secrets? Both are
+    stable through the handover (the user's Secrets are never written), so the answer survives an operator crash."""
+    assert step.tls is not None and step.handover_from is not None
+    new = await probe_cas(ctx, step.tls)
+    if not isinstance(new, bytes):
+        return new
+    cas = []
+    for alias in constants.CERT_ALIASES:
+        secret = await ctx.secret(render.source_secret_name(ctx.db_name, step.handover_from, alias))
+        cas.append(material.secret_bytes(secret, "ca.crt") or b"")
+    user = pki.bundle(*cas)
+    return bool(user) and {c.strip() for c in pki.split_pem(new)} == {c.strip() for c in pki.split_pem(user)}
+
+
 async def delete_certificates(ctx: context.OpsContext, tls: etcd_api.TLSConfig) -> None:
     """Remove TLS: delete the Certificates, the mounted Secrets the operator wrote, the sources our Certificates
     issued, and the bundle."""

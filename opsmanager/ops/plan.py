@@ -24,6 +24,8 @@ The TLS plans are the product. Each exists because the naive order fails on a li
   only then does ``RestartPods`` appear. A roll here would cost an election-free but needless restart of every
   member (and, done naively, write stalls and elections — measured in ``docs/benchmarks.md``).
 - **certificate fields under the same issuer** — one pass.
+- **handover** (user-provided Secrets → cert-manager, issue 12) — the issuer change's widen / new leaves / narrow,
+  without the roll in the middle; widen and narrow are skipped when the issuer's CA is the user's CA (no restart).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class TLSChange(enum.Enum):
     ROTATE = "RotateCertificates"
     UPDATE = "UpdateCertificates"  # certificate fields change, same issuer(s)
     ISSUER = "ChangeIssuer"  # a different issuer for at least one certificate
+    HANDOVER = "HandoverToIssuer"  # user-provided Secrets (externalSecrets) → cert-manager (issue 12)
 
 
 class StepKind(enum.Enum):
@@ -76,6 +79,9 @@ class Step:
     verify_served_certificates: bool = False  # after each member's restart (ROLL / ROLL_PASS)
     peer_scheme: str | None = None  # for UPDATE_PEER_URLS
     tls: etcd_api.TLSConfig | None = None  # the certificates this step works with
+    # Handover (issue 12): the user-provided TLS being handed over. A pass with it is skipped (no bundle write, no
+    # roll) when the new issuer's CA is the CA of the user's Secrets — a fact that survives an operator crash.
+    handover_from: etcd_api.TLSConfig | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +123,8 @@ def classify(current: etcd_api.TLSConfig | None, req: ops_api.ReconfigureTLSSpec
         return TLSChange.ADD
     desired = desired_tls(current, req)
     assert desired is not None
+    if current.external_secrets is not None and desired.external_secrets is None:
+        return TLSChange.HANDOVER
     for alias in constants.CERT_ALIASES:
         if effective_issuer(current, alias) != effective_issuer(desired, alias):
             return TLSChange.ISSUER
@@ -202,6 +210,9 @@ def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec) -> 
             *_final_roll(desired, verify=True, what="with the updated certificates"),
             _update_database("Successfully updated the Etcd TLS configuration"),
         ]
+    elif change is TLSChange.HANDOVER:
+        assert current is not None and desired is not None
+        steps = list(handover_steps(current, desired))
     else:  # ISSUER
         assert current is not None and desired is not None
         steps = [
@@ -217,6 +228,29 @@ def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec) -> 
             _update_database("Successfully updated the Etcd TLS configuration"),
         ]
     return Plan(constants.OPS_TYPE_RECONFIGURE_TLS, change, desired, tuple(steps))
+
+
+def handover_steps(current: etcd_api.TLSConfig, desired: etcd_api.TLSConfig) -> tuple[Step, ...]:
+    """User-provided Secrets → cert-manager. The issuer change's three phases, with no roll between them (leaves are
+    hot-reloaded; ``ServedCertificatesVerified`` restarts only a member that still serves the user's leaf after the
+    delivery bound). Widen and narrow carry ``handover_from``: when the issuer's CA is the user's CA, both are
+    no-ops, so a same-CA handover restarts nothing. The widen pass first checks the Certificates the handover will
+    create (fail closed on a foreign one, before any member restarts)."""
+    return (
+        _running("Etcd ops request is handing the TLS over to cert-manager"),
+        Step(constants.COND_TRUST_BUNDLE_WIDENED, StepKind.ROLL_PASS,
+             "Every member trusts the user's CA and the issuer's CA (skipped when they are the same)",
+             wiring=render.Wiring.steady(current), trust=Trust.CURRENT_AND_DESIRED, tls=desired,
+             handover_from=current),
+        _sync_certificates(desired, source=" from the issuer (handover)"),
+        Step(constants.COND_SERVED_CERTIFICATES_VERIFIED, StepKind.VERIFY_SERVED,
+             "Every member serves the certificates from the issuer on the client and the peer port",
+             verify_served_certificates=True, tls=desired),
+        Step(constants.COND_TRUST_BUNDLE_NARROWED, StepKind.ROLL_PASS,
+             "Every member trusts the issuer's CA only (skipped when it is the user's CA)",
+             wiring=render.Wiring.steady(desired), trust=Trust.DESIRED, tls=desired, handover_from=current),
+        _update_database("Successfully handed the Etcd TLS over to cert-manager"),
+    )
 
 
 def plan_for(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> Plan:

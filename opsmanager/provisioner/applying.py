@@ -322,9 +322,13 @@ async def _ensure_tls(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConfig, 
             return blocked, ()
         await _migrate_certificate(k, cert, changed)
     # 2. Neither a source nor a mounted Secret written by someone else.
+    #    (User-provided sources are the user's by definition: read, never owned, never written.)
+    external = tls.external_secrets is not None
     for alias in constants.CERT_ALIASES:
-        source = await k.get("v1", "Secret", ns, render.source_secret_name(db, tls, alias))
-        why = ownership.foreign_secret(source, where, db.metadata.uid, naming.certificate(name, alias))
+        why = None
+        if not external:
+            source = await k.get("v1", "Secret", ns, render.source_secret_name(db, tls, alias))
+            why = ownership.foreign_secret(source, where, db.metadata.uid, naming.certificate(name, alias))
         why = why or release.foreign_mounted(await k.get("v1", "Secret", ns, render.secret_name(db, tls, alias)),
                                              db, alias)
         if why:
@@ -345,7 +349,7 @@ async def _ensure_tls(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConfig, 
         problems = tuple(p for v in verdicts for p in v.problems)
         if problems:
             return Outcome(WAITING, REASON_WAITING_FOR_CERTIFICATES,
-                           f"waiting for cert-manager: {problems[0].message}", delay=WAITING_DELAY), problems
+                           f"{_waiting_for(tls)}: {problems[0].message}", delay=WAITING_DELAY), problems
         await release.write_bundle(k, db, pki.bundle(*(v.data["ca.crt"] for v in verdicts)), initial=initial)
         changed.append(f"Secret {bundle_name}")
     # 4. Release every source that passes the gate against the CAs every member has loaded.
@@ -362,9 +366,13 @@ async def _ensure_tls(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConfig, 
         if not result.verdict.passed and await k.get("v1", "Secret", ns, render.secret_name(db, tls, alias)) is None:
             missing.append(result.verdict.problems[0].message)
     if missing:  # a new cluster: etcd exits at start on a missing file, so no StatefulSet before its Secrets
-        return Outcome(WAITING, REASON_WAITING_FOR_CERTIFICATES, f"waiting for cert-manager: {missing[0]}",
+        return Outcome(WAITING, REASON_WAITING_FOR_CERTIFICATES, f"{_waiting_for(tls)}: {missing[0]}",
                        delay=WAITING_DELAY), tuple(held)
     return None, tuple(held)
+
+
+def _waiting_for(tls: etcd_api.TLSConfig) -> str:
+    return "waiting for valid user-provided Secrets" if tls.external_secrets is not None else "waiting for cert-manager"
 
 
 def _now() -> datetime.datetime:

@@ -14,7 +14,8 @@ A mounted Secret is written only when the gate passes, and only when it would ch
 owned by the Etcd (controller ownerReference), labelled as the other objects, carries the source's ``tls.crt``,
 ``tls.key``, ``ca.crt`` and never cert-manager's annotations. A legacy mounted Secret (written by our own
 Certificate, before this layout) is taken over: its cert-manager annotations are stripped. A mounted Secret that
-someone else controls is never written (fail closed, naming it).
+someone else controls is never written (fail closed, naming it). A user-provided Secret
+(``spec.tls.externalSecrets``) is only ever read: :func:`user_secrets` guards every write and delete here.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from opsmanager import kube, pki
+from opsmanager.api import constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.provisioner import gate, material, members, naming, ownership, render
 
@@ -91,6 +93,10 @@ async def release(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConfig, alia
     if not verdict.passed:
         return Released(alias, verdict)
     mounted_name = render.secret_name(db, tls, alias)
+    if mounted_name in user_secrets(db, tls):
+        return Released(alias, verdict, blocked=f"Secret {ns}/{mounted_name} is a user-provided Secret "
+                        "(spec.tls.externalSecrets); the operator never writes it. Name the user's Secrets "
+                        "differently from the mounted ones")
     live = await k.get("v1", "Secret", ns, mounted_name)
     if why := foreign_mounted(live, db, alias):
         return Released(alias, verdict, blocked=why)
@@ -153,11 +159,24 @@ async def loaded(k: kube.Kube, db: etcd_api.Etcd) -> bytes:
     return gate.loaded_cas(bundle, record, started)
 
 
+def user_secrets(db: etcd_api.Etcd, tls: etcd_api.TLSConfig | None) -> frozenset[str]:
+    """The user-provided Secrets of ``tls`` and of the Etcd's ``spec.tls`` (``externalSecrets``): never written,
+    never deleted, never labelled by the operator — whatever else a caller believes about them."""
+    names: set[str] = set()
+    for config in (tls, db.spec.tls):
+        if config is not None and config.external_secrets is not None:
+            names |= {config.external_secrets.secret(a) for a in constants.CERT_ALIASES}
+    return frozenset(names)
+
+
 async def delete_released(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConfig | None, alias: str) -> list[str]:
     """Delete the mounted Secret of ``alias`` (when the operator wrote it, or a legacy one of our Certificate)
     and its source (when our Certificate wrote it). Never a foreign Secret. Returns what was deleted."""
-    ns, deleted = _ns(db), []
+    ns, deleted = _ns(db), list[str]()
     mounted_name = render.secret_name(db, tls, alias)
+    keep = user_secrets(db, tls)
+    if mounted_name in keep:
+        return deleted
     live = await k.get("v1", "Secret", ns, mounted_name)
     certificate = naming.certificate(db.metadata.name or "", alias)
     legacy = (((live or {}).get("metadata") or {}).get("annotations") or {}).get(
@@ -167,6 +186,8 @@ async def delete_released(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConf
         if await k.delete("v1", "Secret", ns, mounted_name, uid=live["metadata"].get("uid")):
             deleted.append(f"Secret {mounted_name}")
     source_name = render.source_secret_name(db, tls, alias)
+    if source_name in keep:  # the user's Secret: not even WipeOut deletes it
+        return deleted
     source = await k.get("v1", "Secret", ns, source_name)
     if source is not None and (source["metadata"].get("annotations") or {}).get(
             ownership.CERTIFICATE_NAME_ANNOTATION) == certificate and ownership.foreign_secret(

@@ -126,9 +126,10 @@ def secret_name(db: etcd_api.Etcd | str, tls: etcd_api.TLSConfig | None, alias: 
 
 
 def source_secret_name(db: etcd_api.Etcd | str, tls: etcd_api.TLSConfig | None, alias: str) -> str:
-    """Where the source of an alias comes from: the Secret its cert-manager Certificate writes
-    (``naming.source_secret``: ``<db>-<alias>-issued``). The one rule; user-provided sources plug in here."""
-    del tls  # the same for every cert-manager configuration; user-provided Secrets will be named by spec.tls
+    """Where the source of an alias comes from: the user's Secret named in ``spec.tls.externalSecrets``, else the
+    Secret its cert-manager Certificate writes (``naming.source_secret``: ``<db>-<alias>-issued``). The one rule."""
+    if tls is not None and tls.external_secrets is not None:
+        return tls.external_secrets.secret(alias)
     name = db if isinstance(db, str) else _name(db)
     return naming.source_secret(name, alias)
 
@@ -228,9 +229,10 @@ def render_ca_probe(db: etcd_api.Etcd, index: int, issuer: common.IssuerRef) -> 
 
 
 def render_certificates(db: etcd_api.Etcd, tls: etcd_api.TLSConfig | None = None) -> list[Manifest]:
-    """One Certificate per alias (server, peer, client) for ``tls`` (default: the Etcd's ``spec.tls``)."""
+    """One Certificate per alias (server, peer, client) for ``tls`` (default: the Etcd's ``spec.tls``); none for
+    user-provided Secrets (``externalSecrets``: the user, not cert-manager, writes the sources)."""
     tls = tls if tls is not None else db.spec.tls
-    if tls is None:
+    if tls is None or tls.external_secrets is not None:
         return []
     return [render_certificate(db, tls, alias) for alias in constants.CERT_ALIASES]
 

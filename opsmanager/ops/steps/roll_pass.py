@@ -7,16 +7,28 @@ A pass is: the trust bundle the pass needs (:func:`opsmanager.ops.certificates.t
 the pass's wiring (:mod:`~opsmanager.ops.steps.update_statefulset`), then the rolling restart
 (:mod:`~opsmanager.ops.steps.roll`) — in that order on every reconcile, each part a no-op once done, so the pass
 is one condition. Failure prevented: members restarted onto listeners or a CA their peers cannot talk to (a
-3-member cluster broken for good at the third member, or 3–8 s write stalls — measured).
+3-member cluster broken for good at the third member, or 3–8 s write stalls — measured). A handover pass
+(``step.handover_from``) is skipped when the issuer's CA is the user's CA: nothing to widen or narrow.
 """
 
 from __future__ import annotations
 
 from opsmanager.ops import certificates, context, plan
 from opsmanager.ops.steps import roll, update_statefulset
+from opsmanager.provisioner import render
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    if step.handover_from is not None:
+        # Handover (issue 12): fail closed on a foreign Certificate before any member restarts; no pass at all
+        # when the issuer's CA is the user's CA.
+        if problem := await certificates.check_ownership(ctx, render.render_certificates(ctx.db, step.tls)):
+            return context.Fail(problem, reason="ForeignObject")
+        same = await certificates.handover_same_ca(ctx, step)
+        if not isinstance(same, bool):
+            return same
+        if same:
+            return context.Done()
     trust = await certificates.trust_for(ctx, step)
     if isinstance(trust, context.Progress | context.Fail):
         return trust

@@ -27,6 +27,6 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
             tls_before = next((s.tls for s in ctx.plan.steps if s.tls is not None), None)
             if tls_before is not None:
                 await certificates.delete_certificates(ctx, tls_before)
-        if ctx.plan.change is plan.TLSChange.ISSUER:
+        if ctx.plan.change in (plan.TLSChange.ISSUER, plan.TLSChange.HANDOVER):
             await certificates.delete_probes(ctx, desired)
     return context.Done()
