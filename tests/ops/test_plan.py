@@ -129,3 +129,26 @@ def test_remove_or_rotate_without_tls_is_a_clear_error() -> None:
         plan.plan_for(db(), req(remove=True))
     with pytest.raises(ValueError, match="tls.rotateCertificates needs TLS enabled"):
         plan.plan_for(db(), req(rotateCertificates=True))
+
+
+BYO = {"externalSecrets": {"server": "u-server", "peer": "u-peer", "client": "u-client"}}
+
+
+def test_handover_from_user_secrets_widens_releases_verifies_narrows_without_a_middle_roll() -> None:
+    p = plan.plan_for(db(BYO), req(issuerRef={"name": "new-ca", "kind": "Issuer"}))
+    assert p.change is plan.TLSChange.HANDOVER
+    assert conditions(p) == ["Running", "TrustBundleWidened", "CertificateSynced", "ServedCertificatesVerified",
+                             "TrustBundleNarrowed", "UpdateDatabase"]
+    widen, narrow = p.steps[1], p.steps[4]
+    assert widen.trust is plan.Trust.CURRENT_AND_DESIRED and narrow.trust is plan.Trust.DESIRED
+    # Both passes know what they hand over: skipped at run time when the issuer's CA is the user's CA.
+    assert widen.handover_from is not None and widen.handover_from.external_secrets is not None
+    assert narrow.handover_from == widen.handover_from
+    assert not any(s.kind is plan.StepKind.ROLL for s in p.steps), "no roll between the passes"
+    assert p.desired_tls is not None and p.desired_tls.external_secrets is None
+    assert p.desired_tls.issuer_ref is not None and p.desired_tls.issuer_ref.name == "new-ca"
+
+
+def test_an_issuer_change_carries_no_handover() -> None:
+    p = plan.plan_for(db(CA), req(issuerRef={"name": "new-ca", "kind": "Issuer"}))
+    assert all(s.handover_from is None for s in p.steps)

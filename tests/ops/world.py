@@ -159,12 +159,31 @@ class World:
 
     # --- objects ----------------------------------------------------------------------------------------------
 
-    async def etcd(self, name: str, *, tls_issuer: str | None = None, replicas: int = 3) -> Obj:
-        """An Etcd at rest: its Certificates issued, trust bundle, StatefulSet, Ready pods, phase Ready."""
+    async def user_secrets(self, db: str, ca_name: str, *, prefix: str = "user") -> dict[str, str]:
+        """User-provided TLS Secrets (``spec.tls.externalSecrets``), one per alias, from the CA ``ca_name`` (the
+        same CA an issuer of that name has here): ``<prefix>-<alias>``."""
+        ca, names = self.ca(ca_name), {}
+        for alias in constants.CERT_ALIASES:
+            dns = [] if alias == constants.ALIAS_CLIENT else [f"*.{naming.headless_service(db)}.{NS}.svc"]
+            leaf = pki.make_leaf(ca, "root" if alias == constants.ALIAS_CLIENT else db, dns_names=dns)
+            names[alias] = f"{prefix}-{alias}"
+            data = {"tls.crt": leaf.cert_pem, "tls.key": leaf.key_pem, "ca.crt": ca.cert_pem}
+            await self.kube.apply({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                                   "metadata": {"name": names[alias], "namespace": NS},
+                                   "data": {k: base64.b64encode(v).decode() for k, v in data.items()}})
+        return names
+
+    async def etcd(self, name: str, *, tls_issuer: str | None = None, replicas: int = 3,
+                   external_ca: str | None = None) -> Obj:
+        """An Etcd at rest: its Certificates issued (or, with ``external_ca``, user-provided Secrets from that CA:
+        :meth:`user_secrets`), trust bundle, StatefulSet, Ready pods, phase Ready."""
         spec: Obj = {"version": constants.DEFAULT_ETCD_VERSION, "replicas": replicas, "storageType": "Durable",
                      "deletionPolicy": "WipeOut"}
         if tls_issuer is not None:
             spec["tls"] = {"issuerRef": {**ISSUER, "name": tls_issuer}}
+        if external_ca is not None:
+            spec["tls"] = {"externalSecrets": await self.user_secrets(name, external_ca)}
+            tls_issuer = external_ca
         obj = await self.kube.create({"apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
                                       "metadata": {"name": name, "namespace": NS}, "spec": spec})
         db = etcd_api.Etcd.model_validate(obj)
