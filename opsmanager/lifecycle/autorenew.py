@@ -80,8 +80,8 @@ async def after_scan(k: kube.Kube, obj: Mapping[str, Any], scan: verdict.Scan) -
     ns, name = db.metadata.namespace or "default", db.metadata.name or ""
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     remembered = verdict.AutoRenewState.decode(annotations.get(ANNOTATION_AUTO_RENEW))
-    if not policy.enabled:
-        return None
+    if not policy.enabled or (db.spec.tls is not None and db.spec.tls.external_secrets is not None):
+        return None  # user-provided Secrets (issue 12): renewing them is the user's, a rotate request is refused
     now = scan.now
     leaf = earliest_leaf(scan)
     not_before, not_after = leaf if leaf is not None else (None, None)
