@@ -101,6 +101,10 @@ MSG_TLS_EXTERNAL_ALIAS_MISSING: Final = (
 MSG_TLS_EXTERNAL_BAD_NAME: Final = (
     "not a Secret name: use a lowercase RFC 1123 subdomain (letters, digits, '-' and '.'; at most 253 characters)"
 )
+MSG_TLS_EXTERNAL_OPERATOR_NAME: Final = (
+    "names a Secret the operator writes (<db>-<alias>-cert, <db>-<alias>-issued, <db>-ca-bundle); "
+    "give your own Secrets other names"
+)
 MSG_TLS_ROTATE_EXTERNAL: Final = (
     "rotateCertificates does not apply to Etcd {db}: it runs on spec.tls.externalSecrets, which you rotate yourself "
     "by updating tls.crt and tls.key in your Secrets; to have cert-manager rotate them, hand the Etcd over with "
@@ -566,7 +570,7 @@ def etcd_errors(obj: Mapping[str, Any]) -> tuple[list[FieldError], list[str]]:
         external = tls.get("externalSecrets")
         if tls.get("issuerRef") is None and external is None:
             errors.append(required("spec.tls.issuerRef", MSG_TLS_ISSUER_MISSING))
-        errors += external_secrets_errors(tls)
+        errors += external_secrets_errors(tls, db=_name(obj))
         certificates = tls.get("certificates")
         seen: set[str] = set()
         for i, cert in enumerate(certificates if isinstance(certificates, list) else []):
@@ -589,9 +593,11 @@ def etcd_errors(obj: Mapping[str, Any]) -> tuple[list[FieldError], list[str]]:
 _SECRET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
-def external_secrets_errors(tls: Mapping[str, Any]) -> list[FieldError]:
+def external_secrets_errors(tls: Mapping[str, Any], *, db: str = "") -> list[FieldError]:
     """Ours (issue 12): ``spec.tls.externalSecrets`` — not with ``issuerRef``, not with ``certificates``, and a
-    Secret name for each of ``server``, ``peer`` and ``client``. Empty when ``externalSecrets`` is not set."""
+    Secret name for each of ``server``, ``peer`` and ``client`` that is none of the Secrets the operator writes
+    for the Etcd ``db`` (mounted, sources, trust bundle: the operator never writes a user's Secret, so the names
+    must differ). Empty when ``externalSecrets`` is not set."""
     external = tls.get("externalSecrets")
     if external is None:
         return []
@@ -609,7 +615,17 @@ def external_secrets_errors(tls: Mapping[str, Any]) -> list[FieldError]:
             errors.append(required(f"{base}.{alias}", MSG_TLS_EXTERNAL_ALIAS_MISSING.format(alias=alias)))
         elif isinstance(name, str) and (len(name) > 253 or not _SECRET_NAME.fullmatch(name)):
             errors.append(invalid(f"{base}.{alias}", name, MSG_TLS_EXTERNAL_BAD_NAME))
+        elif db and name in _operator_secrets(db):
+            errors.append(invalid(f"{base}.{alias}", name, MSG_TLS_EXTERNAL_OPERATOR_NAME))
     return errors
+
+
+def _operator_secrets(db: str) -> set[str]:
+    """The Secrets the operator writes for the Etcd ``db`` with the default names (``<db>-<alias>-cert``,
+    ``<db>-<alias>-issued``, ``<db>-ca-bundle``; the provisioner's ``naming`` module, which the webhook may not
+    import, spells the same)."""
+    names = {etcd.default_secret_name(db, a) for a in constants.CERT_ALIASES}
+    return names | {f"{db}-{a}-issued" for a in constants.CERT_ALIASES} | {f"{db}-ca-bundle"}
 
 
 def _duration_error(path: str, value: Any) -> FieldError | None:
