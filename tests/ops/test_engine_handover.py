@@ -150,7 +150,11 @@ async def test_the_provisioner_releases_user_secrets_creates_no_certificate_and_
         assert mounted["data"] == before[names[alias]][1]
         assert mounted["metadata"]["annotations"][naming.ANNOTATION_RELEASED_FROM] == names[alias]
     assert await user_snapshot(world) == before
-    # WipeOut's Secret deletion: the mounted Secrets go, the user's stay.
+    # WipeOut's Secret deletion: the mounted Secrets go, the user's stay — even one that looks like what our own
+    # Certificate would have written (the user made it with a cert-manager Certificate of that name).
+    await world.kube.patch("v1", "Secret", w.NS, names["server"], {"metadata": {"annotations": {
+        "cert-manager.io/certificate-name": "db-server"}}})
+    before = await user_snapshot(world)
     db = etcd_api.Etcd.model_validate(obj)
     for alias in constants.CERT_ALIASES:
         deleted = await release.delete_released(world.kube, db, db.spec.tls, alias)
