@@ -103,7 +103,10 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
                 await ctx.set_pod_condition(constants.STEP_VERIFY_SERVED_CERTIFICATE, name, F)
             stale[name] = problem
         if not stale:
-            restarted = [n for n in names if ctx.is_true(constants.per_pod_type(constants.STEP_EVICT_POD, n))]
+            # The members this step restarted (its record): an earlier pass of the same plan (a CA rollover's
+            # widen) leaves EvictPod-- conditions True too.
+            restarted = [n for n in names if n in record
+                         and ctx.is_true(constants.per_pod_type(constants.STEP_EVICT_POD, n))]
             if not restarted:
                 return context.Done()
             afters = [int((record.get(n) or {}).get("after") or 0) for n in restarted]
