@@ -8,6 +8,8 @@
   cluster writes nothing: the status transaction skips a no-op.
 - **sources** (a daemon per Etcd) → a labelled watch on its Certificates: a renewal cert-manager issues is
   gated and released at once, not at the next timer tick;
+- after each pass that looked at TLS: a renewed CA (a held ``UntrustedCA`` source's, or a CA Issuer's new one) files
+  the CA-rollover request (:mod:`.rollover`);
 - **delete** → :func:`applying.finalize` by ``spec.deletionPolicy``; ``DoNotTerminate`` keeps the finalizer, sets
   ``DeletionBlocked`` and records a Warning event.
 
