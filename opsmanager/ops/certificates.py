@@ -270,3 +270,15 @@ async def in_use_bundle(ctx: context.OpsContext, tls: etcd_api.TLSConfig) -> byt
 async def release_loaded(ctx: context.OpsContext, tls: etcd_api.TLSConfig) -> str | None:
     """Release every source the gate passes against the CAs every member has loaded now; what is held, or None."""
     return await release_all(ctx, tls, await release.loaded(ctx.kube, ctx.db))
+
+
+async def entry_settling(ctx: context.OpsContext) -> float:
+    """Seconds until the latest CA entry of the bundle's record is a whole second in the past (0: it is)."""
+    secret = await ctx.secret(naming.trust_bundle_secret(ctx.db_name))
+    record = gate.decode_record(((secret or {}).get("metadata") or {}).get("annotations", {}).get(
+        naming.ANNOTATION_CA_ENTERED)) or {}
+    times = [t for t in (gate.parse_stamp(v) for v in record.values()) if t is not None]
+    if not times:
+        return 0.0
+    settled = max(times) + datetime.timedelta(seconds=1)
+    return max(0.0, (settled - ctx.now).total_seconds())

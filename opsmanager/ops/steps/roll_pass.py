@@ -24,6 +24,11 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
         return trust
     if trust is not None:
         await certificates.write_bundle(ctx, trust)
+    if step.release_loaded and (wait := await certificates.entry_settling(ctx)) > 0:
+        # CA rollover: a member must start strictly after the second its new CA entered the bundle to count as
+        # having loaded it (the loaded rule works in whole seconds); restarting it within that second would hold
+        # the renewed leaves back for the rest of the run.
+        return context.Progress("waiting for the second the trust bundle changed to pass", delay=wait)
     if step.release_loaded and step.tls is not None:
         # CA rollover: leaves cert-manager renews meanwhile still reach the members, each once its CA is loaded.
         await certificates.release_loaded(ctx, step.tls)
