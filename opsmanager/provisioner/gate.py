@@ -173,6 +173,11 @@ def stamp(t: datetime.datetime) -> str:
     return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def parse_stamp(value: str) -> datetime.datetime | None:
+    """A time of the record (or a ``startedAt``), None when unreadable."""
+    return _parse(value)
+
+
 def _parse(value: str) -> datetime.datetime | None:
     try:
         return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(datetime.UTC)

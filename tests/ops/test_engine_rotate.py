@@ -150,3 +150,20 @@ async def test_a_rotation_whose_issuer_changed_ca_releases_nothing_and_times_out
     assert await secret_serials(world) == before, "a leaf from an unloaded CA was mounted"
     assert await served_everywhere(world)
     assert world.record.creations == {}, "nothing restarted"
+
+
+async def test_killed_between_the_rotation_mark_and_the_issuing_trigger_it_triggers_again(world: w.World) -> None:
+    """The operator died after marking each Certificate (baseline revision) but before setting ``Issuing=True``:
+    the resumed step sees a marked Certificate at its baseline that is not issuing, and triggers it again."""
+    from opsmanager.ops.steps import issue
+
+    await world.etcd("db", tls_issuer="ca-a")
+    created = await world.request("rotate", "db", "ReconfigureTLS", tls={"rotateCertificates": True})
+    uid = created["metadata"]["uid"]
+    for cert in await world.kube.list(w.CERT_API, "Certificate", w.NS):
+        revision = int((cert.get("status") or {}).get("revision") or 0)
+        await world.kube.patch(w.CERT_API, "Certificate", w.NS, cert["metadata"]["name"],
+                               {"metadata": {"annotations": {issue.ANNOTATION_ROTATION: f"{uid}/{revision}"}}})
+    req = await world.run("rotate")
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
+    assert world.record.creations == {}

@@ -3,7 +3,8 @@
 Sets ``Issuing=True`` on each Certificate (what ``cmctl renew`` does) and waits until each has a higher
 ``status.revision`` than before. The baseline revision is remembered on the Certificate
 (``ops.opsmanager.dev/rotation: <request uid>/<revision>``), so an operator restarted mid-step neither re-triggers
-the issuance nor mistakes the old certificate for the new one. Failure prevented: a "rotation" that rolls the
+the issuance nor mistakes the old certificate for the new one; a marked Certificate still at its baseline and not
+``Issuing`` (the operator died between the mark and the trigger) is triggered again. Failure prevented: a "rotation" that rolls the
 members onto the certificate they already serve.
 """
 
@@ -43,6 +44,9 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
             continue
         baseline = int(mark.split("/", 1)[1] or 0)
         if _revision(live) <= baseline:
+            if not conditions.is_true((live.get("status") or {}).get("conditions"), "Issuing"):
+                # Marked but not (or no longer) issuing: the operator died between the mark and the trigger.
+                await _trigger_issuing(ctx.kube, ctx.namespace, name)
             waiting.append(f"{name} at revision {_revision(live)}, waiting for > {baseline}")
     if waiting:
         return context.Progress("; ".join(waiting), delay=0.5)
