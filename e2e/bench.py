@@ -299,9 +299,12 @@ leaf serials, summed over members and ports; *mounted*: the same from the files 
 member's volumes (what etcd serves on its next handshake), the fallback once no handshake is accepted any more
 (`wire_blind_s` in the JSON). *Leader changes (/metrics)* is the most
 `etcd_server_leader_changes_seen_total` grew on any member (plain HTTP: it stays readable when TLS shuts the leader
-monitor out; the JSON has the monitor's blind time). *direct mount* is today's layout (the members mount cert-manager's
-Secrets and trust the bundle they started with): the first leaf of a new CA is rejected by every member that did
-not load that CA, which is the outage its row reports.
+monitor out; the JSON has the monitor's blind time). *direct mount* is the layout before the material gate (the
+operator kept off, cert-manager's Secrets mounted directly, the members trusting the bundle they started with): the
+first leaf of a new CA is rejected by every member that did not load that CA, which is the outage its row reports.
+*gated* is the operator's layout: the material gate holds each leaf of a CA not every member has loaded, and the
+operator files and runs a `ca-rollover` request for each new CA (widen the bundle with a leader-aware roll, release
+the leaves with no restart, narrow with a second roll) — held to the bar (`make bench` fails otherwise).
 """
 
 

@@ -18,9 +18,12 @@ Events), CA rollovers seen (distinct CA serials that signed a served leaf, minus
 serials per member and port), members healthy at the end, every outage (a run of failed writes: start, duration,
 the writer's error and the certificate event it followed), and the read-back of the last acknowledged write.
 
-Strategies (:data:`STRATEGIES`) say how the Etcd is laid out. ``direct-mount`` is today's: the members mount
-cert-manager's Secrets directly and trust the bundle they started with, so the first leaf of a new CA splits the
-cluster — the baseline. The gated layout (issue 12, part 1/4) becomes one more line in :data:`STRATEGIES`.
+Strategies (:data:`STRATEGIES`) say how the Etcd is laid out. ``direct-mount`` is the layout before the material
+gate: the operator is kept off (the Etcd paused) and cert-manager's Secrets are mounted directly, while members
+trust the bundle they started with, so the first leaf of a new CA splits the cluster — the baseline. ``gated`` is
+the operator's layout (issue 12, parts 1 and 4): the material gate holds a leaf of a CA not every member has
+loaded, and the operator rolls each new CA over itself (an ``EtcdOpsRequest`` it files; widen, release, narrow) —
+held to the bar: 0 failed writes, 0 unplanned elections, every member healthy.
 
 ``python -m e2e.soak --duration 90 --ca 90 --leaf 30`` runs it on its own; ``make bench`` runs it with
 ``--scenario soak`` (15 minutes, CA 6 m, leaves 2 m).
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import json
 import pathlib
@@ -49,7 +53,7 @@ from opsmanager.etcd import access
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.etcd import probes as etcd_probes
-from opsmanager.provisioner import naming
+from opsmanager.provisioner import naming, render
 
 Printer = Callable[[str], None]
 DB = "soak"
@@ -76,6 +80,8 @@ class SoakConfig:
 
 FULL = SoakConfig(duration=900, ca_lifetime=360, leaf_lifetime=120)  # the issue's: 15 min, CA 6 m, leaves 2 m
 SHORT = SoakConfig(duration=90, ca_lifetime=90, leaf_lifetime=30)  # make test: one CA rollover, several renewals
+# make test, the gated row: two CA rollovers (the CA renews at 60 s and 120 s), many leaf renewals, in 150 s.
+SHORT_GATED = SoakConfig(duration=150, ca_lifetime=90, leaf_lifetime=30)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,9 +105,41 @@ async def create_etcd(sc: scenario.Scenario, db: str, config: SoakConfig) -> Non
                                 "deletionPolicy": "WipeOut", "tls": tls}})
 
 
-# Today's layout: cert-manager's Secrets mounted directly. The gated row lands with part 4 as one more line.
+_BACKGROUND: list[asyncio.Task[None]] = []  # a strategy's helpers running during the soak (cancelled at cleanup)
+
+
+async def _mount_sources_directly(sc: scenario.Scenario, model: etcd_api.Etcd, tls: etcd_api.TLSConfig) -> None:
+    """What cert-manager did before the material gate: each Secret it writes is what members and clients mount,
+    at once (here: copied within half a second; the bundle stays as the members started with it)."""
+    names = {alias: (render.source_secret_name(model, tls, alias), render.secret_name(model, tls, alias))
+             for alias in constants.CERT_ALIASES}
+    while True:
+        for source_name, mounted_name in names.values():
+            source = await sc.k.get("v1", "Secret", sc.namespace, source_name)
+            mounted = await sc.k.get("v1", "Secret", sc.namespace, mounted_name)
+            want = {k: v for k, v in ((source or {}).get("data") or {}).items() if k in ("tls.crt", "tls.key", "ca.crt")}
+            if want and want != ((mounted or {}).get("data") or {}):
+                await naive.mount_directly(sc, model, tls)
+                break
+        await asyncio.sleep(0.5)  # the copier's pace (a poll of what cert-manager wrote), not a synchronisation
+
+
+async def create_direct_mount(sc: scenario.Scenario, db: str, config: SoakConfig) -> None:
+    """The layout before the material gate: the Etcd as the operator creates it, then the operator kept off
+    (paused, as the naive bench strategies are: no gate, no rollover) and cert-manager's Secrets mounted directly."""
+    await create_etcd(sc, db, config)
+    await sc.wait_ready(db, timeout=120)
+    await naive.set_paused(sc.k, sc.namespace, db, True)
+    model = await naive.etcd_model(sc, db)
+    assert model.spec.tls is not None
+    _BACKGROUND.append(asyncio.create_task(_mount_sources_directly(sc, model, model.spec.tls),
+                                           name=f"soak-direct-mount-{db}"))
+
+
+# The baseline: cert-manager's Secrets mounted directly (before the material gate); and the operator's layout.
 STRATEGIES: tuple[Strategy, ...] = (
-    Strategy("direct-mount", "direct mount", create_etcd),
+    Strategy("direct-mount", "direct mount", create_direct_mount),
+    Strategy("gated", "gated (material gate + automatic CA rollover)", create_etcd, held_to_the_bar=True),
 )
 STRATEGY_KEYS = tuple(s.key for s in STRATEGIES)
 
@@ -573,6 +611,11 @@ async def _move_leader_events(sc: scenario.Scenario) -> int:
 
 async def _cleanup(sc: scenario.Scenario, db: str) -> None:
     ns = sc.namespace
+    while _BACKGROUND:
+        task = _BACKGROUND.pop()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
     for api, kind, name in ((constants.ETCD_API_VERSION, constants.ETCD_KIND, db),
                             ("cert-manager.io/v1", "Certificate", CA_CERTIFICATE),
                             ("cert-manager.io/v1", "Issuer", CA_ISSUER), ("cert-manager.io/v1", "Issuer", SELF_SIGNED)):

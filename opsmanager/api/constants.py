@@ -110,6 +110,7 @@ EVENT_CERTIFICATES_RENEWED: Final = "CertificatesRenewed"  # Normal: every membe
 EVENT_AUTO_RENEW_HELD: Final = "AutoRenewHeld"  # names the members that could not be scanned
 EVENT_AUTO_RENEW_REQUESTED: Final = "AutoRenewRequested"  # Normal: names the auto-renew EtcdOpsRequest filed
 EVENT_AUTO_RENEW_FAILED: Final = "AutoRenewFailed"  # the auto-renew request ended Failed/Skipped; names the retry
+EVENT_CA_ROLLOVER_REQUESTED: Final = "CARolloverRequested"  # Normal: names the CA-rollover EtcdOpsRequest filed
 
 # --- TLS ports scanned (the `port` of status.tls and of the metrics) -------------------------------------------
 
@@ -201,6 +202,7 @@ LABEL_OPS_KIND: Final = "ops.opsmanager.dev/kind"
 LABEL_OPS_NAME: Final = "ops.opsmanager.dev/name"
 LABEL_OPS_TRIGGER: Final = "ops.opsmanager.dev/trigger"  # who created a request; absent = a user
 TRIGGER_AUTO_RENEW: Final = "auto-renew"
+TRIGGER_CA_ROLLOVER: Final = "ca-rollover"  # filed by the provisioner when the CA behind the issuer changed
 
 
 def per_pod_type(step: str, pod: str) -> str:

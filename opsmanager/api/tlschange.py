@@ -21,6 +21,9 @@ from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 
 ANNOTATION_TLS_BEFORE: Final = "ops.opsmanager.dev/tls-before"  # the Etcd's spec.tls when the request started
+# The plan variant the engine observed when a request started (``opsmanager.ops.plan.RotateVariant``): persisted
+# like ``tls-before``, so what the engine saw once decides the plan for the whole run.
+ANNOTATION_PLAN: Final = "ops.opsmanager.dev/plan"
 
 
 def desired_tls(current: etcd_api.TLSConfig | None, req: ops_api.ReconfigureTLSSpec) -> etcd_api.TLSConfig | None:

@@ -14,15 +14,16 @@ Failures these helpers prevent:
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
-from opsmanager import pki
+from opsmanager import kube, pki
 from opsmanager.api import common, conditions, constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.etcd import admin
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan
-from opsmanager.provisioner import material, naming, ownership, release, render
+from opsmanager.provisioner import gate, material, naming, ownership, release, render, rollover
 
 CERT_API = "cert-manager.io/v1"
 
@@ -158,6 +159,10 @@ async def trust_for(ctx: context.OpsContext, step: plan.Step) -> bytes | context
     if step.trust is plan.Trust.KEEP:
         return None
     assert step.tls is not None
+    if step.trust is plan.Trust.CURRENT_AND_RENEWED:
+        return await renewed_bundle(ctx, step.tls)
+    if step.trust is plan.Trust.IN_USE:
+        return await in_use_bundle(ctx, step.tls)
     if step.trust is plan.Trust.CURRENT_AND_DESIRED:
         new = await probe_cas(ctx, step.tls)
         if not isinstance(new, bytes):
@@ -221,3 +226,62 @@ async def served_problem(client: admin.EtcdAdmin, member: str, expected: dict[st
         if served.serial != serial:
             return f"{member} serves {alias} certificate serial {served.serial_hex}, expected {serial:x}"
     return None
+
+
+# --- CA rollover ------------------------------------------------------------------------------------------------
+
+
+async def observe_rotation(client: kube.Kube, db: etcd_api.Etcd) -> plan.RotateObservation:
+    """What decides a rotate's plan (:func:`plan.rotate_variant`): the sources the gate holds as ``UntrustedCA``
+    against the CAs every member has loaded, and whether a CA Issuer signs with a CA not loaded by every member."""
+    tls = db.spec.tls
+    if tls is None:
+        return plan.RotateObservation()
+    loaded = await release.loaded(client, db)
+    ns = db.metadata.namespace or "default"
+    untrusted = []
+    for alias in constants.CERT_ALIASES:
+        name = render.source_secret_name(db, tls, alias)
+        verdict = gate.check(await client.get("v1", "Secret", ns, name), f"{ns}/{name}",
+                             dns_names=render.member_dns_names(db, alias), loaded=loaded, now=_now())
+        if any(p.code == gate.UNTRUSTED_CA for p in verdict.problems):
+            untrusted.append(verdict.secret)
+    issuers = await rollover.issuer_cas(client, db, tls)
+    unloaded = bool(rollover.renewed_cas(issuers, loaded, _now()))
+    return plan.RotateObservation(tuple(untrusted), unloaded)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+async def renewed_bundle(ctx: context.OpsContext, tls: etcd_api.TLSConfig) -> bytes:
+    """CA rollover, widen: the bundle now, plus the CA of every source whose leaf it signs, plus the CA each CA
+    Issuer signs with now. Only ever grows while the pass runs (a CA renewed again meanwhile is added; the gate's
+    loaded rule then says which members have it)."""
+    seen = [*await rollover.source_cas(ctx.kube, ctx.db, tls), *await rollover.issuer_cas(ctx.kube, ctx.db, tls)]
+    return pki.bundle(await current_bundle(ctx), *(pem for pem, _ in seen))
+
+
+async def in_use_bundle(ctx: context.OpsContext, tls: etcd_api.TLSConfig) -> bytes | context.Progress:
+    """CA rollover, narrow: the CAs of the bundle that sign a mounted leaf (what members serve — verified by
+    handshake in the step before — and what ``<db>-client-cert`` hands to clients) or that a CA Issuer signs with
+    now (its next leaves). The old CA drops out once no mounted leaf needs it."""
+    current = await current_bundle(ctx)
+    leaves = [material.secret_bytes(await ctx.secret(render.secret_name(ctx.db_name, tls, a)), "tls.crt")
+              for a in constants.CERT_ALIASES]
+    issuers = {gate.fingerprint(ca) for pems, _ in await rollover.issuer_cas(ctx.kube, ctx.db, tls)
+               for ca in pki.split_pem(pems)}
+    keep = [ca for ca in pki.split_pem(current)
+            if gate.fingerprint(ca) in issuers or any(leaf and pki.signed_by(leaf, ca) for leaf in leaves)]
+    unsigned = [a for a, leaf in zip(constants.CERT_ALIASES, leaves, strict=True)
+                if not leaf or not pki.signed_by(leaf, pki.bundle(*keep) if keep else b"")]
+    if unsigned or not keep:
+        return context.Progress(f"a mounted leaf ({', '.join(unsigned)}) chains to no CA of the bundle; not "
+                                "narrowing it", delay=1.0)
+    return pki.bundle(*keep)
+
+
+async def release_loaded(ctx: context.OpsContext, tls: etcd_api.TLSConfig) -> str | None:
+    """Release every source the gate passes against the CAs every member has loaded now; what is held, or None."""
+    return await release_all(ctx, tls, await release.loaded(ctx.kube, ctx.db))

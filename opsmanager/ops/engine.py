@@ -29,7 +29,7 @@ from opsmanager.api import opsrequest as ops_api
 from opsmanager.api import pause as pause_api
 from opsmanager.etcd import admin
 from opsmanager.etcd import errors as etcd_errors
-from opsmanager.ops import context, plan, queue
+from opsmanager.ops import certificates, context, plan, queue
 from opsmanager.ops.steps import (
     issue,
     move_leader,
@@ -235,6 +235,27 @@ class Engine:
                         f"{cond.get('message') or 'no progress'}")
         return None
 
+    async def _variant(self, ctx: context.OpsContext) -> plan.RotateVariant:
+        """Which rotate plan this request runs: observed once, when it starts (no step condition yet), and
+        persisted on the request (``ops.opsmanager.dev/plan``) like ``tls-before`` — the plan never changes
+        mid-run. A request that is not a rotate, or started before the annotation existed, is ``HOT_RELOAD``."""
+        spec = ctx.spec
+        if spec.type != constants.OPS_TYPE_RECONFIGURE_TLS or spec.tls is None or not spec.tls.rotate_certificates:
+            return plan.RotateVariant.HOT_RELOAD
+        raw = (ctx.request["metadata"].get("annotations") or {}).get(tlschange.ANNOTATION_PLAN)
+        if raw is None:
+            if ctx.conditions or ctx.db.spec.tls is None:
+                return plan.RotateVariant.HOT_RELOAD
+            variant = plan.rotate_variant(await certificates.observe_rotation(self.kube, ctx.db))
+            ctx.request = await self.kube.patch(
+                constants.OPS_API_VERSION, constants.OPS_KIND, ctx.namespace, ctx.name,
+                {"metadata": {"annotations": {tlschange.ANNOTATION_PLAN: variant.value}}})
+            return variant
+        try:
+            return plan.RotateVariant(raw)
+        except ValueError:
+            return plan.RotateVariant.HOT_RELOAD
+
     async def _progress(self, req: dict[str, Any], db_obj: dict[str, Any], lifecycle: Lifecycle) -> Outcome:
         req, tls_before = await self._snapshot(req, db_obj)
         request = ops_api.EtcdOpsRequest.model_validate(req)
@@ -242,7 +263,12 @@ class Engine:
                                  tls_before=tls_before, admin_factory=self.etcd,
                                  delivery_timeout=self.delivery_timeout)
         try:
-            ctx.plan = plan.plan_for(ctx.db, request)
+            variant = await self._variant(ctx)
+        except (kube.Unavailable, kube.Conflict) as err:
+            log.info("EtcdOpsRequest %s/%s: observing the plan: transient: %s", ctx.namespace, ctx.name, err)
+            return Outcome(finished=False, delay=1.0, phase=lifecycle.state)
+        try:
+            ctx.plan = plan.plan_for(ctx.db, request, variant)
         except ValueError as err:
             return await self._finish(ctx, lifecycle, ok=False, message=str(err), reason="InvalidRequest")
         the_plan = ctx.plan

@@ -23,6 +23,13 @@ The TLS plans are the product. Each exists because the naive order fails on a li
   previous leaf after the delivery bound (``--certificate-delivery-timeout``) is restarted alone, leader-aware, and
   only then does ``RestartPods`` appear. A roll here would cost an election-free but needless restart of every
   member (and, done naively, write stalls and elections — measured in ``docs/benchmarks.md``).
+- **CA rollover** (a rotate whose sources chain to a CA not every member has loaded — cert-manager renewed the
+  CA behind the Issuer, or a user replaced the CA Secret; :func:`rotate_variant`) — a hot reload would partition
+  the cluster (etcd loads CA files only at start), so: widen the bundle to old + new CA with a leader-aware roll
+  (the leaves released meanwhile only when every member has loaded their CA); re-issue and release the leaves
+  through the gate with the CAs every member has now loaded (no restart: etcd re-reads leaves per handshake);
+  verify by handshake that every member serves them; then narrow the bundle to the CAs still in use and roll.
+  The provisioner files such a request itself (``ops.opsmanager.dev/trigger: ca-rollover``).
 - **certificate fields under the same issuer** — one pass.
 - **handover** (user-provided Secrets → cert-manager, issue 12) — the issuer change's widen / new leaves / narrow,
   without the roll in the middle; widen and narrow are skipped when the issuer's CA is the user's CA (no restart).
@@ -67,6 +74,34 @@ class Trust(enum.Enum):
     KEEP = "Keep"  # whatever it holds now
     CURRENT_AND_DESIRED = "CurrentAndDesired"  # old CA + new CA (widen)
     DESIRED = "Desired"  # the CA(s) of the desired certificates only (narrow / a fresh TLS setup)
+    CURRENT_AND_RENEWED = "CurrentAndRenewed"  # CA rollover widen: + the sources' CAs and the CA Issuers' CAs
+    IN_USE = "InUse"  # CA rollover narrow: the bundle's CAs that sign a mounted leaf or are an issuer's CA now
+
+
+class RotateVariant(enum.Enum):
+    """Which plan a ``rotateCertificates`` request runs (observed once, persisted as ``ops.opsmanager.dev/plan``)."""
+
+    HOT_RELOAD = "Rotate"  # same CA: re-issue, release, verify served; no restart
+    CA_ROLLOVER = "CARollover"  # a source chains to a CA not every member has loaded: widen, release, narrow
+
+
+@dataclasses.dataclass(frozen=True)
+class RotateObservation:
+    """What the engine saw when a rotate request started. ``untrusted``: the sources (``ns/name``) the gate holds
+    as ``UntrustedCA`` against the CAs every member has loaded; ``issuer_ca_unloaded``: a CA Issuer of the Etcd
+    signs with a CA not every member has loaded (its leaves would be held)."""
+
+    untrusted: tuple[str, ...] = ()
+    issuer_ca_unloaded: bool = False
+
+
+def rotate_variant(seen: RotateObservation) -> RotateVariant:
+    """The plan of a rotate request, from what was observed when it started — the one place the rotate variants
+    are chosen (a later "rescue" variant adds its case here). A source or the issuer on a CA not loaded by every
+    member needs the three phases; otherwise the leaves hot-reload."""
+    if seen.untrusted or seen.issuer_ca_unloaded:
+        return RotateVariant.CA_ROLLOVER
+    return RotateVariant.HOT_RELOAD
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +117,9 @@ class Step:
     # Handover (issue 12): the user-provided TLS being handed over. A pass with it is skipped (no bundle write, no
     # roll) when the new issuer's CA is the CA of the user's Secrets — a fact that survives an operator crash.
     handover_from: etcd_api.TLSConfig | None = None
+    # CA rollover: release the sources through the gate against the CAs every member has loaded (the pass: on
+    # every reconcile, so leaves cert-manager renews during the run still reach the members; the sync: as its gate)
+    release_loaded: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,9 +129,12 @@ class Plan:
     desired_tls: etcd_api.TLSConfig | None
     steps: tuple[Step, ...]
     pauses: bool = True
+    variant: RotateVariant | None = None  # rotate only: which of the rotate plans
 
     @property
     def summary(self) -> str:
+        if self.variant is RotateVariant.CA_ROLLOVER:
+            return str(self.variant.value)
         return self.change.value if self.change is not None else self.request_type
 
 
@@ -158,7 +199,30 @@ def _update_database(message: str) -> Step:
     return Step(constants.COND_UPDATE_DATABASE, StepKind.UPDATE_DATABASE, message)
 
 
-def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec) -> Plan:
+def _ca_rollover_steps(current: etcd_api.TLSConfig) -> list[Step]:
+    wiring = render.Wiring.steady(current)
+    return [
+        _running("Etcd ops request is rolling the etcd CA over"),
+        Step(constants.COND_TRUST_BUNDLE_WIDENED, StepKind.ROLL_PASS,
+             "Every member trusts the old and the renewed CA", wiring=wiring, trust=Trust.CURRENT_AND_RENEWED,
+             tls=current, release_loaded=True),
+        Step(constants.COND_ISSUE_CERTIFICATES_SUCCEEDED, StepKind.ISSUE,
+             "Successfully re-issued every certificate from the renewed CA", tls=current),
+        Step(constants.COND_CERTIFICATE_SYNCED, StepKind.SYNC_CERTIFICATES,
+             "Released the certificates of the renewed CA (every member has loaded it)", tls=current,
+             release_loaded=True),
+        Step(constants.COND_SERVED_CERTIFICATES_VERIFIED, StepKind.VERIFY_SERVED,
+             "Every member serves its certificate of the renewed CA on the client and the peer port",
+             verify_served_certificates=True, tls=current),
+        Step(constants.COND_TRUST_BUNDLE_NARROWED, StepKind.ROLL_PASS,
+             "Every member trusts only the CAs still in use", wiring=wiring, trust=Trust.IN_USE, tls=current,
+             release_loaded=True),
+        _update_database("Successfully rolled the etcd CA over"),
+    ]
+
+
+def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec,
+                         variant: RotateVariant = RotateVariant.HOT_RELOAD) -> Plan:
     current = db.spec.tls
     change = classify(current, req)
     if change in (TLSChange.REMOVE, TLSChange.ROTATE) and current is None:
@@ -192,6 +256,9 @@ def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec) -> 
             *_final_roll(None, verify=False, what="without TLS"),
             _update_database("Successfully removed TLS from the Etcd and deleted its certificates"),
         ]
+    elif change is TLSChange.ROTATE and variant is RotateVariant.CA_ROLLOVER:
+        assert current is not None
+        steps = _ca_rollover_steps(current)
     elif change is TLSChange.ROTATE:
         steps = [
             _running("Etcd ops request is rotating the certificates"),
@@ -227,7 +294,8 @@ def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec) -> 
                  trust=Trust.DESIRED, tls=desired),
             _update_database("Successfully updated the Etcd TLS configuration"),
         ]
-    return Plan(constants.OPS_TYPE_RECONFIGURE_TLS, change, desired, tuple(steps))
+    return Plan(constants.OPS_TYPE_RECONFIGURE_TLS, change, desired, tuple(steps),
+                variant=variant if change is TLSChange.ROTATE else None)
 
 
 def handover_steps(current: etcd_api.TLSConfig, desired: etcd_api.TLSConfig) -> tuple[Step, ...]:
@@ -253,13 +321,14 @@ def handover_steps(current: etcd_api.TLSConfig, desired: etcd_api.TLSConfig) -> 
     )
 
 
-def plan_for(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> Plan:
-    """The plan of any supported request type."""
+def plan_for(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest,
+             variant: RotateVariant = RotateVariant.HOT_RELOAD) -> Plan:
+    """The plan of any supported request type (``variant``: what the engine observed for a rotate)."""
     spec = request.spec
     if spec.type == constants.OPS_TYPE_RECONFIGURE_TLS:
         if spec.tls is None:
             raise ValueError("spec.tls is nil, not supported in ReconfigureTLS type")
-        return reconfigure_tls_plan(db, spec.tls)
+        return reconfigure_tls_plan(db, spec.tls, variant)
     if spec.type == constants.OPS_TYPE_RESTART:
         wiring = render.Wiring.steady(db.spec.tls)
         restart_steps = (

@@ -8,6 +8,8 @@
   cluster writes nothing: the status transaction skips a no-op.
 - **sources** (a daemon per Etcd) → a labelled watch on its Certificates: a renewal cert-manager issues is
   gated and released at once, not at the next timer tick;
+- after each pass that looked at TLS: a renewed CA (a held ``UntrustedCA`` source's, or a CA Issuer's new one) files
+  the CA-rollover request (:mod:`.rollover`);
 - **delete** → :func:`applying.finalize` by ``spec.deletionPolicy``; ``DoNotTerminate`` keeps the finalizer, sets
   ``DeletionBlocked`` and records a Warning event.
 
@@ -32,7 +34,7 @@ import kopf
 from opsmanager import kube
 from opsmanager.api import conditions, constants
 from opsmanager.kube import informer
-from opsmanager.provisioner import applying, gate, naming, observe, status
+from opsmanager.provisioner import applying, gate, naming, observe, rollover, status
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 RESOURCE = (constants.ETCD_GROUP, constants.ETCD_VERSION, constants.ETCD_PLURAL)
@@ -72,6 +74,7 @@ async def _record(k: kube.Kube, body: Mapping[str, Any], outcome: applying.Outco
         logger.info("reconcile %s/%s: %s", ns, name, ", ".join(outcome.changed))
     if outcome.held is not None:
         await _report_held(k, body, outcome.held, logger)
+        await rollover.file_if_renewed(k, body, outcome.held)  # a renewed CA: file the CA-rollover request
     if previous is None or previous.get("reason") != outcome.reason:
         warning = outcome.state == applying.BLOCKED
         (logger.warning if warning else logger.info)("Etcd %s/%s: %s", ns, name, outcome.message)

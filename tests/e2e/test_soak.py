@@ -6,7 +6,10 @@ the served CA / member rejects the client); the soak's bench record and markdown
 On the sandbox (slow, the SHORT soak: CA 90 s, leaves 30 s, 90 s under the following writer and the monitor) on
 today's direct-mount layout: the harness measures and reports — writes, both CAs issued, leaf renewals served,
 every member healthy, every outage with a start, a duration and a cause. It does NOT assert zero failed writes:
-today's layout is expected to fail when the CA rolls (the baseline); the gated layout will be held to zero.
+the direct layout is expected to fail when the CA rolls (the baseline). The gated layout (slow, CA 90 s, leaves
+30 s, 150 s: two CA rollovers) is held to zero: no failed write, every acknowledged write read back, no unplanned
+election, two or more CA rollovers on the wire and in the members' files, each by a Successful ``ca-rollover``
+request the operator filed, every member healthy at the end.
 """
 
 from __future__ import annotations
@@ -69,7 +72,8 @@ def test_leader_changes_from_metrics_take_the_most_any_member_counted() -> None:
 
 
 def test_strategies_are_one_line_each_and_selectable_in_the_bench() -> None:
-    assert soak.STRATEGY_KEYS == ("direct-mount",)
+    assert soak.STRATEGY_KEYS == ("direct-mount", "gated")
+    assert [s.held_to_the_bar for s in soak.STRATEGIES] == [False, True]
     assert "soak" in bench.SCENARIOS
 
 
@@ -94,3 +98,20 @@ async def test_the_short_soak_measures_and_reports_on_todays_layout(tmp_path: pa
         assert outage.duration_s >= 0 and outage.failed_writes > 0 and outage.cause
     assert result.writes_failed == sum(o.failed_writes for o in result.outages)
     assert any(line.startswith("soak [direct-mount]") for line in lines)
+
+
+@pytest.mark.slow
+async def test_the_short_gated_soak_rolls_every_ca_over_with_no_failed_write(tmp_path: pathlib.Path) -> None:
+    lines: list[str] = []
+    gated = next(s for s in soak.STRATEGIES if s.key == "gated")
+    async with scenario.Scenario(tmp_path / "sb", printer=lambda _line: None, namespace="soak") as sc:
+        result = await soak.run(sc, gated, soak.SHORT_GATED, lines.append)
+    assert result.duration_s >= soak.SHORT_GATED.duration
+    assert result.writes_failed == 0, result.lines()
+    assert result.acknowledged_writes_kept is True, result.lines()
+    assert result.unplanned_elections == 0, result.lines()
+    assert result.ca_rollovers >= 2 and result.ca_rollovers_mounted >= 2, result.timeline
+    assert result.leaf_renewals_served >= 10, result.timeline
+    assert result.members_healthy == result.members == 3, result.lines()
+    rollovers = [r for r in result.requests if "-ca-rollover-" in r]
+    assert len(rollovers) >= 2 and all(r.endswith(" Successful") for r in rollovers), result.requests

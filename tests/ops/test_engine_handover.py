@@ -25,7 +25,7 @@ import pytest
 from opsmanager import pki
 from opsmanager.api import constants
 from opsmanager.api import etcd as etcd_api
-from opsmanager.provisioner import applying, gate, naming, release
+from opsmanager.provisioner import applying, gate, naming, release, rollover
 from tests.ops import test_engine_operations as operations
 from tests.ops import test_engine_resume as resume
 from tests.ops import world as w
@@ -177,6 +177,9 @@ async def test_a_renewed_user_leaf_is_released_and_a_new_user_ca_is_held(world: 
     held = await release.release(world.kube, db, db.spec.tls, "server", allowed=allowed)
     assert not held.changed and [p.code for p in held.verdict.problems] == [gate.UNTRUSTED_CA]
     assert "user-server" in held.verdict.problems[0].message
+    # No automatic CA rollover for user Secrets (the webhook refuses a rotate of them): held and reported only.
+    assert await rollover.file_if_renewed(world.kube, obj, held.verdict.problems) is None
+    assert await world.kube.list(constants.OPS_API_VERSION, constants.OPS_KIND, w.NS) == []
 
 
 @pytest.mark.parametrize("fault", ["missing-key", "key-mismatch", "san", "expired"])

@@ -152,3 +152,25 @@ def test_handover_from_user_secrets_widens_releases_verifies_narrows_without_a_m
 def test_an_issuer_change_carries_no_handover() -> None:
     p = plan.plan_for(db(CA), req(issuerRef={"name": "new-ca", "kind": "Issuer"}))
     assert all(s.handover_from is None for s in p.steps)
+def test_the_rotate_variant_is_chosen_in_one_pure_function_from_what_was_observed() -> None:
+    assert plan.rotate_variant(plan.RotateObservation()) is plan.RotateVariant.HOT_RELOAD
+    assert plan.rotate_variant(plan.RotateObservation(untrusted=("ns/db-peer-issued",))) is \
+        plan.RotateVariant.CA_ROLLOVER
+    assert plan.rotate_variant(plan.RotateObservation(issuer_ca_unloaded=True)) is plan.RotateVariant.CA_ROLLOVER
+
+
+def test_the_ca_rollover_plan_widens_reissues_releases_verifies_narrows_and_never_changes_the_spec() -> None:
+    p = plan.plan_for(db(CA), req(rotateCertificates=True), plan.RotateVariant.CA_ROLLOVER)
+    assert [s.condition for s in p.steps] == [
+        "Running", "TrustBundleWidened", "IssueCertificatesSucceeded", "CertificateSynced",
+        "ServedCertificatesVerified", "TrustBundleNarrowed", "UpdateDatabase"]
+    assert p.summary == "CARollover" and p.change is plan.TLSChange.ROTATE and p.desired_tls == db(CA).spec.tls
+    widen, narrow = p.steps[1], p.steps[5]
+    assert (widen.trust, narrow.trust) == (plan.Trust.CURRENT_AND_RENEWED, plan.Trust.IN_USE)
+    assert widen.release_loaded and narrow.release_loaded and p.steps[3].release_loaded
+    assert widen.wiring == narrow.wiring  # the same template: a pass is a roll onto a new bundle, nothing else
+    same = plan.plan_for(db(CA), req(rotateCertificates=True))
+    assert same.variant is plan.RotateVariant.HOT_RELOAD and "TrustBundleWidened" not in [
+        s.condition for s in same.steps]
+    other = plan.plan_for(db(CA), req(remove=True), plan.RotateVariant.CA_ROLLOVER)
+    assert other.variant is None and other.change is plan.TLSChange.REMOVE  # only rotates have variants

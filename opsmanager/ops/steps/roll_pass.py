@@ -1,7 +1,9 @@
 """The intermediate passes of the TLS plans, one step each: ``TLSListenersAdded`` and ``PlaintextListenersAdded``
 (add/remove TLS: every member listens on both schemes before any peer URL changes scheme),
 ``TrustBundleWidened`` and ``TrustBundleNarrowed`` (issuer change: trust old+new CA before the switch, the new CA
-only after it), and Restart's ``RestartPods``.
+only after it; and the same two for a CA rollover, :class:`~opsmanager.ops.plan.Trust` ``CURRENT_AND_RENEWED`` /
+``IN_USE``, releasing on every reconcile the sources every member can already trust), and Restart's
+``RestartPods``.
 
 A pass is: the trust bundle the pass needs (:func:`opsmanager.ops.certificates.trust_for`), the StatefulSet for
 the pass's wiring (:mod:`~opsmanager.ops.steps.update_statefulset`), then the rolling restart
@@ -34,6 +36,9 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
         return trust
     if trust is not None:
         await certificates.write_bundle(ctx, trust)
+    if step.release_loaded and step.tls is not None:
+        # CA rollover: leaves cert-manager renews meanwhile still reach the members, each once its CA is loaded.
+        await certificates.release_loaded(ctx, step.tls)
     applied = await update_statefulset.run(ctx, step)
     if not isinstance(applied, context.Done):
         return applied

@@ -13,13 +13,14 @@ Then it releases every source (what the Certificate wrote) into the Secret membe
 the material gate (:mod:`opsmanager.provisioner.release`), with the CAs the phase allows: for a fresh TLS set-up
 (``Trust.DESIRED``, add TLS) any CA — no member serves TLS yet — and the trust bundle is then written from the
 released CAs, before the pass that turns TLS on; otherwise (rotate, certificate update, issuer change after the
-widen pass) the CAs of the current trust bundle, which every member has restarted onto.
+widen pass) the CAs of the current trust bundle, which every member has restarted onto; for a CA rollover the CAs
+every member has loaded (:func:`opsmanager.provisioner.release.loaded`) — after the widen pass, old and new.
 """
 
 from __future__ import annotations
 
 from opsmanager.ops import certificates, context, plan
-from opsmanager.provisioner import render
+from opsmanager.provisioner import release, render
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
@@ -33,7 +34,10 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     if waiting:
         return context.Progress(f"waiting for certificates: {'; '.join(waiting)}", delay=0.5)
     fresh = step.trust is plan.Trust.DESIRED
-    allowed = None if fresh else await certificates.current_bundle(ctx)
+    if step.release_loaded:  # CA rollover: the CAs every member has loaded (the gate's rule), not the bundle
+        allowed: bytes | None = await release.loaded(ctx.kube, ctx.db)
+    else:
+        allowed = None if fresh else await certificates.current_bundle(ctx)
     if held := await certificates.release_all(ctx, step.tls, allowed):
         return context.Progress(f"waiting for certificates that pass the gate: {held}", delay=0.5)
     if fresh:
