@@ -1,0 +1,66 @@
+"""``RestartPods`` of the CA rescue (issue 13): restart every member together, once, and wait for quorum.
+
+Members loaded their CA at start; once it has expired (or the new leaves chain to a CA they never loaded) they
+cannot talk to each other. A rolling restart would only lose members: the restarted one trusts the new CA, the
+others the old. So every member pod is deleted at once (not through the Eviction API: a PodDisruptionBudget would
+refuse exactly this), and the StatefulSet recreates them onto the new bundle and leaves already released.
+
+Crash safety, each member restarted exactly once: before deleting anything the UIDs of the current pods are written
+on the request (``ops.opsmanager.dev/rescue-restarted``); a pod is deleted only with its recorded UID as a
+precondition, so a pod recreated before the operator died is never deleted again. The step is done when every
+member runs in a pod with a new UID and the cluster has quorum (``wait_recovered`` through the *new* chain: the
+bundle and the operator's client certificate are the fresh ones), bounded by the request's timeout.
+"""
+
+from __future__ import annotations
+
+import json
+
+from opsmanager.api import conditions, constants
+from opsmanager.etcd import errors as etcd_errors
+from opsmanager.ops import context, plan
+from opsmanager.provisioner import members
+
+
+def _record(ctx: context.OpsContext) -> dict[str, str] | None:
+    raw = (ctx.request["metadata"].get("annotations") or {}).get(constants.ANNOTATION_RESCUE_RESTARTED)
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else None
+
+
+async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    pods = await ctx.pods()
+    names = ctx.pod_names()
+    record = _record(ctx)
+    if record is None:
+        record = {n: str(pods[n]["metadata"].get("uid") or "") for n in names if n in pods}
+        ctx.request = await ctx.kube.patch(
+            constants.OPS_API_VERSION, constants.OPS_KIND, ctx.namespace, ctx.name,
+            {"metadata": {"annotations": {constants.ANNOTATION_RESCUE_RESTARTED: json.dumps(record, sort_keys=True)}}})
+    deleted = []
+    for name, uid in record.items():
+        pod = pods.get(name)
+        if pod is None or members.terminating(pod) or pod["metadata"].get("uid") != uid:
+            continue
+        if await ctx.kube.delete("v1", "Pod", ctx.namespace, name, uid=uid, grace_period_seconds=0):
+            deleted.append(name)
+    if deleted:
+        await ctx.event("RestartPods", f"Restarted every etcd member together onto the new CA: {', '.join(deleted)}")
+        return context.Progress(f"restarted {', '.join(deleted)} together", delay=0.5)
+    waiting = [n for n in names if (p := pods.get(n)) is None or members.terminating(p)
+               or p["metadata"].get("uid") == record.get(n) or not members.serving(p)]
+    if waiting:
+        return context.Progress(f"waiting for {', '.join(waiting)} to be recreated and Ready", delay=0.5)
+    async with await ctx.etcd(pods) as client:
+        try:
+            await client.wait_recovered(names[0], expected_voters=ctx.db.spec.replicas, timeout=3.0)
+        except etcd_errors.EtcdError as err:
+            return context.Progress(f"waiting for quorum after the restart of every member: {err}", delay=0.5)
+    age = conditions.transition_age(ctx.conditions, step.condition, now=ctx.now)
+    took = f" in {age.total_seconds():.1f}s" if age is not None else ""
+    return context.Done(f"{step.message}: {len(record)} members restarted together once, quorum back{took}")
