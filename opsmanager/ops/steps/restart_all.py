@@ -19,18 +19,13 @@ import json
 from opsmanager.api import conditions, constants
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan
-from opsmanager.provisioner import members
+from opsmanager.provisioner import gate, members
 
 
 def _record(ctx: context.OpsContext) -> dict[str, str] | None:
-    raw = (ctx.request["metadata"].get("annotations") or {}).get(constants.ANNOTATION_RESCUE_RESTARTED)
-    if not raw:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else None
+    """The pod UIDs recorded before the restart (``{pod: uid}``; the gate's record codec), None before it."""
+    return gate.decode_record((ctx.request["metadata"].get("annotations") or {}).get(
+        constants.ANNOTATION_RESCUE_RESTARTED))
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
