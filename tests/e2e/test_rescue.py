@@ -86,7 +86,8 @@ async def served_not_after(sc: scenario.Scenario, db: str) -> dict[tuple[str, st
     async with etcd_client.EtcdClient(await sc.endpoints(db), tls=sc.writer_identities()[0]) as client:
         for pod in naming.pods(db, 3):
             for port in constants.TLS_PORTS:
-                out[(pod, port)] = (await client.served_certificate(pod, port=port)).not_after
+                number: str | int = naming.peer_port("https") if port == constants.PORT_PEER else port
+                out[(pod, port)] = (await client.served_certificate(pod, port=number)).not_after
     return out
 
 
@@ -129,8 +130,13 @@ async def test_expired_leaves_are_rescued_by_auto_renew_without_a_restart_and_wi
                 constants.REASON_CERTS_EXPIRED else None
 
         left = (expiry - datetime.datetime.now(datetime.UTC)).total_seconds()
-        cond = await aeventually(expired, timeout=max(left, 0) + 60, interval=1,
-                                 what="CertificatesValid=False/Expired")
+        try:
+            cond = await aeventually(expired, timeout=max(left, 0) + 60, interval=1,
+                                     what="CertificatesValid=False/Expired")
+        except AssertionError:
+            status = (await etcd(sc, db)).get("status") or {}
+            print(f"\nstatus at the deadline: {status.get('conditions')} {status.get('tls')}")
+            raise
         assert await events(sc, db, constants.EVENT_CERTIFICATE_EXPIRED), "no CertificateExpired Event"
         print(f"\nexpired: {cond['message'][:200]}")
 

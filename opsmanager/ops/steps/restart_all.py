@@ -8,8 +8,8 @@ refuse exactly this), and the StatefulSet recreates them onto the new bundle and
 Crash safety, each member restarted exactly once: before deleting anything the UIDs of the current pods are written
 on the request (``ops.opsmanager.dev/rescue-restarted``); a pod is deleted only with its recorded UID as a
 precondition, so a pod recreated before the operator died is never deleted again. The step is done when every
-member runs in a pod with a new UID and the cluster has quorum (``wait_recovered`` through the *new* chain: the
-bundle and the operator's client certificate are the fresh ones), bounded by the request's timeout.
+member runs in a pod with a new UID and a majority answers etcd's plain-HTTP ``/health`` on the metrics port (2381:
+a leader and a linearizable read; no TLS chain trusted), bounded by the request's timeout (``spec.timeout``).
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from __future__ import annotations
 import json
 
 from opsmanager.api import conditions, constants
-from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan
-from opsmanager.provisioner import gate, members
+from opsmanager.provisioner import gate, health, members
 
 
 def _record(ctx: context.OpsContext) -> dict[str, str] | None:
@@ -52,10 +51,15 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     if waiting:
         return context.Progress(f"waiting for {', '.join(waiting)} to be recreated and Ready", delay=0.5)
     async with await ctx.etcd(pods) as client:
-        try:
-            await client.wait_recovered(names[0], expected_voters=ctx.db.spec.replicas, timeout=3.0)
-        except etcd_errors.EtcdError as err:
-            return context.Progress(f"waiting for quorum after the restart of every member: {err}", delay=0.5)
+        # Quorum from etcd's plain-HTTP /health on the metrics port: no TLS chain trusted for it (an expired or
+        # replaced one cannot mislead it); healthy means "has a leader and a linearizable read succeeded".
+        answers = [await client.health(ep, timeout=2.0) for ep in client.endpoints]
+    healthy = [a for a in answers if a.healthy]
+    if len(healthy) < health.quorum(ctx.db.spec.replicas):
+        sick = "; ".join(f"{ep.name}: {a.reason or 'unhealthy'}" for ep, a in zip(client.endpoints, answers,
+                                                                                   strict=True) if not a.healthy)
+        return context.Progress(f"waiting for quorum after the restart of every member ({len(healthy)} of "
+                                f"{ctx.db.spec.replicas} healthy: {sick})", delay=0.5)
     age = conditions.transition_age(ctx.conditions, step.condition, now=ctx.now)
     took = f" in {age.total_seconds():.1f}s" if age is not None else ""
     return context.Done(f"{step.message}: {len(record)} members restarted together once, quorum back{took}")
