@@ -144,6 +144,7 @@ async def test_expired_leaves_are_rescued_by_auto_renew_without_a_restart_and_wi
                          {"spec": {"tlsLifecycle": {"autoRenew": {"enabled": True}}}})
         first = (await aeventually(lambda: auto_requests(sc, db), timeout=60, interval=0.5,
                                    what="an auto-renew request for the expired leaves"))[0]
+        assert first["spec"].get("apply") == constants.APPLY_ALWAYS  # the expired cluster is not Ready
         done = await sc.watch_request(first["metadata"]["name"], timeout=150)
         assert done["status"]["phase"] == constants.PHASE_FAILED, done["status"]  # no Issuer: it cannot issue
         assert done["metadata"]["annotations"][tlschange.ANNOTATION_PLAN] == plan.RotateVariant.RESCUE_LEAVES.value
@@ -206,7 +207,8 @@ async def test_an_expired_ca_is_rescued_by_restarting_every_member_together_once
                           "metadata": {"name": f"{issuer}-keypair", "namespace": sc.namespace},
                           "data": {"tls.crt": scenario.b64(new.cert_pem), "tls.key": scenario.b64(new.key_pem)}})
         requested = time.monotonic()
-        await sc.submit("rescue-ca", db, constants.OPS_TYPE_RECONFIGURE_TLS, tls={"rotateCertificates": True})
+        await sc.submit("rescue-ca", db, constants.OPS_TYPE_RECONFIGURE_TLS, tls={"rotateCertificates": True},
+                        apply=constants.APPLY_ALWAYS)  # the expired cluster is not Ready
         done = await sc.watch_request("rescue-ca", timeout=180)
         total = time.monotonic() - requested
     assert done["status"]["phase"] == constants.PHASE_SUCCESSFUL, done["status"]
