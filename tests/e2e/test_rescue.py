@@ -71,14 +71,24 @@ async def write_keys(sc: scenario.Scenario, db: str) -> dict[str, str]:
 
 
 async def read_keys(sc: scenario.Scenario, db: str, written: dict[str, str]) -> None:
-    async def readable() -> bool:
-        try:
-            async with etcd_client.EtcdClient(await sc.endpoints(db), tls=sc.writer_identities()[0]) as client:
-                return all(await client.get(k) == v.encode() for k, v in written.items())
-        except Exception:  # noqa: BLE001 - not yet: the poll goes on until its deadline
-            return False
+    last: list[str] = []
 
-    await aeventually(readable, timeout=30, interval=0.5, what="every key written before the expiry readable")
+    async def readable() -> bool:
+        for identity in sc.writer_identities():
+            try:
+                async with etcd_client.EtcdClient(await sc.endpoints(db), tls=identity) as client:
+                    got = {k: await client.get(k) for k in written}
+                    if all(got[k] == v.encode() for k, v in written.items()):
+                        return True
+                    last.append(f"values differ: {sorted(k for k in written if got[k] != written[k].encode())[:3]}")
+            except Exception as err:  # noqa: BLE001 - not yet: the poll goes on until its deadline
+                last.append(repr(err)[:300])
+        return False
+
+    try:
+        await aeventually(readable, timeout=30, interval=0.5, what="every key written before the expiry readable")
+    except AssertionError as err:
+        raise AssertionError(f"{err}; last: {last[-2:]}") from None
 
 
 async def served_not_after(sc: scenario.Scenario, db: str) -> dict[tuple[str, str], datetime.datetime]:
@@ -175,12 +185,15 @@ async def test_expired_leaves_are_rescued_by_auto_renew_without_a_restart_and_wi
         healed = time.monotonic() - created
         ok = await sc.watch_request(retry["metadata"]["name"], timeout=60)
         assert ok["status"]["phase"] == constants.PHASE_SUCCESSFUL, ok["status"]
-        assert ok["metadata"]["annotations"][tlschange.ANNOTATION_PLAN] == plan.RotateVariant.RESCUE_LEAVES.value
+        # cert-manager renews the expired leaves as soon as the Issuer is back, and the gate releases them: when
+        # that came before the retry started, the retry finds nothing expired and is a plain rotate (no rescue).
+        retry_plan = ok["metadata"]["annotations"][tlschange.ANNOTATION_PLAN]
+        assert retry_plan in (plan.RotateVariant.RESCUE_LEAVES.value, plan.RotateVariant.HOT_RELOAD.value)
         await read_keys(sc, db, written)
     assert pods.restarts() == {p: 0 for p in naming.pods(db, 3)}, pods.uids
     assert pids.restarts() == {p: 0 for p in naming.pods(db, 3)}, pids.pids
-    print(f"\nleaves rescue: retry filed {gap:.0f}s after the failure; valid leaves served {healed:.1f}s after it was "
-          f"filed; no restart; {KEYS} keys read back")
+    print(f"\nleaves rescue: first auto request RescueLeaves, Failed (no Issuer); retry ({retry_plan}) filed {gap:.0f}s "
+          f"after the failure; valid leaves served {healed:.1f}s after it was filed; no restart; {KEYS} keys read back")
 
 
 async def test_an_expired_ca_is_rescued_by_restarting_every_member_together_once(sc: scenario.Scenario) -> None:
@@ -247,7 +260,8 @@ async def test_a_valid_cluster_whose_members_are_all_stopped_is_never_rescued(sc
     await sc.k.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db, {"spec": {"halted": True}})
 
     async def gone() -> bool:
-        return all(await sc.k.get("v1", "Pod", sc.namespace, p) is None for p in naming.pods(db, 3))
+        found = [await sc.k.get("v1", "Pod", sc.namespace, p) for p in naming.pods(db, 3)]
+        return all(p is None for p in found)
 
     await aeventually(gone, timeout=60, interval=0.5, what="every member pod gone")
     await sc.submit("rotate-stopped", db, constants.OPS_TYPE_RECONFIGURE_TLS, tls={"rotateCertificates": True},
