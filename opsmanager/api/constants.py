@@ -180,6 +180,11 @@ COND_PEER_URLS_UPDATED: Final = "PeerURLsUpdated"
 COND_TRUST_BUNDLE_NARROWED: Final = "TrustBundleNarrowed"
 COND_TLS_LISTENERS_ADDED: Final = "TLSListenersAdded"  # add TLS, pass 1: http and https listeners, peer URLs http
 COND_PLAINTEXT_LISTENERS_ADDED: Final = "PlaintextListenersAdded"  # remove TLS, pass 1: https and http listeners
+# Rescue (issue 13): the rotate's observation found expired served leaves or an expired loaded CA; the message says
+# what expired (member, port, notAfter) and which rescue plan runs.
+COND_RESCUE_PLAN_CHOSEN: Final = "RescuePlanChosen"
+ANNOTATION_RESCUE_REASON: Final = "ops.opsmanager.dev/rescue-reason"  # on the request: why the rescue was chosen
+ANNOTATION_RESCUE_RESTARTED: Final = "ops.opsmanager.dev/rescue-restarted"  # pod UIDs before the restart-all
 
 # Per-pod steps: the condition type is "<Step>--<pod>" (see per_pod_type()).
 STEP_EVICT_POD: Final = "EvictPod"

@@ -13,6 +13,7 @@ TLS mode — the endpoint kubelet probes use), so health keeps working while the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -42,6 +43,66 @@ def _client_context(identity: access.TLSIdentity | None) -> ssl.SSLContext:
                 f.write(identity.key_pem)
             ctx.load_cert_chain(cert, key)
     return ctx
+
+
+def _first_certificate(stream: bytes) -> bytes | None:
+    """The first certificate of the TLS 1.2 ``Certificate`` handshake message in ``stream`` (raw records read from
+    the server); None while more bytes are needed; ``b""`` when the stream cannot hold one (not TLS, an alert)."""
+    handshake = b""
+    at = 0
+    while at + 5 <= len(stream):
+        kind, length = stream[at], int.from_bytes(stream[at + 3:at + 5], "big")
+        if at + 5 + length > len(stream):
+            break
+        if kind != 22:  # anything but a handshake record before the certificate: an alert, or not TLS
+            return b""
+        handshake += stream[at + 5:at + 5 + length]
+        at += 5 + length
+    pos = 0
+    while pos + 4 <= len(handshake):
+        msg, length = handshake[pos], int.from_bytes(handshake[pos + 1:pos + 4], "big")
+        if pos + 4 + length > len(handshake):
+            return None
+        if msg == 11:  # Certificate: certificate_list<3>, then each certificate<3>
+            body = handshake[pos + 4:pos + 4 + length]
+            first = int.from_bytes(body[3:6], "big") if len(body) >= 6 else 0
+            return body[6:6 + first] if first and len(body) >= 6 + first else b""
+        pos += 4 + length
+    return None
+
+
+async def _certificate_in_the_clear(host: str, port: int, server_name: str | None, *, timeout: float) -> bytes | None:
+    """The leaf a TLS 1.2 server sends in its first flight, before it asks for (and judges) a client certificate:
+    read from the raw records, nothing sent but a ClientHello, nothing verified. For rescue (issue 13): when leaves
+    have expired, the member refuses our (equally expired) client certificate, yet what it serves must be read."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname=server_name or None)
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(host, port)
+            try:
+                writer.write(outgoing.read())
+                await writer.drain()
+                stream = b""
+                while len(stream) < 1 << 18:
+                    data = await reader.read(1 << 16)
+                    if not data:
+                        return None
+                    stream += data
+                    found = _first_certificate(stream)
+                    if found is not None:
+                        return found or None
+            finally:
+                writer.close()
+    except (OSError, TimeoutError):
+        return None
+    return None
 
 
 async def served_certificate(
@@ -76,6 +137,12 @@ async def served_certificate(
             await writer.start_tls(ctx, server_hostname=server_name or None, ssl_handshake_timeout=remaining)
     except (ssl.SSLError, OSError, TimeoutError) as exc:
         writer.close()
+        # The handshake was refused (our client certificate expired, or the member's peer check failed) — but a
+        # TLS 1.2 server sends its certificate in the clear before it looks at ours: read it there (read-only).
+        remaining = max(0.05, timeout - (loop.time() - started))
+        if isinstance(exc, ssl.SSLError) and (der := await _certificate_in_the_clear(host, port, server_name,
+                                                                                     timeout=remaining)):
+            return pki.cert_info(der)
         raise errors.TLSHandshakeFailed(f"served_certificate on {where}: TLS handshake failed ({exc!r}); "
                                         "is the port serving TLS, and does it accept our client certificate?",
                                         endpoint=where) from exc

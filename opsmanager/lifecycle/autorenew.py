@@ -115,7 +115,8 @@ async def after_scan(k: kube.Kube, obj: Mapping[str, Any], scan: verdict.Scan) -
         assert decision.request_name is not None and not_after is not None and not_before is not None
         timeout = verdict.request_timeout(verdict.renew_before(not_before, not_after, before))
         body = verdict.request_body(etcd=name, namespace=ns, etcd_uid=(obj.get("metadata") or {}).get("uid"),
-                                    name=decision.request_name, not_after=not_after, timeout=timeout)
+                                    name=decision.request_name, not_after=not_after, timeout=timeout,
+                                    now=now)
         created = True
         try:
             await k.create(body)

@@ -561,9 +561,11 @@ def request_timeout(before: datetime.timedelta) -> datetime.timedelta:
 
 
 def request_body(*, etcd: str, namespace: str, etcd_uid: str | None, name: str, not_after: datetime.datetime,
-                 timeout: datetime.timedelta) -> dict[str, Any]:
+                 timeout: datetime.timedelta, now: datetime.datetime | None = None) -> dict[str, Any]:
     """The auto-renew ``EtcdOpsRequest``: ``ReconfigureTLS`` with ``rotateCertificates: true``, labelled
-    ``ops.opsmanager.dev/trigger: auto-renew``, annotated with the expiry it renews, owned by the Etcd."""
+    ``ops.opsmanager.dev/trigger: auto-renew``, annotated with the expiry it renews, owned by the Etcd. When that
+    expiry has already passed (``now``), ``apply: Always``: a cluster serving expired leaves is not Ready (its health
+    checks cannot handshake), and an ``IfReady`` request would wait for ever instead of running the rescue."""
     meta: dict[str, Any] = {
         "name": name, "namespace": namespace,
         "labels": {constants.LABEL_OPS_TRIGGER: constants.TRIGGER_AUTO_RENEW},
@@ -575,7 +577,8 @@ def request_body(*, etcd: str, namespace: str, etcd_uid: str | None, name: str, 
     return {
         "apiVersion": constants.OPS_API_VERSION, "kind": constants.OPS_KIND, "metadata": meta,
         "spec": {"type": constants.OPS_TYPE_RECONFIGURE_TLS, "databaseRef": {"name": etcd},
-                 "tls": {"rotateCertificates": True}, "timeout": go_duration(timeout)},
+                 "tls": {"rotateCertificates": True}, "timeout": go_duration(timeout),
+                 **({"apply": constants.APPLY_ALWAYS} if now is not None and not_after <= now else {})},
     }
 
 

@@ -297,3 +297,43 @@ async def entry_settling(ctx: context.OpsContext) -> float:
         return 0.0
     settled = max(times) + datetime.timedelta(seconds=1)
     return max(0.0, (settled - ctx.now).total_seconds())
+# --- rescue (issue 13): what has expired — by expiry, never by reachability -----------------------------------
+
+
+def _status_not_after(db_obj: dict[str, Any], member: str, port: str) -> datetime.datetime | None:
+    """The notAfter the last scan saw ``member`` serve on ``port`` (``status.tls``), None when it saw none."""
+    for entry in (((db_obj.get("status") or {}).get("tls") or {}).get("members")) or []:
+        if entry.get("name") == member:
+            raw = (entry.get(port) or {}).get("notAfter")
+            try:
+                return conditions.parse_rfc3339(raw) if isinstance(raw, str) else None
+            except ValueError:
+                return None
+    return None
+
+
+async def observe_expiry(ctx: context.OpsContext) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The expired leaves members serve (``"<member> <port> notAfter <t>"``) and, when every CA the members have
+    loaded has expired, those CAs. A leaf is read by a fresh handshake that does not verify the chain (it only reads
+    what is served: an expired chain is never trusted for anything); a member that does not answer is judged by the
+    last scan's ``status.tls`` — so an unreachable member with a valid leaf adds nothing (reachability never
+    chooses the rescue)."""
+    now = ctx.now
+    expired: list[str] = []
+    pods = await ctx.pods()
+    async with await ctx.etcd(pods) as client:
+        for member in ctx.pod_names():
+            for port in constants.TLS_PORTS:
+                not_after: datetime.datetime | None
+                try:
+                    not_after = (await client.served_certificate(member, port=port, timeout=2.0)).not_after
+                except etcd_errors.EtcdError:
+                    not_after = _status_not_after(ctx.db_obj, member, port)
+                if not_after is not None and not_after < now:
+                    expired.append(f"{member} {port} notAfter {conditions.rfc3339(not_after)}")
+    loaded = pki.split_pem(await release.loaded(ctx.kube, ctx.db))
+    infos = [pki.cert_info(ca) for ca in loaded]
+    cas: tuple[str, ...] = ()
+    if infos and all(i.not_after < now for i in infos):
+        cas = tuple(f"{i.subject} notAfter {conditions.rfc3339(i.not_after)}" for i in infos)
+    return tuple(expired), cas

@@ -34,6 +34,8 @@ from opsmanager.ops.steps import (
     issue,
     move_leader,
     pause,
+    rescue_chosen,
+    restart_all,
     roll,
     roll_pass,
     sync_certificates,
@@ -61,6 +63,8 @@ STEPS: dict[plan.StepKind, Executor] = {
     plan.StepKind.MOVE_LEADER: move_leader.run,
     plan.StepKind.VERIFY_SERVED: verify_served.run,
     plan.StepKind.UPDATE_DATABASE: update_database.run,
+    plan.StepKind.RESCUE_CHOSEN: rescue_chosen.run,
+    plan.StepKind.RESTART_ALL: restart_all.run,
 }
 
 
@@ -246,10 +250,21 @@ class Engine:
         if raw is None:
             if ctx.conditions or ctx.db.spec.tls is None:
                 return plan.RotateVariant.HOT_RELOAD
-            variant = plan.rotate_variant(await certificates.observe_rotation(self.kube, ctx.db))
+            seen = await certificates.observe_rotation(self.kube, ctx.db)
+            try:
+                leaves, cas = await certificates.observe_expiry(ctx)
+            except etcd_errors.EtcdError as err:  # no member to ask at all: judged by status.tls alone
+                log.info("EtcdOpsRequest %s/%s: reading served leaves: %s", ctx.namespace, ctx.name, err)
+                leaves, cas = (), ()
+            seen = dataclasses.replace(seen, expired_leaves=leaves, expired_cas=cas)
+            variant = plan.rotate_variant(seen)
+            annotations = {tlschange.ANNOTATION_PLAN: variant.value}
+            if reason := plan.rescue_reason(seen):
+                annotations[constants.ANNOTATION_RESCUE_REASON] = reason
+                log.info("EtcdOpsRequest %s/%s: %s", ctx.namespace, ctx.name, reason)
             ctx.request = await self.kube.patch(
                 constants.OPS_API_VERSION, constants.OPS_KIND, ctx.namespace, ctx.name,
-                {"metadata": {"annotations": {tlschange.ANNOTATION_PLAN: variant.value}}})
+                {"metadata": {"annotations": annotations}})
             return variant
         try:
             return plan.RotateVariant(raw)

@@ -65,6 +65,8 @@ class StepKind(enum.Enum):
     UPDATE_PEER_URLS = "UpdatePeerURLs"  # member update of each peer URL to the step's scheme
     MOVE_LEADER = "MoveLeader"  # standalone MoveLeader request
     VERIFY_SERVED = "VerifyServed"  # rotate: every member serves its new leaf (hot reload), else restart it alone
+    RESCUE_CHOSEN = "RescueChosen"  # rescue: record why the rescue plan was chosen (from the persisted observation)
+    RESTART_ALL = "RestartAll"  # rescue CA: restart every member at once (each once), wait for quorum (bounded)
     UPDATE_DATABASE = "UpdateDatabase"  # write spec.tls back to the Etcd, clean up what is no longer used
 
 
@@ -83,6 +85,11 @@ class RotateVariant(enum.Enum):
 
     HOT_RELOAD = "Rotate"  # same CA: re-issue, release, verify served; no restart
     CA_ROLLOVER = "CARollover"  # a source chains to a CA not every member has loaded: widen, release, narrow
+    RESCUE_LEAVES = "RescueLeaves"  # served leaves expired, loaded CA valid: re-issue, release all, verify; no restart
+    RESCUE_CA = "RescueCA"  # the members' CA expired: new bundle + leaves, restart every member together, quorum
+
+
+RESCUE_VARIANTS = (RotateVariant.RESCUE_LEAVES, RotateVariant.RESCUE_CA)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,15 +100,50 @@ class RotateObservation:
 
     untrusted: tuple[str, ...] = ()
     issuer_ca_unloaded: bool = False
+    # Rescue (issue 13) — EXPIRY, never reachability: ``expired_leaves``: the leaves members serve whose notAfter is
+    # past ("<member> <port> notAfter <time>", read by a handshake that does not verify, or from status.tls when a
+    # member does not answer); ``expired_cas``: the CAs every member has loaded whose notAfter is past, when *all*
+    # of them are (the members then trust nothing valid).
+    expired_leaves: tuple[str, ...] = ()
+    expired_cas: tuple[str, ...] = ()
 
 
 def rotate_variant(seen: RotateObservation) -> RotateVariant:
     """The plan of a rotate request, from what was observed when it started — the one place the rotate variants
-    are chosen (a later "rescue" variant adds its case here). A source or the issuer on a CA not loaded by every
-    member needs the three phases; otherwise the leaves hot-reload."""
+    are chosen. Decided by expiry, never by reachability (an unreachable member adds nothing here):
+
+    - the members' loaded CA has expired → ``RESCUE_CA`` (whatever the issuer signs with now);
+    - a served leaf has expired and the issuer's CA is not loaded → ``RESCUE_CA`` too (a rollover's leader-aware
+      rolls need health checks that cannot handshake with an expired leaf);
+    - a served leaf has expired, the CA is valid and loaded → ``RESCUE_LEAVES``;
+    - a source or the issuer on a CA not loaded by every member → ``CA_ROLLOVER``; otherwise ``HOT_RELOAD``."""
+    if seen.expired_cas:
+        return RotateVariant.RESCUE_CA
+    if seen.expired_leaves:
+        return RotateVariant.RESCUE_CA if seen.issuer_ca_unloaded else RotateVariant.RESCUE_LEAVES
     if seen.untrusted or seen.issuer_ca_unloaded:
         return RotateVariant.CA_ROLLOVER
     return RotateVariant.HOT_RELOAD
+
+
+def rescue_reason(seen: RotateObservation) -> str:
+    """Why the rescue plan was chosen (the ``RescuePlanChosen`` message): what expired, naming member, port and
+    notAfter; empty when :func:`rotate_variant` chooses no rescue."""
+    variant = rotate_variant(seen)
+    if variant not in RESCUE_VARIANTS:
+        return ""
+    parts = []
+    if seen.expired_cas:
+        parts.append(f"the CA every member loaded has expired ({'; '.join(seen.expired_cas)})")
+    if seen.expired_leaves:
+        shown = "; ".join(seen.expired_leaves[:4]) + (f"; and {len(seen.expired_leaves) - 4} more"
+                                                        if len(seen.expired_leaves) > 4 else "")
+        parts.append(f"served certificates have expired ({shown})")
+    if seen.issuer_ca_unloaded:
+        parts.append("the issuer signs with a CA the members have not loaded")
+    how = ("re-issue and release every certificate at once, no restart" if variant is RotateVariant.RESCUE_LEAVES
+           else "new trust bundle and certificates, then every member restarted together")
+    return f"{variant.value}: {', '.join(parts)}; {how}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +175,7 @@ class Plan:
 
     @property
     def summary(self) -> str:
-        if self.variant is RotateVariant.CA_ROLLOVER:
+        if self.variant in (RotateVariant.CA_ROLLOVER, *RESCUE_VARIANTS):
             return str(self.variant.value)
         return self.change.value if self.change is not None else self.request_type
 
@@ -221,6 +263,39 @@ def _ca_rollover_steps(current: etcd_api.TLSConfig) -> list[Step]:
     ]
 
 
+def _rescue_steps(current: etcd_api.TLSConfig, variant: RotateVariant) -> list[Step]:
+    """The rescue plans (issue 13). Leaves: every certificate re-issued at once, every leaf released at once
+    through the gate against the trust bundle (the gate judges the *source*: a fresh valid leaf passes whatever
+    the mounted one is), verified by handshake on both ports; etcd re-reads leaves per handshake, so no restart.
+    CA: the leaves released against any CA and the bundle rewritten from the released CAs, then every member
+    restarted together (members cannot talk across CAs: a rolling restart only loses members), quorum awaited
+    (bounded by the step timeout), the served leaves verified."""
+    chosen = Step(constants.COND_RESCUE_PLAN_CHOSEN, StepKind.RESCUE_CHOSEN,
+                  "The certificates have expired: the rescue plan runs", tls=current)
+    issue = Step(constants.COND_ISSUE_CERTIFICATES_SUCCEEDED, StepKind.ISSUE,
+                 "Successfully re-issued every certificate", tls=current)
+    verify = Step(constants.COND_SERVED_CERTIFICATES_VERIFIED, StepKind.VERIFY_SERVED,
+                  "Every member serves a valid certificate on the client and the peer port",
+                  verify_served_certificates=True, tls=current)
+    if variant is RotateVariant.RESCUE_LEAVES:
+        return [
+            _running("Etcd ops request is rescuing expired certificates (no restart)"),
+            chosen, issue,
+            _sync_certificates(current, source=" (every leaf released at once)"),
+            verify,
+            _update_database("Successfully rescued the expired etcd certificates"),
+        ]
+    return [
+        _running("Etcd ops request is rescuing an expired etcd CA"),
+        chosen, issue,
+        _sync_certificates(current, source=" and wrote the new trust bundle", trust=Trust.DESIRED),
+        Step(constants.COND_RESTART_PODS, StepKind.RESTART_ALL,
+             "Restarted every member together onto the new CA; quorum is back", tls=current),
+        verify,
+        _update_database("Successfully rescued the etcd cluster from an expired CA"),
+    ]
+
+
 def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec,
                          variant: RotateVariant = RotateVariant.HOT_RELOAD) -> Plan:
     current = db.spec.tls
@@ -256,6 +331,9 @@ def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec,
             *_final_roll(None, verify=False, what="without TLS"),
             _update_database("Successfully removed TLS from the Etcd and deleted its certificates"),
         ]
+    elif change is TLSChange.ROTATE and variant in RESCUE_VARIANTS:
+        assert current is not None
+        steps = _rescue_steps(current, variant)
     elif change is TLSChange.ROTATE and variant is RotateVariant.CA_ROLLOVER:
         assert current is not None
         steps = _ca_rollover_steps(current)

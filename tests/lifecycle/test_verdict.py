@@ -485,6 +485,20 @@ def test_auto_request_body() -> None:
     assert body["metadata"]["annotations"] == {"opsmanager.dev/auto-renew-for": "2026-12-01T00:06:00Z"}
     assert body["spec"] == {"type": "ReconfigureTLS", "databaseRef": {"name": "db"},
                             "tls": {"rotateCertificates": True}, "timeout": "1m15s"}
+    before = verdict.request_body(etcd="db", namespace="ns", etcd_uid="u-1", name="n", not_after=T0 + 6 * MIN,
+                                  timeout=75 * datetime.timedelta(seconds=1), now=T0 + 5 * MIN)
+    assert "apply" not in before["spec"]  # IfReady, as any request, while the leaves are still valid
+
+
+def test_an_auto_request_for_leaves_already_expired_applies_always_for_the_rescue() -> None:
+    body = verdict.request_body(etcd="db", namespace="ns", etcd_uid="u-1", name="n", not_after=T0 + 6 * MIN,
+                                timeout=75 * datetime.timedelta(seconds=1), now=T0 + 7 * MIN)
+    assert body["spec"]["apply"] == "Always"  # the expired cluster is not Ready: IfReady would wait for ever
+    decision = verdict.auto_renew(etcd="db", not_before=T0, not_after=T0 + 6 * MIN, enabled=True,
+                                  before=datetime.timedelta(minutes=2), retry_after_failure=datetime.timedelta(seconds=30),
+                                  in_flight=False, last_failure_at=None, unscanned_members=(), requested_for=None,
+                                  now=T0 + 7 * MIN)
+    assert decision.verdict is verdict.Verdict.CREATE  # the scan read the expired leaves: it still files
 
 
 def test_auto_renew_state_round_trips_and_tolerates_garbage() -> None:

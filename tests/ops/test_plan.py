@@ -174,3 +174,43 @@ def test_the_ca_rollover_plan_widens_reissues_releases_verifies_narrows_and_neve
         s.condition for s in same.steps]
     other = plan.plan_for(db(CA), req(remove=True), plan.RotateVariant.CA_ROLLOVER)
     assert other.variant is None and other.change is plan.TLSChange.REMOVE  # only rotates have variants
+
+
+def test_rescue_is_chosen_by_expiry_never_by_reachability() -> None:
+    leaf = ("db-0 client notAfter 2026-01-01T00:00:00Z",)
+    ca = ("CN=ca notAfter 2026-01-01T00:00:00Z",)
+    table = [
+        (plan.RotateObservation(), plan.RotateVariant.HOT_RELOAD),  # valid, however unreachable (nothing observed)
+        (plan.RotateObservation(expired_leaves=leaf), plan.RotateVariant.RESCUE_LEAVES),
+        (plan.RotateObservation(expired_leaves=leaf, untrusted=("ns/s",)), plan.RotateVariant.RESCUE_LEAVES),
+        (plan.RotateObservation(expired_leaves=leaf, issuer_ca_unloaded=True), plan.RotateVariant.RESCUE_CA),
+        (plan.RotateObservation(expired_cas=ca), plan.RotateVariant.RESCUE_CA),
+        (plan.RotateObservation(expired_cas=ca, expired_leaves=leaf, issuer_ca_unloaded=True),
+         plan.RotateVariant.RESCUE_CA),
+        (plan.RotateObservation(issuer_ca_unloaded=True), plan.RotateVariant.CA_ROLLOVER),
+    ]
+    for seen, want in table:
+        assert plan.rotate_variant(seen) is want, seen
+    assert plan.rescue_reason(plan.RotateObservation()) == ""
+    assert plan.rescue_reason(plan.RotateObservation(issuer_ca_unloaded=True)) == ""
+    why = plan.rescue_reason(plan.RotateObservation(expired_leaves=leaf))
+    assert why.startswith("RescueLeaves:") and leaf[0] in why and "no restart" in why
+    many = plan.rescue_reason(plan.RotateObservation(expired_leaves=tuple(f"db-{i} peer" for i in range(6))))
+    assert "and 2 more" in many and "db-5" not in many
+    assert "CA every member loaded has expired" in plan.rescue_reason(plan.RotateObservation(expired_cas=ca))
+
+
+def test_the_rescue_plans_reissue_release_and_restart_only_for_an_expired_ca() -> None:
+    leaves = plan.plan_for(db(CA), req(rotateCertificates=True), plan.RotateVariant.RESCUE_LEAVES)
+    assert conditions(leaves) == ["Running", "RescuePlanChosen", "IssueCertificatesSucceeded", "CertificateSynced",
+                                  "ServedCertificatesVerified", "UpdateDatabase"]
+    assert leaves.summary == "RescueLeaves" and leaves.desired_tls == db(CA).spec.tls
+    assert not any(s.kind in (plan.StepKind.ROLL, plan.StepKind.ROLL_PASS, plan.StepKind.RESTART_ALL)
+                   for s in leaves.steps)
+    assert leaves.steps[3].trust is plan.Trust.KEEP  # released against the bundle the members loaded
+    ca = plan.plan_for(db(CA), req(rotateCertificates=True), plan.RotateVariant.RESCUE_CA)
+    assert conditions(ca) == ["Running", "RescuePlanChosen", "IssueCertificatesSucceeded", "CertificateSynced",
+                              "RestartPods", "ServedCertificatesVerified", "UpdateDatabase"]
+    assert ca.steps[3].trust is plan.Trust.DESIRED  # any CA; the bundle rewritten from the released CAs
+    assert ca.steps[4].kind is plan.StepKind.RESTART_ALL and ca.summary == "RescueCA"
+    assert [s.kind for s in ca.steps].count(plan.StepKind.RESTART_ALL) == 1

@@ -80,6 +80,19 @@ class CrashingKube(kube.Kube):
         await super().evict(namespace, pod)
         self.crash(f"after evict {pod}")
 
+    on_delete_pod: Callable[[str], None] = staticmethod(lambda pod: None)
+
+    async def delete(self, api_version: str, kind: str, namespace: str | None, name: str, **kw: Any) -> bool:
+        """A pod deleted outright (the CA rescue's restart of every member): ``before``/``after delete <pod>``."""
+        if kind != "Pod":
+            return await super().delete(api_version, kind, namespace, name, **kw)
+        self.crash(f"before delete {name}")
+        gone = await super().delete(api_version, kind, namespace, name, **kw)
+        if gone:
+            self.on_delete_pod(name)
+        self.crash(f"after delete {name}")
+        return gone
+
     async def transact_status(self, api_version: str, kind: str, namespace: str | None, name: str,
                               *mutations: Callable[[Obj], Obj], attempts: int = 8) -> Obj | None:
         result = await super().transact_status(api_version, kind, namespace, name, *mutations, attempts=attempts)
@@ -122,6 +135,7 @@ class Record:
     max_missing: int = 0
     restarted_while_leader: list[str] = dataclasses.field(default_factory=list)
     evictions: list[tuple[str, float]] = dataclasses.field(default_factory=list)  # (pod, clock offset in s)
+    deletions: list[str] = dataclasses.field(default_factory=list)  # pods deleted outright (CA rescue)
 
 
 class World:
@@ -130,6 +144,7 @@ class World:
         self.kube = client
         client.crash = self.maybe_crash
         client.on_evict = lambda pod: self.record.evictions.append((pod, self.clock.offset.total_seconds()))
+        client.on_delete_pod = lambda pod: self.record.deletions.append(pod)
         self.clock = FakeClock()
         self.cluster: fake.FakeCluster | None = None
         self.cas: dict[str, pki.KeyPair] = {}
@@ -138,6 +153,7 @@ class World:
         self.crashes: list[str] = []
         self.held: set[str] = set()  # pods the kubelet does not recreate (a member that never comes back)
         self.cert_manager_running = True
+        self.issuer_fails: str | None = None  # cert-manager fails every issuance with this message (Issuing=False)
         self.delivery_timeout = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT  # --certificate-delivery-timeout
         self._ips = 0
         self._missing_seen: set[str] = set()
@@ -322,6 +338,13 @@ class World:
                     and not conditions.is_true(conds, "Issuing")):
                 continue
             issuer = spec["issuerRef"]
+            if self.issuer_fails is not None:
+                if conditions.is_true(conds, "Issuing"):
+                    def failed(st: Obj, why: str = self.issuer_fails) -> Obj:
+                        return {**st, "conditions": conditions.set_condition(
+                            st.get("conditions"), "Issuing", constants.FALSE, reason="Failed", message=why)}
+                    await self.kube.transact_status(CERT_API, "Certificate", NS, meta["name"], failed)
+                continue
             ca = self.ca(issuer["name"])
             leaf = pki.make_leaf(ca, spec.get("commonName") or meta["name"], dns_names=spec.get("dnsNames") or (),
                                  usages=[u for u in spec.get("usages") or () if u in ("server auth", "client auth")]

@@ -44,13 +44,39 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
             continue
         baseline = int(mark.split("/", 1)[1] or 0)
         if _revision(live) <= baseline:
+            if (failed := _failed_since(ctx, step, live)) is not None:
+                return context.Fail(f"cert-manager could not issue Certificate {ctx.namespace}/{name}: {failed}; "
+                                    "nothing was restarted", reason="IssuanceFailed")
             if not conditions.is_true((live.get("status") or {}).get("conditions"), "Issuing"):
                 # Marked but not (or no longer) issuing: the operator died between the mark and the trigger.
                 await _trigger_issuing(ctx.kube, ctx.namespace, name)
-            waiting.append(f"{name} at revision {_revision(live)}, waiting for > {baseline}")
+            waiting.append(f"{name} at revision {_revision(live)}, waiting for > {baseline}{_why_not(live)}")
     if waiting:
         return context.Progress("; ".join(waiting), delay=0.5)
     return context.Done()
+
+
+def _failed_since(ctx: context.OpsContext, step: plan.Step, cert: dict[str, Any]) -> str | None:
+    """cert-manager's ``Issuing=False`` (a failed issuance; it then backs off for an hour: waiting is pointless), when it came
+    after this step started (an older failure was overwritten by our ``Issuing=True``); None otherwise."""
+    conds = (cert.get("status") or {}).get("conditions") or []
+    issuing = conditions.get_condition(conds, "Issuing")
+    if issuing is None or issuing.get("status") != constants.FALSE:
+        return None
+    started = (ctx.condition(step.condition) or {}).get("lastTransitionTime")
+    when = issuing.get("lastTransitionTime")
+    if not started or not when or conditions.parse_rfc3339(when) < conditions.parse_rfc3339(started):
+        return None
+    return f"{issuing.get('reason')}: {issuing.get('message') or 'issuance failed'}"
+
+
+def _why_not(cert: dict[str, Any]) -> str:
+    """cert-manager's word on why a Certificate is not Ready (the issuer missing, not ready...), for the step's
+    message — and so for the timeout's ``Failed`` message."""
+    ready = conditions.get_condition((cert.get("status") or {}).get("conditions") or [], "Ready")
+    if ready is None or ready.get("status") == constants.TRUE:
+        return ""
+    return f" (Ready=False: {ready.get('reason')}: {ready.get('message')})"
 
 
 async def _trigger_issuing(client: kube.Kube, namespace: str, name: str) -> None:

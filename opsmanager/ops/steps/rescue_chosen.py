@@ -1,0 +1,19 @@
+"""``RescuePlanChosen`` (rescue, issue 13): say that the rescue plan runs and why.
+
+The reason is what the engine observed when the request started (expired served leaves, member/port/notAfter, or
+an expired loaded CA; :func:`opsmanager.ops.plan.rescue_reason`), persisted on the request
+(``ops.opsmanager.dev/rescue-reason``) with the plan itself, so an operator restarted mid-run says the same. The
+step changes nothing in the cluster.
+"""
+
+from __future__ import annotations
+
+from opsmanager.api import constants
+from opsmanager.ops import context, plan
+
+
+async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    reason = (ctx.request["metadata"].get("annotations") or {}).get(constants.ANNOTATION_RESCUE_REASON)
+    message = f"{step.message}: {reason}" if reason else step.message
+    await ctx.event("RescuePlanChosen", message, type_="Warning")
+    return context.Done(message)

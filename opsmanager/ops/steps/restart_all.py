@@ -1,0 +1,65 @@
+"""``RestartPods`` of the CA rescue (issue 13): restart every member together, once, and wait for quorum.
+
+Members loaded their CA at start; once it has expired (or the new leaves chain to a CA they never loaded) they
+cannot talk to each other. A rolling restart would only lose members: the restarted one trusts the new CA, the
+others the old. So every member pod is deleted at once (not through the Eviction API: a PodDisruptionBudget would
+refuse exactly this), and the StatefulSet recreates them onto the new bundle and leaves already released.
+
+Crash safety, each member restarted exactly once: before deleting anything the UIDs of the current pods are written
+on the request (``ops.opsmanager.dev/rescue-restarted``); a pod is deleted only with its recorded UID as a
+precondition, so a pod recreated before the operator died is never deleted again. The step is done when every
+member runs in a pod with a new UID and a majority answers etcd's plain-HTTP ``/health`` on the metrics port (2381:
+a leader and a linearizable read; no TLS chain trusted), bounded by the request's timeout (``spec.timeout``).
+"""
+
+from __future__ import annotations
+
+import json
+
+from opsmanager.api import conditions, constants
+from opsmanager.ops import context, plan
+from opsmanager.provisioner import gate, health, members
+
+
+def _record(ctx: context.OpsContext) -> dict[str, str] | None:
+    """The pod UIDs recorded before the restart (``{pod: uid}``; the gate's record codec), None before it."""
+    return gate.decode_record((ctx.request["metadata"].get("annotations") or {}).get(
+        constants.ANNOTATION_RESCUE_RESTARTED))
+
+
+async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    pods = await ctx.pods()
+    names = ctx.pod_names()
+    record = _record(ctx)
+    if record is None:
+        record = {n: str(pods[n]["metadata"].get("uid") or "") for n in names if n in pods}
+        ctx.request = await ctx.kube.patch(
+            constants.OPS_API_VERSION, constants.OPS_KIND, ctx.namespace, ctx.name,
+            {"metadata": {"annotations": {constants.ANNOTATION_RESCUE_RESTARTED: json.dumps(record, sort_keys=True)}}})
+    deleted = []
+    for name, uid in record.items():
+        pod = pods.get(name)
+        if pod is None or members.terminating(pod) or pod["metadata"].get("uid") != uid:
+            continue
+        if await ctx.kube.delete("v1", "Pod", ctx.namespace, name, uid=uid, grace_period_seconds=0):
+            deleted.append(name)
+    if deleted:
+        await ctx.event("RestartPods", f"Restarted every etcd member together onto the new CA: {', '.join(deleted)}")
+        return context.Progress(f"restarted {', '.join(deleted)} together", delay=0.5)
+    waiting = [n for n in names if (p := pods.get(n)) is None or members.terminating(p)
+               or p["metadata"].get("uid") == record.get(n) or not members.serving(p)]
+    if waiting:
+        return context.Progress(f"waiting for {', '.join(waiting)} to be recreated and Ready", delay=0.5)
+    async with await ctx.etcd(pods) as client:
+        # Quorum from etcd's plain-HTTP /health on the metrics port: no TLS chain trusted for it (an expired or
+        # replaced one cannot mislead it); healthy means "has a leader and a linearizable read succeeded".
+        answers = [await client.health(ep, timeout=2.0) for ep in client.endpoints]
+    healthy = [a for a in answers if a.healthy]
+    if len(healthy) < health.quorum(ctx.db.spec.replicas):
+        sick = "; ".join(f"{ep.name}: {a.reason or 'unhealthy'}" for ep, a in zip(client.endpoints, answers,
+                                                                                   strict=True) if not a.healthy)
+        return context.Progress(f"waiting for quorum after the restart of every member ({len(healthy)} of "
+                                f"{ctx.db.spec.replicas} healthy: {sick})", delay=0.5)
+    age = conditions.transition_age(ctx.conditions, step.condition, now=ctx.now)
+    took = f" in {age.total_seconds():.1f}s" if age is not None else ""
+    return context.Done(f"{step.message}: {len(record)} members restarted together once, quorum back{took}")

@@ -1,0 +1,165 @@
+"""Rescue (issue 13) in the fast world: a rotate on a cluster whose certificates have already expired.
+
+We test these aspects:
+- served leaves expired, CA valid and loaded: the observation persists ``RescueLeaves`` and why (member, port,
+  notAfter), ``RescuePlanChosen`` is the second condition, every leaf is re-issued and released, the members serve
+  the new leaves, and NO member is restarted;
+- the loaded CA expired and the issuer signs with a new CA: ``RescueCA``; the bundle is rewritten to the new CA,
+  every member is deleted together exactly once (no eviction, no rolling), quorum comes back, Successful;
+- killed at every step and around every pod deletion: Successful all the same, each member deleted exactly once;
+- an issuer that cannot issue: ``Failed`` naming cert-manager's reason, nothing restarted (neither rescue);
+- a valid cluster with every member down takes the ordinary plan (reachability never chooses a rescue).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+
+from opsmanager import pki
+from opsmanager.api import conditions, constants, tlschange
+from opsmanager.ops import plan
+from tests.ops import test_engine_operations as operations
+from tests.ops import world as w
+
+LEAVES_ORDER = ["Running", "RescuePlanChosen", "IssueCertificatesSucceeded", "CertificateSynced",
+                "ServedCertificatesVerified", "UpdateDatabase", "Successful"]
+CA_ORDER = ["Running", "RescuePlanChosen", "IssueCertificatesSucceeded", "CertificateSynced", "RestartPods",
+            "ServedCertificatesVerified", "UpdateDatabase", "Successful"]
+PAST = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=2)
+
+
+def _b64(data: dict[str, bytes]) -> dict[str, str]:
+    return {k: base64.b64encode(v).decode() for k, v in data.items()}
+
+
+async def expire_leaves(world: w.World) -> None:
+    """Every mounted (and source) leaf replaced by one of the same CA that expired yesterday; members serve them."""
+    ca = world.ca("ca-a")
+    for alias in constants.CERT_ALIASES:
+        mounted = await world.kube.get("v1", "Secret", w.NS, f"db-{alias}-cert")
+        assert mounted is not None
+        old = pki.cert_info(base64.b64decode(mounted["data"]["tls.crt"]))
+        leaf = pki.make_leaf(ca, old.common_name, dns_names=old.dns_names, not_before=PAST,
+                             not_after=PAST + datetime.timedelta(days=1))
+        data = _b64({"tls.crt": leaf.cert_pem, "tls.key": leaf.key_pem, "ca.crt": ca.cert_pem})
+        for name in (f"db-{alias}-cert", f"db-{alias}-issued"):
+            await world.kube.patch("v1", "Secret", w.NS, name, {"data": data})
+    await world.settle()
+
+
+async def expired_ca_cluster(world: w.World) -> pki.KeyPair:
+    """A cluster whose CA (and so the CA every member loaded) expired yesterday; the Issuer now signs with a new CA
+    (the CA Secret replaced)."""
+    world.cas["ca-a"] = pki.make_ca("ca-a-old", not_before=PAST - datetime.timedelta(days=1),
+                                    not_after=PAST + datetime.timedelta(days=1))
+    await world.etcd("db", tls_issuer="ca-a")
+    new = world.cas["ca-a"] = pki.make_ca("ca-a-new")
+    return new
+
+
+async def rotate(world: w.World, name: str = "rotate") -> None:
+    await world.request(name, "db", "ReconfigureTLS", tls={"rotateCertificates": True})
+
+
+async def served_valid(world: w.World) -> bool:
+    assert world.cluster is not None
+    now = datetime.datetime.now(datetime.UTC)
+    return all(c.not_after > now for m in world.cluster.members.values() for c in m.served.values())
+
+
+def rescue_message(req: dict[str, object]) -> str:
+    cond = conditions.get_condition((req.get("status") or {}).get("conditions"),  # type: ignore[union-attr]
+                                    constants.COND_RESCUE_PLAN_CHOSEN)
+    assert cond is not None and cond["status"] == constants.TRUE
+    return str(cond["message"])
+
+
+async def test_expired_leaves_are_rescued_at_once_without_restarting_any_member(world: w.World) -> None:
+    await world.etcd("db", tls_issuer="ca-a")
+    await expire_leaves(world)
+    assert not await served_valid(world)
+    await rotate(world)
+    req = await world.run("rotate")
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
+    assert req["metadata"]["annotations"][tlschange.ANNOTATION_PLAN] == plan.RotateVariant.RESCUE_LEAVES.value
+    assert w.umbrella(req) == LEAVES_ORDER
+    message = rescue_message(req)
+    assert "db-0 client notAfter" in message and "RescueLeaves" in message, message
+    assert world.record.creations == {} and world.record.evictions == [] and world.record.deletions == []
+    assert await served_valid(world) and await operations.served_as_in_secrets(world)
+    assert not await world.is_paused("db")
+
+
+async def test_an_expired_ca_is_rescued_by_restarting_every_member_together_once(world: w.World) -> None:
+    new = await expired_ca_cluster(world)
+    await rotate(world)
+    req = await world.run("rotate")
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
+    assert req["metadata"]["annotations"][tlschange.ANNOTATION_PLAN] == plan.RotateVariant.RESCUE_CA.value
+    assert w.umbrella(req) == CA_ORDER
+    assert "the CA every member loaded has expired" in rescue_message(req)
+    assert sorted(world.record.deletions) == operations.PODS and world.record.evictions == []
+    assert world.record.creations == {p: 1 for p in operations.PODS}
+    bundle = await world.kube.get("v1", "Secret", w.NS, "db-ca-bundle")
+    assert bundle is not None
+    assert [pki.cert_info(c).common_name for c in pki.split_pem(base64.b64decode(bundle["data"]["ca.crt"]))] == [
+        pki.cert_info(new.cert_pem).common_name]
+    assert await operations.served_as_in_secrets(world)
+    restart = conditions.get_condition(req["status"]["conditions"], constants.COND_RESTART_PODS)
+    assert restart is not None and "3 members restarted together once, quorum back" in restart["message"]
+
+
+async def test_killed_anywhere_in_a_ca_rescue_it_resumes_and_restarts_each_member_exactly_once(
+        world: w.World) -> None:
+    await expired_ca_cluster(world)
+    await rotate(world)
+    points = {f"{when} {c}" for c in CA_ORDER for when in ("in-flight", "done")}
+    points |= {f"{when} delete {p}" for p in operations.PODS for when in ("before", "after")}
+    world.crash_points = set(points)
+    req = await world.run("rotate")
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
+    assert w.umbrella(req) == CA_ORDER
+    assert sorted(world.record.deletions) == operations.PODS, world.record.deletions
+    assert world.record.creations == {p: 1 for p in operations.PODS}
+    assert set(world.crashes) >= points - {"done Successful", "in-flight Successful"}, points - set(world.crashes)
+
+
+async def test_killed_anywhere_in_a_leaves_rescue_it_resumes_and_restarts_nothing(world: w.World) -> None:
+    await world.etcd("db", tls_issuer="ca-a")
+    await expire_leaves(world)
+    await rotate(world)
+    world.crash_points = {f"{when} {c}" for c in LEAVES_ORDER for when in ("in-flight", "done")}
+    req = await world.run("rotate")
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
+    assert w.umbrella(req) == LEAVES_ORDER
+    assert world.record.creations == {} and world.record.deletions == []
+    assert len(world.crashes) >= 2 * (len(LEAVES_ORDER) - 1)
+
+
+async def test_an_issuer_that_cannot_issue_fails_the_rescue_with_its_reason_and_restarts_nothing(
+        world: w.World) -> None:
+    await expired_ca_cluster(world)
+    world.issuer_fails = "the signed certificate expired before it could be stored"
+    await rotate(world)
+    req = await world.run("rotate")
+    assert req["status"]["phase"] == constants.PHASE_FAILED, req["status"]
+    failed = conditions.get_condition(req["status"]["conditions"], constants.COND_FAILED)
+    assert failed is not None and failed["reason"] == "IssuanceFailed"
+    assert "the signed certificate expired before it could be stored" in failed["message"]
+    assert world.record.deletions == [] and world.record.creations == {} and world.record.evictions == []
+    assert not await world.is_paused("db")
+
+
+async def test_a_valid_cluster_with_every_member_down_is_never_rescued(world: w.World) -> None:
+    await world.etcd("db", tls_issuer="ca-a")
+    assert world.cluster is not None
+    for name in operations.PODS:
+        world.cluster.stop(name)  # unreachable: no handshake answers; status.tls (none yet) says nothing expired
+    await rotate(world)
+    await world.engine().reconcile(w.NS, "rotate")  # New -> Pending
+    await world.engine().reconcile(w.NS, "rotate")  # Pending -> Progressing
+    await world.engine().reconcile(w.NS, "rotate")  # observes the variant
+    req = await world.get_request("rotate")
+    assert req["metadata"]["annotations"][tlschange.ANNOTATION_PLAN] == plan.RotateVariant.HOT_RELOAD.value
+    assert constants.ANNOTATION_RESCUE_REASON not in req["metadata"]["annotations"]
