@@ -271,6 +271,14 @@ class Writer:
         for key in [k for k in self._clients if k not in keep]:
             await self._clients.pop(key).close()
 
+    async def stop_refreshing(self) -> None:
+        """Stop the periodic re-read (tests: from now on only a failed op re-reads the material)."""
+        if self._material_task is not None:
+            self._material_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._material_task
+            self._material_task = None
+
     async def _refresh(self) -> None:
         """Re-read the material every ``refresh_interval``; newer material is taken up by the next op."""
         assert self.material is not None

@@ -28,6 +28,7 @@ from e2e import scenario
 from opsmanager import pki
 from opsmanager.api import conditions, constants, tlschange
 from opsmanager.etcd import client as etcd_client
+from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import plan
 from opsmanager.provisioner import naming
 from tests.polling import aeventually
@@ -64,10 +65,18 @@ async def auto_requests(sc: scenario.Scenario, db: str) -> list[dict[str, Any]]:
 
 async def write_keys(sc: scenario.Scenario, db: str) -> dict[str, str]:
     written = {f"/rescue/{db}/{i}": f"v{i}" for i in range(KEYS)}
-    async with etcd_client.EtcdClient(await sc.endpoints(db), tls=sc.writer_identities()[0]) as client:
-        for key, value in written.items():
-            await client.put(key, value)
-    return written
+    # A client identity from the CA this Etcd trusts: the scenario holds one per CA made so far (earlier tests'
+    # CAs first), and a member refuses a client certificate from a CA it has not loaded.
+    refused: list[str] = []
+    for identity in sc.writer_identities():
+        try:
+            async with etcd_client.EtcdClient(await sc.endpoints(db), tls=identity) as client:
+                for key, value in written.items():
+                    await client.put(key, value)
+            return written
+        except etcd_errors.TLSHandshakeFailed as err:
+            refused.append(f"{identity.name}: {str(err)[:120]}")
+    raise AssertionError(f"no client identity accepted by {db}: {refused}")
 
 
 async def read_keys(sc: scenario.Scenario, db: str, written: dict[str, str]) -> None:

@@ -47,8 +47,8 @@ async def test_a_following_writer_takes_up_new_material_and_counts_what_fails(
         put_material(tmp_path, cluster.ca.cert_pem, pki.make_leaf(foreign, "writer", usages=("client",)))
         await aeventually(lambda: w.snapshot().failed >= 3, timeout=15)
         # Good material again, with the periodic refresh out of the way: the failing op re-reads it and succeeds.
-        w.refresh_interval = 3600.0
-        await aeventually(lambda: w.snapshot().failed >= 5, timeout=15)  # the refresher is asleep for good now
+        await w.stop_refreshing()  # deterministic: no periodic re-read can pick the good material up first
+        await aeventually(lambda: w.snapshot().failed >= 5, timeout=15)
         put_material(tmp_path, cluster.ca.cert_pem, pki.make_leaf(cluster.ca, "writer", usages=("client",)))
         await w.wait_ok(5, timeout=15)
     result = w.result

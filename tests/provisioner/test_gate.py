@@ -21,7 +21,13 @@ import pytest
 from opsmanager import pki
 from opsmanager.provisioner import gate
 
-NOW = datetime.datetime.now(datetime.UTC)
+
+def now() -> datetime.datetime:
+    """The time of the call, not of the import: a suite that collects this module and runs it twenty minutes later
+    makes its certificates then (backdated by pki's few minutes), so a module-level "now" would call them not yet
+    valid."""
+    return datetime.datetime.now(datetime.UTC)
+
 NAME = "ns/db-server-issued"
 MEMBERS = [f"db-{i}.db-pods.ns.svc" for i in range(3)]
 CA = pki.make_ca("gate-a")
@@ -32,8 +38,8 @@ def leaf(ca: pki.KeyPair = CA, *, dns: tuple[str, ...] = ("*.db-pods.ns.svc",),
          not_before: datetime.datetime | None = None, not_after: datetime.datetime | None = None) -> pki.KeyPair:
     kw: dict[str, Any] = {}
     if not_before is not None or not_after is not None:
-        kw["not_before"] = not_before or NOW - datetime.timedelta(hours=1)
-        kw["not_after"] = not_after or NOW + datetime.timedelta(days=1)
+        kw["not_before"] = not_before or now() - datetime.timedelta(hours=1)
+        kw["not_after"] = not_after or now() + datetime.timedelta(days=1)
     return pki.make_leaf(ca, "db", dns_names=dns, **kw)
 
 
@@ -47,7 +53,7 @@ def secret(pair: pki.KeyPair | None = None, *, ca: bytes = CA.cert_pem, **overri
 
 def check(obj: dict[str, Any] | None, *, loaded: bytes | None = CA.cert_pem,
           dns: list[str] | None = None) -> gate.Verdict:
-    return gate.check(obj, NAME, dns_names=MEMBERS if dns is None else dns, loaded=loaded, now=NOW)
+    return gate.check(obj, NAME, dns_names=MEMBERS if dns is None else dns, loaded=loaded, now=now())
 
 
 def codes(v: gate.Verdict) -> list[str]:
@@ -89,9 +95,9 @@ def test_a_leaf_that_does_not_cover_every_member_is_a_san_mismatch() -> None:
 
 
 def test_validity_window() -> None:
-    expired = leaf(not_before=NOW - datetime.timedelta(days=2), not_after=NOW - datetime.timedelta(days=1))
+    expired = leaf(not_before=now() - datetime.timedelta(days=2), not_after=now() - datetime.timedelta(days=1))
     assert codes(check(secret(expired))) == [gate.EXPIRED]
-    future = leaf(not_before=NOW + datetime.timedelta(hours=1), not_after=NOW + datetime.timedelta(days=1))
+    future = leaf(not_before=now() + datetime.timedelta(hours=1), not_after=now() + datetime.timedelta(days=1))
     assert codes(check(secret(future))) == [gate.NOT_YET_VALID]
 
 
