@@ -141,6 +141,19 @@ class Scenario:
         })
         return ca
 
+    async def foreign_certificate(self, name: str, *, owner: str, issuer: str) -> None:
+        """A cert-manager Certificate ``name`` controlled by someone else (a ConfigMap ``owner``): what the operator
+        must never adopt."""
+        cm = await self.k.create({"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": owner, "namespace": self.namespace}})
+        await self.k.create({
+            "apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+            "metadata": {"name": name, "namespace": self.namespace, "ownerReferences": [{
+                "apiVersion": "v1", "kind": "ConfigMap", "name": owner, "uid": cm["metadata"]["uid"],
+                "controller": True}]},
+            "spec": {"secretName": "theirs", "issuerRef": {"name": issuer, "kind": "Issuer"}, "commonName": "x"},
+        })
+
     def writer_identities(self) -> list[access.TLSIdentity]:
         """A client identity from every CA made so far, each trusting all of them."""
         trust = pki.bundle(*(ca.cert_pem for ca in self.cas.values()))

@@ -176,15 +176,7 @@ async def test_foreign_certificate_fails_then_same_ca_handover_restarts_nothing(
     db = "same"
     names = await byo_etcd(sc, db)
     before = await snapshot(sc, names)
-    owner = await sc.k.create({"apiVersion": "v1", "kind": "ConfigMap",
-                               "metadata": {"name": "not-us", "namespace": sc.namespace}})
-    await sc.k.create({
-        "apiVersion": "cert-manager.io/v1", "kind": "Certificate",
-        "metadata": {"name": f"{db}-peer", "namespace": sc.namespace, "ownerReferences": [{
-            "apiVersion": "v1", "kind": "ConfigMap", "name": "not-us", "uid": owner["metadata"]["uid"],
-            "controller": True}]},
-        "spec": {"secretName": "theirs", "issuerRef": {"name": "cm", "kind": "Issuer"}, "commonName": "x"},
-    })
+    await sc.foreign_certificate(f"{db}-peer", owner="not-us", issuer="cm")
     async with scenario.PodTracker(sc, db) as uids, scenario.PidTracker(sc, db) as pids:
         failed = await sc.operate("same-foreign", db, "ReconfigureTLS", timeout=60,
                                   tls={"issuerRef": {**ISSUER, "name": "same"}})

@@ -133,15 +133,7 @@ async def test_a_foreign_owned_certificate_stops_the_request_before_anything_is_
         sc: scenario.Scenario) -> None:
     db = "foreign"
     await sc.fresh_etcd(db)
-    owner = await sc.k.create({"apiVersion": "v1", "kind": "ConfigMap",
-                               "metadata": {"name": "someone-else", "namespace": sc.namespace}})
-    await sc.k.create({
-        "apiVersion": "cert-manager.io/v1", "kind": "Certificate",
-        "metadata": {"name": f"{db}-server", "namespace": sc.namespace, "ownerReferences": [{
-            "apiVersion": "v1", "kind": "ConfigMap", "name": "someone-else", "uid": owner["metadata"]["uid"],
-            "controller": True}]},
-        "spec": {"secretName": "theirs", "issuerRef": {"name": "ca-a", "kind": "Issuer"}, "commonName": "x"},
-    })
+    await sc.foreign_certificate(f"{db}-server", owner="someone-else", issuer="ca-a")
     sts_before = await sc.k.get("apps/v1", "StatefulSet", sc.namespace, db)
     await sc.submit("foreign-add", db, "ReconfigureTLS", tls={"issuerRef": {**ISSUER, "name": "ca-a"}})
     req = await sc.watch_request("foreign-add", timeout=60)
