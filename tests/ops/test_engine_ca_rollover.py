@@ -114,14 +114,7 @@ async def test_the_rollover_widens_releases_verifies_and_narrows_restarting_each
 async def test_killed_anywhere_during_a_rollover_it_resumes_to_successful_restarting_each_member_once_per_pass(
         world: w.World) -> None:
     name = await filed(world)
-    world.crash_points = resume.crash_points(ROLLOVER)
-    req = await world.run(name)
-    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
-    assert w.umbrella(req) == ORDER
-    await operations.assert_rolled_safely(world, ROLLOVER)
-    crashed = set(world.crashes)
-    for cond in ORDER[:-1]:
-        assert {f"in-flight {cond}", f"done {cond}"} <= crashed, cond
+    req, crashed = await resume.run_killed_everywhere(world, name, ROLLOVER)
     for pod in operations.PODS:
         assert {f"before evict {pod}", f"after evict {pod}", f"in-flight EvictPod--{pod}"} <= crashed, pod
     assert await bundle_cas(world) == ["ca-a-renewed"]

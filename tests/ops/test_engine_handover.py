@@ -110,14 +110,7 @@ async def test_killed_anywhere_in_a_handover_it_resumes_restarting_each_member_o
     await world.etcd("db", external_ca="ca-a" if same_ca else "user-ca")
     before = await user_snapshot(world)
     await world.request("handover", "db", "ReconfigureTLS", **op.spec)
-    world.crash_points = resume.crash_points(op)
-    req = await world.run("handover", max_reconciles=800)
-    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
-    assert w.umbrella(req) == HANDOVER_ORDER
-    await operations.assert_rolled_safely(world, op)
-    crashed = set(world.crashes)
-    for cond in HANDOVER_ORDER[:-1]:
-        assert {f"in-flight {cond}", f"done {cond}"} <= crashed, cond
+    req, crashed = await resume.run_killed_everywhere(world, "handover", op, max_reconciles=800)
     if op.passes:
         for pod in operations.PODS:
             assert {f"before evict {pod}", f"after evict {pod}"} <= crashed, pod

@@ -15,6 +15,8 @@ exactly once per pass, one at a time, never while leading (no election), and the
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from opsmanager.api import constants
@@ -37,19 +39,28 @@ def crash_points(op: operations.Operation) -> set[str]:
 RESUMED = [*operations.TLS_OPERATIONS, next(o for o in operations.OPERATIONS if o.name == "restart")]
 
 
-@pytest.mark.parametrize("op", RESUMED, ids=lambda op: op.name)
-async def test_killed_after_every_step_and_before_every_action_it_resumes_to_successful(
-        world: w.World, op: operations.Operation) -> None:
-    await operations.prepare(world, op)
+async def run_killed_everywhere(world: w.World, name: str, op: operations.Operation,
+                                **run_kw: Any) -> tuple[dict[str, Any], set[str]]:
+    """Run request ``name`` with the operator killed at every crash point of ``op``: it ends Successful, in
+    ``op.order``, rolled safely, and every step was interrupted both in flight and right after it ended. Returns
+    the request and the crash points hit, for the caller's own checks."""
     world.crash_points = crash_points(op)
-    req = await world.run(op.name)
+    req = await world.run(name, **run_kw)
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
     assert w.umbrella(req) == op.order
     await operations.assert_rolled_safely(world, op)
     crashed = set(world.crashes)
-    # Every step was interrupted both between its in-flight mark and its action, and right after it ended ...
     for cond in op.order:
         assert {f"in-flight {cond}", f"done {cond}"} <= crashed or cond == constants.COND_SUCCESSFUL, cond
+    return req, crashed
+
+
+@pytest.mark.parametrize("op", RESUMED, ids=lambda op: op.name)
+async def test_killed_after_every_step_and_before_every_action_it_resumes_to_successful(
+        world: w.World, op: operations.Operation) -> None:
+    await operations.prepare(world, op)
+    # Every step was interrupted both between its in-flight mark and its action, and right after it ended ...
+    _, crashed = await run_killed_everywhere(world, op.name, op)
     # ... and so was every restart of every member, before and after the eviction went out.
     if op.passes:  # (rotate restarts nothing: tests/ops/test_engine_rotate.py crashes around its restart of one)
         for pod in operations.PODS:
