@@ -86,9 +86,10 @@ class Kube:
         return cls(config.load(path, context=context))
 
     @classmethod
-    def for_url(cls, url: str, **kwargs: Any) -> Kube:
-        """An unauthenticated client of ``url`` (the sandbox's plain HTTP API server on loopback)."""
-        return cls(config.Connection.for_url(url), **kwargs)
+    def for_url(cls, url: str, *, token: str | None = None, ca_path: str | None = None, **kwargs: Any) -> Kube:
+        """A client of ``url`` (the sandbox's API server on loopback), with a bearer ``token`` if given;
+        ``ca_path`` verifies an ``https`` server."""
+        return cls(config.Connection.for_url(url, token=token, ca_path=ca_path), **kwargs)
 
     @property
     def host(self) -> str:

@@ -55,9 +55,16 @@ class Connection:
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, init=False, repr=False)
 
     @classmethod
-    def for_url(cls, url: str) -> Connection:
-        """An unauthenticated connection (e.g. the sandbox's plain HTTP API server on loopback)."""
-        return cls(server=url.rstrip("/"))
+    def for_url(cls, url: str, *, token: str | None = None, ca_path: str | None = None) -> Connection:
+        """A connection to ``url`` (e.g. the sandbox's API server on loopback), unauthenticated or with a bearer
+        ``token``; ``ca_path`` verifies an ``https`` server."""
+        credentials = None
+        if token:
+            credentials = kubernetes.client.Configuration()
+            credentials.host = url
+            credentials.api_key = {"BearerToken": token}
+            credentials.api_key_prefix = {"BearerToken": "Bearer"}
+        return cls(server=url.rstrip("/"), ca_path=ca_path, credentials=credentials)
 
     @property
     def base_url(self) -> str:

@@ -67,6 +67,12 @@ STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet")
 CONTROLLERREVISIONS = Resource("apps", "v1", "controllerrevisions", "ControllerRevision")
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
+ROLEBINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+CLUSTERROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False)
+CLUSTERROLEBINDINGS = Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding",
+                               namespaced=False)
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False)
 VALIDATING_WEBHOOKS = Resource("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
                                "ValidatingWebhookConfiguration", False)
@@ -82,7 +88,7 @@ ETCDOPSREQUESTS = Resource("ops.opsmanager.dev", "v1alpha1", "etcdopsrequests", 
 BUILTIN: tuple[Resource, ...] = (
     NAMESPACES, PODS, SECRETS, CONFIGMAPS, SERVICES, EVENTS, PVCS, STATEFULSETS, CONTROLLERREVISIONS, PDBS,
     LEASES, CRDS, VALIDATING_WEBHOOKS, MUTATING_WEBHOOKS, ISSUERS, CLUSTERISSUERS, CERTIFICATES, ETCDS,
-    ETCDOPSREQUESTS,
+    ETCDOPSREQUESTS, SERVICEACCOUNTS, ROLES, ROLEBINDINGS, CLUSTERROLES, CLUSTERROLEBINDINGS,
 )
 
 

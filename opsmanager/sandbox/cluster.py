@@ -69,8 +69,11 @@ class Sandbox:
                  speed: float = 1.0, volume_refresh_delay: float = 0.5, shutdown_grace: float = 2.0,
                  crds_dir: str | Path | None = MODEL_CRDS, components: Sequence[Component] = (),
                  issuance_delay: float = 0.0, cluster_domain: str = "cluster.local",
-                 bookmark_interval: float = 5.0) -> None:
+                 bookmark_interval: float = 5.0, authorization: str = "AlwaysAllow") -> None:
         self.dir = Path(dir).resolve()
+        self.authorization = authorization
+        """The API server's mode: ``AlwaysAllow`` or ``RBAC`` (see docs/sandbox.md); the sandbox's own client
+        and kubeconfig carry the admin token either way."""
         self.host = host
         self.port = port
         self.speed = speed
@@ -116,7 +119,8 @@ class Sandbox:
         self._stack = stack
         try:
             self.apiserver = sandbox_apiserver.APIServer(self.host, self.port,
-                                                         bookmark_interval=self.bookmark_interval)
+                                                         bookmark_interval=self.bookmark_interval,
+                                                         authorization=self.authorization)
             await self.apiserver.start()
             stack.push_async_callback(self.apiserver.stop)
             self.apiserver.set_log_source(self._log_path)  # kubectl logs reads the kubelet's files
@@ -124,7 +128,10 @@ class Sandbox:
             if docs:
                 await self.apiserver.apply_objects(docs)
                 self.crds = [d["metadata"]["name"] for d in docs]
-            self.client = kube.Kube.for_url(self.apiserver.url, pool_size=64)  # ~13 watches + the controllers
+            ca_file = self.apiserver.ca_file
+            self.client = kube.Kube.for_url(self.apiserver.url, token=self.apiserver.admin_token,
+                                            ca_path=str(ca_file) if ca_file else None,
+                                            pool_size=64)  # ~13 watches + the controllers
             for doc in docs:  # the client's table learns the kinds of the CRDs just applied
                 self.client.resources.add_crd(doc)
             stack.push_async_callback(self.client.aclose)

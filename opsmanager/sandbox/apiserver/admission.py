@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import json
 import logging
 import ssl
@@ -27,7 +28,7 @@ from typing import Any
 import aiohttp
 import jsonpatch
 
-from opsmanager.sandbox.apiserver import errors, resources, selectors, store
+from opsmanager.sandbox.apiserver import errors, rbac, resources, selectors, store
 
 logger = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -36,6 +37,16 @@ MUTATING = ("admissionregistration.k8s.io", "mutatingwebhookconfigurations")
 VALIDATING = ("admissionregistration.k8s.io", "validatingwebhookconfigurations")
 _EXEMPT = {MUTATING, VALIDATING}
 _OPTIONS_KIND = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
+REQUEST_USER: contextvars.ContextVar[rbac.UserInfo | None] = contextvars.ContextVar("REQUEST_USER", default=None)
+"""Who made the request being admitted (set per request by the server; None, in-process writes: the admin)."""
+
+
+def _user_info(user: rbac.UserInfo | None) -> Obj:
+    user = user or rbac.ADMIN
+    info: Obj = {"username": user.name, "groups": list(user.groups)}
+    if user.uid:
+        info["uid"] = user.uid
+    return info
 
 
 class CallFailed(Exception):
@@ -133,7 +144,7 @@ class Admission:
             "uid": str(uuid.uuid4()),
             "kind": kind, "resource": resource, "requestKind": kind, "requestResource": resource,
             "name": name, "operation": operation,
-            "userInfo": {"username": "system:admin", "groups": ["system:masters", "system:authenticated"]},
+            "userInfo": _user_info(REQUEST_USER.get()),
             "object": obj, "oldObject": old, "dryRun": dry_run,
             "options": dict(options or {}, apiVersion="meta.k8s.io/v1", kind=_OPTIONS_KIND[operation]),
         }

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import uuid
 from typing import Any
 
 from opsmanager.sandbox.apiserver import disruption, operations, store
@@ -62,6 +63,20 @@ class Controllers:
         self._terminate_namespaces()
         self._cleanup_crds()
         self._pdb_status()
+        self.default_service_accounts()
+
+    def default_service_accounts(self) -> None:
+        """The ServiceAccount ``default`` in every namespace that is not terminating (the real
+        serviceaccounts-controller's job; pods without ``serviceAccountName`` run as it)."""
+        objects = self.cluster.store
+        for ns in objects.list(("", "namespaces")):
+            name = ns["metadata"]["name"]
+            if ns["metadata"].get("deletionTimestamp") or objects.get(("", "serviceaccounts"), name, "default"):
+                continue
+            objects.put(("", "serviceaccounts"), {
+                "apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": "default", "namespace": name, "uid": str(uuid.uuid4()),
+                             "creationTimestamp": operations.stamp()}}, event="ADDED")
 
     def _all(self) -> list[tuple[store.Key, Obj]]:
         return [(key, obj) for key in self.cluster.store.keys() for obj in self.cluster.store.list(key)]

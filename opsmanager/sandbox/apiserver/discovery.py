@@ -30,10 +30,11 @@ _SUBRESOURCE_KINDS = {
     "binding": ("", "v1", "Binding"),
     "finalize": None,
     "log": ("", "v1", "Pod"),
+    "token": ("authentication.k8s.io", "v1", "TokenRequest"),
 }
 _SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "scale": ["get", "patch", "update"],
                       "eviction": ["create"], "binding": ["create"], "finalize": ["update"],
-                      "log": ["get"]}
+                      "log": ["get"], "token": ["create"]}
 
 
 def _gv(group: str, version: str) -> str:
@@ -69,7 +70,7 @@ def resource_list(registry: resources.Registry, group: str, version: str) -> Obj
     out = []
     for rt in sorted(types, key=lambda r: r.plural):
         entry: Obj = {"name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced,
-                      "kind": rt.kind, "verbs": list(resources.VERBS)}
+                      "kind": rt.kind, "verbs": list(rt.verbs)}
         if rt.short_names:
             entry["shortNames"] = list(rt.short_names)
         if rt.categories:
@@ -91,7 +92,7 @@ def _aggregated_resource(rt: resources.ResourceType) -> Obj:
         "responseKind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
         "scope": "Namespaced" if rt.namespaced else "Cluster",
         "singularResource": rt.singular,
-        "verbs": list(resources.VERBS),
+        "verbs": list(rt.verbs),
     }
     if rt.short_names:
         entry["shortNames"] = list(rt.short_names)

@@ -33,6 +33,7 @@ from opsmanager.sandbox.apiserver import (
     defaults,
     disruption,
     errors,
+    rbac,
     resources,
     schema,
     selectors,
@@ -119,6 +120,12 @@ _SUBDOMAIN_RULE = (_SUBDOMAIN, 253,
 
 
 def _validate_name(rt: resources.ResourceType, name: str) -> list[dict[str, str]]:
+    if rt.group == rbac.GROUP and not rt.custom:  # RBAC names are path segments: "system:discovery" is fine
+        if name in (".", "..") or "/" in name or "%" in name:
+            return [{"reason": "FieldValueInvalid", "field": "metadata.name",
+                     "message": f'Invalid value: "{name}": may not be \'.\' or \'..\' and may not contain '
+                                f"'/' or '%'"}]
+        return []
     pattern, longest, rule = _LABEL_RULE if rt.kind in ("Namespace", "Service") else _SUBDOMAIN_RULE
     if not pattern.match(name) or len(name) > longest:
         return [{"reason": "FieldValueInvalid", "field": "metadata.name",
@@ -293,6 +300,8 @@ class Cluster:
                 causes += schema.transition_rules(rt.schema, obj, old)
         if rt.storage_key == CRD_KEY:
             causes += _crd_validate(obj)
+        if rt.group == rbac.GROUP and not rt.custom:
+            causes += rbac.validate(rt.kind, obj, old)
         if old is not None:
             added = [f for f in obj["metadata"].get("finalizers") or []
                      if f not in (old["metadata"].get("finalizers") or [])]

@@ -1,4 +1,5 @@
-"""Just enough Kubernetes protobuf to read what ``kubectl create namespace|secret|configmap`` sends.
+"""Just enough Kubernetes protobuf to read what ``kubectl create namespace|secret|configmap|serviceaccount|role|
+clusterrole|rolebinding|clusterrolebinding|token`` and ``kubectl auth can-i|whoami`` send.
 
 kubectl's typed clients write built-in objects as ``application/vnd.kubernetes.protobuf`` (``k8s\\0`` +
 ``runtime.Unknown``), and a 415 does not make it retry with JSON. Object bodies of other kinds are answered
@@ -29,8 +30,44 @@ _SCHEMAS: dict[str, Schema] = {
                4: ("stringData", "map:string"), 5: ("immutable", "bool")},
     "ConfigMap": {1: ("metadata", "msg:meta"), 2: ("data", "map:string"), 3: ("binaryData", "map:bytes"),
                   4: ("immutable", "bool")},
+    "ServiceAccount": {1: ("metadata", "msg:meta"), 4: ("automountServiceAccountToken", "bool")},
+    # rbac.authorization.k8s.io/v1
+    "policyRule": {1: ("verbs", "list:string"), 2: ("apiGroups", "list:string"), 3: ("resources", "list:string"),
+                   4: ("resourceNames", "list:string"), 5: ("nonResourceURLs", "list:string")},
+    "subject": {1: ("kind", "string"), 2: ("apiGroup", "string"), 3: ("name", "string"),
+                4: ("namespace", "string")},
+    "roleRef": {1: ("apiGroup", "string"), 2: ("kind", "string"), 3: ("name", "string")},
+    "Role": {1: ("metadata", "msg:meta"), 2: ("rules", "list:policyRule")},
+    "ClusterRole": {1: ("metadata", "msg:meta"), 2: ("rules", "list:policyRule")},
+    "RoleBinding": {1: ("metadata", "msg:meta"), 2: ("subjects", "list:subject"), 3: ("roleRef", "msg:roleRef")},
+    "ClusterRoleBinding": {1: ("metadata", "msg:meta"), 2: ("subjects", "list:subject"),
+                           3: ("roleRef", "msg:roleRef")},
+    # authentication.k8s.io/v1
+    "boundObjectRef": {1: ("kind", "string"), 2: ("apiVersion", "string"), 3: ("name", "string"),
+                       4: ("uid", "string")},
+    "tokenRequestSpec": {1: ("audiences", "list:string"), 4: ("expirationSeconds", "int"),
+                         3: ("boundObjectRef", "msg:boundObjectRef")},
+    "TokenRequest": {1: ("metadata", "msg:meta"), 2: ("spec", "msg:tokenRequestSpec")},
+    "SelfSubjectReview": {1: ("metadata", "msg:meta")},
+    # authorization.k8s.io/v1
+    "resourceAttributes": {1: ("namespace", "string"), 2: ("verb", "string"), 3: ("group", "string"),
+                           4: ("version", "string"), 5: ("resource", "string"), 6: ("subresource", "string"),
+                           7: ("name", "string")},
+    "nonResourceAttributes": {1: ("path", "string"), 2: ("verb", "string")},
+    "selfSubjectAccessReviewSpec": {1: ("resourceAttributes", "msg:resourceAttributes"),
+                                    2: ("nonResourceAttributes", "msg:nonResourceAttributes")},
+    "subjectAccessReviewSpec": {1: ("resourceAttributes", "msg:resourceAttributes"),
+                                2: ("nonResourceAttributes", "msg:nonResourceAttributes"), 3: ("user", "string"),
+                                4: ("groups", "list:string"), 6: ("uid", "string")},
+    "SelfSubjectAccessReview": {1: ("metadata", "msg:meta"), 2: ("spec", "msg:selfSubjectAccessReviewSpec")},
+    "SubjectAccessReview": {1: ("metadata", "msg:meta"), 2: ("spec", "msg:subjectAccessReviewSpec")},
+    "LocalSubjectAccessReview": {1: ("metadata", "msg:meta"), 2: ("spec", "msg:subjectAccessReviewSpec")},
 }
-KINDS = ("Namespace", "Secret", "ConfigMap")
+_RBAC, _AUTHN, _AUTHZ = "rbac.authorization.k8s.io/v1", "authentication.k8s.io/v1", "authorization.k8s.io/v1"
+KINDS = {("v1", "Namespace"), ("v1", "Secret"), ("v1", "ConfigMap"), ("v1", "ServiceAccount"),
+         (_RBAC, "Role"), (_RBAC, "ClusterRole"), (_RBAC, "RoleBinding"), (_RBAC, "ClusterRoleBinding"),
+         (_AUTHN, "TokenRequest"), (_AUTHN, "SelfSubjectReview"), (_AUTHZ, "SelfSubjectAccessReview"),
+         (_AUTHZ, "SubjectAccessReview"), (_AUTHZ, "LocalSubjectAccessReview")}
 
 
 class Unsupported(Exception):
@@ -101,13 +138,13 @@ def _message(data: bytes, schema: Schema) -> dict[str, Any]:
 
 
 def decode(body: bytes) -> dict[str, Any]:
-    """The JSON form of a protobuf-encoded Namespace, Secret or ConfigMap; Unsupported otherwise."""
+    """The JSON form of a protobuf-encoded object of one of :data:`KINDS`; Unsupported otherwise."""
     if not body.startswith(MAGIC):
         raise Unsupported("no k8s protobuf envelope")
     envelope = {n: v for n, _, v in _fields(body[len(MAGIC):])}
     type_meta = {n: v.decode() for n, _, v in _fields(envelope.get(1, b""))}
     api_version, kind = type_meta.get(1, ""), type_meta.get(2, "")
-    if kind not in KINDS or api_version != "v1":
+    if (api_version, kind) not in KINDS:
         raise Unsupported(f"{api_version}/{kind}")
     obj = _message(envelope.get(2, b""), _SCHEMAS[kind])
     return {"apiVersion": api_version, "kind": kind, **obj}

@@ -37,6 +37,11 @@ class ResourceType:
     scale: dict[str, Any] | None = None  # CRD subresources.scale: specReplicasPath, statusReplicasPath, ...
     storage: tuple[str, str] | None = None  # override of the storage key (events.k8s.io -> core events)
     crd_name: str | None = None
+    verbs: tuple[str, ...] = VERBS  # a review kind (SelfSubjectAccessReview...) is create-only and never stored
+
+    @property
+    def is_review(self) -> bool:
+        return self.verbs == ("create",)
 
     @property
     def api_version(self) -> str:
@@ -67,6 +72,13 @@ def _grouped(group: str, version: str, kind: str, plural: str, namespaced: bool 
                         storage=storage)
 
 
+def _review(group: str, kind: str, plural: str, namespaced: bool = False) -> ResourceType:
+    return ResourceType(group, "v1", kind, plural, kind.lower(), namespaced, verbs=("create",))
+
+
+RBAC_GROUP = "rbac.authorization.k8s.io"
+
+
 BUILTINS: tuple[ResourceType, ...] = (
     _core("Namespace", "namespaces", namespaced=False, short=("ns",), sub=("status", "finalize")),
     _core("Secret", "secrets"),
@@ -75,6 +87,7 @@ BUILTINS: tuple[ResourceType, ...] = (
     _core("Pod", "pods", short=("po",), sub=("status", "eviction", "binding", "log"), cats=("all",)),
     _core("Event", "events", short=("ev",)),
     _core("PersistentVolumeClaim", "persistentvolumeclaims", short=("pvc",), sub=("status",)),
+    _core("ServiceAccount", "serviceaccounts", short=("sa",), sub=("token",)),
     _grouped("apps", "v1", "StatefulSet", "statefulsets", short=("sts",), sub=("status", "scale"), cats=("all",),
              gen=True),
     _grouped("apps", "v1", "ControllerRevision", "controllerrevisions"),
@@ -88,11 +101,19 @@ BUILTINS: tuple[ResourceType, ...] = (
              "validatingwebhookconfigurations", namespaced=False, cats=("api-extensions",), gen=True),
     _grouped("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration",
              "mutatingwebhookconfigurations", namespaced=False, cats=("api-extensions",), gen=True),
+    _grouped(RBAC_GROUP, "v1", "Role", "roles"),
+    _grouped(RBAC_GROUP, "v1", "RoleBinding", "rolebindings"),
+    _grouped(RBAC_GROUP, "v1", "ClusterRole", "clusterroles", namespaced=False),
+    _grouped(RBAC_GROUP, "v1", "ClusterRoleBinding", "clusterrolebindings", namespaced=False),
+    _review("authorization.k8s.io", "SelfSubjectAccessReview", "selfsubjectaccessreviews"),
+    _review("authorization.k8s.io", "SubjectAccessReview", "subjectaccessreviews"),
+    _review("authorization.k8s.io", "LocalSubjectAccessReview", "localsubjectaccessreviews", namespaced=True),
+    _review("authentication.k8s.io", "SelfSubjectReview", "selfsubjectreviews"),
 )
 
 # Group order in discovery: the core-ish groups first, like a real server's priorities; CR groups after.
-_GROUP_ORDER = ["", "apps", "events.k8s.io", "policy", "coordination.k8s.io", "apiextensions.k8s.io",
-                "admissionregistration.k8s.io"]
+_GROUP_ORDER = ["", "apps", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "policy",
+                RBAC_GROUP, "coordination.k8s.io", "apiextensions.k8s.io", "admissionregistration.k8s.io"]
 
 
 class Registry:

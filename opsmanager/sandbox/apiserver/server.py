@@ -4,6 +4,10 @@ The semantics live in ``operations.py``; this module maps REST paths and verbs o
 responses like kube-apiserver: ``kind: Status`` errors, 201 on create, Table output on
 ``Accept: ...;as=Table``, watch streams of ``{"type": ..., "object": ...}`` lines with BOOKMARKs,
 ``timeoutSeconds`` and 410 Gone as an ERROR event, admission warnings as ``Warning: 299`` headers.
+
+Every request is first authenticated (``authn.py``: the admin token, ServiceAccount tokens, else anonymous),
+then authorized (``authorization="RBAC"``: ``rbac.py`` against the stored Roles and bindings; the default
+``"AlwaysAllow"`` allows everyone), then dispatched; each answer is recorded in ``audit`` (``audit.py``).
 """
 
 from __future__ import annotations
@@ -12,6 +16,9 @@ import asyncio
 import collections
 import json
 import logging
+import shutil
+import ssl
+import tempfile
 import time
 from collections.abc import Callable
 from importlib import resources as package_files
@@ -21,8 +28,11 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from opsmanager import pki
 from opsmanager.sandbox.apiserver import (
     admission,
+    audit,
+    authn,
     controllers,
     discovery,
     errors,
@@ -30,6 +40,7 @@ from opsmanager.sandbox.apiserver import (
     operations,
     patching,
     protobuf,
+    rbac,
     resources,
     selectors,
     store,
@@ -44,6 +55,28 @@ VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-opsmanager-sandbo
            "compiler": "gc", "platform": "linux/amd64"}
 LogSource = Callable[[str, str, str], "str | Path | None"]
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+AUTHORIZATION_MODES = ("AlwaysAllow", "RBAC")
+_ATTRS = web.RequestKey("attributes", rbac.Attributes)
+_AUDITED = web.RequestKey("audited", bool)
+
+
+class _StorePolicy:
+    """The stored RBAC objects, as :class:`rbac.PolicySource`."""
+
+    def __init__(self, objects: store.Store) -> None:
+        self.store = objects
+
+    def cluster_role(self, name: str) -> Obj | None:
+        return self.store.get((rbac.GROUP, "clusterroles"), "", name)
+
+    def role(self, namespace: str, name: str) -> Obj | None:
+        return self.store.get((rbac.GROUP, "roles"), namespace, name)
+
+    def cluster_role_bindings(self) -> list[Obj]:
+        return self.store.list((rbac.GROUP, "clusterrolebindings"))
+
+    def role_bindings(self, namespace: str) -> list[Obj]:
+        return self.store.list((rbac.GROUP, "rolebindings"), namespace)
 
 
 class _ClientGone(Exception):
@@ -72,11 +105,25 @@ class APIServer:
 
     ``history_size`` bounds the watch history (an older resourceVersion gets 410 Gone);
     ``bookmark_interval`` is how often a watch with ``allowWatchBookmarks`` gets a BOOKMARK;
-    ``cert_manager`` installs the cert-manager.io CRDs (Issuer, ClusterIssuer, Certificate) at start.
+    ``cert_manager`` installs the cert-manager.io CRDs (Issuer, ClusterIssuer, Certificate) at start;
+    ``authorization`` is ``"AlwaysAllow"`` (every request allowed, whoever asks: the default, for tests and
+    tools that talk to the bare URL) or ``"RBAC"`` (Roles and bindings enforced, as a real cluster; the admin
+    kubeconfig's token is in ``system:masters`` and keeps full rights); ``tls`` serves HTTPS with a serving
+    certificate of a CA made at start (``ca_pem``, ``ca_file``) — by default exactly when RBAC is enforced,
+    because kubectl (client-go) sends no credentials to an ``http://`` server and in-cluster clients always
+    speak ``https``.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, history_size: int = 10000,
-                 bookmark_interval: float = 30.0, cert_manager: bool = True) -> None:
+                 bookmark_interval: float = 30.0, cert_manager: bool = True,
+                 authorization: str = "AlwaysAllow", tls: bool | None = None) -> None:
+        if authorization not in AUTHORIZATION_MODES:
+            raise ValueError(f"APIServer(authorization={authorization!r}): choose one of "
+                             f"{', '.join(AUTHORIZATION_MODES)}")
+        self.authorization = authorization
+        self.tls = authorization == "RBAC" if tls is None else tls
+        self._tls_dir: Path | None = None
+        self._ca_pem: bytes | None = None
         self.host = host
         self.port = port
         self.bookmark_interval = bookmark_interval
@@ -86,6 +133,9 @@ class APIServer:
         self.cluster = operations.Cluster(self.registry, self.store, self.admission)
         self.controllers = controllers.Controllers(self.cluster)
         self.requests: collections.deque[tuple[str, str, int]] = collections.deque(maxlen=20000)
+        self.authn = authn.Authenticator(self.store)
+        self.audit = audit.AuditLog()
+        self._policy = _StorePolicy(self.store)
         self._cert_manager = cert_manager
         self._runner: web.AppRunner | None = None
         self._log_source: LogSource | None = None
@@ -93,7 +143,47 @@ class APIServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
+
+    @property
+    def ca_pem(self) -> bytes | None:
+        """The PEM of the CA that signed the serving certificate (None without TLS or before start)."""
+        return self._ca_pem
+
+    @property
+    def ca_file(self) -> Path | None:
+        """A file holding :attr:`ca_pem` while the server runs (None without TLS)."""
+        return self._tls_dir / "ca.crt" if self._tls_dir is not None else None
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        """A CA and a serving certificate for the loopback address and the in-cluster names of the API server."""
+        ca = pki.make_ca("opsmanager-sandbox-apiserver-ca")
+        serving = pki.make_leaf(ca, "kube-apiserver", usages=("server",), ip_addresses=[self.host],
+                                dns_names=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                                           "kubernetes.default.svc.cluster.local"])
+        self._tls_dir = Path(tempfile.mkdtemp(prefix="sandbox-apiserver-tls-"))
+        (self._tls_dir / "ca.crt").write_bytes(ca.cert_pem)
+        (self._tls_dir / "tls.crt").write_bytes(serving.cert_pem)
+        key = self._tls_dir / "tls.key"
+        key.touch(mode=0o600)
+        key.write_bytes(serving.key_pem)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self._tls_dir / "tls.crt", key)
+        self._ca_pem = ca.cert_pem
+        return context
+
+    @property
+    def admin_token(self) -> str:
+        """The bearer token of ``system:admin`` (``system:masters``), random per server; it is in the kubeconfig."""
+        return self.authn.admin_token
+
+    def issue_token(self, namespace: str, service_account: str, *, audiences: list[str] | None = None,
+                    expiration_seconds: int = authn.DEFAULT_EXPIRATION,
+                    bound: Obj | None = None) -> authn.Token:
+        """A token of an existing ServiceAccount, as the TokenRequest API issues it (``bound``: a
+        ``boundObjectRef`` such as ``{"kind": "Pod", "name": ..., "uid": ...}``); call it on the server's loop."""
+        return self.authn.issue(namespace, service_account, audiences=audiences,
+                                expiration_seconds=expiration_seconds, bound=bound)
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
@@ -103,6 +193,9 @@ class APIServer:
         for name in INITIAL_NAMESPACES:
             if self.store.get(("", "namespaces"), "", name) is None:
                 await self.cluster.create(ns_rt, "", {"metadata": {"name": name}})
+        self.controllers.default_service_accounts()
+        await self.apply_objects([obj for obj in rbac.bootstrap_policy() if self.store.get(
+            (rbac.GROUP, obj["kind"].lower() + "s"), "", obj["metadata"]["name"]) is None])
         if self._cert_manager:
             text = package_files.files("opsmanager.sandbox.apiserver").joinpath("certmanager-crds.yaml").read_text()
             await self.apply_objects(list(yaml.safe_load_all(text)))
@@ -110,7 +203,8 @@ class APIServer:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site = web.TCPSite(self._runner, self.host, self.port,
+                           ssl_context=self._ssl_context() if self.tls else None)
         await site.start()
         sockets = getattr(site._server, "sockets", None) or []
         if sockets:
@@ -125,6 +219,9 @@ class APIServer:
             await self._runner.cleanup()
             self._runner = None
         await self.admission.close()
+        if self._tls_dir is not None:
+            shutil.rmtree(self._tls_dir, ignore_errors=True)
+            self._tls_dir = None
 
     def register_service_address(self, namespace: str, service_name: str, service_port: int,
                                  target_host: str, target_port: int) -> None:
@@ -137,7 +234,7 @@ class APIServer:
         self._log_source = source
 
     def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
-        return kubeconfig.write(path, self.url, namespace=namespace)
+        return kubeconfig.write(path, self.url, namespace=namespace, token=self.admin_token, ca_pem=self.ca_pem)
 
     async def apply_objects(self, objects: list[Obj]) -> list[Obj]:
         """Create or replace objects (e.g. CRDs) in-process, like ``kubectl apply`` without the HTTP."""
@@ -167,7 +264,19 @@ class APIServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         try:
-            response = await self._dispatch(request)
+            try:
+                user = self.authn.authenticate(request.headers.get("Authorization"))
+            except errors.StatusError:
+                request[_ATTRS] = rbac.request_attributes(rbac.UserInfo(""), request.method, request.path,
+                                                          request.query)
+                raise
+            attrs = request[_ATTRS] = rbac.request_attributes(user, request.method, request.path, request.query)
+            self._authorize(attrs)
+            token = admission.REQUEST_USER.set(user)
+            try:
+                response = await self._dispatch(request)
+            finally:
+                admission.REQUEST_USER.reset(token)
         except (ConnectionResetError, asyncio.CancelledError):
             raise
         except errors.StatusError as e:
@@ -179,7 +288,30 @@ class APIServer:
             err = errors.internal(f"{type(e).__name__}: {e}")
             response = _json(err.body(), err.code)
         self.requests.append((request.method, request.path_qs, response.status))
+        self._record(request, response.status)
         return response
+
+    def _record(self, request: web.Request, code: int) -> None:
+        """One audit record per request (a watch: when its stream opens)."""
+        if request.get(_AUDITED) or _ATTRS not in request:
+            return
+        request[_AUDITED] = True
+        self.audit.append(audit.AuditRecord.of(time.monotonic(), request[_ATTRS], code))
+
+    def _decide(self, attrs: rbac.Attributes) -> rbac.Decision:
+        if self.authorization == "AlwaysAllow":
+            return rbac.Decision(True, "AlwaysAllow")
+        return rbac.authorize(attrs, self._policy)
+
+    def _authorize(self, attrs: rbac.Attributes) -> None:
+        decision = self._decide(attrs)
+        if decision.allowed:
+            return
+        details: Obj = {}
+        if attrs.resource_request:
+            details = {k: v for k, v in (("name", attrs.name), ("group", attrs.api_group),
+                                         ("kind", attrs.resource)) if v}
+        raise errors.StatusError(403, "Forbidden", rbac.forbidden_message(attrs, decision.reason), details)
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         path = request.path.rstrip("/") or "/"
@@ -265,9 +397,13 @@ class APIServer:
         include = q.get("includeObject", "Metadata")
         allowed = {None: ("GET", "PUT", "PATCH", "DELETE", "POST"), "status": ("GET", "PUT", "PATCH"),
                    "scale": ("GET", "PUT", "PATCH"), "finalize": ("PUT",), "log": ("GET",),
-                   "eviction": ("POST",), "binding": ("POST",)}
+                   "eviction": ("POST",), "binding": ("POST",), "token": ("POST",)}
         if method not in allowed.get(sub, ()):
             raise errors.method_not_allowed()
+        if rt.is_review:
+            if method != "POST" or name is not None:
+                raise errors.method_not_allowed()
+            return _json(self._review(request[_ATTRS].user, rt, ns, await self._body(request)), 201)
         if method == "GET" and name is None:
             if _flag(q.get("watch")):
                 return await self._watch(request, rt, namespace, table, include)
@@ -288,6 +424,8 @@ class APIServer:
             return _json(obj, 201, warnings)
         if method == "POST" and sub == "eviction":
             return _json(await self.cluster.evict(ns, name, await self._body(request)), 201)  # type: ignore[arg-type]
+        if method == "POST" and sub == "token":
+            return _json(self.authn.token_request(ns, name, await self._body(request)), 201)  # type: ignore[arg-type]
         if method == "POST" and sub == "binding":
             return _json(self.cluster.bind(ns, name, await self._body(request)), 201)  # type: ignore[arg-type]
         if method == "PUT" and name is not None:
@@ -316,6 +454,50 @@ class APIServer:
                 await self.cluster.delete(rt, item["metadata"].get("namespace") or "", item["metadata"]["name"], {})
             return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
         raise errors.method_not_allowed()
+
+    def _review(self, user: rbac.UserInfo, rt: resources.ResourceType, namespace: str, body: Any) -> Obj:
+        """SelfSubjectAccessReview, SubjectAccessReview, LocalSubjectAccessReview, SelfSubjectReview: answered,
+        never stored (``kubectl auth can-i``, ``kubectl auth whoami``)."""
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request must be a JSON object")
+        answer: Obj = {"kind": rt.kind, "apiVersion": rt.api_version,
+                       "metadata": dict(body.get("metadata") or {}, creationTimestamp=None)}
+        if rt.kind == "SelfSubjectReview":
+            info: Obj = {"username": user.name, "groups": list(user.groups)}
+            if user.uid:
+                info["uid"] = user.uid
+            return dict(answer, status={"userInfo": info})
+        spec = dict(body.get("spec") or {})
+        if rt.kind != "SelfSubjectAccessReview":
+            if not spec.get("user") and not spec.get("groups"):
+                raise errors.invalid(rt.group, rt.kind, "", [{
+                    "reason": "FieldValueRequired", "field": "spec.user",
+                    "message": "Invalid value: \"\": at least one of user or group must be specified"}])
+            user = rbac.UserInfo(spec.get("user") or "", tuple(spec.get("groups") or ()), spec.get("uid") or "")
+        resource: Obj = spec.get("resourceAttributes") or {}
+        path: Obj = spec.get("nonResourceAttributes") or {}
+        if bool(resource) == bool(path):
+            raise errors.invalid(rt.group, rt.kind, "", [{
+                "reason": "FieldValueRequired", "field": "spec.resourceAttributes",
+                "message": "Required value: exactly one of nonResourceAttributes or resourceAttributes must be "
+                           "specified"}])
+        if resource:
+            if rt.namespaced and resource.get("namespace", namespace) != namespace:
+                raise errors.invalid(rt.group, rt.kind, "", [{
+                    "reason": "FieldValueInvalid", "field": "spec.resourceAttributes.namespace",
+                    "message": f"Invalid value: {resource.get('namespace')!r}: must match metadata.namespace"}])
+            attrs = rbac.Attributes(user, resource.get("verb") or "", True,
+                                    namespace=namespace if rt.namespaced else resource.get("namespace") or "",
+                                    api_group=resource.get("group") or "", api_version=resource.get("version") or "",
+                                    resource=resource.get("resource") or "",
+                                    subresource=resource.get("subresource") or "", name=resource.get("name") or "")
+        else:
+            attrs = rbac.Attributes(user, path.get("verb") or "", False, path=path.get("path") or "")
+        decision = self._decide(attrs)
+        status: Obj = {"allowed": decision.allowed}
+        if decision.reason:
+            status["reason"] = decision.reason
+        return dict(answer, spec=spec, status=status)
 
     def _list(self, rt: resources.ResourceType, namespace: str | None, q: Any, table: bool,
               include: str) -> web.Response:
@@ -493,6 +675,7 @@ class APIServer:
                                                                "Cache-Control": "no-cache, private"})
             response.enable_chunked_encoding()
             await response.prepare(request)
+            self._record(request, 200)
             headers_sent = False
 
             async def send(kind: str, obj: Obj) -> None:

@@ -76,6 +76,10 @@ class ThreadedAPIServer:
             return fn(*args)
         return self.call(wrapper, timeout=timeout)
 
+    def issue_token(self, namespace: str, service_account: str, **options: Any) -> str:
+        """A ServiceAccount token (see :meth:`APIServer.issue_token`), issued on the server's loop."""
+        return self.call_soon(lambda: self.server.issue_token(namespace, service_account, **options).token)
+
     def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
         return self.server.write_kubeconfig(path, namespace=namespace)
 
