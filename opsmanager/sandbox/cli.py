@@ -44,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
                     default=sandbox_components.SANDBOX_CERTIFICATE_DELIVERY_TIMEOUT,
                     help="the operator's --certificate-delivery-timeout (default %(default)s: the sandbox kubelet "
                          "delivers a changed Secret after 0.5 s)")
+    up.add_argument("--authorization", choices=("AlwaysAllow", "RBAC"), default="AlwaysAllow",
+                    help="the API server's authorization mode: RBAC enforces Roles and bindings and serves HTTPS; "
+                         "the kubeconfig's admin token keeps full rights either way (default %(default)s)")
     up.add_argument("-v", "--verbose", action="store_true", help="log the controllers' work")
     return parser
 
@@ -77,7 +80,7 @@ async def _up(args: argparse.Namespace) -> int:
           if c is sandbox_components.operator else c for c in sandbox_components.DEFAULTS)]
     crds = Path(args.crds) if args.crds else cluster.MODEL_CRDS
     async with cluster.Sandbox(dir=args.dir, port=args.port, speed=args.speed, components=components,
-                               crds_dir=crds) as sb:
+                               crds_dir=crds, authorization=args.authorization) as sb:
         for path in args.apply:
             await sb.apply(Path(path))
         metrics_url = sandbox_components.recorded_endpoints(sb.dir).get("operatorMetrics")

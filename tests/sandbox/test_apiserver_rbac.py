@@ -252,3 +252,21 @@ def test_bindings_are_validated(server: ThreadedAPIServer, kubectl: Kubectl, tmp
     done = kubectl("apply", "-f", str(path))
     assert done.returncode != 0
     assert "roleRef.kind" in done.stderr and "subjects[0].namespace" in done.stderr
+
+
+def test_kubectl_auth_can_i_list_shows_the_granted_rules(server: ThreadedAPIServer, kubectl: Kubectl) -> None:
+    for args in (("create", "namespace", "ops"), ("create", "serviceaccount", "operator", "-n", "ops"),
+                 ("create", "role", "operator", "-n", "ops", "--verb=get", "--resource=secrets",
+                  "--resource-name=s1"),
+                 ("create", "rolebinding", "operator", "-n", "ops", "--role=operator",
+                  "--serviceaccount=ops:operator")):
+        assert kubectl(*args).returncode == 0, args
+    token = kubectl("create", "token", "operator", "-n", "ops").stdout.strip()
+    listed = kubectl("--token", token, "auth", "can-i", "--list", "-n", "ops")
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split() for line in listed.stdout.splitlines()]
+    assert ["secrets", "[]", "[s1]", "[get]"] in rows
+    assert ["selfsubjectaccessreviews.authorization.k8s.io", "[]", "[]", "[create]"] in rows
+    assert not any(row[0] == "configmaps" for row in rows)
+    assert kubectl("--token", token, "auth", "can-i", "get", "secrets/s1", "-n", "ops").stdout.strip() == "yes"
+    assert kubectl("--token", token, "auth", "can-i", "get", "secrets/s2", "-n", "ops").stdout.strip() == "no"

@@ -62,12 +62,14 @@ _SCHEMAS: dict[str, Schema] = {
     "SelfSubjectAccessReview": {1: ("metadata", "msg:meta"), 2: ("spec", "msg:selfSubjectAccessReviewSpec")},
     "SubjectAccessReview": {1: ("metadata", "msg:meta"), 2: ("spec", "msg:subjectAccessReviewSpec")},
     "LocalSubjectAccessReview": {1: ("metadata", "msg:meta"), 2: ("spec", "msg:subjectAccessReviewSpec")},
+    "SelfSubjectRulesReview": {1: ("metadata", "msg:meta"), 2: ("spec", "msg:rulesReviewSpec")},
+    "rulesReviewSpec": {1: ("namespace", "string")},
 }
 _RBAC, _AUTHN, _AUTHZ = "rbac.authorization.k8s.io/v1", "authentication.k8s.io/v1", "authorization.k8s.io/v1"
 KINDS = {("v1", "Namespace"), ("v1", "Secret"), ("v1", "ConfigMap"), ("v1", "ServiceAccount"),
          (_RBAC, "Role"), (_RBAC, "ClusterRole"), (_RBAC, "RoleBinding"), (_RBAC, "ClusterRoleBinding"),
          (_AUTHN, "TokenRequest"), (_AUTHN, "SelfSubjectReview"), (_AUTHZ, "SelfSubjectAccessReview"),
-         (_AUTHZ, "SubjectAccessReview"), (_AUTHZ, "LocalSubjectAccessReview")}
+         (_AUTHZ, "SubjectAccessReview"), (_AUTHZ, "LocalSubjectAccessReview"), (_AUTHZ, "SelfSubjectRulesReview")}
 
 
 class Unsupported(Exception):

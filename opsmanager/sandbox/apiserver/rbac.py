@@ -239,6 +239,19 @@ def authorize(attrs: Attributes, source: PolicySource) -> Decision:
     return Decision(False, "")
 
 
+def rules_for(user: UserInfo, namespace: str, source: PolicySource) -> list[Obj]:
+    """Every rule granted to ``user`` in ``namespace`` (cluster-wide ones included): a SelfSubjectRulesReview."""
+    bindings = list(source.cluster_role_bindings())
+    if namespace:
+        bindings += list(source.role_bindings(namespace))
+    rules: list[Obj] = []
+    for binding in bindings:
+        if _binds(user, binding):
+            role, _ = _role_of(source, binding)
+            rules += [dict(rule) for rule in (role or {}).get("rules") or () if isinstance(rule, dict)]
+    return rules
+
+
 def _who(user: UserInfo) -> str:
     if user.name.startswith(SA_PREFIX):
         return f'ServiceAccount "{user.name[len(SA_PREFIX):].replace(":", "/", 1)}"'

@@ -107,6 +107,7 @@ BUILTINS: tuple[ResourceType, ...] = (
     _grouped(RBAC_GROUP, "v1", "ClusterRoleBinding", "clusterrolebindings", namespaced=False),
     _review("authorization.k8s.io", "SelfSubjectAccessReview", "selfsubjectaccessreviews"),
     _review("authorization.k8s.io", "SubjectAccessReview", "subjectaccessreviews"),
+    _review("authorization.k8s.io", "SelfSubjectRulesReview", "selfsubjectrulesreviews"),
     _review("authorization.k8s.io", "LocalSubjectAccessReview", "localsubjectaccessreviews", namespaced=True),
     _review("authentication.k8s.io", "SelfSubjectReview", "selfsubjectreviews"),
 )

@@ -468,6 +468,8 @@ class APIServer:
                 info["uid"] = user.uid
             return dict(answer, status={"userInfo": info})
         spec = dict(body.get("spec") or {})
+        if rt.kind == "SelfSubjectRulesReview":
+            return dict(answer, spec=spec, status=self._rules_review(user, spec.get("namespace") or ""))
         if rt.kind != "SelfSubjectAccessReview":
             if not spec.get("user") and not spec.get("groups"):
                 raise errors.invalid(rt.group, rt.kind, "", [{
@@ -498,6 +500,18 @@ class APIServer:
         if decision.reason:
             status["reason"] = decision.reason
         return dict(answer, spec=spec, status=status)
+
+    def _rules_review(self, user: rbac.UserInfo, namespace: str) -> Obj:
+        if self.authorization == "AlwaysAllow" or rbac.MASTERS in user.groups:
+            rules = [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}, {"nonResourceURLs": ["*"],
+                                                                                "verbs": ["*"]}]
+        else:
+            rules = rbac.rules_for(user, namespace, self._policy)
+        resource_rules = [{k: r[k] for k in ("verbs", "apiGroups", "resources", "resourceNames") if r.get(k)}
+                          for r in rules if not r.get("nonResourceURLs")]
+        path_rules = [{"verbs": r.get("verbs") or [], "nonResourceURLs": r["nonResourceURLs"]}
+                      for r in rules if r.get("nonResourceURLs")]
+        return {"resourceRules": resource_rules, "nonResourceRules": path_rules, "incomplete": False}
 
     def _list(self, rt: resources.ResourceType, namespace: str | None, q: Any, table: bool,
               include: str) -> web.Response:
