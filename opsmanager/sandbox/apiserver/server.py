@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ipaddress
 import json
 import logging
 import shutil
@@ -157,10 +158,15 @@ class APIServer:
 
     def _ssl_context(self) -> ssl.SSLContext:
         """A CA and a serving certificate for the loopback address and the in-cluster names of the API server."""
+        ips, names = {"127.0.0.1"}, {"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                                      "kubernetes.default.svc.cluster.local"}
+        try:
+            ips.add(str(ipaddress.ip_address(self.host)))
+        except ValueError:
+            names.add(self.host)
         ca = pki.make_ca("opsmanager-sandbox-apiserver-ca")
-        serving = pki.make_leaf(ca, "kube-apiserver", usages=("server",), ip_addresses=[self.host],
-                                dns_names=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                                           "kubernetes.default.svc.cluster.local"])
+        serving = pki.make_leaf(ca, "kube-apiserver", usages=("server",), ip_addresses=sorted(ips),
+                                dns_names=sorted(names))
         self._tls_dir = Path(tempfile.mkdtemp(prefix="sandbox-apiserver-tls-"))
         (self._tls_dir / "ca.crt").write_bytes(ca.cert_pem)
         (self._tls_dir / "tls.crt").write_bytes(serving.cert_pem)
