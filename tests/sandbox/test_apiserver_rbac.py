@@ -11,6 +11,7 @@ bindings; the audit log's records and counts; the default ``AlwaysAllow`` mode s
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import os
 import ssl
@@ -24,8 +25,10 @@ import aiohttp
 import pytest
 
 from opsmanager import kube
+from opsmanager.kube import config as kube_config
 from opsmanager.kube import errors as kube_errors
 from opsmanager.sandbox.apiserver import ThreadedAPIServer
+from tests.fixtures.sandbox import webhook_configuration
 from tests.polling import aeventually, eventually
 
 Obj = dict[str, Any]
@@ -270,3 +273,41 @@ def test_kubectl_auth_can_i_list_shows_the_granted_rules(server: ThreadedAPIServ
     assert not any(row[0] == "configmaps" for row in rows)
     assert kubectl("--token", token, "auth", "can-i", "get", "secrets/s1", "-n", "ops").stdout.strip() == "yes"
     assert kubectl("--token", token, "auth", "can-i", "get", "secrets/s2", "-n", "ops").stdout.strip() == "no"
+
+
+async def test_admin_kubeconfig_and_in_cluster_service_account_files(server: ThreadedAPIServer, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "kubeconfig"
+    assert config.stat().st_mode & 0o077 == 0  # it holds the admin token
+    async with kube.Kube.from_kubeconfig(str(config)) as admin:  # token and CA from the file, over HTTPS
+        token = await setup_operator(admin, CONFIGMAP_READER)
+        await admin.create(configmap("c1"))
+        await admin.delete("rbac.authorization.k8s.io/v1", "ClusterRole", None, "system:discovery")
+    # what a pod's projected volume holds, read by the in-cluster loader (which always speaks https)
+    (tmp_path / "token").write_text(token)
+    (tmp_path / "ca.crt").write_bytes(server.server.ca_pem or b"")
+    host, port = server.url.removeprefix("https://").rsplit(":", 1)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
+    connection = kube_config.in_cluster(token_file=str(tmp_path / "token"), ca_file=str(tmp_path / "ca.crt"))
+    async with kube.Kube(connection) as operator:
+        assert [c["metadata"]["name"] for c in await operator.list("v1", "ConfigMap", "ops")] == ["c1"]
+        with pytest.raises(kube_errors.Forbidden):
+            await operator.request("GET", "/api")  # discovery went with its default ClusterRole
+
+
+def test_webhooks_are_told_who_asked(server: ThreadedAPIServer, local_webhook: Any) -> None:
+    async def scenario() -> str:
+        async with client(server, server.server.admin_token) as admin:
+            token = await setup_operator(admin, [{"apiGroups": [""], "resources": ["configmaps"],
+                                                  "verbs": ["create"]}])
+            await admin.create(webhook_configuration("ValidatingWebhookConfiguration", "who", local_webhook,
+                                                     "/validate", resources=("configmaps",), groups=("",)))
+            async with client(server, token) as operator:
+                await operator.create(configmap("c1"))
+            return token
+
+    asyncio.run(scenario())
+    users = [r["request"]["userInfo"] for r in local_webhook.reviews]
+    assert users == [{"username": SA_USER, "uid": users[0]["uid"],
+                      "groups": ["system:serviceaccounts", "system:serviceaccounts:ops", "system:authenticated"]}]
