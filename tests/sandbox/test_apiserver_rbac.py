@@ -311,3 +311,39 @@ def test_webhooks_are_told_who_asked(server: ThreadedAPIServer, local_webhook: A
     users = [r["request"]["userInfo"] for r in local_webhook.reviews]
     assert users == [{"username": SA_USER, "uid": users[0]["uid"],
                       "groups": ["system:serviceaccounts", "system:serviceaccounts:ops", "system:authenticated"]}]
+
+
+async def test_subject_access_reviews_answer_for_another_user(server: ThreadedAPIServer) -> None:
+    async with client(server, server.server.admin_token) as admin:
+        await setup_operator(admin, CONFIGMAP_READER)
+
+        async def review(path: str, spec: Obj) -> Obj:
+            answer: Obj = await admin.request("POST", path, body={"apiVersion": "authorization.k8s.io/v1",
+                                                                  "kind": "SubjectAccessReview", "spec": spec})
+            return answer
+
+        groups = ["system:serviceaccounts", "system:serviceaccounts:ops", "system:authenticated"]
+        sar = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+        allowed = await review(sar, {"user": SA_USER, "groups": groups, "resourceAttributes": {
+            "namespace": "ops", "verb": "get", "resource": "secrets", "name": "s1"}})
+        assert allowed["status"] == {"allowed": True, "reason": 'RBAC: allowed by RoleBinding "operator/ops" of Role '
+                                                                '"operator" to ServiceAccount "ops/operator"'}
+        denied = await review(sar, {"user": SA_USER, "groups": groups, "resourceAttributes": {
+            "namespace": "ops", "verb": "get", "resource": "secrets", "name": "s2"}})
+        assert denied["status"] == {"allowed": False}
+        path = await review(sar, {"user": "nobody", "groups": ["system:authenticated"],
+                                  "nonResourceAttributes": {"path": "/apis/apps", "verb": "get"}})
+        assert path["status"]["allowed"] is True  # system:discovery
+        local = "/apis/authorization.k8s.io/v1/namespaces/ops/localsubjectaccessreviews"
+        assert (await review(local, {"user": SA_USER, "resourceAttributes": {"verb": "list",
+                                                                            "resource": "configmaps"}}))["status"][
+            "allowed"] is True
+        with pytest.raises(kube_errors.Invalid) as elsewhere:
+            await review(local, {"user": SA_USER, "resourceAttributes": {"namespace": "default", "verb": "list",
+                                                                         "resource": "configmaps"}})
+        assert "spec.resourceAttributes.namespace" in str(elsewhere.value)
+        with pytest.raises(kube_errors.Invalid):
+            await review(sar, {"resourceAttributes": {"verb": "list", "resource": "configmaps"}})  # nobody
+        with pytest.raises(kube_errors.KubeError) as listed:  # answered, never stored
+            await admin.request("GET", sar)
+        assert listed.value.status == 405
