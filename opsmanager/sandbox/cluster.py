@@ -1,7 +1,7 @@
 """The whole sandbox in one object: API server + kubelet + StatefulSet controller + cert-manager (+ extras).
 
     async with Sandbox(dir=".sandbox") as sb:
-        sb.url, sb.kubeconfig, sb.dir        # http://127.0.0.1:<port>, <dir>/kubeconfig, <dir>
+        sb.url, sb.kubeconfig, sb.dir        # http://127.0.0.1:<port> (https with RBAC), <dir>/kubeconfig, <dir>
         await sb.apply(yaml_text_or_objects)   # create-or-replace, like kubectl apply
         sb.client                              # the async opsmanager.kube.Kube the controllers share
 
