@@ -4,6 +4,7 @@ the quiet timer log filter. (The process itself runs in test_operator_apiserver.
 from __future__ import annotations
 
 import logging
+import random
 from pathlib import Path
 
 import kopf
@@ -59,6 +60,37 @@ def test_parse_args_defaults_and_errors(tmp_path: Path, capsys: pytest.CaptureFi
         with pytest.raises(SystemExit):
             operator.parse_args(bad)
         assert message in capsys.readouterr().err
+
+
+def test_peering_flags_reach_kopf_with_a_seniority_priority(capsys: pytest.CaptureFixture[str]) -> None:
+    args = operator.parse_args(["--peering", "opsmanager", "--namespace", "team-a"])
+    assert args.peering == "opsmanager" and not args.standalone and args.priority is None
+    options = operator.peering_options(standalone=args.standalone, peering_name=args.peering, priority=args.priority)
+    assert options["standalone"] is False and options["peering_name"] == "opsmanager"
+    assert isinstance(options["priority"], int) and options["priority"] > 0
+    assert operator.parse_args(["--peering", "p", "--priority", "7"]).priority == 7
+    assert operator.peering_options(standalone=False, peering_name="p", priority=7)["priority"] == 7
+    # --standalone keeps working (the sandbox, the tests); neither flag leaves kopf's own detection
+    assert operator.peering_options(standalone=True, peering_name=None, priority=None) == {"standalone": True}
+    assert operator.peering_options(standalone=False, peering_name=None, priority=None) == {"standalone": False}
+    with pytest.raises(ValueError, match="exclude each other"):
+        operator.peering_options(standalone=True, peering_name="p", priority=None)
+    for bad, message in ((["--standalone", "--peering", "p"], "not allowed with"),
+                         (["--priority", "3"], "--priority needs --peering NAME"),
+                         (["--peering", " "], "--peering needs the name")):
+        with pytest.raises(SystemExit):
+            operator.parse_args(bad)
+        assert message in capsys.readouterr().err
+
+
+def test_seniority_priority_ranks_the_earlier_started_replica_first() -> None:
+    rng = random.Random(1)
+    older = operator.seniority_priority(1_800_000_000.0, rng=rng)
+    newer = operator.seniority_priority(1_800_000_001.0, rng=rng)
+    assert older > newer > 0
+    same_second = {operator.seniority_priority(1_800_000_000.0, rng=rng) for _ in range(50)}
+    assert len(same_second) > 1  # a tie-breaker: kopf pauses every peer of equal priority
+    assert max(same_second) < 2**53  # an exact integer in the peering object's JSON
 
 
 def test_kopf_settings_keep_everything_under_our_prefix() -> None:
