@@ -1,11 +1,13 @@
-"""``opsmanager run``: argument checks, kopf credentials from a given kubeconfig, the ops-engine import guard,
-the quiet timer log filter. (The process itself runs in test_operator_apiserver.py and the e2e tests.)"""
+"""``opsmanager run``: argument checks (peering flags included), kopf credentials from a given kubeconfig, the
+ops-engine import guard, the quiet timer log filter, the peering object the operator creates. (The process itself
+runs in test_operator_apiserver.py and the e2e tests.)"""
 
 from __future__ import annotations
 
 import logging
 import random
 from pathlib import Path
+from typing import Any
 
 import kopf
 import kubernetes.client
@@ -14,6 +16,7 @@ import yaml
 
 from opsmanager import kube, operator
 
+REPO = Path(__file__).resolve().parents[2]
 UNUSED_CLIENT = kube.Kube(kubernetes.client.ApiClient())  # the operator's client, never called in these tests
 
 
@@ -138,3 +141,22 @@ def test_routine_timer_lines_are_dropped_but_failures_kept() -> None:
     assert f.filter(record("Handler 'provision' succeeded."))
     assert not f.filter(record("Timer 'tls-scan' succeeded."))
     assert f.filter(record("Timer 'tls-scan' failed with an exception. Will retry."))
+
+
+async def test_the_operator_creates_its_peering_objects_once(apiserver_async: Any) -> None:
+    """kopf's mandatory peering pauses for good while its object is missing; the operator creates it (on the
+    sandbox API server, with the peering CRDs of the install bundle)."""
+    crds = [d for d in yaml.safe_load_all((REPO / "deploy" / "base" / "peering" / "crds.yaml").read_text()) if d]
+    await apiserver_async.apply_objects([*crds, {"apiVersion": "v1", "kind": "Namespace",
+                                                 "metadata": {"name": "team-a"}}])
+    async with kube.Kube.for_url(apiserver_async.url) as client:
+        ensure = operator.ensure_peering_objects
+        assert await ensure(client, "opsmanager", namespaces=(), clusterwide=True) == [
+            "ClusterKopfPeering opsmanager"]
+        assert await ensure(client, "opsmanager", namespaces=["team-a"], clusterwide=False) == [
+            "KopfPeering team-a/opsmanager"]
+        # already there: nothing to do, no error
+        assert await ensure(client, "opsmanager", namespaces=(), clusterwide=True) == []
+        assert await ensure(client, "opsmanager", namespaces=["team-a"], clusterwide=False) == []
+        found = await client.request("GET", "/apis/kopf.dev/v1/namespaces/team-a/kopfpeerings/opsmanager")
+        assert found["kind"] == "KopfPeering"
