@@ -15,7 +15,7 @@ the earliest pending time).
   ``app.kubernetes.io/managed-by=opsmanager``, a server-side label selector) and reacts when ``status.revision``
   or ``status.notAfter`` of a ``server`` or ``peer`` certificate changes — cert-manager writes them with the
   Secret. T = now + :data:`SECRET_CHANGE_DELAY`, for the kubelet to deliver the files. Why Certificates and not
-  Secrets: the operator has no list/watch on Secrets (``deploy/operator.yaml``: Secrets by name only), and a watch
+  Secrets: the operator has no list/watch on Secrets (``deploy/base/operator/rbac.yaml``: Secrets by name only), and a watch
   on Secrets, even labelled, needs that right on every Secret of the cluster. The trust bundle is the operator's
   own Secret; it changes only inside an ops request, whose end triggers the scan.
 """
