@@ -124,9 +124,10 @@ def quiet_routine_logs() -> None:
 
 
 def load_ops_handlers(registry: kopf.OperatorRegistry, client: kube.Kube, *,
-                      delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT) -> bool:
-    """Register the ops engine's handlers in ``registry`` (its ``register(registry, client, delivery_timeout=)``)
-    when the module exists. False when the engine is not installed."""
+                      delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT,
+                      namespaces: Collection[str] = ()) -> bool:
+    """Register the ops engine's handlers in ``registry`` (its ``register(registry, client, delivery_timeout=,
+    namespaces=)``) when the module exists. False when the engine is not installed."""
     try:
         module = importlib.import_module(OPS_HANDLERS_MODULE)
     except ModuleNotFoundError as exc:
@@ -135,7 +136,7 @@ def load_ops_handlers(registry: kopf.OperatorRegistry, client: kube.Kube, *,
             raise  # the engine is there but one of its imports is broken: say so, do not hide it
         log.warning("%s is not installed: running the provisioner only", OPS_HANDLERS_MODULE)
         return False
-    module.register(registry, client, delivery_timeout=delivery_timeout)
+    module.register(registry, client, delivery_timeout=delivery_timeout, namespaces=namespaces)
     return True
 
 
@@ -169,8 +170,11 @@ async def ensure_peering_objects(client: kube.Kube, name: str, *, namespaces: Co
 def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float,
                    with_ops: bool = True,
                    delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT,
-                   peering_namespaces: Collection[str] = ()) -> kopf.OperatorRegistry:
-    """A new kopf registry with login, settings, the peering object (with ``--peering``), the provisioner and (when present) the ops engine, whose
+                   namespaces: Collection[str] = ()) -> kopf.OperatorRegistry:
+    """``namespaces``: the operator's ``--namespace`` list (empty: all); what it watches and lists beside kopf stays
+    within them, so a Role there is enough (deploy/overlays/single-namespace).
+
+    A new kopf registry with login, settings, the peering object (with ``--peering``), the provisioner and (when present) the ops engine, whose
     handlers use ``client`` — the one Kubernetes client of the operator process (also ``memo.kube``)."""
     registry = kopf.OperatorRegistry()
 
@@ -185,13 +189,14 @@ def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float
     @kopf.on.startup(registry=registry, id="opsmanager-peering")
     async def peering(settings: kopf.OperatorSettings, **_: Any) -> None:
         if settings.peering.mandatory and not settings.peering.standalone:
-            await ensure_peering_objects(client, settings.peering.name, namespaces=peering_namespaces,
+            await ensure_peering_objects(client, settings.peering.name, namespaces=namespaces,
                                          clusterwide=settings.peering.clusterwide)
 
     provisioner_handlers.register(registry, interval=interval)
-    lifecycle_handlers.register(registry, client, tick=interval, delivery_grace=delivery_timeout)
+    lifecycle_handlers.register(registry, client, tick=interval, delivery_grace=delivery_timeout,
+                                namespaces=namespaces)
     if with_ops:
-        load_ops_handlers(registry, client, delivery_timeout=delivery_timeout)
+        load_ops_handlers(registry, client, delivery_timeout=delivery_timeout, namespaces=namespaces)
     return registry
 
 
@@ -242,7 +247,7 @@ async def run_async(
     """Run the operator in the current event loop until ``stop_flag`` is set (or it is cancelled)."""
     client = kube.Kube.from_kubeconfig(kubeconfig)
     registry = build_registry(kubeconfig, client, interval=interval, with_ops=with_ops,
-                              delivery_timeout=delivery_timeout, peering_namespaces=namespaces)
+                              delivery_timeout=delivery_timeout, namespaces=namespaces)
     memo = make_memo(client)
     quiet_routine_logs()
     try:
@@ -314,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         quiet_routine_logs()
     client = kube.Kube.from_kubeconfig(args.kubeconfig)
     registry = build_registry(args.kubeconfig, client, interval=args.interval, with_ops=not args.no_ops,
-                              delivery_timeout=args.certificate_delivery_timeout, peering_namespaces=args.namespace)
+                              delivery_timeout=args.certificate_delivery_timeout, namespaces=args.namespace)
     memo = make_memo(client)
     clusterwide = not args.namespace
     log.info("opsmanager operator: %s, api %s", "all namespaces" if clusterwide else ", ".join(args.namespace),

@@ -1,7 +1,9 @@
 """Two ``opsmanager run --peering opsmanager`` processes against the sandbox API server, as the install bundle runs
 them (deploy/base/operator/deployment.yaml; docs/decisions.md D15.1): the first creates its peering object and
 acts; the second, younger, stays paused and handles nothing while the first lives; when the first exits, the
-second takes over. (The takeover in the middle of an operation, with real etcd: issue 15's HA tests.)"""
+second takes over. With ``--namespace``, neither lists nor watches a namespaced kind outside that namespace (what
+the single-namespace overlay's Roles allow). (The takeover in the middle of an operation, with real etcd: issue 15's
+HA tests.)"""
 
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 NS = "peers"
 PEERING = f"/apis/kopf.dev/v1/namespaces/{NS}/kopfpeerings/opsmanager"
 FINALIZER = "opsmanager.dev/finalizer"
+# The namespaced kinds the operator reads: listed or watched across namespaces, a Role would refuse them.
+NAMESPACED = {"etcds", "etcdopsrequests", "certificates", "issuers", "secrets", "pods", "statefulsets", "services",
+              "poddisruptionbudgets", "persistentvolumeclaims", "events", "kopfpeerings"}
 
 
 @pytest.fixture
@@ -44,7 +49,7 @@ def start(api: threaded.ThreadedAPIServer, tmp_path: Path, pod: str) -> processe
     kubeconfig = api.write_kubeconfig(tmp_path / f"{pod}.kubeconfig")
     return processes.OperatorProcess.start(
         kubeconfig, log_path=tmp_path / f"{pod}.log", namespaces=[NS], interval=0.5, standalone=False,
-        with_ops=False, extra_args=["--peering", "opsmanager"], env={"POD_ID": pod})
+        with_ops=True, extra_args=["--peering", "opsmanager"], env={"POD_ID": pod})
 
 
 def etcd(name: str) -> dict[str, Any]:
@@ -72,7 +77,7 @@ async def test_the_elder_acts_the_younger_waits_then_takes_over(api: threaded.Th
 
             await k.create(etcd("first"))
             await aeventually(lambda: finalized(k, "first"), timeout=30, what="the active replica handles 'first'")
-            assert "reconcile peers/first" in elder.log()
+            eventually(lambda: "reconcile peers/first" in elder.log(), timeout=30, what="op-a reconciling 'first'")
             assert "reconcile peers/first" not in younger.log()
 
             # mandatory peering starts paused: the younger never resumed while the elder lived
@@ -82,8 +87,11 @@ async def test_the_elder_acts_the_younger_waits_then_takes_over(api: threaded.Th
             eventually(lambda: "Resuming operations" in waiting.log(), timeout=30, what="op-b resuming")
             await k.create(etcd("second"))
             await aeventually(lambda: finalized(k, "second"), timeout=30, what="op-b handles 'second'")
-            assert "reconcile peers/second" in younger.log()
+            eventually(lambda: "reconcile peers/second" in waiting.log(), timeout=30, what="op-b reconciling 'second'")
             assert set(await _peers(k)) == {"op-b"}
+            outside = sorted({path for _method, path, _status in list(api.server.requests)
+                              if path.split("?")[0].rsplit("/", 1)[-1] in NAMESPACED and f"/namespaces/{NS}/" not in path})
+            assert not outside, f"calls outside --namespace {NS}: {outside}"
     finally:
         for op in (younger, elder):
             if op is not None:
