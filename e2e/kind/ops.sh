@@ -5,7 +5,8 @@
 # Issuer), and a writer pod putting a key every ~50 ms through the Etcd's client Service (http, or https with the
 # client certificate and trust bundle the operator writes, mounted as they appear and change). Then, one after the
 # other, EtcdOpsRequests ReconfigureTLS: add TLS (ca-a) -> rotate -> issuer change (ca-b) -> remove TLS. For each:
-# the result, the wall time, the writer's failed/total writes and its longest stall while it ran.
+# the result, the wall time, the writer's failed/total writes and its longest stall while it ran (the demo's table
+# without its leader-election columns, which need the members' metrics).
 #
 # Needs bash >= 5 (EPOCHREALTIME). Run after up.sh and install.sh.
 # Not exercised on the project's CI machines (no Docker there); see README, "A real cluster".
