@@ -1,7 +1,7 @@
 """``opsmanager run``: the operator process — kopf, in-process, with the provisioner and the ops engine.
 
     opsmanager run [--kubeconfig PATH] [--namespace NS ... | --all-namespaces]
-                   [--standalone | --peering NAME [--priority N]]
+                   [--standalone | --peering NAME [--priority N] [--peering-lifetime SECONDS]]
                    [--interval SECONDS] [--liveness URL] [--metrics-port N] [--metrics-address A]
                    [--certificate-delivery-timeout SECONDS] [--verbose | --debug | --quiet]
 
@@ -27,7 +27,7 @@ bundle ``deploy/`` creates it) and exactly one of them acts: kopf pauses every o
 higher priority. kopf pauses *all* peers of equal priority, so each replica needs a distinct one: by default it is
 the pod's seniority (:func:`seniority_priority`: the earlier a process started, the higher), so a new or restarted
 replica never pre-empts the one at work and takes over only when that one's keep-alive expires (kopf's
-``settings.peering.lifetime``, 60 s). The peer identity is ``$POD_ID`` (the downward API's pod name).
+``settings.peering.lifetime``, 60 s; ``--peering-lifetime``). The peer identity is ``$POD_ID`` (the downward API's pod name).
 ``--standalone`` (the sandbox, the tests) runs without peering; docs/decisions.md D-entry "Operator replicas".
 
 ``--metrics-port N`` (default 8081, 0 = off) serves :mod:`opsmanager.lifecycle.metrics`' registry on
@@ -213,16 +213,23 @@ def seniority_priority(now: float | None = None, *, rng: random.Random | None = 
     return (_PRIORITY_EPOCH - started) * _TIE_BREAKER + (rng or random.SystemRandom()).randrange(_TIE_BREAKER)
 
 
-def peering_options(*, standalone: bool, peering_name: str | None, priority: int | None) -> dict[str, Any]:
+def peering_options(*, standalone: bool, peering_name: str | None, priority: int | None,
+                    lifetime: int | None = None) -> dict[str, Any]:
     """kopf.run/kopf.operator keyword arguments for the peering flags: ``--standalone``; ``--peering NAME``
-    (mandatory peering on that object, with ``priority`` or the seniority priority); or neither (kopf's default:
-    peering on an object named ``default`` if one exists, else standalone)."""
+    (mandatory peering on that object, with ``priority`` or the seniority priority, and ``lifetime``: seconds
+    a keep-alive counts, kopf's default 60); or neither (kopf's default: peering on an object named ``default``
+    if one exists, else standalone)."""
     if peering_name is None:
         return {"standalone": standalone}
     if standalone:
         raise ValueError("--standalone and --peering exclude each other: one replica alone, or several peering")
-    return {"standalone": False, "peering_name": peering_name,
-            "priority": seniority_priority() if priority is None else priority}
+    options: dict[str, Any] = {"standalone": False, "peering_name": peering_name,
+                               "priority": seniority_priority() if priority is None else priority}
+    if lifetime is not None:
+        settings = kopf.OperatorSettings()
+        settings.peering.lifetime = lifetime
+        options["settings"] = settings
+    return options
 
 
 def make_memo(client: kube.Kube) -> kopf.Memo:
@@ -237,6 +244,7 @@ async def run_async(
     standalone: bool = True,
     peering_name: str | None = None,
     priority: int | None = None,
+    peering_lifetime: int | None = None,
     interval: float = provisioner_handlers.DEFAULT_INTERVAL,
     liveness_endpoint: str | None = None,
     stop_flag: asyncio.Event | None = None,
@@ -254,7 +262,7 @@ async def run_async(
         await kopf.operator(
             registry=registry, memo=memo, clusterwide=clusterwide,
             **peering_options(standalone=standalone and peering_name is None, peering_name=peering_name,
-                              priority=priority),
+                              priority=priority, lifetime=peering_lifetime),
             namespaces=list(namespaces), liveness_endpoint=liveness_endpoint,
             stop_flag=stop_flag, ready_flag=ready_flag,
         )
@@ -278,6 +286,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                               "priority acts")
     parser.add_argument("--priority", type=int, metavar="N",
                         help="peering priority (default: seniority, the earlier started the higher); needs --peering")
+    parser.add_argument("--peering-lifetime", type=int, metavar="SECONDS",
+                        help="how long a replica's keep-alive counts, so how soon a standby takes over from a "
+                             "replica that died without exiting (kopf's default: 60); needs --peering")
     parser.add_argument("--interval", type=float, default=provisioner_handlers.DEFAULT_INTERVAL, metavar="SECONDS",
                         help="how often each Etcd is reconciled and its status refreshed (default %(default)s)")
     parser.add_argument("--liveness", metavar="URL",
@@ -305,6 +316,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         parser.error(f"--metrics-port must be a port number from 0 (off) to 65535, got {args.metrics_port}")
     if args.priority is not None and args.peering is None:
         parser.error("--priority needs --peering NAME (a priority orders the replicas peering on NAME)")
+    if args.peering_lifetime is not None and args.peering is None:
+        parser.error("--peering-lifetime needs --peering NAME")
+    if args.peering_lifetime is not None and args.peering_lifetime < 10:
+        parser.error(f"--peering-lifetime must be at least 10 seconds (keep-alives go 5-10 s before it ends), "
+                     f"got {args.peering_lifetime}")
     if args.peering is not None and not args.peering.strip():
         parser.error("--peering needs the name of a (Cluster)KopfPeering object, e.g. --peering opsmanager")
     if args.kubeconfig and not os.path.exists(args.kubeconfig):
@@ -329,7 +345,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         kopf.run(registry=registry, memo=memo, clusterwide=clusterwide, namespaces=args.namespace,
                  liveness_endpoint=args.liveness,
-                 **peering_options(standalone=args.standalone, peering_name=args.peering, priority=args.priority))
+                 **peering_options(standalone=args.standalone, peering_name=args.peering, priority=args.priority,
+                                   lifetime=args.peering_lifetime))
     finally:
         memo.kube.close()
     return 0

@@ -76,11 +76,17 @@ def test_peering_flags_reach_kopf_with_a_seniority_priority(capsys: pytest.Captu
     # --standalone keeps working (the sandbox, the tests); neither flag leaves kopf's own detection
     assert operator.peering_options(standalone=True, peering_name=None, priority=None) == {"standalone": True}
     assert operator.peering_options(standalone=False, peering_name=None, priority=None) == {"standalone": False}
+    args = operator.parse_args(["--peering", "p", "--peering-lifetime", "20"])
+    options = operator.peering_options(standalone=False, peering_name="p", priority=None, lifetime=args.peering_lifetime)
+    assert options["settings"].peering.lifetime == 20
+    assert "settings" not in operator.peering_options(standalone=False, peering_name="p", priority=None)
     with pytest.raises(ValueError, match="exclude each other"):
         operator.peering_options(standalone=True, peering_name="p", priority=None)
     for bad, message in ((["--standalone", "--peering", "p"], "not allowed with"),
                          (["--priority", "3"], "--priority needs --peering NAME"),
-                         (["--peering", " "], "--peering needs the name")):
+                         (["--peering", " "], "--peering needs the name"),
+                         (["--peering-lifetime", "20"], "--peering-lifetime needs --peering"),
+                         (["--peering", "p", "--peering-lifetime", "5"], "at least 10 seconds")):
         with pytest.raises(SystemExit):
             operator.parse_args(bad)
         assert message in capsys.readouterr().err
