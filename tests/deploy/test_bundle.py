@@ -225,6 +225,7 @@ def test_two_operator_replicas_one_active_by_peering(docs: list[Obj]) -> None:
     container = _container(deployment)
     args = container["args"]
     assert args[0] == "run" and _flag(args, "--peering") == "opsmanager" and "--standalone" not in args
+    assert 10 <= int(_flag(args, "--peering-lifetime")) <= 30  # a standby takes over within it after a crash
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"  # kopf's peer identity
     # liveness on the operator's --liveness endpoint; metrics on 8081, named `metrics`
