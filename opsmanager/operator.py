@@ -27,8 +27,8 @@ bundle ``deploy/`` creates it) and exactly one of them acts: kopf pauses every o
 higher priority. kopf pauses *all* peers of equal priority, so each replica needs a distinct one: by default it is
 the pod's seniority (:func:`seniority_priority`: the earlier a process started, the higher), so a new or restarted
 replica never pre-empts the one at work and takes over only when that one's keep-alive expires (kopf's
-``settings.peering.lifetime``, 60 s; ``--peering-lifetime``). The peer identity is ``$POD_ID`` (the downward API's pod name).
-``--standalone`` (the sandbox, the tests) runs without peering; docs/decisions.md D-entry "Operator replicas".
+``settings.peering.lifetime``, 60 s; ``--peering-lifetime``). The peer identity is ``$POD_ID`` (the downward
+API's pod name). ``--standalone`` (the sandbox, the tests) runs without peering. docs/decisions.md D15.1.
 
 ``--metrics-port N`` (default 8081, 0 = off) serves :mod:`opsmanager.lifecycle.metrics`' registry on
 ``http://A:N/metrics`` (``--metrics-address A``, default 0.0.0.0 for a pod; the sandbox and the tests use
@@ -171,11 +171,10 @@ def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float
                    with_ops: bool = True,
                    delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT,
                    namespaces: Collection[str] = ()) -> kopf.OperatorRegistry:
-    """``namespaces``: the operator's ``--namespace`` list (empty: all); what it watches and lists beside kopf stays
-    within them, so a Role there is enough (deploy/overlays/single-namespace).
-
-    A new kopf registry with login, settings, the peering object (with ``--peering``), the provisioner and (when present) the ops engine, whose
-    handlers use ``client`` — the one Kubernetes client of the operator process (also ``memo.kube``)."""
+    """A new kopf registry with login, settings, the peering object (with ``--peering``), the provisioner and (when
+    present) the ops engine, whose handlers use ``client`` — the one Kubernetes client of the operator process
+    (also ``memo.kube``). ``namespaces``: the operator's ``--namespace`` list (empty: all); what it watches and
+    lists beside kopf stays within them, so a Role there is enough (deploy/overlays/single-namespace)."""
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry, id="opsmanager-login")
