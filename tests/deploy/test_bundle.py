@@ -332,6 +332,37 @@ def test_secrets_are_reached_by_name_only(docs: list[Obj]) -> None:
     assert not any(g == "" and r == "secrets" for g, r, _ in bundle.granted(docs, bundle.WEBHOOK_SA))
 
 
+# The operator's rights, all of them: what deploy/operator.yaml granted before the bundle (each rule's reason is in
+# deploy/base/operator/rbac.yaml) plus kopf peering. A change here is a change of the product's RBAC: say why there.
+OPERATOR_RIGHTS: dict[tuple[str, str], set[str]] = {
+    ("opsmanager.dev", "etcds"): {"get", "list", "watch", "patch"},
+    ("opsmanager.dev", "etcds/status"): {"get", "patch"},
+    ("ops.opsmanager.dev", "etcdopsrequests"): {"get", "list", "watch", "create", "patch"},
+    ("ops.opsmanager.dev", "etcdopsrequests/status"): {"get", "patch"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+    ("", "namespaces"): {"get", "list", "watch"},
+    ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "create", "patch"},
+    ("apps", "statefulsets"): {"get", "create", "update", "patch", "delete"},
+    ("", "services"): {"get", "create", "patch", "delete"},
+    ("policy", "poddisruptionbudgets"): {"get", "create", "patch", "delete"},
+    ("cert-manager.io", "certificates"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("cert-manager.io", "certificates/status"): {"get", "patch"},
+    ("cert-manager.io", "issuers"): {"get"},
+    ("cert-manager.io", "clusterissuers"): {"get"},
+    ("", "secrets"): {"get", "create", "update", "patch", "delete"},
+    ("", "pods"): {"get", "list", "delete"},
+    ("", "pods/eviction"): {"create"},
+    ("", "persistentvolumeclaims"): {"list", "delete"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+}
+
+
+def test_the_operator_has_exactly_its_listed_rights() -> None:
+    expected = {(g, r, v) for (g, r), verbs in OPERATOR_RIGHTS.items() for v in verbs}
+    assert bundle.granted(bundle.objects(), bundle.OPERATOR_SA) == expected
+
+
 def test_the_webhook_may_read_etcds_and_opsrequests_and_nothing_else(docs: list[Obj]) -> None:
     assert bundle.granted(docs, bundle.WEBHOOK_SA) == {
         (group, resource, verb)
