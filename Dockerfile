@@ -1,6 +1,7 @@
 # The operator image: the `opsmanager` package and its runtime dependencies only (no sandbox, test or codegen
 # extra, no e2e harness; tests/test_packaging.py checks this file). Default command: `opsmanager run` (the
-# operator). The admission webhook runs from the same image with args `webhook serve --port 8443 --tls-cert /tls/tls.crt --tls-key /tls/tls.key`.
+# operator). The admission webhook runs from the same image with args `webhook serve --host 0.0.0.0 --port 8443 --tls-cert /tls/tls.crt --tls-key /tls/tls.key`
+# (deploy/base/webhook/deployment.yaml); the install bundle names this image in one place, deploy/base/kustomization.yaml.
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./

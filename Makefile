@@ -14,9 +14,12 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# promtool (tests/deploy/test_alert_rules.py, never skipped) comes from Debian's prometheus package.
+# promtool (tests/deploy/test_alert_rules.py, never skipped) comes from Debian's prometheus package, shellcheck
+# (tests/deploy/test_kind_scripts.py, never skipped) from Debian's shellcheck package. kubectl (tests/deploy/
+# test_bundle.py renders deploy/ with `kubectl kustomize`, offline) must be on the machine.
 test: $(STAMP)
 	@command -v promtool >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null)
+	@command -v shellcheck >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends shellcheck >/dev/null)
 	$(BIN)/opsmanager crds --check
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 

@@ -1,6 +1,7 @@
 """``opsmanager run``: the operator process — kopf, in-process, with the provisioner and the ops engine.
 
-    opsmanager run [--kubeconfig PATH] [--namespace NS ... | --all-namespaces] [--standalone]
+    opsmanager run [--kubeconfig PATH] [--namespace NS ... | --all-namespaces]
+                   [--standalone | --peering NAME [--priority N] [--peering-lifetime SECONDS]]
                    [--interval SECONDS] [--liveness URL] [--metrics-port N] [--metrics-address A]
                    [--certificate-delivery-timeout SECONDS] [--verbose | --debug | --quiet]
 
@@ -19,6 +20,15 @@ work) and hands kopf the resulting credentials.
 kopf settings: finalizer, progress and diff-base annotations live under ``opsmanager.dev/`` (not kopf's
 ``kopf.zalando.org``), progress is kept in annotations only so ``status`` stays ours, and kopf posts Kubernetes
 events only for warnings (the handlers post their own, on transitions).
+
+Replicas (``--peering NAME``): two or more operator pods share kopf's peering object ``NAME`` (a
+``ClusterKopfPeering``, or a ``KopfPeering`` in the watched namespace when ``--namespace`` is given; the install
+bundle ``deploy/`` creates it) and exactly one of them acts: kopf pauses every operator that sees a live peer of
+higher priority. kopf pauses *all* peers of equal priority, so each replica needs a distinct one: by default it is
+the pod's seniority (:func:`seniority_priority`: the earlier a process started, the higher), so a new or restarted
+replica never pre-empts the one at work and takes over only when that one's keep-alive expires (kopf's
+``settings.peering.lifetime``, 60 s; ``--peering-lifetime``). The peer identity is ``$POD_ID`` (the downward
+API's pod name). ``--standalone`` (the sandbox, the tests) runs without peering. docs/decisions.md D15.1.
 
 ``--metrics-port N`` (default 8081, 0 = off) serves :mod:`opsmanager.lifecycle.metrics`' registry on
 ``http://A:N/metrics`` (``--metrics-address A``, default 0.0.0.0 for a pod; the sandbox and the tests use
@@ -40,7 +50,9 @@ import asyncio
 import importlib
 import logging
 import os
+import random
 import sys
+import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -112,9 +124,10 @@ def quiet_routine_logs() -> None:
 
 
 def load_ops_handlers(registry: kopf.OperatorRegistry, client: kube.Kube, *,
-                      delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT) -> bool:
-    """Register the ops engine's handlers in ``registry`` (its ``register(registry, client, delivery_timeout=)``)
-    when the module exists. False when the engine is not installed."""
+                      delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT,
+                      namespaces: Collection[str] = ()) -> bool:
+    """Register the ops engine's handlers in ``registry`` (its ``register(registry, client, delivery_timeout=,
+    namespaces=)``) when the module exists. False when the engine is not installed."""
     try:
         module = importlib.import_module(OPS_HANDLERS_MODULE)
     except ModuleNotFoundError as exc:
@@ -123,15 +136,45 @@ def load_ops_handlers(registry: kopf.OperatorRegistry, client: kube.Kube, *,
             raise  # the engine is there but one of its imports is broken: say so, do not hide it
         log.warning("%s is not installed: running the provisioner only", OPS_HANDLERS_MODULE)
         return False
-    module.register(registry, client, delivery_timeout=delivery_timeout)
+    module.register(registry, client, delivery_timeout=delivery_timeout, namespaces=namespaces)
     return True
+
+
+PEERING_API_VERSION = "kopf.dev/v1"
+
+
+async def ensure_peering_objects(client: kube.Kube, name: str, *, namespaces: Collection[str],
+                                 clusterwide: bool) -> list[str]:
+    """Create kopf's peering object ``name`` when it is missing: a ``ClusterKopfPeering`` (all namespaces), else a
+    ``KopfPeering`` in each watched namespace. kopf's mandatory peering pauses the operator for good while its
+    object is missing, and ``kubectl apply -k deploy/`` cannot create it in the same run as its CRD (the mapping of
+    a kind whose CRD is new fails), so the operator makes its own. Returns what it created."""
+    if clusterwide:
+        targets: list[tuple[str | None, str]] = [(None, f"/apis/{PEERING_API_VERSION}/clusterkopfpeerings")]
+    else:
+        targets = [(ns, f"/apis/{PEERING_API_VERSION}/namespaces/{ns}/kopfpeerings") for ns in namespaces]
+    created = []
+    for namespace, path in targets:
+        metadata = {"name": name, **({"namespace": namespace} if namespace else {})}
+        kind = "KopfPeering" if namespace else "ClusterKopfPeering"
+        try:
+            await client.request("POST", path, body={"apiVersion": PEERING_API_VERSION, "kind": kind,
+                                                     "metadata": metadata})
+        except kube.AlreadyExists:
+            continue
+        created.append(f"{kind} {namespace + '/' if namespace else ''}{name}")
+        log.info("created the peering object %s", created[-1])
+    return created
 
 
 def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float,
                    with_ops: bool = True,
-                   delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT) -> kopf.OperatorRegistry:
-    """A new kopf registry with login, settings, the provisioner and (when present) the ops engine, whose
-    handlers use ``client`` — the one Kubernetes client of the operator process (also ``memo.kube``)."""
+                   delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT,
+                   namespaces: Collection[str] = ()) -> kopf.OperatorRegistry:
+    """A new kopf registry with login, settings, the peering object (with ``--peering``), the provisioner and (when
+    present) the ops engine, whose handlers use ``client`` — the one Kubernetes client of the operator process
+    (also ``memo.kube``). ``namespaces``: the operator's ``--namespace`` list (empty: all); what it watches and
+    lists beside kopf stays within them, so a Role there is enough (deploy/overlays/single-namespace)."""
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry, id="opsmanager-login")
@@ -142,11 +185,50 @@ def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float
     def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings)
 
+    @kopf.on.startup(registry=registry, id="opsmanager-peering")
+    async def peering(settings: kopf.OperatorSettings, **_: Any) -> None:
+        if settings.peering.mandatory and not settings.peering.standalone:
+            await ensure_peering_objects(client, settings.peering.name, namespaces=namespaces,
+                                         clusterwide=settings.peering.clusterwide)
+
     provisioner_handlers.register(registry, interval=interval)
-    lifecycle_handlers.register(registry, client, tick=interval, delivery_grace=delivery_timeout)
+    lifecycle_handlers.register(registry, client, tick=interval, delivery_grace=delivery_timeout,
+                                namespaces=namespaces)
     if with_ops:
-        load_ops_handlers(registry, client, delivery_timeout=delivery_timeout)
+        load_ops_handlers(registry, client, delivery_timeout=delivery_timeout, namespaces=namespaces)
     return registry
+
+
+# Seniority priorities count down from this many seconds: positive, and with the tie-breaker below an exact
+# integer in JSON (< 2**53) for any start time before the year 5138.
+_PRIORITY_EPOCH = 10**11
+_TIE_BREAKER = 1000
+
+
+def seniority_priority(now: float | None = None, *, rng: random.Random | None = None) -> int:
+    """A kopf peering priority that is higher the earlier this process started (seconds), with a random tie-breaker
+    for replicas started within the same second (kopf pauses every peer of equal priority, itself included)."""
+    started = int(time.time() if now is None else now)
+    return (_PRIORITY_EPOCH - started) * _TIE_BREAKER + (rng or random.SystemRandom()).randrange(_TIE_BREAKER)
+
+
+def peering_options(*, standalone: bool, peering_name: str | None, priority: int | None,
+                    lifetime: int | None = None) -> dict[str, Any]:
+    """kopf.run/kopf.operator keyword arguments for the peering flags: ``--standalone``; ``--peering NAME``
+    (mandatory peering on that object, with ``priority`` or the seniority priority, and ``lifetime``: seconds
+    a keep-alive counts, kopf's default 60); or neither (kopf's default: peering on an object named ``default``
+    if one exists, else standalone)."""
+    if peering_name is None:
+        return {"standalone": standalone}
+    if standalone:
+        raise ValueError("--standalone and --peering exclude each other: one replica alone, or several peering")
+    options: dict[str, Any] = {"standalone": False, "peering_name": peering_name,
+                               "priority": seniority_priority() if priority is None else priority}
+    if lifetime is not None:
+        settings = kopf.OperatorSettings()
+        settings.peering.lifetime = lifetime
+        options["settings"] = settings
+    return options
 
 
 def make_memo(client: kube.Kube) -> kopf.Memo:
@@ -159,6 +241,9 @@ async def run_async(
     namespaces: Collection[str] = (),
     clusterwide: bool = False,
     standalone: bool = True,
+    peering_name: str | None = None,
+    priority: int | None = None,
+    peering_lifetime: int | None = None,
     interval: float = provisioner_handlers.DEFAULT_INTERVAL,
     liveness_endpoint: str | None = None,
     stop_flag: asyncio.Event | None = None,
@@ -169,12 +254,14 @@ async def run_async(
     """Run the operator in the current event loop until ``stop_flag`` is set (or it is cancelled)."""
     client = kube.Kube.from_kubeconfig(kubeconfig)
     registry = build_registry(kubeconfig, client, interval=interval, with_ops=with_ops,
-                              delivery_timeout=delivery_timeout)
+                              delivery_timeout=delivery_timeout, namespaces=namespaces)
     memo = make_memo(client)
     quiet_routine_logs()
     try:
         await kopf.operator(
-            registry=registry, memo=memo, standalone=standalone, clusterwide=clusterwide,
+            registry=registry, memo=memo, clusterwide=clusterwide,
+            **peering_options(standalone=standalone and peering_name is None, peering_name=peering_name,
+                              priority=priority, lifetime=peering_lifetime),
             namespaces=list(namespaces), liveness_endpoint=liveness_endpoint,
             stop_flag=stop_flag, ready_flag=ready_flag,
         )
@@ -190,8 +277,17 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     scope.add_argument("-n", "--namespace", action="append", default=[], metavar="NS",
                        help="watch this namespace (repeatable); default: all namespaces")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (the default)")
-    parser.add_argument("--standalone", action="store_true",
-                        help="no peering: do not coordinate with other operator replicas")
+    peering = parser.add_mutually_exclusive_group()
+    peering.add_argument("--standalone", action="store_true",
+                         help="no peering: do not coordinate with other operator replicas")
+    peering.add_argument("--peering", metavar="NAME",
+                         help="replicas: peer through kopf's (Cluster)KopfPeering NAME; only the one of highest "
+                              "priority acts")
+    parser.add_argument("--priority", type=int, metavar="N",
+                        help="peering priority (default: seniority, the earlier started the higher); needs --peering")
+    parser.add_argument("--peering-lifetime", type=int, metavar="SECONDS",
+                        help="how long a replica's keep-alive counts, so how soon a standby takes over from a "
+                             "replica that died without exiting (kopf's default: 60); needs --peering")
     parser.add_argument("--interval", type=float, default=provisioner_handlers.DEFAULT_INTERVAL, metavar="SECONDS",
                         help="how often each Etcd is reconciled and its status refreshed (default %(default)s)")
     parser.add_argument("--liveness", metavar="URL",
@@ -217,6 +313,15 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                      f"got {args.certificate_delivery_timeout}")
     if not 0 <= args.metrics_port <= 65535:
         parser.error(f"--metrics-port must be a port number from 0 (off) to 65535, got {args.metrics_port}")
+    if args.priority is not None and args.peering is None:
+        parser.error("--priority needs --peering NAME (a priority orders the replicas peering on NAME)")
+    if args.peering_lifetime is not None and args.peering is None:
+        parser.error("--peering-lifetime needs --peering NAME")
+    if args.peering_lifetime is not None and args.peering_lifetime < 10:
+        parser.error(f"--peering-lifetime must be at least 10 seconds (keep-alives go 5-10 s before it ends), "
+                     f"got {args.peering_lifetime}")
+    if args.peering is not None and not args.peering.strip():
+        parser.error("--peering needs the name of a (Cluster)KopfPeering object, e.g. --peering opsmanager")
     if args.kubeconfig and not os.path.exists(args.kubeconfig):
         parser.error(f"--kubeconfig {args.kubeconfig}: no such file")
     return args
@@ -229,7 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         quiet_routine_logs()
     client = kube.Kube.from_kubeconfig(args.kubeconfig)
     registry = build_registry(args.kubeconfig, client, interval=args.interval, with_ops=not args.no_ops,
-                              delivery_timeout=args.certificate_delivery_timeout)
+                              delivery_timeout=args.certificate_delivery_timeout, namespaces=args.namespace)
     memo = make_memo(client)
     clusterwide = not args.namespace
     log.info("opsmanager operator: %s, api %s", "all namespaces" if clusterwide else ", ".join(args.namespace),
@@ -237,8 +342,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.metrics_port:
         metrics.serve(args.metrics_port, addr=args.metrics_address)
     try:
-        kopf.run(registry=registry, memo=memo, standalone=args.standalone, clusterwide=clusterwide,
-                 namespaces=args.namespace, liveness_endpoint=args.liveness)
+        kopf.run(registry=registry, memo=memo, clusterwide=clusterwide, namespaces=args.namespace,
+                 liveness_endpoint=args.liveness,
+                 **peering_options(standalone=args.standalone, peering_name=args.peering, priority=args.priority,
+                                   lifetime=args.peering_lifetime))
     finally:
         memo.kube.close()
     return 0

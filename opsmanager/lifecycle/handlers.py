@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Collection
 from typing import Any
 
 import kopf
@@ -34,10 +35,14 @@ def _has_tls(spec: Any, **_: Any) -> bool:
 
 
 def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, tick: float = DEFAULT_TICK,
-             delivery_grace: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT) -> None:
+             delivery_grace: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT,
+             namespaces: Collection[str] = ()) -> None:
     """Add the scan timer and its triggers to ``registry``; they use ``client``. ``delivery_grace``: seconds a member
-    may serve its previous leaf after its Secret changed before the scan calls it a mismatch."""
-    watches = (triggers.CertificateWatch(client), triggers.RequestWatch(client))
+    may serve its previous leaf after its Secret changed before the scan calls it a mismatch. ``namespaces``: the
+    operator's (``--namespace``); the trigger watches then watch those only, else every namespace."""
+    scopes: list[str | None] = [*namespaces] or [None]
+    watches = [watch for ns in scopes
+               for watch in (triggers.CertificateWatch(client, namespace=ns), triggers.RequestWatch(client, namespace=ns))]
 
     @kopf.timer(*RESOURCE, registry=registry, id="tls-scan", interval=tick, when=_has_tls)
     async def tls_scan(body: kopf.Body, logger: Logger, **_: Any) -> None:

@@ -15,7 +15,7 @@ the earliest pending time).
   ``app.kubernetes.io/managed-by=opsmanager``, a server-side label selector) and reacts when ``status.revision``
   or ``status.notAfter`` of a ``server`` or ``peer`` certificate changes — cert-manager writes them with the
   Secret. T = now + :data:`SECRET_CHANGE_DELAY`, for the kubelet to deliver the files. Why Certificates and not
-  Secrets: the operator has no list/watch on Secrets (``deploy/operator.yaml``: Secrets by name only), and a watch
+  Secrets: the operator has no list/watch on Secrets (``deploy/base/operator/rbac.yaml``: Secrets by name only), and a watch
   on Secrets, even labelled, needs that right on every Secret of the cluster. The trust bundle is the operator's
   own Secret; it changes only inside an ops request, whose end triggers the scan.
 """
@@ -106,11 +106,14 @@ class _Watch:
 
     what = ""
 
-    def __init__(self, k: kube.Kube, api_version: str, kind: str, *, label_selector: str | None = None) -> None:
+    def __init__(self, k: kube.Kube, api_version: str, kind: str, *, label_selector: str | None = None,
+                 namespace: str | None = None) -> None:
         self.k = k
         # relist_delay: a watch refused (e.g. an older ClusterRole without `watch`) is retried every few seconds,
-        # not twice a second; the interval scan still runs meanwhile.
-        self.informer = kube.Informer(k, api_version, kind, label_selector=label_selector, relist_delay=5.0)
+        # not twice a second; the interval scan still runs meanwhile. ``namespace``: one namespace (an operator
+        # with --namespace, whose RBAC may be a Role there), else all of them.
+        self.informer = kube.Informer(k, api_version, kind, namespace=namespace, label_selector=label_selector,
+                                      relist_delay=5.0)
         self.informer.add_handler(self._changed)
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -143,8 +146,10 @@ class CertificateWatch(_Watch):
     """A labelled watch on the operator's own Certificates that requests a scan of their Etcd, ``delay`` later,
     when one is re-issued. Started and stopped by the kopf startup/cleanup handlers."""
 
-    def __init__(self, k: kube.Kube, *, delay: datetime.timedelta = SECRET_CHANGE_DELAY) -> None:
-        super().__init__(k, "cert-manager.io/v1", "Certificate", label_selector=CERTIFICATE_SELECTOR)
+    def __init__(self, k: kube.Kube, *, delay: datetime.timedelta = SECRET_CHANGE_DELAY,
+                 namespace: str | None = None) -> None:
+        super().__init__(k, "cert-manager.io/v1", "Certificate", label_selector=CERTIFICATE_SELECTOR,
+                         namespace=namespace)
         self.delay = delay
 
     def _changed(self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
@@ -175,8 +180,8 @@ class RequestWatch(_Watch):
     after its latest ended request (a no-op when the Etcd was scanned since): an operator restarted while a
     request ended misses nothing."""
 
-    def __init__(self, k: kube.Kube) -> None:
-        super().__init__(k, constants.OPS_API_VERSION, constants.OPS_KIND)
+    def __init__(self, k: kube.Kube, *, namespace: str | None = None) -> None:
+        super().__init__(k, constants.OPS_API_VERSION, constants.OPS_KIND, namespace=namespace)
         self._listed: dict[tuple[str, str], datetime.datetime] = {}
 
     def start(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Collection
 from typing import Any
 
 import kopf
@@ -32,17 +33,20 @@ def _paused(status: Any, **_: Any) -> bool:
 
 
 def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, eng: engine.Engine | None = None,
-             delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT) -> None:
+             delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT,
+             namespaces: Collection[str] = ()) -> None:
     """Register the ops engine's handlers in ``registry``; they use ``client`` (and ``eng``, default: an
     :class:`~opsmanager.ops.engine.Engine` over ``client`` that allows ``delivery_timeout`` seconds for the kubelet
-    to deliver a changed Secret)."""
+    to deliver a changed Secret). ``namespaces``: the operator's (``--namespace``); the start-up self-heal looks
+    only there (its RBAC may be a Role there), else in every namespace."""
     the_engine = eng if eng is not None else engine.Engine(client, delivery_timeout=delivery_timeout)
+    scopes: list[str | None] = [*namespaces] or [None]
 
     @kopf.on.startup(registry=registry, id="heal_leaked_pauses")
     async def heal_leaked_pauses(logger: kopf.Logger, **_: Any) -> None:
         """A pause whose request is gone or finished is removed at start-up (KubeDB's leaked-pause bug)."""
         try:
-            healed = await pause.heal(client)
+            healed = [name for ns in scopes for name in await pause.heal(client, ns)]
         except kube.KubeError as err:
             logger.warning("pause self-heal skipped: %s", err)
             return

@@ -156,7 +156,7 @@ def register(registry: kopf.OperatorRegistry, *, interval: float = DEFAULT_INTER
         """Reconcile as soon as cert-manager (re-)issues a source of this Etcd, so the gate releases a renewal
         promptly. cert-manager bumps a Certificate's ``status.revision`` after writing its Secret, so the watch is
         on this Etcd's own Certificates (a server-side label selector in its namespace) — the operator has no
-        list/watch on Secrets (``deploy/operator.yaml``). The timer stays the backstop."""
+        list/watch on Secrets (``deploy/base/operator/rbac.yaml``). The timer stays the backstop."""
         k = _kube(memo)
         ns, name, _generation = _ident(body)
         changed = asyncio.Event()

@@ -1,4 +1,4 @@
-"""deploy/prometheus-rule.yaml: a PrometheusRule whose alerts promtool accepts (``check rules``) and whose unit tests
+"""deploy/base/prometheus-rule.yaml: a PrometheusRule whose alerts promtool accepts (``check rules``) and whose unit tests
 (tests/deploy/alert_rules_test.yaml: each alert firing and not firing) pass (``test rules``).
 
 promtool comes from Debian's ``prometheus`` package; ``make test`` (and .ci/run) installs it when it is missing, so
@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-RULE = ROOT / "deploy" / "prometheus-rule.yaml"
+RULE = ROOT / "deploy" / "base" / "prometheus-rule.yaml"
 UNIT_TESTS = Path(__file__).resolve().parent / "alert_rules_test.yaml"
 ALERTS = {"EtcdCertificateExpiringSoon", "EtcdCertificateExpiryCritical", "EtcdCAExpiringSoon",
           "EtcdServedCertificateMismatch", "EtcdTLSScanStale"}

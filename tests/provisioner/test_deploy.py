@@ -1,14 +1,10 @@
-"""deploy/operator.yaml: parses, wires the ServiceAccount, and grants every call the provisioner makes — no more
-than listed here for the provisioner's own kinds."""
+"""The install bundle deploy/ (rendered: tests/deploy/bundle.py) grants the operator's ServiceAccount every call the
+provisioner makes — no more than listed here for the provisioner's own kinds — and runs it as that account.
+(The bundle's other requirements: tests/deploy/test_bundle.py.)"""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-import yaml
-
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "operator.yaml"
+from tests.deploy import bundle
 
 # (apiGroup, resource, verb) the provisioner and kopf need (applying.py, observe.py, handlers.py, kopf watches).
 NEEDED = [
@@ -27,19 +23,8 @@ NEEDED = [
 ]
 
 
-def docs() -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(DEPLOY.read_text()) if d]
-
-
 def granted() -> set[tuple[str, str, str]]:
-    role = next(d for d in docs() if d["kind"] == "ClusterRole")
-    out = set()
-    for rule in role["rules"]:
-        for group in rule["apiGroups"]:
-            for res in rule["resources"]:
-                for verb in rule["verbs"]:
-                    out.add((group, res, verb))
-    return out
+    return bundle.granted(bundle.objects(), bundle.OPERATOR_SA)
 
 
 def test_every_needed_call_is_granted() -> None:
@@ -54,12 +39,13 @@ def test_no_wildcards_and_no_secret_listing() -> None:
 
 
 def test_the_deployment_runs_as_the_bound_service_account() -> None:
-    by_kind = {d["kind"]: d for d in docs()}
-    sa = by_kind["ServiceAccount"]["metadata"]
-    binding = by_kind["ClusterRoleBinding"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["name"], "namespace": sa["namespace"]}]
-    pod = by_kind["Deployment"]["spec"]["template"]["spec"]
+    docs = bundle.objects()
+    sa = bundle.one(docs, "ServiceAccount", bundle.OPERATOR_SA)["metadata"]
+    assert sa["namespace"] == bundle.NAMESPACE
+    assert bundle.bound_roles(docs, sa["name"]), "the operator's ServiceAccount is bound to nothing"
+    deployment = bundle.one(docs, "Deployment", "opsmanager-operator")
+    pod = deployment["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == sa["name"]
     args = pod["containers"][0]["args"]
-    assert args[0] == "run" and "--standalone" in args
-    assert by_kind["Deployment"]["spec"]["strategy"]["type"] == "Recreate"
+    assert args[0] == "run" and "--peering=opsmanager" in args and "--standalone" not in args
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"

@@ -1,10 +1,13 @@
-"""``opsmanager run``: argument checks, kopf credentials from a given kubeconfig, the ops-engine import guard,
-the quiet timer log filter. (The process itself runs in test_operator_apiserver.py and the e2e tests.)"""
+"""``opsmanager run``: argument checks (peering flags included), kopf credentials from a given kubeconfig, the
+ops-engine import guard, the quiet timer log filter, the peering object the operator creates. (The process itself
+runs in test_operator_apiserver.py and the e2e tests.)"""
 
 from __future__ import annotations
 
 import logging
+import random
 from pathlib import Path
+from typing import Any
 
 import kopf
 import kubernetes.client
@@ -13,6 +16,7 @@ import yaml
 
 from opsmanager import kube, operator
 
+REPO = Path(__file__).resolve().parents[2]
 UNUSED_CLIENT = kube.Kube(kubernetes.client.ApiClient())  # the operator's client, never called in these tests
 
 
@@ -61,6 +65,43 @@ def test_parse_args_defaults_and_errors(tmp_path: Path, capsys: pytest.CaptureFi
         assert message in capsys.readouterr().err
 
 
+def test_peering_flags_reach_kopf_with_a_seniority_priority(capsys: pytest.CaptureFixture[str]) -> None:
+    args = operator.parse_args(["--peering", "opsmanager", "--namespace", "team-a"])
+    assert args.peering == "opsmanager" and not args.standalone and args.priority is None
+    options = operator.peering_options(standalone=args.standalone, peering_name=args.peering, priority=args.priority)
+    assert options["standalone"] is False and options["peering_name"] == "opsmanager"
+    assert isinstance(options["priority"], int) and options["priority"] > 0
+    assert operator.parse_args(["--peering", "p", "--priority", "7"]).priority == 7
+    assert operator.peering_options(standalone=False, peering_name="p", priority=7)["priority"] == 7
+    # --standalone keeps working (the sandbox, the tests); neither flag leaves kopf's own detection
+    assert operator.peering_options(standalone=True, peering_name=None, priority=None) == {"standalone": True}
+    assert operator.peering_options(standalone=False, peering_name=None, priority=None) == {"standalone": False}
+    args = operator.parse_args(["--peering", "p", "--peering-lifetime", "20"])
+    options = operator.peering_options(standalone=False, peering_name="p", priority=None, lifetime=args.peering_lifetime)
+    assert options["settings"].peering.lifetime == 20
+    assert "settings" not in operator.peering_options(standalone=False, peering_name="p", priority=None)
+    with pytest.raises(ValueError, match="exclude each other"):
+        operator.peering_options(standalone=True, peering_name="p", priority=None)
+    for bad, message in ((["--standalone", "--peering", "p"], "not allowed with"),
+                         (["--priority", "3"], "--priority needs --peering NAME"),
+                         (["--peering", " "], "--peering needs the name"),
+                         (["--peering-lifetime", "20"], "--peering-lifetime needs --peering"),
+                         (["--peering", "p", "--peering-lifetime", "5"], "at least 10 seconds")):
+        with pytest.raises(SystemExit):
+            operator.parse_args(bad)
+        assert message in capsys.readouterr().err
+
+
+def test_seniority_priority_ranks_the_earlier_started_replica_first() -> None:
+    rng = random.Random(1)
+    older = operator.seniority_priority(1_800_000_000.0, rng=rng)
+    newer = operator.seniority_priority(1_800_000_001.0, rng=rng)
+    assert older > newer > 0
+    same_second = {operator.seniority_priority(1_800_000_000.0, rng=rng) for _ in range(50)}
+    assert len(same_second) > 1  # a tie-breaker: kopf pauses every peer of equal priority
+    assert max(same_second) < 2**53  # an exact integer in the peering object's JSON
+
+
 def test_kopf_settings_keep_everything_under_our_prefix() -> None:
     settings = kopf.OperatorSettings()
     operator.configure(settings)
@@ -106,3 +147,22 @@ def test_routine_timer_lines_are_dropped_but_failures_kept() -> None:
     assert f.filter(record("Handler 'provision' succeeded."))
     assert not f.filter(record("Timer 'tls-scan' succeeded."))
     assert f.filter(record("Timer 'tls-scan' failed with an exception. Will retry."))
+
+
+async def test_the_operator_creates_its_peering_objects_once(apiserver_async: Any) -> None:
+    """kopf's mandatory peering pauses for good while its object is missing; the operator creates it (on the
+    sandbox API server, with the peering CRDs of the install bundle)."""
+    crds = [d for d in yaml.safe_load_all((REPO / "deploy" / "base" / "peering" / "crds.yaml").read_text()) if d]
+    await apiserver_async.apply_objects([*crds, {"apiVersion": "v1", "kind": "Namespace",
+                                                 "metadata": {"name": "team-a"}}])
+    async with kube.Kube.for_url(apiserver_async.url) as client:
+        ensure = operator.ensure_peering_objects
+        assert await ensure(client, "opsmanager", namespaces=(), clusterwide=True) == [
+            "ClusterKopfPeering opsmanager"]
+        assert await ensure(client, "opsmanager", namespaces=["team-a"], clusterwide=False) == [
+            "KopfPeering team-a/opsmanager"]
+        # already there: nothing to do, no error
+        assert await ensure(client, "opsmanager", namespaces=(), clusterwide=True) == []
+        assert await ensure(client, "opsmanager", namespaces=["team-a"], clusterwide=False) == []
+        found = await client.request("GET", "/apis/kopf.dev/v1/namespaces/team-a/kopfpeerings/opsmanager")
+        assert found["kind"] == "KopfPeering"

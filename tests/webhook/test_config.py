@@ -21,7 +21,9 @@ MANIFESTS = pathlib.Path(__file__).resolve().parents[2] / "webhooks" / "manifest
 def test_committed_manifests_are_up_to_date(tmp_path: pathlib.Path) -> None:
     for name, text in config.files().items():
         assert (MANIFESTS / name).read_text() == text, f"{name} is stale: run python -m opsmanager.webhook.config"
-    assert sorted(p.name for p in MANIFESTS.glob("*.yaml")) == sorted(config.files())
+    assert sorted(p.name for p in MANIFESTS.iterdir()) == sorted(config.files())
+    kustomization = yaml.safe_load(config.files()[config.KUSTOMIZATION_FILE])
+    assert sorted(kustomization["resources"]) == sorted(p.name for p in MANIFESTS.glob("*.yaml"))
     assert config.main(["--out", str(tmp_path)]) == 0
     assert {p.name: p.read_text() for p in tmp_path.iterdir()} == config.files()
 
