@@ -127,3 +127,10 @@ def selector_labels(db: str) -> dict[str, str]:
 
 def labels(db: str) -> dict[str, str]:
     return {**selector_labels(db), LABEL_MANAGED_BY: MANAGED_BY}
+
+
+def label_selector(db: str) -> str:
+    """The label selector of every object the operator made for ``db``, member pods included (their template
+    carries :func:`labels`). It includes ``managed-by``, so reads are answered by the operator's caches, which hold
+    only what it manages (:mod:`opsmanager.kube.cache`)."""
+    return ",".join(f"{key}={value}" for key, value in labels(db).items())
