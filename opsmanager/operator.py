@@ -48,6 +48,7 @@ import kopf
 
 from opsmanager import kube
 from opsmanager.api import constants
+from opsmanager.etcd import pool as etcd_pool
 from opsmanager.kube import config as kube_config
 from opsmanager.lifecycle import handlers as lifecycle_handlers
 from opsmanager.lifecycle import metrics
@@ -151,6 +152,7 @@ def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float
     async def cleanup(**_: Any) -> None:
         if isinstance(client, kube.CachedKube):
             await client.stop()
+        await etcd_pool.shared.close()
 
     provisioner_handlers.register(registry, interval=interval)
     lifecycle_handlers.register(registry, client, tick=interval, delivery_grace=delivery_timeout)

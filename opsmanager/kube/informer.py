@@ -39,7 +39,7 @@ def resource_version(obj: Obj) -> int | None:
     (etcd-backed kube-apiserver, the sandbox) hands out increasing integers; None when it is not one."""
     raw = (obj.get("metadata") or {}).get("resourceVersion")
     try:
-        return int(raw)
+        return int(str(raw))
     except (TypeError, ValueError):
         return None
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import kopf
 
-from opsmanager import kube
+from opsmanager import kube, metrics
 from opsmanager.api import conditions, constants
 from opsmanager.kube import informer
 from opsmanager.provisioner import applying, gate, naming, observe, rollover, status
@@ -117,6 +117,7 @@ async def reconcile_once(k: kube.Kube, namespace: str, name: str, memo: Any,
             return applying.Outcome(applying.DONE, "Gone", "the Etcd is gone or being deleted"), None
         outcome = await applying.reconcile(k, fresh)
         await _record(k, fresh, outcome, logger)
+        metrics.reconciled(namespace, name)
         return outcome, fresh
 
 

@@ -32,6 +32,7 @@ from opsmanager.api import conditions, constants
 from opsmanager.provisioner import applying, naming
 from opsmanager.provisioner import status as prov_status
 from opsmanager.sandbox.apiserver import threaded
+from tests import operator_metrics
 from tests.polling import aeventually
 
 pytestmark = pytest.mark.slow
@@ -315,12 +316,8 @@ async def _absent(k: kube.Kube, api_version: str, kind: str, name: str) -> bool:
 
 
 async def _passes(env: Env, name: str, count: int) -> None:
-    """Wait until the operator has read the Etcd ``count`` more times (each timer pass reads it)."""
-    path = f"/etcds/{name}"
-    start = env.requests_for(path)
-    await aeventually(lambda: env.requests_for(path) >= start + 2 * count,
-                      timeout=10.0 + count * INTERVAL * 4,
-                      what=f"{count} operator passes over {name}")
+    """Wait until the operator has made ``count`` more passes over the Etcd (its reconcile counter)."""
+    await operator_metrics.wait_passes(env.op.metrics_url, NS, name, count, timeout=10.0 + count * INTERVAL * 4)
 
 
 async def _versions(k: kube.Kube, name: str) -> str:
