@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import json
 import pathlib
@@ -17,8 +18,6 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
-
-import contextlib
 
 from e2e import processes, scale, scenario
 from opsmanager.api import constants

@@ -47,9 +47,6 @@ class Env:
     def __init__(self, api: threaded.ThreadedAPIServer, kubeconfig: Path, op: processes.OperatorProcess) -> None:
         self.api, self.kubeconfig, self.op = api, kubeconfig, op
 
-    def requests_for(self, path_part: str) -> int:
-        return sum(1 for _method, path, _status in list(self.api.server.requests) if path_part in path)
-
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
