@@ -179,6 +179,7 @@ def make_client(kubeconfig: str | None, namespaces: Sequence[str] = ()) -> kube.
                               ("v1", "Secret")):
         client.cache(api_version, kind, namespaces=scope, label_selector=MANAGED_SELECTOR)
     client.track_by_name("v1", "Secret")
+    client.use_wakeups(naming.owner_of)  # a change of an Etcd's objects wakes the loops waiting on that Etcd
     return client
 
 

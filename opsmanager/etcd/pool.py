@@ -94,12 +94,13 @@ class ClientPool:
             entry.client.timeout = timeout
             entry.used = time.monotonic()
             await entry.client.prune()
-        await self._reap(loop)
+        await self._reap(loop, keep=key)
         return entry.client
 
-    async def _reap(self, loop: asyncio.AbstractEventLoop) -> None:
+    async def _reap(self, loop: asyncio.AbstractEventLoop, keep: Key) -> None:
         now = time.monotonic()
-        idle = [k for k, e in self._entries.items() if e.loop is loop and now - e.used > self.idle_close]
+        idle = [k for k, e in self._entries.items()
+                if k != keep and e.loop is loop and now - e.used > self.idle_close]
         await self._close(idle)
 
     async def _close(self, keys: Iterable[Key]) -> None:

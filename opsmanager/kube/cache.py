@@ -36,9 +36,10 @@ from __future__ import annotations
 import asyncio
 import builtins
 import collections
+import contextlib
 import copy
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from opsmanager.kube import client as kube_client
@@ -95,6 +96,56 @@ class _Cached:
         return self.informer.synced.is_set()
 
 
+OwnerOf = Callable[[Obj], "tuple[str, str] | None"]
+Accept = Callable[[str, Obj, "Obj | None"], bool]
+
+
+class Wakeups:
+    """Wake the loops that wait on an owner (e.g. ``(namespace, Etcd name)``) when one of its objects changes.
+
+    ``owner_of`` says which owner an object belongs to (None: none). A loop holds a :meth:`subscribe` for as long as
+    it runs, clears the event before it looks at the world and waits on it (with its own bound) afterwards, so a
+    change that arrives while it looks is not lost. ``accept`` narrows what wakes it (e.g. only a Certificate that
+    was re-issued)."""
+
+    def __init__(self, owner_of: OwnerOf) -> None:
+        self.owner_of = owner_of
+        self._subscribers: dict[tuple[str, str], list[tuple[asyncio.Event, Accept | None]]] = \
+            collections.defaultdict(list)
+
+    def __call__(self, etype: str, obj: Obj, old: Obj | None) -> None:
+        owner = self.owner_of(obj)
+        if owner is None:
+            return
+        for event, accept in self._subscribers.get(owner, ()):
+            if accept is None or accept(etype, obj, old):
+                event.set()
+
+    @contextlib.contextmanager
+    def subscribe(self, namespace: str, owner: str, accept: Accept | None = None) -> Iterator[asyncio.Event]:
+        event = asyncio.Event()
+        entry = (event, accept)
+        key = (namespace, owner)
+        self._subscribers[key].append(entry)
+        try:
+            yield event
+        finally:
+            self._subscribers[key].remove(entry)
+            if not self._subscribers[key]:
+                del self._subscribers[key]
+
+
+async def wait(event: asyncio.Event, timeout: float) -> bool:
+    """Wait until ``event`` is set or ``timeout`` seconds passed; True when it was set."""
+    if event.is_set():
+        return True
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+        return True
+    except TimeoutError:
+        return False
+
+
 class CachedKube(kube_client.Kube):
     """A :class:`~opsmanager.kube.client.Kube` that reads from watch-fed caches (see the module doc)."""
 
@@ -107,7 +158,9 @@ class CachedKube(kube_client.Kube):
         self._stale: set[Key] = set()
         self._running = False
         self._named_full_warned = False
+        self._handlers: list[informer.EventHandler] = []
         self.stats: collections.Counter[str] = collections.Counter()
+        self.wakeups: Wakeups | None = None
 
     # --- configuration ----------------------------------------------------------------------------------------
 
@@ -121,11 +174,26 @@ class CachedKube(kube_client.Kube):
         for ns in namespaces:
             source = informer.Informer(self, api_version, kind, namespace=ns, label_selector=label_selector or None,
                                        relist_delay=relist_delay)
+            for handler in self._handlers:
+                source.add_handler(handler)
             self._caches[(api_version, kind)].append(_Cached(source, selector))
             made.append(source)
             if self._running:
                 source.start()
         return made
+
+    def add_handler(self, handler: informer.EventHandler) -> None:
+        """Call ``handler`` on every change any cache sees (those made later included). Handlers run on the event
+        loop, synchronously: they should only set events or enqueue work."""
+        self._handlers.append(handler)
+        for source in self.informers():
+            source.add_handler(handler)
+
+    def use_wakeups(self, owner_of: OwnerOf) -> Wakeups:
+        """Make :attr:`wakeups` a :class:`Wakeups` fed by every cache."""
+        self.wakeups = Wakeups(owner_of)
+        self.add_handler(self.wakeups)
+        return self.wakeups
 
     def track_by_name(self, api_version: str, kind: str) -> None:
         """Objects of ``kind`` that no cache holds get a watch of their own, by name, when first read."""
@@ -196,6 +264,8 @@ class CachedKube(kube_client.Kube):
             return
         source = informer.Informer(self, api_version, kind, namespace=namespace,
                                    field_selector=f"metadata.name={name}", relist_delay=1.0)
+        for handler in self._handlers:
+            source.add_handler(handler)
         self._named[key] = _Cached(source, {}, name=name)
         source.start()
 

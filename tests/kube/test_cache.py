@@ -198,3 +198,27 @@ def test_equality_selectors_only() -> None:
     assert cache.parse_selector("a") is None
     with pytest.raises(ValueError, match="equality label selectors"):
         kube.CachedKube(kube.Connection.for_url("http://127.0.0.1:1")).cache("v1", "Secret", label_selector="a!=b")
+
+
+async def test_a_change_wakes_the_subscribers_of_its_owner(cached: tuple[kube.CachedKube, Counter],
+                                                          apiserver_async: sandbox_apiserver.APIServer) -> None:
+    from opsmanager.kube import cache
+
+    client, _ = cached
+    wakeups = client.use_wakeups(lambda obj: (obj["metadata"].get("namespace") or "",
+                                              obj["metadata"]["name"].split("-")[0]))
+    only_data_a = lambda _e, obj, _old: (obj.get("data") or {}).get("a") == "woken"  # noqa: E731
+    other = kube.Kube.for_url(apiserver_async.url)
+    try:
+        with wakeups.subscribe(NS, "cm") as cm_changed, wakeups.subscribe(NS, "ours") as ours_changed, \
+                wakeups.subscribe(NS, "cm", only_data_a) as filtered:
+            await other.patch("v1", "ConfigMap", NS, "cm", {"data": {"a": "2"}})
+            assert await cache.wait(cm_changed, 5.0)
+            assert not ours_changed.is_set() and not filtered.is_set()
+            cm_changed.clear()
+            await other.patch("v1", "ConfigMap", NS, "cm", {"data": {"a": "woken"}})
+            assert await cache.wait(filtered, 5.0) and cm_changed.is_set()
+            assert not await cache.wait(ours_changed, 0.2)
+        assert wakeups._subscribers == {}, "subscriptions end with their block"
+    finally:
+        await other.aclose()
