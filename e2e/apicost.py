@@ -27,6 +27,7 @@ from opsmanager.api import constants
 class Cost:
     counts: collections.Counter[str]
     seconds: float
+    paths: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
     @property
     def total(self) -> int:
@@ -37,8 +38,11 @@ class Cost:
         return self.total / self.seconds if self.seconds > 0 else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"total": self.total, "seconds": round(self.seconds, 1), "per_second": round(self.rate, 3),
-                "by_verb_and_resource": dict(self.counts.most_common())}
+        out: dict[str, Any] = {"total": self.total, "seconds": round(self.seconds, 1),
+                               "per_second": round(self.rate, 3), "by_verb_and_resource": dict(self.counts.most_common())}
+        if self.paths:
+            out["by_path"] = dict(self.paths.most_common())
+        return out
 
 
 @contextlib.asynccontextmanager
@@ -67,10 +71,13 @@ async def measure(proxy: scale.CountingProxy, seconds: float) -> Cost:
 
 async def add_tls_cost(sc: scenario.Scenario, proxy: scale.CountingProxy, db: str) -> tuple[Cost, str]:
     before, started = proxy.snapshot(), time.monotonic()
+    paths_before = collections.Counter(proxy.paths)
     await sc.submit(f"{db}-add-tls", db, constants.OPS_TYPE_RECONFIGURE_TLS, **scale.ADD_TLS)
     req = await sc.watch_request(f"{db}-add-tls", timeout=300)
     phase = (req.get("status") or {}).get("phase", "")
-    return Cost(scale._delta(proxy.snapshot(), before), time.monotonic() - started), phase
+    cost = Cost(scale._delta(proxy.snapshot(), before), time.monotonic() - started)
+    cost.paths = scale._delta(collections.Counter(proxy.paths), paths_before)
+    return cost, phase
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
