@@ -20,7 +20,8 @@ Rules, each for a failure it prevents:
   version does not overwrite it. A reconcile never reads an object older than its own last write.
 - **A miss is asked, not assumed.** An object a label-selected cache does not hold may exist unlabelled (a
   foreign object with our name); one an unselected cache does not hold may have been created a moment ago. Either
-  way the client GETs it once. Only a per-name watch, which sees exactly that name, answers "absent" by itself.
+  way the client GETs it. The answer "absent" is believed for :data:`ABSENT_TTL` seconds (a create that collides
+  forgets it at once); only a per-name watch, which sees exactly that name, answers "absent" by itself.
 - **A conflict re-reads.** A write refused with 409 marks the object stale: the next read goes to the API
   server (and refreshes the cache), so an optimistic-lock retry never spins on a stale resourceVersion.
 - **Callers get copies.** Cached objects are shared; ``get``/``list`` hand out deep copies.
@@ -39,6 +40,7 @@ import collections
 import contextlib
 import copy
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -49,6 +51,11 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" when cluster-scoped), name
+
+# A label-selected cache cannot tell "absent" from "exists without our label", so a miss asks the API server; the
+# answer "absent" is then believed for this long (most such names are ours, about to be created and labelled; a
+# create that collides, or any conflict, forgets it at once).
+ABSENT_TTL = 10.0
 
 # Per-name watches are a convenience for the few objects outside the label selections; past this many, reads of
 # further such objects go to the API server (and a warning says so once).
@@ -156,6 +163,7 @@ class CachedKube(kube_client.Kube):
         self._named: dict[Key, _Cached] = {}
         self._track: set[tuple[str, str]] = set()
         self._stale: set[Key] = set()
+        self._absent: dict[Key, float] = {}  # key -> monotonic time the API server said 404
         self._running = False
         self._named_full_warned = False
         self._handlers: list[informer.EventHandler] = []
@@ -280,9 +288,17 @@ class CachedKube(kube_client.Kube):
             if cached.name is not None:  # a per-name watch answers "absent" too
                 self.stats[f"hit {kind}"] += 1
                 return None
+            asked = self._absent.get(key)
+            if asked is not None and time.monotonic() - asked < ABSENT_TTL:
+                self.stats[f"hit absent {kind}"] += 1
+                return None
         self.stats[f"miss {kind}"] += 1
         obj = await super().get(api_version, kind, namespace, name)
         self._stale.discard(key)
+        if obj is None:
+            self._absent[key] = time.monotonic()
+        else:
+            self._absent.pop(key, None)
         if obj is not None:
             self._observe(obj)
         if obj is not None and (cached is None or (cached.name is None and not cached.admits(obj))):
@@ -307,10 +323,17 @@ class CachedKube(kube_client.Kube):
     # --- writes: read your own --------------------------------------------------------------------------------
 
     def _stale_on_conflict(self, api_version: str, kind: str, namespace: str | None, name: str) -> None:
-        self._stale.add((api_version, kind, namespace or "", name))
+        key = (api_version, kind, namespace or "", name)
+        self._stale.add(key)
+        self._absent.pop(key, None)
 
     async def create(self, obj: Obj) -> Obj:
-        created = await super().create(obj)
+        try:
+            created = await super().create(obj)
+        except errors.Conflict:  # AlreadyExists: something the cache did not hold has this name
+            meta = obj.get("metadata") or {}
+            self._stale_on_conflict(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta.get("name", ""))
+            raise
         self._observe(created)
         return created
 

@@ -148,8 +148,7 @@ async def test_a_miss_of_a_label_selected_kind_asks_the_server(cached: tuple[kub
     client, counter = cached
     counter.reset()
     assert await client.get("v1", "Secret", NS, "not-there") is None
-    assert await client.get("v1", "Secret", NS, "not-there") is None
-    assert counter.since() == [("GET", "/api/v1/namespaces/default/secrets/not-there")] * 2
+    assert counter.since() == [("GET", "/api/v1/namespaces/default/secrets/not-there")]
 
 
 async def test_a_list_the_cache_cannot_answer_goes_to_the_server(cached: tuple[kube.CachedKube, Counter]) -> None:
@@ -222,3 +221,31 @@ async def test_a_change_wakes_the_subscribers_of_its_owner(cached: tuple[kube.Ca
         assert wakeups._subscribers == {}, "subscriptions end with their block"
     finally:
         await other.aclose()
+
+
+async def test_absent_is_believed_briefly_and_a_collision_forgets_it(
+        cached: tuple[kube.CachedKube, Counter], apiserver_async: sandbox_apiserver.APIServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from opsmanager.kube import cache
+
+    client, counter = cached
+    counter.reset()
+    assert await client.get("v1", "Secret", NS, "later") is None
+    assert await client.get("v1", "Secret", NS, "later") is None  # believed: no second request
+    assert len(counter.since()) == 1
+    other = kube.Kube.for_url(apiserver_async.url)
+    try:
+        await other.create(secret("later", managed=False))  # created by someone else, without our label
+    finally:
+        await other.aclose()
+    with pytest.raises(kube.AlreadyExists):
+        await client.create(secret("later"))
+    counter.reset()
+    assert (await client.get("v1", "Secret", NS, "later"))["metadata"]["labels"] == {"team": "a"}
+    assert len(counter.since()) == 1, "the collision sent the next read to the server"
+    monkeypatch.setattr(cache, "ABSENT_TTL", 0.0)
+    counter.reset()
+    assert await client.get("v1", "Secret", NS, "gone-for-good") is None
+    assert await client.get("v1", "Secret", NS, "gone-for-good") is None
+    asked = [p for _m, p in counter.since() if p.endswith("/gone-for-good")]
+    assert len(asked) == 2, "past the TTL, absent is asked again"
