@@ -67,6 +67,7 @@ class CountingProxy:
         self.upstream = upstream.rstrip("/")
         self.host = host
         self.counts: collections.Counter[str] = collections.Counter()
+        self.paths: collections.Counter[str] = collections.Counter()  # "METHOD /path" without the query: diagnostics
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self.url = ""
@@ -97,6 +98,7 @@ class CountingProxy:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         assert self._session is not None
         self.counts[request_key(request.method, request.path_qs)] += 1
+        self.paths[f"{request_key(request.method, request.path_qs).split()[0]} {request.path}"] += 1
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         body = await request.read()
         async with self._session.request(request.method, self.upstream + request.path_qs, headers=headers,

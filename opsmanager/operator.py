@@ -60,16 +60,20 @@ import kopf
 
 from opsmanager import kube
 from opsmanager.api import constants
+from opsmanager.etcd import pool as etcd_pool
 from opsmanager.kube import config as kube_config
 from opsmanager.lifecycle import handlers as lifecycle_handlers
 from opsmanager.lifecycle import metrics
 from opsmanager.provisioner import handlers as provisioner_handlers
+from opsmanager.provisioner import naming
 
 log = logging.getLogger("opsmanager.operator")
 
 ANNOTATION_PREFIX = "opsmanager.dev"
 FINALIZER = "opsmanager.dev/finalizer"
 OPS_HANDLERS_MODULE = "opsmanager.ops.handlers"
+CERT_MANAGER_API = "cert-manager.io/v1"
+MANAGED_SELECTOR = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
 
 
 def connection_info(kubeconfig: str | None, *, context: str | None = None) -> kopf.ConnectionInfo:
@@ -182,8 +186,16 @@ def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float
         return connection_info(kubeconfig)
 
     @kopf.on.startup(registry=registry, id="opsmanager-settings")
-    def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings)
+        if isinstance(client, kube.CachedKube):
+            await client.start()  # the caches fill in the background; reads go to the API server until then
+
+    @kopf.on.cleanup(registry=registry, id="opsmanager-caches")
+    async def cleanup(**_: Any) -> None:
+        if isinstance(client, kube.CachedKube):
+            await client.stop()
+        await etcd_pool.shared.close()
 
     @kopf.on.startup(registry=registry, id="opsmanager-peering")
     async def peering(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -199,6 +211,26 @@ def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float
     return registry
 
 
+def make_client(kubeconfig: str | None, namespaces: Sequence[str] = ()) -> kube.CachedKube:
+    """The operator's one Kubernetes client, reading from watch-fed caches (:mod:`opsmanager.kube.cache`) of the
+    kinds it reads: Etcds, EtcdOpsRequests and cert-manager Issuers whole; its own StatefulSets, Pods, Services,
+    PodDisruptionBudgets, Certificates and Secrets by label (``app.kubernetes.io/managed-by=opsmanager``); other
+    Secrets it reads (an Issuer's CA, a user's own certificates) by a watch of their own name. ``namespaces``: the
+    ones it watches (none: all)."""
+    client = kube.CachedKube(kube_config.load(kubeconfig))
+    scope: list[str | None] = list(namespaces) if namespaces else [None]
+    for api_version, kind in ((constants.ETCD_API_VERSION, constants.ETCD_KIND),
+                              (constants.OPS_API_VERSION, constants.OPS_KIND),
+                              (CERT_MANAGER_API, "Issuer")):
+        client.cache(api_version, kind, namespaces=scope)
+    client.cache(CERT_MANAGER_API, "ClusterIssuer")
+    for api_version, kind in (("apps/v1", "StatefulSet"), ("v1", "Pod"), ("v1", "Service"),
+                              ("policy/v1", "PodDisruptionBudget"), (CERT_MANAGER_API, "Certificate"),
+                              ("v1", "Secret")):
+        client.cache(api_version, kind, namespaces=scope, label_selector=MANAGED_SELECTOR)
+    client.track_by_name("v1", "Secret")
+    client.use_wakeups(naming.owner_of)  # a change of an Etcd's objects wakes the loops waiting on that Etcd
+    return client
 # Seniority priorities count down from this many seconds: positive, and with the tie-breaker below an exact
 # integer in JSON (< 2**53) for any start time before the year 5138.
 _PRIORITY_EPOCH = 10**11
@@ -252,7 +284,7 @@ async def run_async(
     delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT,
 ) -> None:
     """Run the operator in the current event loop until ``stop_flag`` is set (or it is cancelled)."""
-    client = kube.Kube.from_kubeconfig(kubeconfig)
+    client = make_client(kubeconfig, list(namespaces))
     registry = build_registry(kubeconfig, client, interval=interval, with_ops=with_ops,
                               delivery_timeout=delivery_timeout, namespaces=namespaces)
     memo = make_memo(client)
@@ -332,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     kopf.configure(verbose=args.verbose, debug=args.debug, quiet=args.quiet)
     if not args.debug:
         quiet_routine_logs()
-    client = kube.Kube.from_kubeconfig(args.kubeconfig)
+    client = make_client(args.kubeconfig, args.namespace)
     registry = build_registry(args.kubeconfig, client, interval=args.interval, with_ops=not args.no_ops,
                               delivery_timeout=args.certificate_delivery_timeout, namespaces=args.namespace)
     memo = make_memo(client)

@@ -68,6 +68,9 @@ class EtcdAdmin(Protocol):
         ...
 
 
+TIMEOUT = 2.0
+"""Seconds per attempt of the engine's etcd calls."""
+
 AdminFactory = Callable[[Sequence[access.Endpoint], access.TLSIdentity | None], EtcdAdmin]
 """Builds the admin of one reconcile from the member endpoints and the operator's identity (None: plaintext)."""
 
@@ -80,4 +83,4 @@ def connect(endpoints: Sequence[access.Endpoint], tls: access.TLSIdentity | None
     the client's ``ValueError`` for a programming error."""
     if not endpoints:
         raise errors.MemberUnreachable("no etcd member has an address yet (every member pod is missing or starting)")
-    return client.EtcdClient(endpoints, tls=tls, timeout=2.0)
+    return client.EtcdClient(endpoints, tls=tls, timeout=TIMEOUT)

@@ -8,12 +8,14 @@ controllers. Modules:
 - :mod:`.config` — kubeconfig / in-cluster loading (through the ``kubernetes`` package) into a base URL, an SSL
   context and a refreshed ``Authorization`` header;
 - :mod:`.client` — :class:`Kube`, the async client over aiohttp (verbs, ``transact_status``, events, watch);
-- :mod:`.informer` — list + watch cache for controllers.
+- :mod:`.informer` — list + watch cache for controllers;
+- :mod:`.cache` — :class:`CachedKube`, the client whose reads come from informers (the operator's).
 
 This ``__init__`` is the only place that re-exports names (``from opsmanager import kube`` then ``kube.Kube``,
 ``kube.NotFound``); inside the package, modules import modules.
 """
 
+from opsmanager.kube.cache import CachedKube
 from opsmanager.kube.client import Kube, Obj, WatchEvent
 from opsmanager.kube.config import Connection
 from opsmanager.kube.errors import (
@@ -35,6 +37,7 @@ from opsmanager.kube.resources import Resource, Resources, path_for, resource
 
 __all__ = [
     "AlreadyExists",
+    "CachedKube",
     "ConfigError",
     "Conflict",
     "Connection",

@@ -34,16 +34,42 @@ def key_of(obj: Obj) -> tuple[str, str]:
     return meta.get("namespace") or "", meta.get("name") or ""
 
 
+def resource_version(obj: Obj) -> int | None:
+    """An object's resourceVersion as a number. Kubernetes calls it opaque, but every API server in use
+    (etcd-backed kube-apiserver, the sandbox) hands out increasing integers; None when it is not one."""
+    raw = (obj.get("metadata") or {}).get("resourceVersion")
+    try:
+        return int(str(raw))
+    except (TypeError, ValueError):
+        return None
+
+
+def newer(a: Obj, b: Obj) -> bool:
+    """Is ``a`` a later version of the object than ``b``? (Unknown order counts as later: the newest arrival wins.)"""
+    va, vb = resource_version(a), resource_version(b)
+    if va is None or vb is None:
+        return True
+    return va > vb
+
+
+def older(a: Obj, b: Obj) -> bool:
+    """Is ``a`` known to be an earlier version than ``b``?"""
+    va, vb = resource_version(a), resource_version(b)
+    return va is not None and vb is not None and va < vb
+
+
 class Informer:
     """The cache of one kind (optionally one namespace / label selector), kept current by a watch."""
 
     def __init__(self, client: kube_client.Kube, api_version: str, kind: str, *, namespace: str | None = None,
-                 label_selector: str | None = None, relist_delay: float = 0.5) -> None:
+                 label_selector: str | None = None, field_selector: str | None = None,
+                 relist_delay: float = 0.5) -> None:
         self.client = client
         self.api_version = api_version
         self.kind = kind
         self.namespace = namespace
         self.label_selector = label_selector
+        self.field_selector = field_selector
         self.cache: dict[tuple[str, str], Obj] = {}
         self.synced = asyncio.Event()
         self._handlers: list[EventHandler] = []
@@ -79,7 +105,8 @@ class Informer:
 
     async def _relist(self) -> str:
         items, version = await self.client.list_for_watch(self.api_version, self.kind, self.namespace,
-                                                          label_selector=self.label_selector)
+                                                          label_selector=self.label_selector,
+                                                          field_selector=self.field_selector)
         fresh = {key_of(o): o for o in items}
         old = self.cache
         self.cache = fresh
@@ -106,8 +133,31 @@ class Informer:
             self.cache.pop(key, None)
             self._emit("DELETED", obj, prev)
         else:
+            if prev is not None and older(obj, prev):
+                return  # a write of ours already put a later version here (:meth:`observe`)
             self.cache[key] = obj
             self._emit("ADDED" if prev is None else "MODIFIED", obj, prev)
+
+    def observe(self, obj: Obj) -> bool:
+        """Put ``obj`` — the answer to a write or a read of ours — into the cache when it is later than what the
+        watch delivered so far, so a reconcile reads its own writes before the watch event arrives. The watch's
+        event for the same version is then a no-op. False when the cache already had that version or a later one."""
+        obj.setdefault("apiVersion", self.api_version)
+        obj.setdefault("kind", self.kind)
+        key = key_of(obj)
+        prev = self.cache.get(key)
+        if prev is not None and not newer(obj, prev):
+            return False
+        self.cache[key] = obj
+        self._emit("ADDED" if prev is None else "MODIFIED", obj, prev)
+        return True
+
+    def forget(self, obj: Obj) -> None:
+        """Drop ``obj`` (deleted by us) from the cache before the watch says so."""
+        key = key_of(obj)
+        prev = self.cache.pop(key, None)
+        if prev is not None:
+            self._emit("DELETED", prev, prev)
 
     async def _run(self) -> None:
         version = ""
@@ -117,7 +167,8 @@ class Informer:
                     version = await self._relist()
                 async for event in self.client.watch(self.api_version, self.kind, self.namespace,
                                                      resource_version=version,
-                                                     label_selector=self.label_selector):
+                                                     label_selector=self.label_selector,
+                                                     field_selector=self.field_selector):
                     new_version = (event.object.get("metadata") or {}).get("resourceVersion")
                     if new_version:
                         version = str(new_version)

@@ -22,6 +22,7 @@ import kopf
 from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.etcd import errors as etcd_errors
+from opsmanager.etcd import pool
 from opsmanager.lifecycle import autorenew, metrics, scan, triggers
 
 RESOURCE = (constants.ETCD_GROUP, constants.ETCD_VERSION, constants.ETCD_PLURAL)
@@ -66,6 +67,7 @@ def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, tick: float 
     async def forget(body: kopf.Body, **_: Any) -> None:
         meta = body.get("metadata", {})
         metrics.forget(meta.get("namespace") or "default", meta.get("name") or "")
+        await pool.shared.forget(meta.get("namespace") or "default", meta.get("name") or "")  # its etcd clients
 
     @kopf.on.startup(registry=registry, id="tls-scan-triggers")
     async def start_watch(**_: Any) -> None:

@@ -26,12 +26,13 @@ from wsgiref.simple_server import WSGIServer
 
 import prometheus_client
 
+from opsmanager import metrics as operator_metrics
 from opsmanager.api import conditions
 
 DEFAULT_PORT = 8081
 PORTS = ("client", "peer")
 
-REGISTRY = prometheus_client.CollectorRegistry(auto_describe=True)
+REGISTRY = operator_metrics.REGISTRY  # one registry for the process (:mod:`opsmanager.metrics`)
 
 CERTIFICATE_NOT_AFTER = prometheus_client.Gauge(
     "opsmanager_etcd_certificate_not_after_timestamp_seconds",
@@ -112,6 +113,7 @@ def forget(namespace: str, etcd: str) -> None:
             _remove(CERTIFICATE_MATCHES_SECRET, namespace, etcd, member_name, port)
         _remove(CA_NOT_AFTER, namespace, etcd)
         _remove(LAST_SCAN, namespace, etcd)
+        operator_metrics.forget(namespace, etcd)
 
 
 def scan_failed() -> None:

@@ -16,7 +16,7 @@ from opsmanager import kube
 from opsmanager.api import conditions, constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
-from opsmanager.etcd import access, admin
+from opsmanager.etcd import access, admin, pool
 from opsmanager.ops import plan as plan_mod
 from opsmanager.provisioner import members, naming
 
@@ -71,6 +71,9 @@ class OpsContext:
     admin_factory: admin.AdminFactory = admin.connect
     # Seconds the kubelet may take to deliver a changed Secret into a running pod (``Engine.delivery_timeout``).
     delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT
+    # The operator's etcd clients, reused across reconciles (:mod:`opsmanager.etcd.pool`); None: ``admin_factory``
+    # makes a client per call (tests' fakes).
+    etcd_pool: pool.ClientPool | None = None
 
     @property
     def name(self) -> str:
@@ -176,4 +179,9 @@ class OpsContext:
         schemes = ("https", "http") if identity is not None else ("http",)
         eps = members.endpoints(self.db_name, self.namespace, pods, self.pod_names(), schemes=schemes,
                                 peer_scheme=peer_scheme, metrics=True)
-        return self.admin_factory(eps, identity)
+        if self.etcd_pool is None:
+            return self.admin_factory(eps, identity)
+        if not eps:
+            return self.admin_factory(eps, identity)  # raises MemberUnreachable, as without a pool
+        return await self.etcd_pool.lease(self.namespace, self.db_name, eps, identity, timeout=admin.TIMEOUT,
+                                            user="engine")

@@ -27,7 +27,7 @@ from opsmanager import kube
 from opsmanager.api import conditions, constants, tlschange
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.api import pause as pause_api
-from opsmanager.etcd import admin
+from opsmanager.etcd import admin, pool
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import certificates, context, plan, queue
 from opsmanager.ops.steps import (
@@ -109,8 +109,12 @@ class Engine:
 
     def __init__(self, client: kube.Kube, *, clock: Callable[[], datetime.datetime] | None = None,
                  etcd: admin.AdminFactory = admin.connect,
-                 delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT) -> None:
+                 delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT,
+                 etcd_pool: pool.ClientPool | None = None) -> None:
         self.kube = client
+        # The real clients are pooled (one per Etcd and identity, :mod:`opsmanager.etcd.pool`); an injected factory
+        # (a test's fake) is called as it is.
+        self.etcd_pool = etcd_pool if etcd_pool is not None else (pool.shared if etcd is admin.connect else None)
         self.delivery_timeout = delivery_timeout  # seconds the kubelet may take to deliver a changed Secret
         self.clock = clock or (lambda: datetime.datetime.now(datetime.UTC))
         self.etcd = etcd
@@ -275,7 +279,7 @@ class Engine:
         req, tls_before = await self._snapshot(req, db_obj)
         request = ops_api.EtcdOpsRequest.model_validate(req)
         ctx = context.OpsContext(self.kube, req, db_obj, plan.Plan(request.spec.type, None, None, ()), self.clock(),
-                                 tls_before=tls_before, admin_factory=self.etcd,
+                                 tls_before=tls_before, admin_factory=self.etcd, etcd_pool=self.etcd_pool,
                                  delivery_timeout=self.delivery_timeout)
         try:
             variant = await self._variant(ctx)

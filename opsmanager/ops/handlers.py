@@ -13,6 +13,7 @@ Nothing registers at import: :func:`register` adds the handlers to the registry 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Collection
 from typing import Any
@@ -22,10 +23,23 @@ import kopf
 from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.api import pause as pause_api
+from opsmanager.kube import cache
 from opsmanager.ops import engine
 from opsmanager.ops.steps import pause
 
 log = logging.getLogger("opsmanager.ops")
+
+
+def _wakeups(client: kube.Kube, namespace: str, db_name: str, *,
+             request: str) -> contextlib.AbstractContextManager[asyncio.Event]:
+    """A subscription to changes of the Etcd's objects, when the client has watch caches; else an event nobody
+    sets (each wait then lasts its whole delay). The request's own changes do not wake it: it made them (a status
+    write per reconcile), and waking on them would turn a step that rewrites its message into a busy loop."""
+    if isinstance(client, kube.CachedKube) and client.wakeups is not None:
+        def accept(_etype: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> bool:
+            return not (obj.get("kind") == constants.OPS_KIND and (obj.get("metadata") or {}).get("name") == request)
+        return client.wakeups.subscribe(namespace, db_name, accept)
+    return contextlib.nullcontext(asyncio.Event())
 
 
 def _paused(status: Any, **_: Any) -> bool:
@@ -55,18 +69,24 @@ def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, eng: engine.
 
     @kopf.daemon(constants.OPS_GROUP, constants.OPS_VERSION, constants.OPS_PLURAL, registry=registry,
                  id="drive_ops_request", cancellation_timeout=10.0, initial_delay=0.0)
-    async def drive_ops_request(name: str, namespace: str | None, logger: kopf.Logger, **_: Any) -> None:
+    async def drive_ops_request(name: str, namespace: str | None, spec: kopf.Spec, logger: kopf.Logger,
+                                **_: Any) -> None:
         assert namespace is not None  # EtcdOpsRequest is namespaced
-        while True:
-            try:
-                outcome = await the_engine.reconcile(namespace, name)
-            except kube.KubeError as err:
-                logger.info("reconcile of %s/%s: %s; retrying", namespace, name, err)
-                await asyncio.sleep(1.0)
-                continue
-            if outcome.finished:
-                return
-            await asyncio.sleep(outcome.delay)
+        db_name = str((dict(spec).get("databaseRef") or {}).get("name") or "")
+        with _wakeups(client, namespace, db_name, request=name) as changed:
+            while True:
+                changed.clear()  # a change from here on wakes the wait below
+                try:
+                    outcome = await the_engine.reconcile(namespace, name)
+                except kube.KubeError as err:
+                    logger.info("reconcile of %s/%s: %s; retrying", namespace, name, err)
+                    await asyncio.sleep(1.0)  # back-off after an API error, not a synchronisation
+                    continue
+                if outcome.finished:
+                    return
+                # The next reconcile comes when the request, its Etcd or one of the Etcd's objects changes (the
+                # watch caches say so), or after the delay the step asked for (for what only etcd shows).
+                await cache.wait(changed, outcome.delay)
 
     @kopf.timer(constants.ETCD_GROUP, constants.ETCD_VERSION, constants.ETCD_PLURAL, registry=registry,
                 id="heal-pause", interval=3.0, when=_paused)

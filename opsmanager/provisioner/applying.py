@@ -300,11 +300,13 @@ async def _migrate_certificate(k: kube.Kube, cert: Obj, changed: list[str]) -> N
     live = await k.get(cert["apiVersion"], cert["kind"], meta["namespace"], meta["name"])
     if live is None:
         return
-    want = cert["spec"]["secretName"]
-    if (live.get("spec") or {}).get("secretName") == want:
+    want, template = cert["spec"]["secretName"], cert["spec"]["secretTemplate"]
+    live_spec = live.get("spec") or {}
+    if live_spec.get("secretName") == want and live_spec.get("secretTemplate") == template:
         return
     await k.patch(cert["apiVersion"], cert["kind"], meta["namespace"], meta["name"],
-                  {"spec": {"secretName": want, "secretTemplate": cert["spec"]["secretTemplate"]}})
+                  {"spec": {"secretName": want, "secretTemplate": template}})
+    # A Certificate from before the source labels gets them too (cert-manager puts them on its Secret).
     changed.append(f"Certificate {meta['name']} (source Secret {want})")
 
 
@@ -484,8 +486,7 @@ async def finalize(k: kube.Kube, obj: Mapping[str, Any]) -> Outcome:
         await _delete_if_ours(k, db, CERTIFICATE_API, "Certificate", naming.certificate(name, alias), changed)
     await _delete_if_ours(k, db, "v1", "Secret", naming.trust_bundle_secret(name), changed)
     # Volumes only once no member runs on them.
-    selector = ",".join(f"{key}={value}" for key, value in naming.selector_labels(name).items())
-    pods = await k.list("v1", "Pod", ns, label_selector=selector)
+    pods = await k.list("v1", "Pod", ns, label_selector=naming.label_selector(name))
     if pods:
         return Outcome(WAITING, REASON_WAITING_FOR_PODS,
                        f"waiting for {len(pods)} member pod(s) to stop before deleting their volumes",

@@ -6,8 +6,8 @@
 - **timer** (every ``interval`` seconds) → the level-based loop: reconcile again (this is what repairs a deleted
   StatefulSet, and what picks up the end of a pause) and report the phase from real member health. A steady
   cluster writes nothing: the status transaction skips a no-op.
-- **sources** (a daemon per Etcd) → a labelled watch on its Certificates: a renewal cert-manager issues is
-  gated and released at once, not at the next timer tick;
+- **sources** (a daemon per Etcd) → woken by the operator's Certificate cache when cert-manager (re-)issues one of
+  its Certificates: a renewal is gated and released at once, not at the next timer tick;
 - after each pass that looked at TLS: a renewed CA (a held ``UntrustedCA`` source's, or a CA Issuer's new one) files
   the CA-rollover request (:mod:`.rollover`);
 - **delete** → :func:`applying.finalize` by ``spec.deletionPolicy``; ``DoNotTerminate`` keeps the finalizer, sets
@@ -31,9 +31,9 @@ from typing import Any
 
 import kopf
 
-from opsmanager import kube
+from opsmanager import kube, metrics
 from opsmanager.api import conditions, constants
-from opsmanager.kube import informer
+from opsmanager.kube import cache
 from opsmanager.provisioner import applying, gate, naming, observe, rollover, status
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
@@ -117,6 +117,7 @@ async def reconcile_once(k: kube.Kube, namespace: str, name: str, memo: Any,
             return applying.Outcome(applying.DONE, "Gone", "the Etcd is gone or being deleted"), None
         outcome = await applying.reconcile(k, fresh)
         await _record(k, fresh, outcome, logger)
+        metrics.reconciled(namespace, name)
         return outcome, fresh
 
 
@@ -127,6 +128,17 @@ async def report_status(k: kube.Kube, obj: Mapping[str, Any]) -> None:
     verdict = await observe.observe(k, db)
     await k.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name,
                             status.observed(verdict, halted=db.spec.halted, generation=generation))
+
+
+def _reissued(etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> bool:
+    """A Certificate whose issuance changed (``status.revision`` or ``status.notAfter``)."""
+    if obj.get("kind") != "Certificate" or etype == "DELETED":
+        return False
+
+    def issued(o: dict[str, Any] | None) -> Any:
+        st = (o or {}).get("status") or {}
+        return st.get("revision"), st.get("notAfter")
+    return old is None or issued(obj) != issued(old)
 
 
 def register(registry: kopf.OperatorRegistry, *, interval: float = DEFAULT_INTERVAL) -> None:
@@ -154,36 +166,19 @@ def register(registry: kopf.OperatorRegistry, *, interval: float = DEFAULT_INTER
     @kopf.daemon(*RESOURCE, registry=registry, id="sources", cancellation_timeout=2.0)
     async def sources(body: kopf.Body, memo: Any, logger: Logger, stopped: kopf.DaemonStopped, **_: Any) -> None:
         """Reconcile as soon as cert-manager (re-)issues a source of this Etcd, so the gate releases a renewal
-        promptly. cert-manager bumps a Certificate's ``status.revision`` after writing its Secret, so the watch is
-        on this Etcd's own Certificates (a server-side label selector in its namespace) — the operator has no
-        list/watch on Secrets (``deploy/base/operator/rbac.yaml``). The timer stays the backstop."""
+        promptly. cert-manager bumps a Certificate's ``status.revision`` after writing its Secret, and the
+        operator's Certificate cache (:mod:`opsmanager.kube.cache`) wakes this loop when that happens to one of this
+        Etcd's Certificates. The timer stays the backstop (and is all there is without watch caches)."""
         k = _kube(memo)
+        if not isinstance(k, kube.CachedKube) or k.wakeups is None:
+            return
         ns, name, _generation = _ident(body)
-        changed = asyncio.Event()
-
-        def on_event(etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-            def issued(o: dict[str, Any] | None) -> Any:
-                st = (o or {}).get("status") or {}
-                return st.get("revision"), st.get("notAfter")
-            if etype != "DELETED" and (old is None or issued(obj) != issued(old)):
-                changed.set()
-
-        selector = f"{naming.LABEL_INSTANCE}={name},{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
-        watch = informer.Informer(k, applying.CERTIFICATE_API, "Certificate", namespace=ns, label_selector=selector,
-                                  relist_delay=5.0)
-        watch.add_handler(on_event)
-        watch.start()
-        try:
+        with k.wakeups.subscribe(ns, name, _reissued) as changed:
             while not stopped:
-                try:
-                    await asyncio.wait_for(changed.wait(), timeout=1.0)
-                except TimeoutError:
+                if not await cache.wait(changed, 1.0):  # 1 s: how soon a stopped daemon notices
                     continue
                 changed.clear()
-                if watch.synced.is_set():
-                    await reconcile_once(k, ns, name, memo, logger)
-        finally:
-            await watch.stop()
+                await reconcile_once(k, ns, name, memo, logger)
 
     @kopf.on.delete(*RESOURCE, registry=registry, id="finalize")
     async def finalize(body: kopf.Body, memo: Any, logger: Logger, **_: Any) -> None:

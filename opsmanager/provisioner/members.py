@@ -58,8 +58,8 @@ def serving(pod: Mapping[str, Any] | None) -> bool:
 
 async def pods(k: kube.Kube, namespace: str, db_name: str) -> dict[str, Obj]:
     """The Etcd's member pods by name (whatever their state)."""
-    selector = ",".join(f"{key}={value}" for key, value in naming.selector_labels(db_name).items())
-    return {p["metadata"]["name"]: p for p in await k.list("v1", "Pod", namespace, label_selector=selector)}
+    return {p["metadata"]["name"]: p
+            for p in await k.list("v1", "Pod", namespace, label_selector=naming.label_selector(db_name))}
 
 
 def endpoints(db_name: str, namespace: str, member_pods: Mapping[str, Mapping[str, Any]], expected: Iterable[str],

@@ -13,7 +13,9 @@ Metrics and ``/health`` are served in plain HTTP on 2381, so probes and Promethe
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
+
+from opsmanager.api import constants
 
 CLIENT_PORT: Final = 2379
 PEER_PORT_HTTP: Final = 2380
@@ -127,3 +129,29 @@ def selector_labels(db: str) -> dict[str, str]:
 
 def labels(db: str) -> dict[str, str]:
     return {**selector_labels(db), LABEL_MANAGED_BY: MANAGED_BY}
+
+
+def label_selector(db: str) -> str:
+    """The label selector of every object the operator made for ``db``, member pods included (their template
+    carries :func:`labels`). It includes ``managed-by``, so reads are answered by the operator's caches, which hold
+    only what it manages (:mod:`opsmanager.kube.cache`)."""
+    return ",".join(f"{key}={value}" for key, value in labels(db).items())
+
+
+def owner_of(obj: dict[str, Any]) -> tuple[str, str] | None:
+    """``(namespace, Etcd name)`` an object belongs to: the Etcd itself, an EtcdOpsRequest's ``databaseRef``, or an
+    object the operator made for it (labelled ``managed-by`` and ``instance``). None for anything else. What wakes
+    the loops waiting on an Etcd (:class:`opsmanager.kube.cache.Wakeups`)."""
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace") or ""
+    kind = obj.get("kind")
+    if kind == constants.ETCD_KIND:
+        return namespace, str(meta.get("name") or "")
+    if kind == constants.OPS_KIND:
+        ref = ((obj.get("spec") or {}).get("databaseRef") or {}).get("name")
+        return (namespace, ref) if isinstance(ref, str) and ref else None
+    labels = meta.get("labels") or {}
+    instance = labels.get(LABEL_INSTANCE)
+    if labels.get(LABEL_MANAGED_BY) == MANAGED_BY and isinstance(instance, str) and instance:
+        return namespace, instance
+    return None

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from opsmanager import kube
 from opsmanager.api import etcd as etcd_api
-from opsmanager.etcd import access
-from opsmanager.etcd import client as etcd_client
+from opsmanager.etcd import access, pool
 from opsmanager.provisioner import applying, health, members, naming
 
 TIMEOUT = 2.0  # per member and call: a status pass stays well inside the timer interval
@@ -46,6 +45,6 @@ async def observe(k: kube.Kube, db: etcd_api.Etcd) -> health.Verdict:
     eps = members.endpoints(name, ns, pods, expected, schemes=schemes) if not blocked else []
     if not eps:
         return health.assess(replicas, await members.observe(None, pods, expected, timeout=TIMEOUT), blocked=blocked)
-    async with etcd_client.EtcdClient(eps, tls=identity, timeout=TIMEOUT) as c:
-        views = await members.observe(c, pods, expected, timeout=TIMEOUT)
+    c = await pool.shared.lease(ns, name, eps, identity, timeout=TIMEOUT, user="status")  # channels stay open
+    views = await members.observe(c, pods, expected, timeout=TIMEOUT)
     return health.assess(replicas, views, blocked=blocked)

@@ -173,8 +173,8 @@ def render_certificate(db: etcd_api.Etcd, tls: etcd_api.TLSConfig, alias: str) -
     issuer = _issuer(tls, alias)
     body: dict[str, Any] = {
         "secretName": source_secret_name(db, tls, alias),
-        # Labels the source so the operator's Secret watch (and nothing else) sees it change.
-        "secretTemplate": {"labels": {naming.LABEL_SOURCE_OF: name}},
+        # Labels the source as the operator's (its Secret cache holds only those) and names the Etcd it feeds.
+        "secretTemplate": {"labels": {**naming.labels(name), naming.LABEL_SOURCE_OF: name}},
         "issuerRef": {"group": issuer.api_group, "kind": issuer.kind, "name": issuer.name},
         "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
     }

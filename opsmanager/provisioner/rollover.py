@@ -150,7 +150,10 @@ async def file_if_renewed(k: kube.Kube, obj: Mapping[str, Any], held: Iterable[g
         candidates += await source_cas(k, db, tls, only=untrusted)
     if not candidates:
         return None
-    renewed = renewed_cas(candidates, await release.loaded(k, db), now or datetime.datetime.now(datetime.UTC))
+    loaded = await release.loaded(k, db)
+    if not loaded:
+        return None  # no member runs with a trust bundle yet: the Etcd is being set up, there is nothing to roll
+    renewed = renewed_cas(candidates, loaded, now or datetime.datetime.now(datetime.UTC))
     if not renewed:
         return None
     ca = renewed[0]

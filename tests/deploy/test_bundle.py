@@ -13,7 +13,7 @@ How each object is checked (``test_every_object_is_valid``; an object of any oth
 The other tests encode the issue's requirements: two operator replicas (one active: kopf peering), two webhook
 replicas with a PDB, the webhook Service and the webhook configurations pointing at it with the CA injected from
 the serving Certificate, one `images:` entry for every container, every ServiceAccount of a Deployment exists and
-is bound, no wildcard in any rule, Secrets never listed or watched, and what the overlay changes.
+is bound, no wildcard in any rule, the webhook reads no Secret, and what the overlay changes.
 """
 
 from __future__ import annotations
@@ -322,18 +322,16 @@ def test_no_wildcards_and_one_resource_per_rule(docs: list[Obj]) -> None:
         assert len(rule["apiGroups"]) == 1 and len(rule["resources"]) == 1, (where, rule)
 
 
-def test_secrets_are_reached_by_name_only(docs: list[Obj]) -> None:
-    """Why no list/watch: a list or watch of Secrets returns every Secret's data in the namespace (or cluster);
-    the operator reads the few it needs by name (the lifecycle follows re-issues through Certificates,
-    lifecycle/triggers.py) and the webhook reads none (its certificate is a mounted volume)."""
-    for sa in (bundle.OPERATOR_SA, bundle.WEBHOOK_SA):
-        rights = bundle.granted(docs, sa)
-        assert not {("", "secrets", "list"), ("", "secrets", "watch")} & rights, sa
+def test_only_the_operator_reads_secrets_and_the_webhook_none(docs: list[Obj]) -> None:
+    """The operator lists and watches Secrets for its label-selected cache (D14.1: Kubernetes cannot limit a rule
+    to a label; the selector is applied by the API server, so it receives only its own); the webhook reads none
+    (its certificate is a mounted volume)."""
+    assert {("", "secrets", "list"), ("", "secrets", "watch")} <= bundle.granted(docs, bundle.OPERATOR_SA)
     assert not any(g == "" and r == "secrets" for g, r, _ in bundle.granted(docs, bundle.WEBHOOK_SA))
 
 
 # The operator's rights, all of them: what deploy/operator.yaml granted before the bundle (each rule's reason is in
-# deploy/base/operator/rbac.yaml) plus kopf peering. A change here is a change of the product's RBAC: say why there.
+# deploy/base/operator/rbac.yaml), plus kopf peering, plus list/watch of every kind it reads (its caches, D14.1). A change here is a change of the product's RBAC: say why there.
 OPERATOR_RIGHTS: dict[tuple[str, str], set[str]] = {
     ("opsmanager.dev", "etcds"): {"get", "list", "watch", "patch"},
     ("opsmanager.dev", "etcds/status"): {"get", "patch"},
@@ -342,15 +340,15 @@ OPERATOR_RIGHTS: dict[tuple[str, str], set[str]] = {
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
     ("", "namespaces"): {"get", "list", "watch"},
     ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "create", "patch"},
-    ("apps", "statefulsets"): {"get", "create", "update", "patch", "delete"},
-    ("", "services"): {"get", "create", "patch", "delete"},
-    ("policy", "poddisruptionbudgets"): {"get", "create", "patch", "delete"},
+    ("apps", "statefulsets"): {"get", "list", "watch", "create", "update", "patch", "delete"},
+    ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch", "delete"},
     ("cert-manager.io", "certificates"): {"get", "list", "watch", "create", "patch", "delete"},
     ("cert-manager.io", "certificates/status"): {"get", "patch"},
-    ("cert-manager.io", "issuers"): {"get"},
-    ("cert-manager.io", "clusterissuers"): {"get"},
-    ("", "secrets"): {"get", "create", "update", "patch", "delete"},
-    ("", "pods"): {"get", "list", "delete"},
+    ("cert-manager.io", "issuers"): {"get", "list", "watch"},
+    ("cert-manager.io", "clusterissuers"): {"get", "list", "watch"},
+    ("", "secrets"): {"get", "list", "watch", "create", "update", "patch", "delete"},
+    ("", "pods"): {"get", "list", "watch", "delete"},
     ("", "pods/eviction"): {"create"},
     ("", "persistentvolumeclaims"): {"list", "delete"},
     ("", "events"): {"create", "patch"},

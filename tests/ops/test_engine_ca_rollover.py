@@ -148,3 +148,21 @@ async def test_a_source_failing_the_gate_for_another_reason_is_never_mounted(wor
     req = await world.run(name, between=never_mounted)
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
     assert await mounted_chain_to(world, world.cas["ca-a"])
+
+
+async def test_an_etcd_being_set_up_files_no_rollover(world: w.World) -> None:
+    """No member has loaded a bundle yet (there is none): the Issuer's CA is the one the cluster starts with, not a
+    renewal. (Seen once the provisioner reacted to its Certificates' creation before the bundle existed.)"""
+    ca = pki.make_ca("fresh-ca")
+    await world.kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "fresh-ca", "namespace": w.NS},
+                             "data": {"ca.crt": base64.b64encode(ca.cert_pem).decode()}})
+    await world.kube.create({"apiVersion": w.CERT_API, "kind": "Issuer", "metadata": {"name": "fresh-ca",
+                                                                                       "namespace": w.NS},
+                             "spec": {"ca": {"secretName": "fresh-ca"}}})
+    obj = await world.kube.create({"apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
+                                   "metadata": {"name": "fresh", "namespace": w.NS},
+                                   "spec": {"version": constants.DEFAULT_ETCD_VERSION, "replicas": 3,
+                                            "tls": {"issuerRef": {**w.ISSUER, "name": "fresh-ca"}}}})
+    assert await rollover.file_if_renewed(world.kube, obj, []) is None
+    assert not [r for r in await world.kube.list(constants.OPS_API_VERSION, constants.OPS_KIND, w.NS)
+                if r["metadata"]["name"].startswith("fresh-ca-rollover-")]

@@ -27,6 +27,7 @@ from opsmanager import kube, pki
 from opsmanager.api import conditions, constants
 from opsmanager.etcd import access, client
 from opsmanager.provisioner import gate, naming
+from tests import operator_metrics
 from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -46,9 +47,6 @@ class Env:
     def operator_log(self) -> str:
         path = Path(self.sandbox.dir) / "logs" / "operator.log"
         return path.read_text(errors="replace") if path.exists() else ""
-
-    def etcd_reads(self, name: str) -> int:
-        return sum(1 for _m, path, _s in list(self.sandbox.apiserver.requests) if path.endswith(f"/etcds/{name}"))
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -162,9 +160,9 @@ async def renew(env: Env, certificate: str) -> None:
     await env.k.transact_status(*CERT, NS, certificate, mutate)
 
 
-async def more_passes(env: Env, name: str, n: int = 6) -> None:
-    seen = env.etcd_reads(name)
-    await aeventually(lambda: env.etcd_reads(name) >= seen + n, timeout=30.0, what=f"{n} more reads of {name}")
+async def more_passes(env: Env, name: str, n: int = 3) -> None:
+    await operator_metrics.wait_passes(operator_metrics.sandbox_metrics_url(env.sandbox.dir), NS, name, n,
+                                       timeout=30.0)
 
 
 # --- tests -----------------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from opsmanager.api import conditions, constants
 from opsmanager.etcd import access, client, errors
 from opsmanager.provisioner import applying, naming
 from opsmanager.provisioner import status as prov_status
+from tests import operator_metrics
 from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -180,10 +181,8 @@ async def test_paused_etcd_is_not_repaired_until_the_pause_is_removed(env: Env) 
         cond = conditions.get_condition(((obj or {}).get("status") or {}).get("conditions"), constants.COND_READY)
         return bool(cond and "StatefulSet e2e-prov/plain does not exist" in cond.get("message", ""))
     await aeventually(status_saw_it_gone, timeout=WAIT, what="a timer pass after the deletion")
-    requests = env.sandbox.apiserver.requests
-    seen = sum(1 for _m, path, _s in list(requests) if path.endswith("/etcds/plain"))
-    await aeventually(lambda: sum(1 for _m, p, _s in list(requests) if p.endswith("/etcds/plain")) >= seen + 4,
-                      timeout=20.0, what="two more passes")
+    await operator_metrics.wait_passes(operator_metrics.sandbox_metrics_url(env.sandbox.dir), NS, "plain", 2,
+                                       timeout=20.0)
     assert await env.k.get("apps/v1", "StatefulSet", NS, "plain") is None, "repaired while paused"
     assert await phase(env, "plain") != constants.DB_PHASE_READY
 

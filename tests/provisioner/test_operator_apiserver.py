@@ -32,6 +32,7 @@ from opsmanager.api import conditions, constants
 from opsmanager.provisioner import applying, naming
 from opsmanager.provisioner import status as prov_status
 from opsmanager.sandbox.apiserver import threaded
+from tests import operator_metrics
 from tests.polling import aeventually
 
 pytestmark = pytest.mark.slow
@@ -45,9 +46,6 @@ ETCD = (constants.ETCD_API_VERSION, constants.ETCD_KIND)
 class Env:
     def __init__(self, api: threaded.ThreadedAPIServer, kubeconfig: Path, op: processes.OperatorProcess) -> None:
         self.api, self.kubeconfig, self.op = api, kubeconfig, op
-
-    def requests_for(self, path_part: str) -> int:
-        return sum(1 for _method, path, _status in list(self.api.server.requests) if path_part in path)
 
 
 @pytest.fixture(scope="module")
@@ -317,12 +315,8 @@ async def _absent(k: kube.Kube, api_version: str, kind: str, name: str) -> bool:
 
 
 async def _passes(env: Env, name: str, count: int) -> None:
-    """Wait until the operator has read the Etcd ``count`` more times (each timer pass reads it)."""
-    path = f"/etcds/{name}"
-    start = env.requests_for(path)
-    await aeventually(lambda: env.requests_for(path) >= start + 2 * count,
-                      timeout=10.0 + count * INTERVAL * 4,
-                      what=f"{count} operator passes over {name}")
+    """Wait until the operator has made ``count`` more passes over the Etcd (its reconcile counter)."""
+    await operator_metrics.wait_passes(env.op.metrics_url, NS, name, count, timeout=10.0 + count * INTERVAL * 4)
 
 
 async def _versions(k: kube.Kube, name: str) -> str:

@@ -108,7 +108,9 @@ def test_peer_certificates_have_both_usages_and_both_dns_suffixes() -> None:
     assert "*.db-pods.ns.svc" in peer["dnsNames"] and "*.db-pods.ns.svc.cluster.local" in peer["dnsNames"]
     # cert-manager writes the source; members mount db-peer-cert, which only the operator writes (the gate)
     assert peer["secretName"] == "db-peer-issued"
-    assert peer["secretTemplate"] == {"labels": {"opsmanager.dev/source-of": "db"}}
+    assert peer["secretTemplate"] == {"labels": {"opsmanager.dev/source-of": "db", "app.kubernetes.io/name": "etcd",
+                                                 "app.kubernetes.io/instance": "db",
+                                                 "app.kubernetes.io/managed-by": "opsmanager"}}
     assert peer["issuerRef"] == {"group": "cert-manager.io", "kind": "Issuer", "name": "ca"}
     assert {"server auth", "client auth"} <= set(certs["db-server"]["usages"])
     client = certs["db-client"]
