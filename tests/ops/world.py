@@ -68,7 +68,9 @@ class FakeClock:
 class CrashingKube(kube.Kube):
     """The operator's client, dying once at chosen points: ``before``/``after evict <pod>``; ``in-flight <type>``
     and ``done <type>`` right after the status write that first shows a request condition False (the in-flight
-    mark written before the step acts) or True (the step's end)."""
+    mark written before the step acts) or True (the step's end). One status write records several conditions (the
+    engine queues a reconcile's changes), so a crash after it is the moment of every point it shows: they are all
+    taken at once. It also counts the request's status writes (``status_writes``)."""
 
     crash: Callable[[str], None] = staticmethod(lambda point: None)
 
@@ -93,14 +95,26 @@ class CrashingKube(kube.Kube):
         self.crash(f"after delete {name}")
         return gone
 
+    crash_after_write: Callable[[list[str]], None] = staticmethod(lambda points: None)
+    status_writes: int = 0  # PATCHes of an EtcdOpsRequest's status
+
+    async def patch(self, api_version: str, kind: str, namespace: str | None, name: str, patch: Any, *,
+                    subresource: str | None = None, patch_type: str = "merge") -> Obj:
+        if kind == constants.OPS_KIND and subresource == "status":
+            self.status_writes += 1
+        return await super().patch(api_version, kind, namespace, name, patch, subresource=subresource,
+                                   patch_type=patch_type)
+
     async def transact_status(self, api_version: str, kind: str, namespace: str | None, name: str,
                               *mutations: Callable[[Obj], Obj], attempts: int = 8) -> Obj | None:
         result = await super().transact_status(api_version, kind, namespace, name, *mutations, attempts=attempts)
         if kind == constants.OPS_KIND and result is not None:
+            shown = []
             for cond in (result.get("status") or {}).get("conditions") or []:
                 what = {constants.FALSE: "in-flight", constants.TRUE: "done"}.get(cond.get("status"))
                 if what:
-                    self.crash(f"{what} {cond['type']}")
+                    shown.append(f"{what} {cond['type']}")
+            self.crash_after_write(shown)
         return result
 
 
@@ -143,6 +157,7 @@ class World:
         self.server = server
         self.kube = client
         client.crash = self.maybe_crash
+        client.crash_after_write = self.maybe_crash_after_write
         client.on_evict = lambda pod: self.record.evictions.append((pod, self.clock.offset.total_seconds()))
         client.on_delete_pod = lambda pod: self.record.deletions.append(pod)
         self.clock = FakeClock()
@@ -165,6 +180,14 @@ class World:
             self.crash_points.discard(point)
             self.crashes.append(point)
             raise Crash(point)
+
+    def maybe_crash_after_write(self, shown: Sequence[str]) -> None:
+        """Die right after a status write showing any chosen point; every chosen point it shows is taken."""
+        hit = [p for p in shown if p in self.crash_points]
+        if hit:
+            self.crash_points.difference_update(hit)
+            self.crashes.extend(hit)
+            raise Crash(hit[0])
 
     def engine(self) -> engine.Engine:
         """A fresh engine, as a restarted operator builds it (nothing carried over from the previous one)."""

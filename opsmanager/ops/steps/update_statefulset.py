@@ -3,7 +3,8 @@
 The pod template is replaced as a whole (the provisioner's apply: PUT only when the render or the restart token
 differs from what is live) and stamped ``opsmanager.dev/restartedAt: <request>/<pass>``, so every pass has its
 own StatefulSet revision — that is how :mod:`~opsmanager.ops.steps.roll` knows, after any crash, which members
-still need a restart. Failure prevented: a roll that starts before the StatefulSet controller has computed the
+still need a restart. So the request's queued record (the step before, done in the same reconcile) is written
+before the template is: re-run after a crash, an earlier pass would otherwise re-apply its own template. Failure prevented: a roll that starts before the StatefulSet controller has computed the
 new ``updateRevision`` and so restarts members onto the old template.
 """
 
@@ -26,7 +27,8 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     if await ctx.statefulset() is None:
         return context.Fail(f"StatefulSet {ctx.namespace}/{ctx.db_name} does not exist", reason="NoStatefulSet")
     try:
-        sts = await applying.apply_statefulset(ctx.kube, ctx.db, step.wiring, restarted_at=restart_token(ctx, step))
+        sts = await applying.apply_statefulset(ctx.kube, ctx.db, step.wiring, restarted_at=restart_token(ctx, step),
+                                               before_write=ctx.flush)
     except kube.Conflict:
         return context.Progress("the StatefulSet changed while it was updated; retrying", delay=0.1)
     status = sts.get("status") or {}
