@@ -64,7 +64,7 @@ async def _check(ctx: context.OpsContext, step: plan.Step, client: admin.EtcdAdm
     """One post-restart check of member ``name``: None when it passes, else what it waits for."""
     if check == constants.STEP_CHECK_POD_READY:
         if pod is None or not replaced(name, pod) or not members.serving(pod):
-            return context.Progress(f"waiting for {name} to be recreated and Ready", delay=0.3)
+            return context.Progress(_recreating(name), delay=0.3)
     elif check == constants.STEP_ETCD_CLUSTER_HEALTHY:
         try:
             await client.wait_recovered(name, expected_voters=ctx.db.spec.replicas, timeout=3.0)
@@ -109,7 +109,12 @@ async def restart(ctx: context.OpsContext, step: plan.Step, pod: dict[str, Any])
         pass
     _mark_evicted(ctx, step, name)
     await ctx.event("EvictPod", f"Restarted etcd member {name} ({step.condition})")
-    return context.Progress(f"restarted {name}", delay=0.2)
+    # The message the wait for the new pod shows too: one write says it (the Event says that it was restarted).
+    return context.Progress(_recreating(name), delay=0.2)
+
+
+def _recreating(name: str) -> str:
+    return f"restarted {name}; waiting for it to be recreated and Ready"
 
 
 def _mark_evicted(ctx: context.OpsContext, step: plan.Step, name: str) -> None:
