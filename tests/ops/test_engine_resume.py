@@ -71,7 +71,7 @@ async def run_killed_everywhere(world: w.World, name: str, op: operations.Operat
     """Run request ``name`` with the operator killed at every crash point of ``op``: it ends Successful, in
     ``op.order``, rolled safely, and every step was interrupted right after it ended and, if it records itself in
     flight before acting, in flight (:func:`assert_interrupted`). Returns the request and the crash points hit, for
-    the caller's own checks."""
+    the caller's own checks. Nothing is written that was already written (a resumed step re-writes nothing)."""
     world.crash_points = crash_points(op)
     req = await world.run(name, **run_kw)
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
@@ -79,6 +79,7 @@ async def run_killed_everywhere(world: w.World, name: str, op: operations.Operat
     await operations.assert_rolled_safely(world, op)
     crashed = set(world.crashes)
     assert_interrupted(crashed, op.order, restarts=op.passes > 0)
+    assert world.kube.unchanged_writes == [], "a resumed step wrote what was already written"
     return req, crashed
 
 
