@@ -192,9 +192,8 @@ class Engine:
                                                          message))
             await self.kube.event(req, reason="Failed", message=message, type_="Warning")
             return Outcome(finished=True, phase=lifecycle.state)
-        if lifecycle.state == "New":  # the queue's record: written alone, before any queue decision
+        if lifecycle.state == "New":  # queued; written only if it has to wait (one that starts goes Progressing)
             lifecycle.enqueue()
-            req = await self._set_phase(req, lifecycle.state)
         if lifecycle.state == constants.PHASE_PENDING:
             outcome = await self._pending(req, db_obj, spec, lifecycle)
             if outcome is not None:
@@ -204,7 +203,8 @@ class Engine:
     async def _pending(self, req: dict[str, Any], db_obj: dict[str, Any], spec: ops_api.EtcdOpsRequestSpec,
                        lifecycle: Lifecycle) -> Outcome | None:
         """The queue's verdict; None when the request starts (``lifecycle`` is then ``Progressing``, written with
-        the first step's record)."""
+        the first step's record). A request new to the engine is written ``Pending`` when it waits (a queued
+        request that has not started is new or ``Pending`` alike for the queue: :attr:`queue.Queued.active`)."""
         ns = req["metadata"]["namespace"]
         siblings = []
         for other in await self.kube.list(constants.OPS_API_VERSION, constants.OPS_KIND, ns):
@@ -213,15 +213,15 @@ class Engine:
             siblings.append(_queued(other))
         me = _queued(req)
         decision = queue.decide(me, siblings, (db_obj.get("status") or {}).get("phase"))
-        if decision.verdict is queue.Verdict.START and pause_api.is_paused(db_obj.get("status")):
-            # Paused by hand (or by a request not finished yet): hands off until whoever paused it resumes it.
-            return Outcome(finished=False, delay=1.0, phase=lifecycle.state)
         if decision.verdict is queue.Verdict.SKIP:
             lifecycle.skip()
             await self._set_phase(req, lifecycle.state,
                                   (constants.COND_SKIPPED, constants.TRUE, constants.COND_SKIPPED, decision.reason))
             return Outcome(finished=True, phase=lifecycle.state)
-        if decision.verdict is queue.Verdict.WAIT:
+        # Paused by hand (or by a request not finished yet): hands off until whoever paused it resumes it.
+        if decision.verdict is queue.Verdict.WAIT or pause_api.is_paused(db_obj.get("status")):
+            if (req.get("status") or {}).get("phase") != lifecycle.state:
+                await self._set_phase(req, lifecycle.state)
             return Outcome(finished=False, delay=1.0, phase=lifecycle.state)
         lifecycle.start()
         return None

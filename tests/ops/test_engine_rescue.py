@@ -160,7 +160,7 @@ async def test_a_valid_cluster_with_every_member_down_is_never_rescued(world: w.
     for name in operations.PODS:
         world.cluster.stop(name)  # unreachable: no handshake answers; status.tls (none yet) says nothing expired
     await rotate(world)
-    await world.engine().reconcile(w.NS, "rotate")  # New -> Pending -> Progressing: observes the variant
+    await world.engine().reconcile(w.NS, "rotate")  # New -> Progressing: observes the variant
     req = await world.get_request("rotate")
     assert req["metadata"]["annotations"][tlschange.ANNOTATION_PLAN] == plan.RotateVariant.HOT_RELOAD.value
     assert constants.ANNOTATION_RESCUE_REASON not in req["metadata"]["annotations"]
