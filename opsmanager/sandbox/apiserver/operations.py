@@ -202,6 +202,9 @@ def _crd_status(crd: Obj, old: Obj | None) -> Obj:
 class _FromObject:
     """Sentinel: take the precondition from the mutated object's ``metadata.resourceVersion``."""
 
+
+FROM_OBJECT = _FromObject
+
 class Cluster:
     """The object semantics behind the HTTP routes; ``server.py`` is only transport."""
 

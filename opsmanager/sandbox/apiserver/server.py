@@ -591,8 +591,12 @@ class APIServer:
             raise errors.unsupported_media_type(ctype)
         # The precondition is what the client wrote in the patch, not the resourceVersion a merge carries through
         # (a JSON patch states its own with a "test" op, checked again when the patch is re-applied).
-        precondition = None
-        if ctype != "application/json-patch+json" and isinstance(patch, dict):
+        precondition: Any = None
+        if ctype == "application/json-patch+json":
+            if isinstance(patch, list) and any(isinstance(op, dict) and op.get("op") in ("add", "replace")
+                                               and op.get("path") == "/metadata/resourceVersion" for op in patch):
+                precondition = operations.FROM_OBJECT  # it sets the resourceVersion: that is its precondition
+        elif isinstance(patch, dict):
             meta = patch.get("metadata")
             precondition = meta.get("resourceVersion") if isinstance(meta, dict) else None
         if sub == "scale":
