@@ -50,19 +50,28 @@ async def _one_status(clients: Sequence[etcd_client.EtcdClient], ep: access.Endp
     last = "no client"
     for c in clients:
         try:
-            return c, await c.status(ep, timeout=timeout)
+            return c, await c.status(ep.name, timeout=timeout)
         except errors.EtcdError as err:
             last = f"{type(err).__name__}: {err}"
     return last
 
 
 async def hashkv_agree(endpoints: Sequence[access.Endpoint], identities: Sequence[access.TLSIdentity | None], *,
-                       timeout: float = 30.0, check: bool = True) -> HashKV:
+                       timeout: float = 30.0, check: bool = True, expected: int | None = None) -> HashKV:
     """Wait (up to ``timeout`` s) until every member answers at one revision, then compare their HashKV there.
-    With ``check`` a disagreement (or no common revision in time) raises :class:`HashKVDisagree`."""
+    With ``check`` a disagreement (or no common revision in time) raises :class:`HashKVDisagree`. ``expected``:
+    how many members there should be (fewer endpoints — pods without an address — cannot agree)."""
+    if not endpoints or (expected is not None and len(endpoints) < expected):
+        result = HashKV(agree=False, revision=0, hashes={},
+                        problem=f"{len(endpoints)} member(s) reachable, expected {expected or 'at least one'}")
+        if check:
+            raise HashKVDisagree(result.describe())
+        return result
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    clients = [etcd_client.EtcdClient(list(endpoints), tls=i, timeout=2.0) for i in identities]
+    # Plain http needs no identity: the no-identity client gets the http scheme only.
+    clients = [etcd_client.EtcdClient([e if i is not None else e.with_schemes("http") for e in endpoints], tls=i,
+                                      timeout=2.0) for i in identities]
     try:
         while True:
             found = await asyncio.gather(*(_one_status(clients, ep, 2.0) for ep in endpoints))
@@ -77,8 +86,12 @@ async def hashkv_agree(endpoints: Sequence[access.Endpoint], identities: Sequenc
                     f"{n}={r}" for n, r in sorted(revisions.items()))
             else:
                 revision = next(iter(revisions.values()))
-                hashes = await asyncio.gather(*(c.hash_kv(name, revision=revision, timeout=5.0)
-                                                for name, (c, _st) in answered.items()))
+                try:
+                    hashes = await asyncio.gather(*(c.hash_kv(name, revision=revision, timeout=5.0)
+                                                    for name, (c, _st) in answered.items()))
+                except errors.EtcdError as err:  # a member went away between Status and HashKV: look again
+                    hashes, problem = [], f"HashKV at revision {revision}: {type(err).__name__}: {err}"
+            if not problem:
                 views = {h.endpoint: f"{h.hash:08x}" for h in hashes}
                 problems = etcd_client.inconsistent_hashes(hashes)
                 result = HashKV(agree=not problems, revision=revision, hashes=views,
@@ -134,7 +147,8 @@ class Consistency:
 
 
 async def check(w: writer.Writer, endpoints: Sequence[access.Endpoint],
-                identities: Sequence[access.TLSIdentity | None], *, timeout: float = 30.0) -> Consistency:
+                identities: Sequence[access.TLSIdentity | None], *, timeout: float = 30.0,
+                expected: int | None = None) -> Consistency:
     """Read-back and HashKV after ``w`` stopped; never raises for a failed check (see :meth:`Consistency.problems`)."""
     read: writer.ReadBack | None = None
     error = ""
@@ -142,5 +156,8 @@ async def check(w: writer.Writer, endpoints: Sequence[access.Endpoint],
         read = await w.read_back(identities=[i for i in identities if i is not None], check=False)
     except errors.EtcdError as err:
         error = f"{type(err).__name__}: {err}"
-    hashes = await hashkv_agree(endpoints, identities, timeout=timeout, check=False)
+    try:
+        hashes = await hashkv_agree(endpoints, identities, timeout=timeout, check=False, expected=expected)
+    except (errors.EtcdError, ValueError) as err:  # a member answered Status, then not HashKV
+        hashes = HashKV(agree=False, revision=0, hashes={}, problem=f"{type(err).__name__}: {err}")
     return Consistency(read, error, hashes)

@@ -314,11 +314,12 @@ class Scenario:
             writer_failovers=after.failovers - before.failovers, live_writer=w, db=db,
         )
 
-    async def consistency(self, db: str, w: writer.Writer, *, timeout: float = 30.0) -> consistency.Consistency:
+    async def consistency(self, db: str, w: writer.Writer, *, timeout: float = 30.0,
+                          replicas: int = 3) -> consistency.Consistency:
         """After ``w`` stopped: every acknowledged write read back, and HashKV on every member of ``db`` at one
         revision (with whichever of the writer's identities, or plain http, each member accepts)."""
-        return await consistency.check(w, await self.endpoints(db), [*self.writer_identities(), None],
-                                       timeout=timeout)
+        return await consistency.check(w, await self.endpoints(db, replicas), [*self.writer_identities(), None],
+                                       timeout=timeout, expected=replicas)
 
     async def assert_no_loss(self, run: OpResult | writer.Writer, *, max_stall: float = ENGINE_MAX_STALL,
                              db: str = "", since: writer.WriterResult | None = None,
