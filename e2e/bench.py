@@ -102,7 +102,7 @@ SCENARIOS = ("all", "ops", *OPERATION_KEYS, "scale", "webhook", "soak")
 
 STRATEGY_TEXT = {
     ENGINE: "opsmanager EtcdOpsRequest",
-    NO_MOVE_LEADER: "our steps minus MoveLeader: dual listeners, peer-URL update, ordinal roll (bench-only knob)",
+    NO_MOVE_LEADER: "our steps minus MoveLeader: same request, ordinal roll, leader restarted where it falls",
     "naive-https-only-restart": "naive: restart onto https-only, no peer-URL update",
     "reissue-then-restart": "restart-based: re-issue, then a leader-aware Restart request",
     "naive-ordinal-roll": "naive: re-issue, pod delete in ordinal order",
@@ -426,11 +426,12 @@ def soak_table(records: Sequence[Record]) -> list[str]:
              f"{r['writes_failed']}/{r['writes_total']}", f"{r['max_write_stall_s']:.3f}", r["unplanned_elections"],
              r.get("leader_changes_metrics"), f"{r['ca_rollovers']} / {r.get('ca_rollovers_mounted', '–')}",
              f"{r['leaf_renewals']} / {r.get('leaf_renewals_mounted', '–')}", f"{r['members_healthy']}/{r['members']}", len(r["outages"]),
-             r["acknowledged_writes_kept"]) for r in sorted(records, key=order_key)]
+             r["acknowledged_writes_kept"], r.get("hashkv_agree"), r.get("writer_failovers"))
+            for r in sorted(records, key=order_key)]
     head = ("strategy", "soak s", "CA / leaf lifetime s", "writes failed/total", "max write stall s",
             "unplanned elections", "leader changes (/metrics)", "CA rollovers seen (wire / mounted)",
             "leaf renewals seen (wire / mounted)", "members healthy at end", "outages",
-            "acknowledged writes kept")
+            "acknowledged writes kept (every key read back)", "HashKV agrees at the end", "writer fail-overs")
     return _table(head, rows)
 
 

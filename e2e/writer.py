@@ -45,6 +45,7 @@ import binascii
 import contextlib
 import dataclasses
 import pathlib
+import secrets
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
@@ -247,11 +248,13 @@ class Writer:
     """Put every ``interval`` seconds, the last good target first, failing over to the others.
     ``start()``/``stop()`` or ``async with``.
 
-    ``try_timeout``: deadline of one try on one target. ``prefix``: op ``n`` writes ``<prefix>/<n:08d>`` = ``n``.
+    ``try_timeout``: deadline of one try on one target. ``prefix``: op ``n`` writes ``<prefix>/<n:08d>`` = ``n``;
+    by default ``/opsmanager/writer/<8 random hex digits>``, its own for every writer, so keys a previous writer
+    left on the same cluster can never stand in for a write of this one that was lost.
     """
 
     def __init__(self, targets: Sequence[Target], *, interval: float = 0.02, try_timeout: float = 0.5,
-                 prefix: bytes = b"/opsmanager/writer", keep_errors: int = 50, material: Material | None = None,
+                 prefix: bytes | None = None, keep_errors: int = 50, material: Material | None = None,
                  refresh_interval: float = 1.0) -> None:
         """``material``: follow this source (see :meth:`following`); the targets' endpoints are kept and their
         identity replaced whenever the material changes, re-read every ``refresh_interval`` seconds."""
@@ -263,6 +266,8 @@ class Writer:
         self._material_task: asyncio.Task[None] | None = None
         self._material_changes = self._material_retries = 0
         self._last_reread = float("-inf")
+        if prefix is None:
+            prefix = b"/opsmanager/writer/" + secrets.token_hex(4).encode()
         if not prefix or prefix.endswith(b"/"):
             raise ValueError(f"Writer: prefix must be a non-empty key without a trailing '/', not {prefix!r}")
         self.interval, self.try_timeout, self.prefix, self.keep_errors = interval, try_timeout, prefix, keep_errors

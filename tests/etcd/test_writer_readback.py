@@ -27,6 +27,9 @@ def test_lost_writes_name_the_missing_sequence_numbers() -> None:
     assert writer.ReadBack(b"/w", 3, 3, (), 5, "m0/http").describe().startswith("all 3 acknowledged writes")
 
 
-def test_a_prefix_with_a_trailing_slash_is_refused() -> None:
+def test_a_prefix_with_a_trailing_slash_is_refused_and_each_writer_has_its_own_by_default() -> None:
+    target = writer.Target(access.Endpoint("m0", "127.0.0.1"), "http")
     with pytest.raises(ValueError, match="prefix"):
-        writer.Writer([writer.Target(access.Endpoint("m0", "127.0.0.1"), "http")], prefix=b"/w/")
+        writer.Writer([target], prefix=b"/w/")
+    # a second writer on the same cluster must not find the first one's keys under its own prefix
+    assert writer.Writer([target]).prefix != writer.Writer([target]).prefix
