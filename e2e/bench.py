@@ -24,7 +24,7 @@ time) and keeps median, worst and raw values per figure.
 ``--scenario`` refreshes its rows only) and regenerates the markdown page next to it (``benchmarks.md``), with
 the machine and the date. Scenarios: ``ops`` (all five operations), each operation by name, ``scale``
 (:mod:`e2e.scale`), ``webhook`` (:mod:`e2e.webhook_load`), ``soak`` (:mod:`e2e.soak`: the CA churn soak, one run per
-strategy, both at once in child processes: 10 min by default, ``--soak-duration``/``--soak-ca``/``--soak-leaf``),
+strategy, both at once in child processes: 7.5 min by default, ``--soak-duration``/``--soak-ca``/``--soak-leaf``),
 ``all`` (default). The whole run's time is printed at the end and shown in the page's header (``all`` only).
 """
 
@@ -520,8 +520,8 @@ How to read the numbers:
   writes of our engine have been 0 in every run so far, and the naive add/remove TLS break the cluster every
   time.
 - The two soak strategies run at the same time, each in its own process and sandbox (3 etcd members each on
-  this 2-core machine), for 10 minutes (CA 4 m, leaves 80 s: three CA rollovers, the churn ratio of issue 12's
-  15-minute soak, which `--soak-duration 900 --soak-ca 360 --soak-leaf 120` still runs), so the soak costs 10
+  this 2-core machine), for 7.5 minutes (CA 3 m, leaves 1 m: three CA rollovers, the CA:leaf ratio of issue 12's
+  15-minute soak, which `--soak-duration 900 --soak-ca 360 --soak-leaf 120` still runs), so the soak costs 7.5
   minutes of the bench instead of 2 × 15 and `make bench` stays under 30 minutes; the operations, scale and
   webhook scenarios run alone.
 """
