@@ -150,8 +150,9 @@ MEDIAN_ONLY = ("writes_total", "leader_moves", "member_restarts")
 def _median(values: Sequence[Any]) -> Any:
     if all(isinstance(v, bool) for v in values):
         return bool(statistics.median_low([int(v) for v in values]))
-    med = statistics.median(values)
-    return int(med) if all(isinstance(v, int) for v in values) and med == int(med) else round(float(med), 3)
+    if all(isinstance(v, int) for v in values):
+        return statistics.median_low(values)  # a count: the value of an actual run (N even: the lower middle)
+    return round(float(statistics.median(values)), 3)
 
 
 def aggregate(runs: Sequence[Record]) -> Record:
