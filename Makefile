@@ -36,8 +36,10 @@ crds: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m e2e.demo
 
+# `make bench REPEAT=3`: each operation's strategies 3 times, "median (worst)" per figure (scale/webhook/soak once).
+REPEAT ?= 1
 bench: $(STAMP)
-	$(BIN)/python -m e2e.bench --json docs/benchmarks.json
+	$(BIN)/python -m e2e.bench --json docs/benchmarks.json --repeat $(REPEAT)
 
 clean:
 	rm -rf $(VENV) .sandbox .pytest_cache

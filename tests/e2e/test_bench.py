@@ -184,3 +184,65 @@ def test_rotate_compares_zero_restart_with_the_restart_based_and_the_naive_rotat
                   elections=1, member_restarts=3)
     assert rec["unplanned_elections"] == 0 and "leader-aware Restart" in rec["method"]
     assert bench.verdict([rec]) == []  # not the engine's own row
+
+
+def test_repeated_runs_keep_median_worst_and_raw_per_figure() -> None:
+    runs = [_engine(wall=20.0, max_stall=0.05, writes_failed=0, read_back_ok=True, hashkv_agree=True,
+                    missing_writes=0, writer_failovers=3),
+            _engine(wall=24.0, max_stall=0.30, writes_failed=2, read_back_ok=False, hashkv_agree=True,
+                    missing_writes=4, writer_failovers=5),
+            _engine(wall=21.0, max_stall=0.07, writes_failed=0, read_back_ok=True, hashkv_agree=True,
+                    missing_writes=0, writer_failovers=4, outcome="Failed")]
+    agg = bench.aggregate(runs)
+    assert agg["repeat"] == 3
+    assert (agg["wall_s"], agg["worst"]["wall_s"]) == (21.0, 24.0)
+    assert (agg["max_write_stall_s"], agg["worst"]["max_write_stall_s"]) == (0.07, 0.3)
+    assert (agg["writes_failed"], agg["worst"]["writes_failed"]) == (0, 2)
+    assert (agg["read_back_ok"], agg["worst"]["read_back_ok"]) == (True, False)  # worst of a yes/no is the no
+    assert agg["worst"]["missing_writes"] == 4 and agg["raw"]["writer_failovers"] == [3, 5, 4]
+    assert agg["outcome"] == "Successful ×2, Failed ×1"
+    assert bench.aggregate(runs[:1])["repeat"] == 1
+    # the table shows "median (worst)"; the verdict judges the worst run
+    row = next(line for line in bench.ops_table([agg]) if line.startswith("| add TLS"))
+    assert "| 21.0 (24.0) |" in row and "| 0.070 (0.300) |" in row and "| yes (**no**) |" in row
+    problems = bench.verdict([agg])
+    assert len(problems) == 1 and "2 failed writes" in problems[0] and "missing 4" in problems[0]
+
+
+def test_the_verdict_needs_every_write_read_back_and_hashkv_agreeing() -> None:
+    assert bench.verdict([_engine(read_back_ok=True, hashkv_agree=True)]) == []
+    assert bench.verdict([_engine(read_back_ok=False, missing_writes=1, hashkv_agree=True)])
+    assert bench.verdict([_engine(read_back_ok=True, hashkv_agree=False)])
+    # the baseline minus MoveLeader is reported, not held to the bar
+    assert bench.verdict([_engine(strategy=bench.NO_MOVE_LEADER, elections=3, leader_moves=0)]) == []
+
+
+def test_wall_per_pass_and_where_the_rest_goes() -> None:
+    rec = _engine(wall=24.0, bare_restart_sum=10.0, passes=2)
+    assert rec["wall_over_bare_restarts"] == 2.4 and rec["wall_per_pass_over_bare_restarts"] == 1.2
+    assert _engine(passes=None)["wall_per_pass_over_bare_restarts"] is None  # rotate: no pass
+    timeline = [(0.1, "Running", "True"), (1.5, "CertificateSynced", "True"),
+                (2.0, "MoveLeader--db-1", "False"), (2.2, "MoveLeader--db-1", "True"),
+                (2.3, "CheckPodReady--db-1", "False"), (2.3, "EtcdClusterHealthy--db-1", "False"),
+                (5.3, "CheckPodReady--db-1", "True"), (5.8, "EtcdClusterHealthy--db-1", "True"),
+                (6.0, "VerifyServedCertificate--db-1", "True"),
+                (6.5, "CheckPodReady--db-1", "False"), (9.5, "CheckPodReady--db-1", "True"),  # a second pass
+                (9.9, "EtcdClusterHealthy--db-1", "True"), (10.0, "RestartPods", "True")]
+    b = bench.time_breakdown(timeline, wall=10.5)
+    assert (b["member_restarts_s"], b["member_restarts"]) == (6.0, 2)
+    assert b["recovery_checks_s"] == 1.1 and b["move_leader_s"] == 0.2 and b["other_s"] == 3.2
+    assert b["steps"] == [["Running", 0.1], ["CertificateSynced", 1.4], ["RestartPods", 8.5]]
+    lines = bench.breakdown_lines([rec | {"breakdown": b}])
+    assert lines and "member restarts 6.0 s (2 restarts)" in lines[0] and "CertificateSynced 1.4" in lines[0]
+    row = next(line for line in bench.ops_table([rec]) if line.startswith("| add TLS"))
+    assert "| 2.40 | 1.20 |" in row
+
+
+def test_the_minus_move_leader_baseline_runs_for_every_operation_that_restarts() -> None:
+    with_baseline = [op.key for op in bench.OPERATIONS if op.no_move_leader_baseline]
+    assert with_baseline == ["add-tls", "issuer-change", "remove-tls", "restart"]
+    assert bench.NO_MOVE_LEADER in bench.STRATEGY_TEXT
+    makefile = (pathlib.Path(__file__).parents[2] / "Makefile").read_text()
+    assert "REPEAT ?= 1" in makefile and "--repeat $(REPEAT)" in makefile
+    with pytest.raises(SystemExit):
+        bench.main(["--repeat", "0", "--scenario", "rotate"])
