@@ -103,7 +103,7 @@ class CountingProxy:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         body = await request.read()
         if self.bodies is not None and request.method in ("PATCH", "PUT", "POST"):
-            self.bodies.append((time.monotonic(), request.method, request.path, body[:600]))
+            self.bodies.append((time.monotonic(), request.method, request.path, body[:4000]))
         async with self._session.request(request.method, self.upstream + request.path_qs, headers=headers,
                                          data=body or None) as upstream:
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
