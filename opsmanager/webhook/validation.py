@@ -129,7 +129,12 @@ MSG_DEFAULT_VERSION_UNKNOWN: Final = 'failed to get EtcdVersion "{version}": sup
 
 class EtcdLookup(Protocol):
     """Where the webhook reads the objects its rules need: Etcds (an EtcdOpsRequest's ``databaseRef``) and
-    EtcdOpsRequests (the request holding an Etcd paused). Blocking; the server calls it in a worker thread."""
+    EtcdOpsRequests (the request holding an Etcd paused).
+
+    Synchronous, called on the server's event loop: an implementation answers from memory. One that may need I/O
+    for an answer (an object not in its cache) raises :class:`NotCached` instead and offers
+    :meth:`FetchingEtcdLookup.afetch`; :func:`opsmanager.webhook.admission.decide` awaits that and decides again.
+    The rules never modify what a lookup returns, so a lookup may hand out its cached objects without copying."""
 
     def get_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Etcd object dict, or None when it does not exist. Raise :class:`EtcdLookupError` when unknown."""
@@ -141,8 +146,31 @@ class EtcdLookup(Protocol):
         ...
 
 
+class FetchingEtcdLookup(EtcdLookup, Protocol):
+    """An :class:`EtcdLookup` whose ``get_*`` may raise :class:`NotCached`; :meth:`afetch` then reads the object."""
+
+    async def afetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object of ``kind`` (Etcd or EtcdOpsRequest), None when it does not exist; raise
+        :class:`EtcdLookupError` when that cannot be told."""
+        ...
+
+
 class EtcdLookupError(Exception):
     """The lookup could not tell whether the object exists (API unreachable, forbidden, ...)."""
+
+
+class NotCached(RuntimeError):
+    """A lookup cannot answer from memory: the object is not in its cache (or the cache has not synced yet), and
+    reading it needs I/O, which a synchronous call on the event loop must not do. Not an answer: the caller awaits
+    the lookup's ``afetch(kind, namespace, name)`` and asks again (:func:`opsmanager.webhook.admission.decide`).
+    A ``RuntimeError`` because anywhere else it is a misuse: a blocking lookup called on the loop."""
+
+    def __init__(self, kind: str, namespace: str, name: str, why: str) -> None:
+        super().__init__(f"{kind} {namespace}/{name}: {why}")
+        self.kind = kind
+        self.namespace = namespace
+        self.name = name
+        self.why = why
 
 
 class InMemoryEtcdLookup:
@@ -154,7 +182,8 @@ class InMemoryEtcdLookup:
             self.put(obj)
 
     def put(self, obj: Mapping[str, Any]) -> None:
-        """Add or replace an object (keyed by its kind — Etcd when not given —, namespace and name)."""
+        """Add or replace an object (keyed by its kind — Etcd when not given —, namespace and name); a copy is
+        kept, so the caller may go on changing ``obj``."""
         meta = obj.get("metadata") or {}
         key = (obj.get("kind") or constants.ETCD_KIND, meta.get("namespace") or "default", meta["name"])
         self._objects[key] = copy.deepcopy(dict(obj))
@@ -162,15 +191,11 @@ class InMemoryEtcdLookup:
     def delete(self, namespace: str, name: str, *, kind: str = constants.ETCD_KIND) -> None:
         self._objects.pop((kind, namespace, name), None)
 
-    def _get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        obj = self._objects.get((kind, namespace, name))
-        return copy.deepcopy(obj) if obj is not None else None
-
     def get_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._get(constants.ETCD_KIND, namespace, name)
+        return self._objects.get((constants.ETCD_KIND, namespace, name))  # not copied: the rules only read
 
     def get_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._get(constants.OPS_KIND, namespace, name)
+        return self._objects.get((constants.OPS_KIND, namespace, name))
 
 
 # --- field errors, formatted like k8s.io/apimachinery's field.Error --------------------------------------------
@@ -717,8 +742,10 @@ def paused_tls_errors(obj: Mapping[str, Any], old: Mapping[str, Any], lookup: Et
     request that no longer exists, is being deleted or has finished holds nothing (``pause.request_holds``; the
     engine heals such a pause away). Raises :class:`EtcdLookupError` when the request cannot be read."""
     holder = _held_by_request(old)
+    if holder is None:
+        return []
     new_tls = _normal_tls(_dict(obj.get("spec")).get("tls"))
-    if holder is None or new_tls == _normal_tls(_dict(old.get("spec")).get("tls")):
+    if new_tls == _normal_tls(_dict(old.get("spec")).get("tls")):
         return []
     request = lookup.get_opsrequest(_meta(old).get("namespace") or "default", holder)
     if not pause.request_holds(request) or new_tls == engine_tls_write(old, _dict(request)):
