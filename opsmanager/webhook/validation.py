@@ -51,7 +51,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, Protocol
 
-import jsonpatch
 import pydantic
 
 from opsmanager.api import common, constants, durations, etcd, opsrequest, pause, tlschange
@@ -794,45 +793,72 @@ def etcd_defaults(obj: Mapping[str, Any]) -> dict[str, Any]:
     """KubeDB's ``Default`` for an Etcd: the defaulted copy of ``obj``. Raises :class:`DefaultingError`.
 
     KubeDB's checks and order are written here; the default values are the models' (``etcd.EtcdSpec``,
-    ``common.IssuerRef``), so the webhook, the CRD and the provisioner cannot disagree on them."""
-    out = copy.deepcopy(dict(obj))
+    ``common.IssuerRef``), so the webhook, the CRD and the provisioner cannot disagree on them. ``obj`` is never
+    modified: the dicts on the way to a default are copied, the rest is shared with ``obj``."""
+    return _defaulted(obj)[0]
+
+
+JsonPatch = list[dict[str, Any]]
+
+
+def _defaulted(obj: Mapping[str, Any]) -> tuple[dict[str, Any], JsonPatch]:
+    """:func:`etcd_defaults` and the JSON Patch (RFC 6902) that turns ``obj`` into it, built as the defaults are
+    filled in (``add`` for an absent key, ``replace`` for a blank one) rather than by diffing two copies."""
+    out = dict(obj)
+    patch: JsonPatch = []
     if _deleting(out) or not isinstance(out.get("spec"), dict):
-        return out
-    spec = out["spec"]
+        return out, patch
+    spec = out["spec"] = dict(out["spec"])
     version = spec.get("version")
     if version is None or version == "":
         raise DefaultingError(MSG_DEFAULT_VERSION_MISSING)
     if spec.get("halted") is True and spec.get("deletionPolicy") == constants.DELETION_DO_NOT_TERMINATE:
         raise DefaultingError(MSG_DEFAULT_CANT_HALT)
-    _fill_default(spec, etcd.EtcdSpec, "replicas")
+    _fill_default(spec, etcd.EtcdSpec, "replicas", patch, "/spec")
     if version not in constants.SUPPORTED_ETCD_VERSIONS:
         raise DefaultingError(MSG_DEFAULT_VERSION_UNKNOWN.format(
             version=go_value(version), supported=", ".join(f'"{v}"' for v in constants.SUPPORTED_ETCD_VERSIONS),
         ))
-    _fill_default(spec, etcd.EtcdSpec, "storage_type", blank=(None, ""))
-    _fill_default(spec, etcd.EtcdSpec, "deletion_policy", blank=(None, ""))
-    _fill_default(spec, etcd.EtcdSpec, "halted")
-    tls = spec.get("tls")
-    if isinstance(tls, dict):
-        refs = [tls.get("issuerRef")]
-        refs += [_dict(c).get("issuerRef") for c in tls.get("certificates") or () if isinstance(c, dict)]
-        for ref in refs:
-            if isinstance(ref, dict):
-                _fill_default(ref, common.IssuerRef, "api_group", blank=())
-                _fill_default(ref, common.IssuerRef, "kind", blank=())
+    _fill_default(spec, etcd.EtcdSpec, "storage_type", patch, "/spec", blank=(None, ""))
+    _fill_default(spec, etcd.EtcdSpec, "deletion_policy", patch, "/spec", blank=(None, ""))
+    _fill_default(spec, etcd.EtcdSpec, "halted", patch, "/spec")
+    if isinstance(spec.get("tls"), dict):
+        tls = spec["tls"] = dict(spec["tls"])
+        if isinstance(tls.get("issuerRef"), dict):
+            tls["issuerRef"] = _default_issuer_ref(tls["issuerRef"], patch, "/spec/tls/issuerRef")
+        if isinstance(tls.get("certificates"), list):
+            certificates = tls["certificates"] = list(tls["certificates"])
+            for i, cert in enumerate(certificates):
+                if isinstance(cert, dict) and isinstance(cert.get("issuerRef"), dict):
+                    certificates[i] = {**cert, "issuerRef": _default_issuer_ref(
+                        cert["issuerRef"], patch, f"/spec/tls/certificates/{i}/issuerRef")}
+    return out, patch
+
+
+def _default_issuer_ref(ref: dict[str, Any], patch: JsonPatch, at: str) -> dict[str, Any]:
+    out = dict(ref)
+    _fill_default(out, common.IssuerRef, "api_group", patch, at, blank=())
+    _fill_default(out, common.IssuerRef, "kind", patch, at, blank=())
     return out
 
 
 def _fill_default(
-    obj: dict[str, Any], model: type[pydantic.BaseModel], field: str, *, blank: tuple[object, ...] = (None,)
+    obj: dict[str, Any], model: type[pydantic.BaseModel], field: str, patch: JsonPatch, at: str, *,
+    blank: tuple[object, ...] = (None,),
 ) -> None:
-    """Set ``field`` of the raw ``obj`` (under its camelCase name) to the default that ``model`` declares, when the
-    key is absent or holds one of ``blank`` (``None``, ``""``). The models are the one place defaults are written."""
+    """Set ``field`` of the raw ``obj`` (under its camelCase name; ``obj`` is at the JSON Pointer ``at``) to the
+    default that ``model`` declares, when the key is absent or holds one of ``blank`` (``None``, ``""``), and record
+    the change in ``patch``. The models are the one place defaults are written."""
     info = model.model_fields[field]
     key = info.alias or field
     value = obj.get(key)
     if key not in obj or any(value is b or (isinstance(value, str) and value == b) for b in blank):
-        obj[key] = info.get_default(call_default_factory=True)
+        default = info.get_default(call_default_factory=True)
+        if key not in obj:
+            patch.append({"op": "add", "path": f"{at}/{key}", "value": default})
+        elif value != default or type(value) is not type(default):
+            patch.append({"op": "replace", "path": f"{at}/{key}", "value": default})
+        obj[key] = default
 
 
 def mutate_etcd(operation: str, obj: Mapping[str, Any] | None) -> Verdict:
@@ -840,8 +866,7 @@ def mutate_etcd(operation: str, obj: Mapping[str, Any] | None) -> Verdict:
     if operation not in ("CREATE", "UPDATE") or obj is None:
         return Verdict.allow()
     try:
-        defaulted = etcd_defaults(obj)
+        _, patch = _defaulted(obj)
     except DefaultingError as exc:
         return Verdict.deny(str(exc))
-    patch = jsonpatch.make_patch(dict(obj), defaulted).patch
     return Verdict.allow(patch=patch)
