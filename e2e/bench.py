@@ -373,7 +373,8 @@ def webhook_latency_lines(lat: Record) -> list[str]:
                    lat["webhook_cpu_ms_per_review"], lat["saturation_per_s"])])
     steps = ", ".join(
         f"{step['rate_per_s']:g}/s → p99 {step['p99_ms']} ms, {step['achieved_per_s']}/s achieved, "
-        f"{step['errors']} errors" for step in lat.get("saturation_steps", []))
+        f"{step['errors']} errors, send lag p99 {step.get('send_lag_p99_ms')} ms"
+        for step in lat.get("saturation_steps", []))
     out += ["", f"Saturation: steps of {lat['saturation_step_s']:g} s, held while p99 ≤ {lat['saturation_p99_bound_ms']:g} ms "
             f"and ≥ 95 % of the rate was achieved: {steps}. Machine during the run: {lat['machine_load']} "
             f"(before: {lat['machine_load_before']}); the load generator's own send lag p99 {lat['send_lag_p99_ms']} ms "

@@ -111,7 +111,7 @@ class KubernetesEtcdLookup:
                                 name)
 
     def get_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """:meth:`aget_etcd` for the synchronous rules, called from a worker thread (never from the loop)."""
+        """:meth:`aget_etcd` from a worker thread; on the lookup's loop it raises ``NotCached`` (see the module doc)."""
         return self._get(constants.ETCD_API_VERSION, constants.ETCD_KIND, constants.ETCD_PLURAL, namespace, name)
 
     async def aget_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -120,7 +120,7 @@ class KubernetesEtcdLookup:
                                 name)
 
     def get_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """:meth:`aget_opsrequest` for the synchronous rules, called from a worker thread (never from the loop)."""
+        """:meth:`aget_opsrequest` from a worker thread; on the lookup's loop it raises ``NotCached``."""
         return self._get(constants.OPS_API_VERSION, constants.OPS_KIND, constants.OPS_PLURAL, namespace, name)
 
     async def afetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
