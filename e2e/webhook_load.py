@@ -22,6 +22,7 @@ import gc
 import json
 import os
 import random
+import signal
 import ssl
 import sys
 import tempfile
@@ -663,6 +664,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 await open_loop(world.url, world.ssl_context, rate=args.rate, seconds=2)
                 return await measured(world, rate=args.rate, seconds=args.seconds)
 
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # like Ctrl-C: the webhook child is stopped too
     print(json.dumps(asyncio.run(run()), indent=2))
     return 0
 
