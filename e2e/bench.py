@@ -394,9 +394,11 @@ the Etcd), an `Etcd` CREATE denied for `replicas: 0`, an update of a paused `Etc
 review (uid, allowed, code 422 and message), and a wrong answer counts as an error. *API reads* are the GETs of
 single Etcds and EtcdOpsRequests the API server answered during the run (the cache's fallback; 0 means every lookup
 came from the cache). *Webhook CPU* is the webhook process's user+system time over the run divided by the reviews.
-The machine is shared with other work (the load average is in the line above), so the tail latencies include waits
-for a CPU. The earlier figure (p99 ≈ 23 ms at 500/s; 200 reviews in flight at once, in-process) was a closed loop:
-it measured queueing behind 200 outstanding requests, not the webhook.
+The machine is shared with other work (the load averages are in the line above): with more runnable processes than
+cores, the tail latencies and the saturation rate measure the waits for a CPU of both processes (the generator's
+send lag shows its share), not the webhook; its CPU per review is the figure that does not depend on the load. The
+table this one replaces was a closed loop (200 reviews in flight at once, in the benchmark's process): it measured
+queueing behind its own 200 outstanding requests, not the webhook.
 Fuzz: reviews from `e2e/webhook_load.py`'s seeded mutator (valid reviews with fields dropped, retyped, replaced by
 junk; random JSON; truncated bodies; wrong paths), 50 at a time against an in-process server; the same 10,000-review
 fuzz runs in `make test` (`tests/e2e/test_faults_webhook.py`).
