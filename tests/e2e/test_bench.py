@@ -76,8 +76,14 @@ def test_markdown_has_machine_tables_and_every_row(tmp_path: pathlib.Path) -> No
          "single_wall_s": 20.0, "makespan_s": 40.0, "makespan_over_single": 2.0, "operator_peak_rss_mb": 120.5,
          "operator_cpu_s": 30.2, "api_requests_per_operation": 400, "canary_writes_failed": 0,
          "canary_writes_total": 2000, "canary_unplanned_elections": 0, "api_requests_by_verb": {"GET pods": 10}},
-        {"scenario": "webhook-latency", "strategy": bench.ENGINE, "reviews": 4000, "concurrency": 200,
-         "p50_ms": 100.0, "p99_ms": 150.0, "max_ms": 160.0, "throughput_per_s": 2000, "errors": 0},
+        {"scenario": "webhook-latency", "strategy": bench.ENGINE, "rate_per_s": 500.0, "seconds": 20.0,
+         "reviews": 10000, "p50_ms": 1.5, "p99_ms": 6.2, "max_ms": 12.0, "achieved_per_s": 499.9, "errors": 0,
+         "api_reads": 0, "webhook_cpu_ms_per_review": 0.45, "saturation_per_s": 1500, "saturation_step_s": 5.0,
+         "saturation_p99_bound_ms": 50.0, "machine_load": "load average 1.0", "machine_load_before": "load 0.5",
+         "send_lag_p99_ms": 1.0, "generator_cpu_ms_per_review": 0.5,
+         "saturation_steps": [{"rate_per_s": 500.0, "p99_ms": 6.0, "achieved_per_s": 500.0, "errors": 0},
+                              {"rate_per_s": 1000.0, "p99_ms": 80.0, "achieved_per_s": 990.0, "errors": 0,
+                               "send_lag_p99_ms": 2.0}]},
         {"scenario": "webhook-fuzz", "strategy": bench.ENGINE, "reviews": 10000, "concurrency": 50,
          "http_status": {"200": 5000, "400": 5000}, "denial_codes": {"422": 100}, "http_500": 0, "body_500": 0},
     ]
@@ -90,7 +96,8 @@ def test_markdown_has_machine_tables_and_every_row(tmp_path: pathlib.Path) -> No
     assert "| add TLS | naive: restart onto https-only, no peer-URL update | members not back" in text
     assert "**no**" in text  # healthy after: no
     assert "| 10 × 3 | add TLS | 10/10 | 20.0 | 40.0 | 2.00 | 120.5 | 30.2 | 400 | 0/2000 | 0 |" in text
-    assert "| 4000 | 200 | 100.0 | 150.0 | 160.0 | 2000 | 0 |" in text
+    assert "| 500 | 20 | 10000 | 1.50 | 6.20 | 12.0 | 499.9 | 0 | 0 | 0.45 | 1500 |" in text
+    assert "1000/s → p99 80.0 ms, 990.0/s achieved, 0 errors, send lag p99 2.0 ms" in text
     assert "**0 HTTP 500, 0 reviews answered with code 500**" in text
     assert "sum **9.60 s**" in text
     # a partial re-run keeps the other rows
