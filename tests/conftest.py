@@ -28,12 +28,15 @@ pytest_plugins = [
 # The modules that take longest, longest first (serial wall time measured 2026-12-01 on the 2-core CI machine).
 # Keep it short and roughly right: a module missing here still starts early if it has a ``slow`` test.
 LONGEST_FIRST = (
-    "tests/e2e/test_rescue.py",
-    "tests/e2e/test_auto_renew.py",
-    "tests/e2e/test_soak.py",
-    "tests/e2e/test_byo_handover.py",
+    "tests/e2e/test_rescue.py",  # 7 min
+    "tests/e2e/test_auto_renew.py",  # 4 min
+    "tests/e2e/test_soak.py",  # 4 min
+    "tests/e2e/test_faults.py",  # 3 min
+    "tests/e2e/test_ops_engine.py",  # 3 min
+    "tests/e2e/test_byo_handover.py",  # 2-3 min
+    "tests/e2e/test_zero_restart_rotate.py",  # 2-3 min
     "tests/e2e/test_ca_rollover.py",
-    "tests/e2e/test_zero_restart_rotate.py",
+    "tests/e2e/test_lifecycle.py",
 )
 
 
