@@ -182,9 +182,13 @@ async def test_a_foreign_certificate_is_never_adopted(env: Env, k: kube.Kube) ->
     assert live is not None and "ownerReferences" not in live["metadata"]
     assert live["spec"]["secretName"] == "somebody-else"
     assert await k.get("apps/v1", "StatefulSet", NS, "alien") is None
-    events = await k.list("v1", "Event", NS)
-    assert any(e.get("reason") == applying.REASON_FOREIGN_OBJECT and e.get("type") == "Warning"
-               and e["involvedObject"]["name"] == "alien" for e in events)
+
+    async def warned() -> bool:  # the Event is posted after the status the poll above saw: on a loaded machine, later
+        events = await k.list("v1", "Event", NS)
+        return any(e.get("reason") == applying.REASON_FOREIGN_OBJECT and e.get("type") == "Warning"
+                   and e["involvedObject"]["name"] == "alien" for e in events)
+
+    await aeventually(warned, timeout=WAIT, interval=0.2, what="a ForeignObject Warning Event")
 
 
 async def test_pause_holds_off_repair_until_it_is_removed(env: Env, k: kube.Kube) -> None:
