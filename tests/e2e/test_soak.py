@@ -101,6 +101,7 @@ async def test_the_short_soak_measures_and_reports_on_todays_layout(tmp_path: pa
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # the soak alone is SHORT_GATED.duration (250 s); the suite's default is 300 s a test
 async def test_the_short_gated_soak_rolls_every_ca_over_with_no_failed_write(tmp_path: pathlib.Path) -> None:
     lines: list[str] = []
     gated = next(s for s in soak.STRATEGIES if s.key == "gated")
