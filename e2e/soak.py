@@ -81,9 +81,10 @@ class SoakConfig:
 FULL = SoakConfig(duration=900, ca_lifetime=360, leaf_lifetime=120)  # the issue's: 15 min, CA 6 m, leaves 2 m
 SHORT = SoakConfig(duration=90, ca_lifetime=90, leaf_lifetime=30)  # make test: one CA rollover, several renewals
 # make test, the gated row: two CA rollovers (the CA renews at 100 s and 200 s), many leaf renewals, in 250 s. Each
-# rollover has a third of the CA's life (50 s) before the CA it replaces expires; with CA 90 s (30 s) the second one
-# was still Progressing at the end on a 2-core machine running the suite in parallel.
-SHORT_GATED = SoakConfig(duration=250, ca_lifetime=150, leaf_lifetime=30)
+# rollover has a third of the CA's life (50 s) before the CA it replaces expires, and the leaves the gate holds during
+# a rollover live longer than one (60 s). With CA 90 s / leaves 30 s, on a 2-core machine running the suite in
+# parallel, the second rollover was still Progressing at the end, or a held leaf's predecessor expired mid-rollover.
+SHORT_GATED = SoakConfig(duration=250, ca_lifetime=150, leaf_lifetime=60)
 
 
 @dataclasses.dataclass(frozen=True)

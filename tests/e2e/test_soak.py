@@ -7,7 +7,7 @@ On the sandbox (slow, the SHORT soak: CA 90 s, leaves 30 s, 90 s under the follo
 today's direct-mount layout: the harness measures and reports — writes, both CAs issued, leaf renewals served,
 every member healthy, every outage with a start, a duration and a cause. It does NOT assert zero failed writes:
 the direct layout is expected to fail when the CA rolls (the baseline). The gated layout (slow, CA 150 s, leaves
-30 s, 250 s: two CA rollovers) is held to zero: no failed write, every acknowledged write read back, no unplanned
+60 s, 250 s: two CA rollovers) is held to zero: no failed write, every acknowledged write read back, no unplanned
 election, two or more CA rollovers on the wire and in the members' files, each by a Successful ``ca-rollover``
 request the operator filed, every member healthy at the end.
 """
