@@ -87,8 +87,11 @@ FULL = SoakConfig(duration=900, ca_lifetime=360, leaf_lifetime=120)  # issue 12'
 # the end), both strategies at once. make test's SHORT_GATED churns faster still (CA 90 s, leaves 30 s).
 BENCH = SoakConfig(duration=450, ca_lifetime=180, leaf_lifetime=60)
 SHORT = SoakConfig(duration=90, ca_lifetime=90, leaf_lifetime=30)  # make test: one CA rollover, several renewals
-# make test, the gated row: two CA rollovers (the CA renews at 60 s and 120 s), many leaf renewals, in 150 s.
-SHORT_GATED = SoakConfig(duration=150, ca_lifetime=90, leaf_lifetime=30)
+# make test, the gated row: two CA rollovers (the CA renews at 100 s and 200 s), many leaf renewals, in 250 s. Each
+# rollover has a third of the CA's life (50 s) before the CA it replaces expires, and the leaves the gate holds during
+# a rollover live longer than one (60 s). With CA 90 s / leaves 30 s, on a 2-core machine running the suite in
+# parallel, the second rollover was still Progressing at the end, or a held leaf's predecessor expired mid-rollover.
+SHORT_GATED = SoakConfig(duration=250, ca_lifetime=150, leaf_lifetime=60)
 
 
 @dataclasses.dataclass(frozen=True)

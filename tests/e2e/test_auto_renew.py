@@ -128,7 +128,9 @@ async def test_one_auto_request_renews_under_the_writer_and_the_scan_sees_the_ne
     await sc.assert_no_loss(w, db=db, label="auto-renew")
     assert await events(sc, db, constants.EVENT_SERVED_CERTIFICATE_MISMATCH) == []
     assert len(await events(sc, db, constants.EVENT_AUTO_RENEW_REQUESTED)) == 1
-    assert await events(sc, db, constants.EVENT_CERTIFICATES_RENEWED)
+    # Posted by the scan right after it wrote the status that renewed() saw.
+    await aeventually(lambda: events(sc, db, constants.EVENT_CERTIFICATES_RENEWED), timeout=30, interval=0.5,
+                      what="a CertificatesRenewed Event")
 
 
 async def test_an_issuer_that_cannot_issue_fails_the_request_and_the_next_waits_for_retry_after_failure(
