@@ -671,8 +671,9 @@ class PodWorker:
                                                     mode))
             elif "serviceAccountToken" in source:
                 path = source["serviceAccountToken"].get("path", "token")
-                out[path] = volumes.FileProjection(b"sandbox-does-not-issue-service-account-tokens",
-                                                   volumes.DEFAULT_MODE if mode is None else int(mode))
+                # the pod's own token when it has one (pods of the operator's image), else a visible placeholder
+                token = self._token.encode() if self._token else b"sandbox-does-not-issue-service-account-tokens"
+                out[path] = volumes.FileProjection(token, volumes.DEFAULT_MODE if mode is None else int(mode))
         return out
 
     def _keys(self, kind: str, src: Obj, name: str, default_mode: int | None) -> volumes.Payload:

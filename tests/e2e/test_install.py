@@ -73,9 +73,21 @@ async def test_the_bundle_brings_up_two_operator_and_two_webhook_pods_under_thei
     # Exactly one operator acts: kopf's peering object lists both, and one of them is paused.
     peering = await _peering(sc)
     assert len(peering.get("status") or {}) == 2, peering
-    logs = [sc.sandbox.logs(install.NAMESPACE, p["metadata"]["name"], "operator") for p in
-            await install.operator_pods(sc.k)]
-    assert sum("Pausing operations in favour of" in log for log in logs) >= 1, logs
+    priorities = {peer: (state or {}).get("priority") for peer, state in peering["status"].items()}
+    assert len(set(priorities.values())) == 2, priorities  # distinct: kopf pauses all peers of equal priority
+
+    async def acting() -> list[str]:
+        """The replicas whose kopf is not paused: a replica starts paused under mandatory peering and logs each
+        change; the last one tells."""
+        out = []
+        for pod in await install.operator_pods(sc.k):
+            log = sc.sandbox.logs(install.NAMESPACE, pod["metadata"]["name"], "operator")
+            if log.rfind("Resuming operations") > log.rfind("Pausing operations"):
+                out.append(pod["metadata"]["name"])
+        return out
+
+    await aeventually(lambda: _one(acting()), timeout=30, what="exactly one operator replica acting")
+    assert await acting() == [_active_operator(peering)]
 
 
 async def test_four_tls_operations_through_the_installed_operator_lose_no_write(sc: scenario.Scenario) -> None:
@@ -106,6 +118,10 @@ async def test_four_tls_operations_through_the_installed_operator_lose_no_write(
     await sc.drop_etcd(db)
 
 
+async def _one(names: Any) -> bool:
+    return len(await names) == 1
+
+
 def _active_operator(peering: dict[str, Any]) -> str:
     """The peer kopf lets act: the highest priority among the live peers of the peering object."""
     peers = (peering.get("status") or {})
@@ -129,20 +145,25 @@ async def test_active_operator_deleted_during_restart_pods_standby_takes_over(sc
                        for p in tracker.names)
 
         await aeventually(evicting, timeout=90, what="RestartPods evicting a member")
-        killed_at = time.monotonic()
         await sc.k.delete("v1", "Pod", install.NAMESPACE, active, grace_period_seconds=0)
+        await aeventually(lambda: (install.NAMESPACE, active, "operator") not in sc.sandbox.kubelet.pids(),
+                          timeout=30, what=f"the process of {active} gone")
+        killed_at = time.monotonic()
         req = await sc.watch_request("ha-restart", timeout=240)
         final = writer.snapshot()
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
     assert tracker.restarts() == {n: 1 for n in tracker.names}, tracker.uids
     assert final.failed == 0, f"{final.failed} failed writes"
-    # The takeover: from the active pod's deletion to the first write the new active one makes on the request.
-    first = next(r for r in audit(sc).records(user=OPERATOR_USER, since=killed_at)
-                 if r.verb in MUTATING and r.resource in ("etcdopsrequests/status", "pods/eviction", "etcds/status",
-                                                          "statefulsets"))
+    # The takeover: from the active process's end to the first write the standby makes on the request (the audit
+    # log names the pod of each request: its token is bound to it).
+    acts = [r for r in audit(sc).records(user=OPERATOR_USER, since=killed_at)
+            if r.verb in MUTATING and r.resource in ("etcdopsrequests/status", "pods/eviction", "etcds/status")]
+    # only the standby acts (a request of the dead process still in flight when it died may end just after)
+    assert {r.pod for r in acts} - {active} == standby, {r.pod for r in acts}  # the replacement pod waits
+    first = next(r for r in acts if r.pod != active)
     takeover = first.at - killed_at
-    print(f"\nHA takeover: active operator pod {active} deleted (grace 0) -> first action of the standby after "
-          f"{takeover:.1f}s ({first.verb} {first.resource} {first.name})")
+    print(f"\nHA takeover: active operator pod {active} deleted (grace 0) -> first action of the standby "
+          f"{first.pod} after {takeover:.1f}s ({first.verb} {first.resource} {first.name})")
     assert takeover < 60, takeover  # --peering-lifetime=20: the dead peer's keep-alive runs out within 20 s
     await sc.drop_etcd(db)
 

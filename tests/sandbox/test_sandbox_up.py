@@ -128,3 +128,16 @@ async def test_sandbox_stops_its_pods_when_the_body_raises(tmp_path: Path) -> No
             raise RuntimeError("boom")
     assert pids and [pid for pid in pids.values() if _alive(pid)] == []
     assert _pids_under(tmp_path / "sb") == []
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--install", "nowhere"], "--install nowhere: no kustomization.yaml there; give the bundle's directory"),
+    (["--install", "deploy", "--no-operator"], "--install and --no-operator exclude each other"),
+])
+def test_sandbox_up_install_refuses_bad_arguments_naming_the_fix(tmp_path: Path, extra: list[str],
+                                                                  message: str) -> None:
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-m", "opsmanager", "sandbox", "up", "--dir", str(tmp_path), *extra],
+                          capture_output=True, text=True, timeout=60, cwd=root)
+    assert proc.returncode == 2
+    assert message in proc.stderr, proc.stderr

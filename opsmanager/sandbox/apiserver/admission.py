@@ -47,6 +47,8 @@ def _user_info(user: rbac.UserInfo | None) -> Obj:
     info: Obj = {"username": user.name, "groups": list(user.groups)}
     if user.uid:
         info["uid"] = user.uid
+    if user.extra:
+        info["extra"] = {k: [v] for k, v in user.extra}
     return info
 
 
