@@ -141,3 +141,43 @@ def test_sandbox_up_install_refuses_bad_arguments_naming_the_fix(tmp_path: Path,
                           capture_output=True, text=True, timeout=60, cwd=root)
     assert proc.returncode == 2
     assert message in proc.stderr, proc.stderr
+
+
+def test_sandbox_up_install_runs_the_bundle_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """``opsmanager sandbox up --install deploy/``: the README's command, as a user runs it."""
+    root = Path(__file__).resolve().parents[2]
+    state = tmp_path / "state"
+    proc = subprocess.Popen([sys.executable, "-m", "opsmanager", "sandbox", "up", "--dir", str(state),
+                             "--install", str(root / "deploy")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        assert proc.stdout is not None
+        output = ""
+        for line in proc.stdout:
+            output += line
+            if "stop with Ctrl-C" in line:
+                break
+        assert "https://" in output and "install(" in output, output
+        out = subprocess.run(["/usr/bin/kubectl", "--kubeconfig", str(state / "kubeconfig"), "--cache-dir",
+                              str(tmp_path / "kube-cache"), "-n", "opsmanager-system", "get", "deployments",
+                              "--no-headers"], capture_output=True, text=True, timeout=30,
+                             env=dict(os.environ, HOME=str(tmp_path)))
+        assert out.returncode == 0, out.stderr
+        ready = {line.split()[0]: line.split()[1] for line in out.stdout.splitlines()}
+        assert ready == {"opsmanager-operator": "2/2", "opsmanager-webhook": "2/2"}, out.stdout
+        endpoints = json.loads((state / "endpoints.json").read_text())
+        assert _get_text(endpoints["operatorMetrics"]).count("# TYPE") > 0  # served on the pod's IP
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
+    assert rc == 0, proc.stderr.read() if proc.stderr else ""
+    assert _pids_under(state) == []
+
+
+def _get_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=3) as resp:
+        return str(resp.read().decode())
