@@ -107,12 +107,7 @@ def test_sandbox_up_runs_a_healthy_cluster_and_leaves_nothing_behind(tmp_path: P
                               capture_output=True, text=True, timeout=30, env=dict(os.environ, HOME=str(tmp_path)))
         assert logs.returncode == 0 and '"msg":"ready to serve client requests"' in logs.stdout, logs.stderr
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            rc = proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = proc.wait()
+        rc = _terminate(proc, timeout=30)
     assert rc == 0, proc.stderr.read() if proc.stderr else ""
     assert [pid for pid in container_pids if _alive(pid)] == []
     assert _pids_under(state) == []
@@ -168,14 +163,19 @@ def test_sandbox_up_install_runs_the_bundle_and_leaves_nothing_behind(tmp_path: 
         endpoints = json.loads((state / "endpoints.json").read_text())
         assert _get_text(endpoints["operatorMetrics"]).count("# TYPE") > 0  # served on the pod's IP
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            rc = proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = proc.wait()
+        rc = _terminate(proc, timeout=60)
     assert rc == 0, proc.stderr.read() if proc.stderr else ""
     assert _pids_under(state) == []
+
+
+def _terminate(proc: subprocess.Popen[str], timeout: float) -> int:
+    """SIGTERM (what Ctrl-C or a service manager sends), then the exit code; SIGKILL if it does not stop."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
 
 
 def _get_text(url: str) -> str:
