@@ -23,7 +23,9 @@ Behaviour that matches the real kubelet (and that the operator's logic may rely 
   forgotten after the container ran for 10 minutes; ``lastState.terminated`` keeps the previous exit.
 - A failing liveness (or startup) probe kills the container (SIGTERM, grace, SIGKILL) and it restarts.
 - Deletion: SIGTERM, ``terminationGracePeriodSeconds`` (or the delete call's grace period), SIGKILL; a pod
-  with ``deletionTimestamp`` is removed by the kubelet (delete with grace 0) once its processes are gone. A new
+  with ``deletionTimestamp`` is removed by the kubelet (delete with grace 0) once its processes are gone. A pod
+  removed from the API server without a graceful deletion (``gracePeriodSeconds: 0``, a force delete) is killed at
+  once (SIGKILL right after SIGTERM). A new
   pod of the same name (a StatefulSet replacement) starts only after the old one's processes are gone, and
   gets the same IP.
 - Secret/ConfigMap volume updates are applied after ``volume_refresh_delay`` through the atomic ``..data`` swap.
@@ -1175,7 +1177,9 @@ class Kubelet(_HostBase):
         worker = self.workers.get(uid)
         if etype == "DELETED":
             if worker is not None and not worker.terminating:
-                grace = meta.get("deletionGracePeriodSeconds")
+                # Gone from the API server without a graceful deletion first: a force delete (gracePeriodSeconds
+                # 0), which the removed object does not record; its containers are killed at once.
+                grace = meta.get("deletionGracePeriodSeconds") if meta.get("deletionTimestamp") else 0
                 self._spawn(self._terminate(worker, worker.grace_period(grace), delete=False))
             return
         if meta.get("deletionTimestamp"):
