@@ -65,6 +65,21 @@ class _Closing:
             yield from asyncio.gather(*self._pending, return_exceptions=True).__await__()
 
 
+def merge_patch_changes(current: Any, patch: Any) -> bool:
+    """Would the JSON merge patch ``patch`` (RFC 7386) change ``current``? Maps merge key by key (``null``
+    deletes); anything else replaces — a list counts as unchanged when it has the same length and each item is
+    unchanged by its counterpart, so fields the API server defaults inside items do not make a no-op a write."""
+    if isinstance(patch, Mapping):
+        if not isinstance(current, Mapping):
+            return True
+        return any((key in current) if value is None else (key not in current or merge_patch_changes(
+            current[key], value)) for key, value in patch.items())
+    if isinstance(patch, builtins.list):
+        return (not isinstance(current, builtins.list) or len(current) != len(patch)
+                or any(merge_patch_changes(c, p) for c, p in zip(current, patch, strict=True)))
+    return bool(current != patch)
+
+
 class Kube:
     """Async access to one Kubernetes API server (see the module doc)."""
 
@@ -267,7 +282,8 @@ class Kube:
         await self.request("POST", self.path("v1", "Pod", namespace, pod, "eviction"), body=body)
 
     async def apply(self, obj: Obj) -> Obj:
-        """Create the object, or merge-patch what the operator owns (labels, annotations, spec/data/type)."""
+        """Create the object, or merge-patch what the operator owns (labels, annotations, spec/data/type) — only
+        when that patch would change something (``stringData``, which the server never returns, always writes)."""
         meta = obj["metadata"]
         current = await self.get(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
         if current is None:
@@ -281,6 +297,8 @@ class Kube:
         for key in ("spec", "data", "stringData", "type"):
             if key in obj:
                 patch[key] = obj[key]
+        if "stringData" not in patch and not merge_patch_changes(current, patch):
+            return current  # what the operator owns is as wanted: no write
         return await self.patch(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"], patch)
 
     async def transact_status(self, api_version: str, kind: str, namespace: str | None, name: str,

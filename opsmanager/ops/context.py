@@ -1,8 +1,28 @@
 """What one reconcile of one EtcdOpsRequest works with: the request, its Etcd, the plan, and the I/O doors.
 
-Every step module receives an :class:`OpsContext`. Status is written through it only (``set_condition``), and it
-is written *before* each disruptive action, so an operator killed between the write and the action finds the
-step marked in flight and re-derives what is left from what it observes.
+Every step module receives an :class:`OpsContext`. Status is changed through it only (``set_condition``,
+``set_pod_condition``, ``set_phase``): a change applies to the in-memory request at once — later code of the same
+reconcile sees it — and is queued; :meth:`OpsContext.flush` writes everything queued in **one** status PATCH
+(``kube.transact_status``: re-read, optimistic lock, no write when nothing changed). Only the final state of a
+condition is written: set False then True before a flush, it is written True once, its ``lastTransitionTime``
+that of the last change of status — or the live one when the live status is already the final one.
+
+When the record is written (each rule for the failure it prevents):
+
+- **before each disruptive action** — an eviction or a pod deletion (``roll.restart``, ``restart_all``): the step
+  marked in flight (``EvictPod--<pod>`` False) is on the request first, so an operator killed between the write
+  and the action finds it and re-derives what is left from what it observes, never restarting a member twice;
+- **before a StatefulSet template is written** (``update_statefulset``): the template's restart token is the
+  roll's record of which members still need a restart, so every step before it must be on record — else an
+  operator killed right after the write would re-run an earlier pass, re-apply that pass's template and restart
+  every member again;
+- **before the Etcd is paused** (``pause``): the request's ``Progressing`` phase first, or a request killed in
+  between would find the Etcd paused while it is still ``Pending`` and wait for itself;
+- **at the end of every reconcile** (the engine), and with the terminal phase.
+
+Everything else a step does is idempotent and observed again on the next reconcile, so losing the queued record of
+it (an operator killed before the flush) only repeats work: the step, and any step before it in the same
+reconcile, runs again and finds it done.
 """
 
 from __future__ import annotations
@@ -74,6 +94,10 @@ class OpsContext:
     # The operator's etcd clients, reused across reconciles (:mod:`opsmanager.etcd.pool`); None: ``admin_factory``
     # makes a client per call (tests' fakes).
     etcd_pool: pool.ClientPool | None = None
+    # What changed in ``request["status"]`` since the last flush: condition types (in the order of the in-memory
+    # list) and top-level status fields (phase, observedGeneration).
+    _dirty_conditions: set[str] = dataclasses.field(default_factory=set)
+    _dirty_fields: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -111,28 +135,64 @@ class OpsContext:
 
     # --- status ---------------------------------------------------------------------------------------------
 
-    async def set_condition(self, type_: str, status: str, message: str | None = None, *,
-                            reason: str | None = None) -> None:
-        """Set one condition on the request (written at once, optimistic lock)."""
+    def set_condition(self, type_: str, status: str, message: str | None = None, *,
+                      reason: str | None = None) -> None:
+        """Set one condition on the request: in memory at once, written by the next :meth:`flush`."""
         if reason is None and constants.PER_POD_SEPARATOR not in type_:
             reason = type_
-        generation = self.generation
+        st = self.request.setdefault("status", {}) or {}
+        before = st.get("conditions") or []
+        after = conditions.set_condition(before, type_, status, reason=reason, message=message,
+                                         observed_generation=self.generation)
+        if after != before:
+            st["conditions"] = after
+            self.request["status"] = st
+            self._dirty_conditions.add(type_)
+
+    def set_pod_condition(self, step: str, pod: str, status: str) -> None:
+        self.set_condition(constants.per_pod_type(step, pod), status, per_pod_message(step, status, pod))
+
+    def set_phase(self, phase: str) -> None:
+        """The request's phase (and ``observedGeneration``), written by the next :meth:`flush`."""
+        st = self.request.setdefault("status", {}) or {}
+        for key, value in (("phase", phase), ("observedGeneration", self.generation)):
+            if st.get(key) != value:
+                st[key] = value
+                self._dirty_fields[key] = value
+        self.request["status"] = st
+
+    @property
+    def dirty(self) -> bool:
+        """Is anything queued that :meth:`flush` would write?"""
+        return bool(self._dirty_conditions or self._dirty_fields)
+
+    async def flush(self) -> None:
+        """Write every queued status change in one ``transact_status`` (one PATCH; no I/O when nothing is queued).
+        A condition whose live status already is the final one keeps its live ``lastTransitionTime``."""
+        if not self.dirty:
+            return
+        final = [c for c in self.conditions if c.get("type") in self._dirty_conditions]
+        fields = dict(self._dirty_fields)
 
         def mutate(st: dict[str, Any]) -> dict[str, Any]:
-            st = dict(st)
-            st["conditions"] = conditions.set_condition(
-                st.get("conditions"), type_, status, reason=reason, message=message,
-                observed_generation=generation,
-            )
+            st = {**st, **fields}
+            if final:  # merge_conditions keeps the live lastTransitionTime when the live status is the final one
+                st["conditions"] = conditions.merge_conditions(st.get("conditions"), final)
             return st
 
         updated = await self.kube.transact_status(
             constants.OPS_API_VERSION, constants.OPS_KIND, self.namespace, self.name, mutate)
+        self._dirty_conditions.clear()
+        self._dirty_fields.clear()
         if updated is not None:
             self.request = updated
 
-    async def set_pod_condition(self, step: str, pod: str, status: str) -> None:
-        await self.set_condition(constants.per_pod_type(step, pod), status, per_pod_message(step, status, pod))
+    async def annotate(self, annotations: dict[str, str]) -> None:
+        """Patch annotations onto the request now (a record a step needs before it acts); the queued status stays
+        queued."""
+        patched = await self.kube.patch(constants.OPS_API_VERSION, constants.OPS_KIND, self.namespace, self.name,
+                                        {"metadata": {"annotations": annotations}})
+        self.request = {**patched, "status": self.request.get("status") or {}}
 
     def condition(self, type_: str) -> dict[str, Any] | None:
         return conditions.get_condition(self.conditions, type_)

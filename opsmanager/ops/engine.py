@@ -1,4 +1,5 @@
-"""The EtcdOpsRequest engine: one reconcile = re-read everything, run the current step once, persist, return.
+"""The EtcdOpsRequest engine: one reconcile = re-read everything, run the current step while it answers at once,
+persist once, return.
 
 The lifecycle is a small state machine (``transitions``) over the request's phase —
 ``Pending → Progressing → Successful | Failed``, ``Pending → Skipped`` — rebuilt from the persisted phase on
@@ -7,6 +8,12 @@ every call, so no state lives in memory. Inside ``Progressing`` the current step
 ``lastTransitionTime`` is the step's timeout clock (``spec.timeout``, default 10m), and so is that of any
 per-pod condition in flight. An operator killed at any point starts again with the same phase, the same plan,
 the same current step, and steps that re-derive their progress from what they observe.
+
+Round trips and writes: a reconcile goes on with the next step (or the same step again) while the result is
+immediate — ``Done``, or ``Progress`` with no delay — on the same in-memory context, at most
+:data:`MAX_ITERATIONS` times; it stops at a ``Progress`` with a delay, a ``Fail`` or the end. Status changes are
+queued on the context and written in one PATCH at the end (and at the context's flush points, before anything a
+crash must find recorded: :mod:`opsmanager.ops.context`), so a reconcile makes one status write, or none.
 
 Errors: a transient failure (etcd unreachable, API conflict) is retried on the next reconcile, within the step's
 timeout; a step's own ``Fail`` ends the request. Either way the Etcd is resumed.
@@ -66,6 +73,11 @@ STEPS: dict[plan.StepKind, Executor] = {
     plan.StepKind.RESCUE_CHOSEN: rescue_chosen.run,
     plan.StepKind.RESTART_ALL: restart_all.run,
 }
+
+
+# Steps run at most this many times in one reconcile (each ``Done`` or immediate ``Progress`` counts one); then the
+# reconcile persists what it has and asks to be called again at once.
+MAX_ITERATIONS = 25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,17 +155,21 @@ class Engine:
 
     async def _finish(self, ctx: context.OpsContext, lifecycle: Lifecycle, *, ok: bool, message: str,
                       reason: str) -> Outcome:
+        """Resume the Etcd, then write the terminal phase with everything still queued (one write)."""
         if ctx.plan.pauses:
             if await pause.resume(self.kube, ctx.namespace, ctx.db_name, ctx.name):
                 await ctx.event("ResumeDatabase", f"Successfully resumed Etcd {ctx.namespace}/{ctx.db_name}")
         if ok:
             lifecycle.succeed()
-            await self._set_phase(ctx.request, lifecycle.state,
-                                  (constants.COND_SUCCESSFUL, constants.TRUE, constants.COND_SUCCESSFUL, message))
-            await ctx.event("Successful", message)
+            ctx.set_condition(constants.COND_SUCCESSFUL, constants.TRUE, message, reason=constants.COND_SUCCESSFUL)
         else:
             lifecycle.fail()
-            await self._set_phase(ctx.request, lifecycle.state, (constants.COND_FAILED, constants.TRUE, reason, message))
+            ctx.set_condition(constants.COND_FAILED, constants.TRUE, message, reason=reason)
+        ctx.set_phase(lifecycle.state)
+        await ctx.flush()
+        if ok:
+            await ctx.event("Successful", message)
+        else:
             await ctx.event("Failed", message, type_="Warning")
         log.info("EtcdOpsRequest %s/%s %s: %s", ctx.namespace, ctx.name, lifecycle.state, message)
         return Outcome(finished=True, phase=lifecycle.state)
@@ -180,16 +196,19 @@ class Engine:
                                                          message))
             await self.kube.event(req, reason="Failed", message=message, type_="Warning")
             return Outcome(finished=True, phase=lifecycle.state)
-        if lifecycle.state == "New":
+        if lifecycle.state == "New":  # queued; written only if it has to wait (one that starts goes Progressing)
             lifecycle.enqueue()
-            await self._set_phase(req, lifecycle.state)
-            return Outcome(finished=False, delay=0.0, phase=lifecycle.state)
         if lifecycle.state == constants.PHASE_PENDING:
-            return await self._pending(req, db_obj, spec, lifecycle)
+            outcome = await self._pending(req, db_obj, spec, lifecycle)
+            if outcome is not None:
+                return outcome
         return await self._progress(req, db_obj, lifecycle)
 
     async def _pending(self, req: dict[str, Any], db_obj: dict[str, Any], spec: ops_api.EtcdOpsRequestSpec,
-                       lifecycle: Lifecycle) -> Outcome:
+                       lifecycle: Lifecycle) -> Outcome | None:
+        """The queue's verdict; None when the request starts (``lifecycle`` is then ``Progressing``, written with
+        the first step's record). A request new to the engine is written ``Pending`` when it waits (a queued
+        request that has not started is new or ``Pending`` alike for the queue: :attr:`queue.Queued.active`)."""
         ns = req["metadata"]["namespace"]
         siblings = []
         for other in await self.kube.list(constants.OPS_API_VERSION, constants.OPS_KIND, ns):
@@ -198,19 +217,18 @@ class Engine:
             siblings.append(_queued(other))
         me = _queued(req)
         decision = queue.decide(me, siblings, (db_obj.get("status") or {}).get("phase"))
-        if decision.verdict is queue.Verdict.START and pause_api.is_paused(db_obj.get("status")):
-            # Paused by hand (or by a request not finished yet): hands off until whoever paused it resumes it.
-            return Outcome(finished=False, delay=1.0, phase=lifecycle.state)
         if decision.verdict is queue.Verdict.SKIP:
             lifecycle.skip()
             await self._set_phase(req, lifecycle.state,
                                   (constants.COND_SKIPPED, constants.TRUE, constants.COND_SKIPPED, decision.reason))
             return Outcome(finished=True, phase=lifecycle.state)
-        if decision.verdict is queue.Verdict.WAIT:
+        # Paused by hand (or by a request not finished yet): hands off until whoever paused it resumes it.
+        if decision.verdict is queue.Verdict.WAIT or pause_api.is_paused(db_obj.get("status")):
+            if (req.get("status") or {}).get("phase") != lifecycle.state:
+                await self._set_phase(req, lifecycle.state)
             return Outcome(finished=False, delay=1.0, phase=lifecycle.state)
         lifecycle.start()
-        await self._set_phase(req, lifecycle.state)
-        return Outcome(finished=False, delay=0.0, phase=lifecycle.state)
+        return None
 
     async def _snapshot(self, req: dict[str, Any], db_obj: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         """The Etcd's ``spec.tls`` as it was when the request started, persisted on the request (annotation), so
@@ -266,9 +284,7 @@ class Engine:
             if reason := plan.rescue_reason(seen):
                 annotations[constants.ANNOTATION_RESCUE_REASON] = reason
                 log.info("EtcdOpsRequest %s/%s: %s", ctx.namespace, ctx.name, reason)
-            ctx.request = await self.kube.patch(
-                constants.OPS_API_VERSION, constants.OPS_KIND, ctx.namespace, ctx.name,
-                {"metadata": {"annotations": annotations}})
+            await ctx.annotate(annotations)
             return variant
         try:
             return plan.RotateVariant(raw)
@@ -281,41 +297,51 @@ class Engine:
         ctx = context.OpsContext(self.kube, req, db_obj, plan.Plan(request.spec.type, None, None, ()), self.clock(),
                                  tls_before=tls_before, admin_factory=self.etcd, etcd_pool=self.etcd_pool,
                                  delivery_timeout=self.delivery_timeout)
+        ctx.set_phase(lifecycle.state)  # Progressing (queued: a request that just started writes it with its steps)
         try:
             variant = await self._variant(ctx)
         except (kube.Unavailable, kube.Conflict) as err:
             log.info("EtcdOpsRequest %s/%s: observing the plan: transient: %s", ctx.namespace, ctx.name, err)
+            await ctx.flush()
             return Outcome(finished=False, delay=1.0, phase=lifecycle.state)
         try:
             ctx.plan = plan.plan_for(ctx.db, request, variant)
         except ValueError as err:
             return await self._finish(ctx, lifecycle, ok=False, message=str(err), reason="InvalidRequest")
-        the_plan = ctx.plan
-        step = next((s for s in the_plan.steps if not ctx.is_true(s.condition)), None)
-        if step is None:
-            return await self._finish(ctx, lifecycle, ok=True, message=_success_message(the_plan),
-                                      reason=constants.COND_SUCCESSFUL)
-        if (why := self._timed_out(ctx, step, request.spec.timeout_delta)) is not None:
-            return await self._finish(ctx, lifecycle, ok=False, message=why, reason="Timeout")
-        if ctx.condition(step.condition) is None:
-            await ctx.set_condition(step.condition, constants.FALSE, f"{step.condition} in progress")
-        try:
-            result = await STEPS[step.kind](ctx, step)
-        except (etcd_errors.EtcdError, kube.Unavailable, kube.Conflict) as err:
-            log.info("EtcdOpsRequest %s/%s step %s: transient: %s", ctx.namespace, ctx.name, step.condition, err)
-            return Outcome(finished=False, delay=1.0, phase=lifecycle.state)
-        if isinstance(result, context.Fail):
-            await ctx.set_condition(step.condition, constants.FALSE, result.message, reason=result.reason)
-            return await self._finish(ctx, lifecycle, ok=False, message=f"{step.condition}: {result.message}",
-                                      reason=result.reason)
-        if isinstance(result, context.Done):
-            await ctx.set_condition(step.condition, constants.TRUE, result.message or step.message)
-            return Outcome(finished=False, delay=0.0, phase=lifecycle.state)
-        if result.message:
-            current = ctx.condition(step.condition) or {}
-            if current.get("message") != result.message:
-                await ctx.set_condition(step.condition, constants.FALSE, result.message)
-        return Outcome(finished=False, delay=result.delay, phase=lifecycle.state)
+        delay = 0.0
+        for _ in range(MAX_ITERATIONS):
+            ctx.now = self.clock()
+            step = next((s for s in ctx.plan.steps if not ctx.is_true(s.condition)), None)
+            if step is None:
+                return await self._finish(ctx, lifecycle, ok=True, message=_success_message(ctx.plan),
+                                          reason=constants.COND_SUCCESSFUL)
+            if (why := self._timed_out(ctx, step, request.spec.timeout_delta)) is not None:
+                return await self._finish(ctx, lifecycle, ok=False, message=why, reason="Timeout")
+            if ctx.condition(step.condition) is None:
+                ctx.set_condition(step.condition, constants.FALSE, f"{step.condition} in progress")
+            try:
+                result = await STEPS[step.kind](ctx, step)
+            except (etcd_errors.EtcdError, kube.Unavailable, kube.Conflict) as err:
+                log.info("EtcdOpsRequest %s/%s step %s: transient: %s", ctx.namespace, ctx.name, step.condition,
+                         err)
+                delay = 1.0
+                break
+            if isinstance(result, context.Fail):
+                ctx.set_condition(step.condition, constants.FALSE, result.message, reason=result.reason)
+                return await self._finish(ctx, lifecycle, ok=False, message=f"{step.condition}: {result.message}",
+                                          reason=result.reason)
+            if isinstance(result, context.Done):
+                ctx.set_condition(step.condition, constants.TRUE, result.message or step.message)
+                continue
+            if result.message:
+                current = ctx.condition(step.condition) or {}
+                if current.get("message") != result.message:
+                    ctx.set_condition(step.condition, constants.FALSE, result.message)
+            if result.delay > 0:
+                delay = result.delay
+                break
+        await ctx.flush()
+        return Outcome(finished=False, delay=delay, phase=lifecycle.state)
 
 
 def _queued(obj: dict[str, Any]) -> queue.Queued:

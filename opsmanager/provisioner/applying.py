@@ -40,7 +40,7 @@ import datetime
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import pydantic
@@ -248,19 +248,25 @@ async def read_material(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConfig
 
 
 async def apply_statefulset(k: kube.Kube, db: etcd_api.Etcd, wiring: render.Wiring | None = None, *,
-                            restarted_at: str | None = None) -> Obj:
+                            restarted_at: str | None = None,
+                            before_write: Callable[[], Awaitable[None]] | None = None) -> Obj:
     """Render the StatefulSet (``wiring`` defaults to the steady state of ``spec.tls``) and apply it: create it
     when missing, else PUT it when anything changed, keeping the live ``restartedAt`` unless ``restarted_at`` is
     given (the ops engine passes a new value to make a restart visible as a new revision). Returns the live
-    object. Raises ``kube.Conflict`` when the StatefulSet changed underneath (re-read and call again)."""
+    object. Raises ``kube.Conflict`` when the StatefulSet changed underneath (re-read and call again).
+    ``before_write`` is awaited right before a create or a PUT (not when nothing changes)."""
     ns, name = db.metadata.namespace or "default", naming.statefulset(db.metadata.name or "")
     rendered = render.render_statefulset(db, wiring)
     live = await k.get("apps/v1", "StatefulSet", ns, name)
     if live is None:
+        if before_write is not None:
+            await before_write()
         return await k.create(desired_statefulset(rendered, None, restarted_at=restarted_at))
     body = statefulset_update(rendered, live, restarted_at=restarted_at)
     if body is None:
         return live
+    if before_write is not None:
+        await before_write()
     return await k.replace(body)
 
 

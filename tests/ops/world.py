@@ -68,7 +68,9 @@ class FakeClock:
 class CrashingKube(kube.Kube):
     """The operator's client, dying once at chosen points: ``before``/``after evict <pod>``; ``in-flight <type>``
     and ``done <type>`` right after the status write that first shows a request condition False (the in-flight
-    mark written before the step acts) or True (the step's end)."""
+    mark written before the step acts) or True (the step's end). One status write records several conditions (the
+    engine queues a reconcile's changes), so a crash after it is the moment of every point it shows: they are all
+    taken at once. It also counts the request's status writes (``status_writes``)."""
 
     crash: Callable[[str], None] = staticmethod(lambda point: None)
 
@@ -93,15 +95,56 @@ class CrashingKube(kube.Kube):
         self.crash(f"after delete {name}")
         return gone
 
+    crash_after_write: Callable[[list[str]], None] = staticmethod(lambda points: None)
+    status_writes: int = 0  # PATCHes of an EtcdOpsRequest's status
+    # While ``recording`` (the engine reconciles, :meth:`World.run`): every PATCH or PUT that left its object as it
+    # was ("PATCH EtcdOpsRequest/add-tls status").
+    recording: bool = False
+    unchanged_writes: list[str]
+
+    async def _unchanged(self, verb: str, api_version: str, kind: str, namespace: str | None, name: str,
+                         subresource: str | None, write: Callable[[], Awaitable[Obj]]) -> Obj:
+        if not self.recording:
+            return await write()
+        before = await super().get(api_version, kind, namespace, name)
+        after = await write()
+        if _content(before) == _content(after):
+            self.unchanged_writes.append(f"{verb} {kind}/{name}{' ' + subresource if subresource else ''}")
+        return after
+
+    async def patch(self, api_version: str, kind: str, namespace: str | None, name: str, patch: Any, *,
+                    subresource: str | None = None, patch_type: str = "merge") -> Obj:
+        if kind == constants.OPS_KIND and subresource == "status":
+            self.status_writes += 1
+        return await self._unchanged("PATCH", api_version, kind, namespace, name, subresource, lambda: super(
+            CrashingKube, self).patch(api_version, kind, namespace, name, patch, subresource=subresource,
+                                      patch_type=patch_type))
+
+    async def replace(self, obj: Obj, *, subresource: str | None = None) -> Obj:
+        meta = obj["metadata"]
+        return await self._unchanged("PUT", obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"],
+                                     subresource, lambda: super(CrashingKube, self).replace(obj,
+                                                                                           subresource=subresource))
+
     async def transact_status(self, api_version: str, kind: str, namespace: str | None, name: str,
                               *mutations: Callable[[Obj], Obj], attempts: int = 8) -> Obj | None:
         result = await super().transact_status(api_version, kind, namespace, name, *mutations, attempts=attempts)
         if kind == constants.OPS_KIND and result is not None:
+            shown = []
             for cond in (result.get("status") or {}).get("conditions") or []:
                 what = {constants.FALSE: "in-flight", constants.TRUE: "done"}.get(cond.get("status"))
                 if what:
-                    self.crash(f"{what} {cond['type']}")
+                    shown.append(f"{what} {cond['type']}")
+            self.crash_after_write(shown)
         return result
+
+
+def _content(obj: Obj | None) -> Obj | None:
+    """An object without what every write changes (its resourceVersion, managed fields)."""
+    if obj is None:
+        return None
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in ("resourceVersion", "managedFields")}
+    return {**obj, "metadata": meta}
 
 
 class CrashingAdmin(fake.FakeAdmin):
@@ -143,6 +186,8 @@ class World:
         self.server = server
         self.kube = client
         client.crash = self.maybe_crash
+        client.crash_after_write = self.maybe_crash_after_write
+        client.unchanged_writes = []
         client.on_evict = lambda pod: self.record.evictions.append((pod, self.clock.offset.total_seconds()))
         client.on_delete_pod = lambda pod: self.record.deletions.append(pod)
         self.clock = FakeClock()
@@ -165,6 +210,14 @@ class World:
             self.crash_points.discard(point)
             self.crashes.append(point)
             raise Crash(point)
+
+    def maybe_crash_after_write(self, shown: Sequence[str]) -> None:
+        """Die right after a status write showing any chosen point; every chosen point it shows is taken."""
+        hit = [p for p in shown if p in self.crash_points]
+        if hit:
+            self.crash_points.difference_update(hit)
+            self.crashes.extend(hit)
+            raise Crash(hit[0])
 
     def engine(self) -> engine.Engine:
         """A fresh engine, as a restarted operator builds it (nothing carried over from the previous one)."""
@@ -255,11 +308,15 @@ class World:
         """Reconcile ``name`` until it is finished, with a fresh engine every time (an operator restart between
         every two reconciles) and the world settling in between; a :class:`Crash` is an operator restart too."""
         for i in range(max_reconciles):
+            self.kube.recording = True
             try:
                 outcome = await self.engine().reconcile(NS, name)
             except Crash:
+                self.kube.recording = False
                 outcome = engine.Outcome(finished=False)
                 await self.settle()  # the operator is down for a while: a deleted pod comes back meanwhile
+            finally:
+                self.kube.recording = False
             await self.settle()
             if between is not None:
                 await between(i)

@@ -20,6 +20,10 @@ from opsmanager.ops import context, plan
 
 
 async def pause(ctx: context.OpsContext) -> None:
+    """Pause the Etcd for this request — after the request's queued record (its ``Progressing`` phase) is written:
+    a request killed in between would otherwise find the Etcd paused while it is still ``Pending``."""
+    await ctx.flush()
+
     def mutate(st: dict[str, Any]) -> dict[str, Any]:
         return pause_api.pause(st, ctx.name)
 

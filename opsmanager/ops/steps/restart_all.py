@@ -33,9 +33,8 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     record = _record(ctx)
     if record is None:
         record = {n: str(pods[n]["metadata"].get("uid") or "") for n in names if n in pods}
-        ctx.request = await ctx.kube.patch(
-            constants.OPS_API_VERSION, constants.OPS_KIND, ctx.namespace, ctx.name,
-            {"metadata": {"annotations": {constants.ANNOTATION_RESCUE_RESTARTED: json.dumps(record, sort_keys=True)}}})
+        await ctx.annotate({constants.ANNOTATION_RESCUE_RESTARTED: json.dumps(record, sort_keys=True)})
+    await ctx.flush()  # the step in flight is on record before any member is deleted
     deleted = []
     for name, uid in record.items():
         pod = pods.get(name)

@@ -7,11 +7,12 @@ fact survives an operator crash: a member restarted just before the crash is rec
 never restarted again. The decision of what to do next is the pure :func:`opsmanager.ops.rollout.next_action`;
 this module observes, acts, and writes the per-pod conditions:
 
-``EvictPod--<pod>`` (False before the pod is evicted, True after) → ``CheckPodReady--<pod>`` (recreated on the
+``EvictPod--<pod>`` (False before the pod is evicted — written before the eviction goes out —, True after) → ``CheckPodReady--<pod>`` (recreated on the
 new revision and Ready) → ``EtcdClusterHealthy--<pod>`` (the etcd admin's ``wait_recovered`` gate: every voter
 healthy, no learners, the member caught up, a linearizable read through it) → ``VerifyServedCertificate--<pod>``
-(a fresh handshake shows the certificate now in its Secret, on the client and the peer port), and
-``MoveLeader--<pod>`` for the leader. Failures prevented: quorum lost by restarting two members at once or a
+(a fresh handshake shows the certificate now in its Secret, on the client and the peer port) — the checks that
+pass at once go True in the same reconcile and the same write —, and ``MoveLeader--<pod>`` for the leader (True
+once leadership has moved; False only when the move failed). Failures prevented: quorum lost by restarting two members at once or a
 member of a degraded cluster; a 1.5–2 s write stall from killing the leader (MoveLeader takes ≈ 0.1 s).
 
 The restart machinery (:func:`restart`, :func:`finish_eviction`, :func:`post_checks`, :func:`move_leader`) is
@@ -42,7 +43,8 @@ Replaced = Callable[[str, dict[str, Any]], bool]
 
 async def post_checks(ctx: context.OpsContext, step: plan.Step, client: admin.EtcdAdmin,
                       pods: dict[str, dict[str, Any]], replaced: Replaced) -> context.StepResult | None:
-    """Finish the checks of a member restarted in this step; None when no member has checks left."""
+    """Finish the checks of a member restarted in this step, in order, as many as pass now (their conditions go
+    True together in the reconcile's one write); None when no member has checks left."""
     for name in ctx.pod_names():
         if not ctx.is_true(constants.per_pod_type(constants.STEP_EVICT_POD, name)):
             continue
@@ -50,26 +52,30 @@ async def post_checks(ctx: context.OpsContext, step: plan.Step, client: admin.Et
                   if c != constants.STEP_VERIFY_SERVED_CERTIFICATE or step.verify_served_certificates]
         pending = [c for c in checks if ctx.condition(constants.per_pod_type(c, name)) is not None
                    and not ctx.is_true(constants.per_pod_type(c, name))]
-        if not pending:
-            continue
-        check = pending[0]
-        pod = pods.get(name)
-        if check == constants.STEP_CHECK_POD_READY:
-            if pod is None or not replaced(name, pod) or not members.serving(pod):
-                return context.Progress(f"waiting for {name} to be recreated and Ready", delay=0.3)
-        elif check == constants.STEP_ETCD_CLUSTER_HEALTHY:
-            try:
-                await client.wait_recovered(name, expected_voters=ctx.db.spec.replicas, timeout=3.0)
-            except etcd_errors.EtcdError as err:
-                return context.Progress(f"waiting for the cluster to recover after {name}: {err}", delay=0.3)
-        else:
-            assert step.tls is not None
-            problem = await certificates.served_problem(client, name, await certificates.expected_serials(
-                ctx, step.tls))
-            if problem is not None:
-                return context.Progress(problem, delay=0.5)
-        await ctx.set_pod_condition(check, name, T)
-        return context.Progress(delay=0.0)
+        for check in pending:
+            if (waiting := await _check(ctx, step, client, name, pods.get(name), check, replaced)) is not None:
+                return waiting
+            ctx.set_pod_condition(check, name, T)
+    return None
+
+
+async def _check(ctx: context.OpsContext, step: plan.Step, client: admin.EtcdAdmin, name: str,
+                 pod: dict[str, Any] | None, check: str, replaced: Replaced) -> context.Progress | None:
+    """One post-restart check of member ``name``: None when it passes, else what it waits for."""
+    if check == constants.STEP_CHECK_POD_READY:
+        if pod is None or not replaced(name, pod) or not members.serving(pod):
+            return context.Progress(_recreating(name), delay=0.3)
+    elif check == constants.STEP_ETCD_CLUSTER_HEALTHY:
+        try:
+            await client.wait_recovered(name, expected_voters=ctx.db.spec.replicas, timeout=3.0)
+        except etcd_errors.EtcdError as err:
+            return context.Progress(f"waiting for the cluster to recover after {name}: {err}", delay=0.3)
+    else:
+        assert step.tls is not None
+        problem = await certificates.served_problem(client, name, await certificates.expected_serials(
+            ctx, step.tls))
+        if problem is not None:
+            return context.Progress(problem, delay=0.5)
     return None
 
 
@@ -83,47 +89,63 @@ async def finish_eviction(ctx: context.OpsContext, step: plan.Step, pods: dict[s
             continue
         pod = pods.get(name)
         if pod is None or pod["metadata"].get("deletionTimestamp") or replaced(name, pod):
-            await _mark_evicted(ctx, step, name)
+            _mark_evicted(ctx, step, name)
             return context.Progress(delay=0.0)
         return await restart(ctx, step, pod)
     return None
 
 
 async def restart(ctx: context.OpsContext, step: plan.Step, pod: dict[str, Any]) -> context.StepResult:
-    """The one place a member pod is deleted: through the Eviction API, so a PodDisruptionBudget still has a say."""
+    """The one place a member pod is deleted: through the Eviction API, so a PodDisruptionBudget still has a say.
+    ``EvictPod--<pod>`` False — and everything queued before it — is written before the eviction goes out."""
     name = pod["metadata"]["name"]
-    await ctx.set_pod_condition(constants.STEP_EVICT_POD, name, F)
+    ctx.set_pod_condition(constants.STEP_EVICT_POD, name, F)
+    await ctx.flush()
     try:
         await ctx.kube.evict(ctx.namespace, name)
     except kube.TooManyRequests as err:
         return context.Progress(f"eviction of {name} not allowed yet by the PodDisruptionBudget: {err}", delay=1.0)
     except kube.NotFound:
         pass
-    await _mark_evicted(ctx, step, name)
+    _mark_evicted(ctx, step, name)
     await ctx.event("EvictPod", f"Restarted etcd member {name} ({step.condition})")
-    return context.Progress(f"restarted {name}", delay=0.2)
+    # The message the wait for the new pod shows too: one write says it (the Event says that it was restarted).
+    return context.Progress(_recreating(name), delay=0.2)
 
 
-async def _mark_evicted(ctx: context.OpsContext, step: plan.Step, name: str) -> None:
-    await ctx.set_pod_condition(constants.STEP_EVICT_POD, name, T)
+def _recreating(name: str) -> str:
+    return f"restarted {name}; waiting for it to be recreated and Ready"
+
+
+def _mark_evicted(ctx: context.OpsContext, step: plan.Step, name: str) -> None:
+    ctx.set_pod_condition(constants.STEP_EVICT_POD, name, T)
     for check in POST_CHECKS:
         if check == constants.STEP_VERIFY_SERVED_CERTIFICATE and not step.verify_served_certificates:
             continue
-        await ctx.set_pod_condition(check, name, F)
+        ctx.set_pod_condition(check, name, F)
 
 
 async def move_leader(ctx: context.OpsContext, client: admin.EtcdAdmin, action: rollout.Action) -> context.StepResult:
-    """Move leadership off ``action.pod`` (about to be restarted) to ``action.target_pod``."""
+    """Move leadership off ``action.pod`` (about to be restarted) to ``action.target_pod``. ``MoveLeader--<pod>`` is
+    written after the move (with its Event), not before: the RPC disrupts nothing, and a move the operator did not
+    live to record is observed again (the member is no longer leader) — nothing to re-derive from a False."""
     assert action.pod is not None and action.target_id is not None
-    await ctx.set_pod_condition(constants.STEP_MOVE_LEADER, action.pod, F)
     try:
         move = await client.move_leader(action.target_id, timeout=5.0)
     except etcd_errors.EtcdError as err:
+        ctx.set_pod_condition(constants.STEP_MOVE_LEADER, action.pod, F)
         return context.Progress(f"moving leadership from {action.pod} to {action.target_pod}: {err}", delay=0.5)
-    await ctx.set_pod_condition(constants.STEP_MOVE_LEADER, action.pod, T)
+    ctx.set_pod_condition(constants.STEP_MOVE_LEADER, action.pod, T)
     await ctx.event("MoveLeader", f"Moved etcd leadership from {action.pod} to {action.target_pod} in "
                                   f"{move.rpc_seconds:.3f}s before restarting it")
     return context.Progress(delay=0.0)
+
+
+def skip_move_leader(ctx: context.OpsContext) -> bool:
+    """The benchmark-only annotation ``ops.opsmanager.dev/bench-skip-move-leader: "true"`` on the request: restart
+    in ordinal order with no MoveLeader (docs/benchmarks.md: what MoveLeader buys). Never set by the operator."""
+    notes = ctx.request["metadata"].get("annotations") or {}
+    return str(notes.get(constants.ANNOTATION_BENCH_SKIP_MOVE_LEADER, "")).lower() == "true"
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
@@ -148,7 +170,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
             return pending
         views = await members.observe(client, pods, ctx.pod_names(), timeout=1.5, update_revision=update_revision,
                                       learners=True)
-        action = rollout.next_action(views, ctx.db.spec.replicas)
+        action = rollout.next_action(views, ctx.db.spec.replicas, move_leader=not skip_move_leader(ctx))
         if action.kind is rollout.ActionKind.DONE:
             return context.Done()
         if action.kind in (rollout.ActionKind.WAIT, rollout.ActionKind.REFUSE):

@@ -6,7 +6,8 @@ Restarting members onto https-only listeners while the registered URLs stay ``ht
 for good once the third member restarted (measured: 42 of 42 writes failed, no leader 20 s later). With every
 member already listening on both schemes, a ``member update`` moves one member's peer traffic to the other
 scheme; the others dial it there from their next connection. One member at a time, with every member healthy
-before the next (``UpdatePeerURL--<pod>``).
+before the next (``UpdatePeerURL--<pod>``: False written before the update, True once every member is healthy
+after it; an update whose record was lost with the operator is found in the member list).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
                 return context.Progress(f"member {pod} is not in the member list", delay=0.5)
             want = peer_url(ctx, pod, step.peer_scheme)
             if tuple(member.peer_urls) != (want,):
-                await ctx.set_pod_condition(constants.STEP_UPDATE_PEER_URL, pod, constants.FALSE)
+                ctx.set_pod_condition(constants.STEP_UPDATE_PEER_URL, pod, constants.FALSE)
+                await ctx.flush()  # the member in flight on record before its peer traffic moves
                 try:
                     await client.member_update(member.id, [want], timeout=3.0)
                 except etcd_errors.EtcdError as err:
@@ -46,7 +48,9 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
                 return context.Progress(delay=0.1)
             unhealthy = [h for ep in client.endpoints if not (h := await client.health(ep, timeout=2.0)).healthy]
             if unhealthy:
+                if ctx.condition(cond) is None:  # updated by an operator that died before recording it
+                    ctx.set_pod_condition(constants.STEP_UPDATE_PEER_URL, pod, constants.FALSE)
                 return context.Progress(
                     f"after updating {pod}: waiting for {', '.join(h.endpoint for h in unhealthy)}", delay=0.3)
-            await ctx.set_pod_condition(constants.STEP_UPDATE_PEER_URL, pod, constants.TRUE)
+            ctx.set_pod_condition(constants.STEP_UPDATE_PEER_URL, pod, constants.TRUE)
     return context.Done()

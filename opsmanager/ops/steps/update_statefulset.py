@@ -3,7 +3,8 @@
 The pod template is replaced as a whole (the provisioner's apply: PUT only when the render or the restart token
 differs from what is live) and stamped ``opsmanager.dev/restartedAt: <request>/<pass>``, so every pass has its
 own StatefulSet revision — that is how :mod:`~opsmanager.ops.steps.roll` knows, after any crash, which members
-still need a restart. Failure prevented: a roll that starts before the StatefulSet controller has computed the
+still need a restart. So the request's queued record (the step before, done in the same reconcile) is written
+before the template is: re-run after a crash, an earlier pass would otherwise re-apply its own template. Failure prevented: a roll that starts before the StatefulSet controller has computed the
 new ``updateRevision`` and so restarts members onto the old template.
 """
 
@@ -26,10 +27,21 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     if await ctx.statefulset() is None:
         return context.Fail(f"StatefulSet {ctx.namespace}/{ctx.db_name} does not exist", reason="NoStatefulSet")
     try:
-        sts = await applying.apply_statefulset(ctx.kube, ctx.db, step.wiring, restarted_at=restart_token(ctx, step))
+        sts = await applying.apply_statefulset(ctx.kube, ctx.db, step.wiring, restarted_at=restart_token(ctx, step),
+                                               before_write=lambda: _before_write(ctx, step))
     except kube.Conflict:
         return context.Progress("the StatefulSet changed while it was updated; retrying", delay=0.1)
     status = sts.get("status") or {}
     if status.get("observedGeneration", 0) < sts["metadata"].get("generation", 0) or not status.get("updateRevision"):
-        return context.Progress("waiting for the StatefulSet controller to observe the new template", delay=0.2)
+        return context.Progress(WAITING_FOR_CONTROLLER, delay=0.2)
     return context.Done()
+
+
+WAITING_FOR_CONTROLLER = "waiting for the StatefulSet controller to observe the new template"
+
+
+async def _before_write(ctx: context.OpsContext, step: plan.Step) -> None:
+    """Record the request before the template changes (see the module doc), saying already what the step waits for
+    next — the write that follows the template's then has nothing to add."""
+    ctx.set_condition(step.condition, constants.FALSE, WAITING_FOR_CONTROLLER)
+    await ctx.flush()

@@ -21,7 +21,8 @@ member a restart and a catch-up; a naive one stalls writes and causes elections 
 pod stuck on a stale volume) — it is found by the handshake and fixed by a restart of that member only.
 
 Crash safety: the conditions are the state. Before an eviction the member's pod UID is written on the request
-(annotation ``ops.opsmanager.dev/stale-members``), so a member evicted just before the operator died is
+(annotation ``ops.opsmanager.dev/stale-members``, at once), then the queued conditions with ``EvictPod--<pod>``
+False (``roll.restart`` flushes before it evicts), so a member evicted just before the operator died is
 recognised by its new UID and never restarted twice.
 """
 
@@ -52,9 +53,7 @@ def _stale_record(ctx: context.OpsContext) -> dict[str, dict[str, Any]]:
 
 async def _remember(ctx: context.OpsContext, name: str, uid: str, after: float) -> None:
     record = {**_stale_record(ctx), name: {"uid": uid, "after": round(after)}}
-    ctx.request = await ctx.kube.patch(
-        constants.OPS_API_VERSION, constants.OPS_KIND, ctx.namespace, ctx.name,
-        {"metadata": {"annotations": {ANNOTATION_STALE_MEMBERS: json.dumps(record, sort_keys=True)}}})
+    await ctx.annotate({ANNOTATION_STALE_MEMBERS: json.dumps(record, sort_keys=True)})
 
 
 def restart_message(restarted: list[str], total: int, after: int) -> str:
@@ -97,10 +96,10 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
                 continue
             problem = await certificates.served_problem(client, name, expected)
             if problem is None:
-                await ctx.set_pod_condition(constants.STEP_VERIFY_SERVED_CERTIFICATE, name, T)
+                ctx.set_pod_condition(constants.STEP_VERIFY_SERVED_CERTIFICATE, name, T)
                 continue
             if ctx.condition(type_) is None:
-                await ctx.set_pod_condition(constants.STEP_VERIFY_SERVED_CERTIFICATE, name, F)
+                ctx.set_pod_condition(constants.STEP_VERIFY_SERVED_CERTIFICATE, name, F)
             stale[name] = problem
         if not stale:
             # The members this step restarted (its own record: an earlier pass of the same request, e.g. a
@@ -111,7 +110,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
                 return context.Done()
             afters = [int((record.get(n) or {}).get("after") or 0) for n in restarted]
             message = restart_message(restarted, len(names), min(afters))
-            await ctx.set_condition(constants.COND_RESTART_PODS, T, message)
+            ctx.set_condition(constants.COND_RESTART_PODS, T, message)
             return context.Done(f"{step.message}; {message[0].lower()}{message[1:]}")
         elapsed = _since_synced(ctx, step)
         bound = ctx.delivery_timeout
@@ -131,7 +130,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
         assert action.pod is not None
         pod = pods[action.pod]
         await _remember(ctx, action.pod, str(pod["metadata"].get("uid") or ""), elapsed)
-        await ctx.set_condition(
+        ctx.set_condition(
             constants.COND_RESTART_PODS, F,
             f"Restarting {action.pod}: it still served the previous certificate {elapsed:.0f}s after it was issued "
             f"({stale[action.pod]})")
