@@ -8,6 +8,8 @@ never Secret data.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import prometheus_client
 
 REGISTRY = prometheus_client.CollectorRegistry(auto_describe=True)
@@ -78,6 +80,16 @@ def error_kind(err: BaseException) -> str:
 def reconcile_error(err: BaseException) -> None:
     """Count one transient error caught in a reconcile loop."""
     RECONCILE_ERRORS.labels(error_kind(err)).inc()
+
+
+def declare_requests(types: Iterable[str], phases: Iterable[str]) -> None:
+    """Create every (type, terminal phase) series at 0 (the engine does, at import), so the first failure is an
+    increase Prometheus sees — a counter series born at 1 shows none; the EtcdOpsRequestFailed alert depends on it.
+    (The names come from the caller: this module is below the API layer.)"""
+    phases = tuple(phases)
+    for type_ in types:
+        for phase in phases:
+            OPSREQUESTS.labels(type_, phase)
 
 
 def request_finished(type_: str, phase: str, seconds: float | None) -> None:

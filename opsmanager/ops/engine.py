@@ -360,6 +360,8 @@ class Engine:
         return Outcome(finished=False, delay=delay, phase=lifecycle.state)
 
 
+metrics.declare_requests(constants.OPS_TYPES, constants.TERMINAL_OPS_PHASES)
+
 # Steps whose transition is a warning (the rescue plan runs because certificates expired); the rest are Normal.
 WARNING_STEPS = frozenset({constants.COND_RESCUE_PLAN_CHOSEN})
 
