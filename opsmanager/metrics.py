@@ -2,8 +2,10 @@
 
 One registry (:data:`REGISTRY`) is served on ``opsmanager run --metrics-port`` (:func:`opsmanager.lifecycle.metrics.serve`).
 It lives at the bottom of the layers so the provisioner, the engine and the lifecycle can all count into it; the
-certificate-lifecycle gauges are in :mod:`opsmanager.lifecycle.metrics`. Labels are names of Kubernetes objects,
-never Secret data.
+certificate-lifecycle gauges are in :mod:`opsmanager.lifecycle.metrics`. Here: the provisioner's passes, and the
+ops engine's requests, steps, restarts, leader moves and reconcile errors (docs/operations.md, "Events and metrics
+of a request"). Labels are names of Kubernetes objects, request types, phases, step names and error kinds — never
+Secret data, a key or a token.
 """
 
 from __future__ import annotations

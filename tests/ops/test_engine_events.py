@@ -8,7 +8,8 @@ We test these aspects:
   Event, not an Event each);
 - an operator killed anywhere (after every write, before and after every action) may lose an Event but never
   posts one twice for one transition, and no member restart or leader move is announced twice;
-- a failed request posts one ``Failed`` (Warning) and counts it;
+- a failed request posts one ``Failed`` (Warning) and counts it; a MoveLeader request posts its step and
+  ``Successful`` (no pause) and counts its move;
 - the metrics count what this process did: ``opsmanager_opsrequests_total{type,phase}`` once per request (an
   engine that reads a request already terminal — a restarted operator — counts nothing), the step histograms one
   observation per step, member restarts and leader moves as the fake cluster saw them, the request duration;
@@ -133,3 +134,15 @@ def test_the_reconcile_error_kind_comes_from_the_error_class() -> None:
     before = sample("opsmanager_reconcile_errors_total", kind="conflict")
     metrics.reconcile_error(kube.Conflict("stale"))
     assert sample("opsmanager_reconcile_errors_total", kind="conflict") == before + 1
+
+
+async def test_a_move_leader_request_posts_its_step_and_successful_and_counts_the_move(world: w.World) -> None:
+    await world.etcd("db")
+    await world.request("move", "db", "MoveLeader", moveLeader={"newLeader": "db-2"})
+    moves = sample("opsmanager_leader_moves_total")
+    req = await world.run("move")
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL
+    posted = [e for e in await events(world) if e["involvedObject"]["name"] == "move"]
+    assert sorted(e["reason"] for e in posted) == [constants.COND_ETCD_LEADER_MOVED, "Successful"]
+    assert "to db-2" in next(e["message"] for e in posted if e["reason"] == constants.COND_ETCD_LEADER_MOVED)
+    assert sample("opsmanager_leader_moves_total") == moves + 1
