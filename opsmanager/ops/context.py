@@ -20,11 +20,15 @@ When the record is written (each rule for the failure it prevents):
   between would find the Etcd paused while it is still ``Pending`` and wait for itself;
 - **at the end of every reconcile** (the engine), and with the terminal phase.
 
-Events and metrics ride on the flush: :meth:`OpsContext.announce` (an Event on the request) and
-:meth:`OpsContext.on_written` (a metric observation) are queued and go out right **after** the write that records
-what they announce (or at the next flush when nothing is dirty), never before it. An operator killed between the
-write and the Event loses the Event (a re-run finds the transition recorded and does not repeat it); one killed
-before the write repeats the work and announces it then — never twice for one recorded transition.
+Events and metrics ride on the flush: :meth:`OpsContext.announce` (an Event on the request),
+:meth:`OpsContext.announce_step` (a step done) and :meth:`OpsContext.on_written` (a metric observation) are queued
+and go out right **after** the write that records what they announce (or at the next flush when nothing is dirty),
+never before it. An operator killed between the write and the Event loses the Event (a re-run finds the transition
+recorded and does not repeat it); one killed before the write repeats the work and announces it then — never twice
+for one recorded transition. The steps one write records done are one transition of the request: they are
+announced in **one** Event (reason the last of them, the message naming each), and those the terminal write
+records are folded into the ``Successful``/``Failed`` Event (:meth:`OpsContext.take_steps`) — the API budget of
+issue 14 counts every Event.
 
 Everything else a step does is idempotent and observed again on the next reconcile, so losing the queued record of
 it (an operator killed before the flush) only repeats work: the step, and any step before it in the same
@@ -72,6 +76,21 @@ class Fail:
 StepResult = Done | Progress | Fail
 
 
+def steps_event(steps: list[tuple[str, str, str]]) -> tuple[str, str, str]:
+    """One Event for the steps one write records done: reason the last step, the message naming each (one step:
+    its own message), Warning if any is."""
+    reason = steps[-1][0]
+    type_ = "Warning" if any(t == "Warning" for _, _, t in steps) else "Normal"
+    if len(steps) == 1:
+        return reason, steps[0][1], type_
+    return reason, "; ".join(f"{cond}: {message}" for cond, message, _ in steps), type_
+
+
+def steps_suffix(steps: list[tuple[str, str, str]]) -> str:
+    """The steps a terminal write records done, for the terminal Event's message."""
+    return "".join(f"; {cond}: {message}" for cond, message, _ in steps)
+
+
 def per_pod_message(step: str, status: str, pod: str) -> str:
     """KubeDB's per-pod message: ``"check pod ready; ConditionStatus:True; PodName:etcd-0"``."""
     words = {
@@ -107,6 +126,7 @@ class OpsContext:
     _dirty_fields: dict[str, Any] = dataclasses.field(default_factory=dict)
     # Events and metric observations that go out after the next flush's write: (reason, message, type).
     _events: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    _steps: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)  # steps done: (condition, …)
     _written: list[Callable[[], None]] = dataclasses.field(default_factory=list)
 
     @property
@@ -186,6 +206,8 @@ class OpsContext:
         for observe in observations:
             observe()
         events, self._events = self._events, []
+        if self._steps:
+            events.insert(0, steps_event(self.take_steps()))
         for reason, message, type_ in events:
             await self.kube.event(self.request, reason=reason, message=message, type_=type_)
 
@@ -223,6 +245,15 @@ class OpsContext:
         """An Event on the request, posted after the next flush's write (the record of what it announces). Never
         Secret data or key material in ``message``."""
         self._events.append((reason, message, type_))
+
+    def announce_step(self, condition: str, message: str, type_: str = "Normal") -> None:
+        """A step done, announced after the next flush's write together with the other steps it records."""
+        self._steps.append((condition, message, type_))
+
+    def take_steps(self) -> list[tuple[str, str, str]]:
+        """The steps done and not yet announced (the terminal Event folds them into its own)."""
+        steps, self._steps = self._steps, []
+        return steps
 
     def on_written(self, observe: Callable[[], None]) -> None:
         """A metric observation made after the next flush's write: counted only once the transition is recorded."""

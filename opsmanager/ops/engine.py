@@ -19,9 +19,11 @@ Errors: a transient failure (etcd unreachable, API conflict) is retried on the n
 timeout (and counted: ``opsmanager_reconcile_errors_total{kind}``); a step's own ``Fail`` ends the request. Either
 way the Etcd is resumed.
 
-Events and metrics (issue 15; the table is in docs/operations.md): a step's condition going ``True`` posts one
-Event on the request, reason the condition, message the condition's (what was done), after the write that
-records it (:meth:`~opsmanager.ops.context.OpsContext.announce`), and observes
+Events and metrics (issue 15; the table is in docs/operations.md): a step's condition going ``True`` is announced
+by an Event on the request, reason the condition, message the condition's (what was done), after the write that
+records it — one Event for the steps one write records, the terminal write's folded into ``Successful``/``Failed``
+(:meth:`~opsmanager.ops.context.OpsContext.announce_step`); ``Running``'s Event is the Etcd's ``Paused`` — and
+observes
 ``opsmanager_step_duration_seconds{step}`` (the condition's ``lastTransitionTime`` False → True). A terminal phase
 this process writes posts ``Successful`` / ``Failed`` / ``Skipped`` and counts ``opsmanager_opsrequests_total`` and
 ``opsmanager_opsrequest_duration_seconds`` (from the request's ``creationTimestamp``): a request already terminal
@@ -176,12 +178,13 @@ class Engine:
             lifecycle.fail()
             ctx.set_condition(constants.COND_FAILED, constants.TRUE, message, reason=reason)
         ctx.set_phase(lifecycle.state)
+        steps = context.steps_suffix(ctx.take_steps())  # the steps this write records done: in the one Event
         await ctx.flush()
         _count_finished(ctx.request, lifecycle.state, self.clock())
         if ok:
-            await ctx.event("Successful", message)
+            await ctx.event("Successful", message + steps)
         else:
-            await ctx.event("Failed", message, type_="Warning")
+            await ctx.event("Failed", message + steps, type_="Warning")
         log.info("EtcdOpsRequest %s/%s %s: %s", ctx.namespace, ctx.name, lifecycle.state, message)
         return Outcome(finished=True, phase=lifecycle.state)
 
@@ -371,7 +374,8 @@ def _step_done(ctx: context.OpsContext, step: plan.Step, message: str) -> None:
     started = (ctx.condition(step.condition) or {}).get("lastTransitionTime")
     ctx.set_condition(step.condition, constants.TRUE, message)
     ended = (ctx.condition(step.condition) or {}).get("lastTransitionTime")
-    ctx.announce(step.condition, message, "Warning" if step.condition in WARNING_STEPS else "Normal")
+    if step.condition != constants.COND_RUNNING:  # the pause's Event is the Etcd's Paused, naming the request
+        ctx.announce_step(step.condition, message, "Warning" if step.condition in WARNING_STEPS else "Normal")
     if started and ended:
         seconds = (conditions.parse_rfc3339(ended) - conditions.parse_rfc3339(started)).total_seconds()
         ctx.on_written(lambda: metrics.step_finished(step.condition, seconds))
