@@ -14,6 +14,14 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# Parallel by default (pytest-xdist): TEST_WORKERS processes, one module per unit of work (`--dist loadfile`: a
+# module's sandbox or etcd cluster stays in one worker), longest modules first (tests/conftest.py). The slow modules
+# mostly wait (certificate lifetimes, etcd restarts), so more workers than cores pay off. One file, serially, for
+# debugging (-s, --pdb): make test PYTEST_ARGS="-n0 tests/e2e/test_rescue.py" (or PYTEST_PARALLEL= to drop xdist).
+TEST_WORKERS ?= 3
+PYTEST_PARALLEL ?= -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+PYTEST_ARGS ?=
+
 # promtool (tests/deploy/test_alert_rules.py, never skipped) comes from Debian's prometheus package, shellcheck
 # (tests/deploy/test_kind_scripts.py, never skipped) from Debian's shellcheck package. kubectl (tests/deploy/
 # test_bundle.py renders deploy/ with `kubectl kustomize`, offline) must be on the machine.
@@ -21,7 +29,7 @@ test: $(STAMP)
 	@command -v promtool >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null)
 	@command -v shellcheck >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends shellcheck >/dev/null)
 	$(BIN)/opsmanager crds --check
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # ruff on everything; mypy (strict for api, ops, provisioner, webhook, pki: see [tool.mypy] in pyproject.toml);
 # the import contracts ([tool.importlinter]: pure modules import no I/O, no harness imports, layers).
@@ -36,8 +44,10 @@ crds: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m e2e.demo
 
+# `make bench REPEAT=3`: each operation's strategies 3 times, "median (worst)" per figure (scale/webhook/soak once).
+REPEAT ?= 1
 bench: $(STAMP)
-	$(BIN)/python -m e2e.bench --json docs/benchmarks.json
+	$(BIN)/python -m e2e.bench --json docs/benchmarks.json --repeat $(REPEAT)
 
 clean:
 	rm -rf $(VENV) .sandbox .pytest_cache

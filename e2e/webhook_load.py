@@ -12,14 +12,19 @@ JSON documents, truncated bodies, and wrong paths — reproducible from its seed
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import collections
 import contextlib
 import copy
 import dataclasses
+import gc
 import json
+import os
 import random
+import signal
 import ssl
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -29,6 +34,9 @@ from typing import Any
 import aiohttp
 
 from opsmanager import pki
+from opsmanager.api import crdgen, pause
+from opsmanager.sandbox import children
+from opsmanager.sandbox.apiserver import server as apiserver_server
 from opsmanager.webhook import admission, server, validation
 
 API_VERSION = "admission.k8s.io/v1"
@@ -319,34 +327,313 @@ async def send_health(url: str, ctx: ssl.SSLContext) -> bool:
             return response.status == 200 and (await response.text()) == "ok"
 
 
-async def latency(count: int = 4000, *, concurrency: int = 200, seed: int = 11) -> dict[str, Any]:
-    """Well-formed reviews only, ``concurrency`` in flight: p50/p99/max in ms and throughput."""
-    rng = random.Random(seed)
-    items = []
-    for i in range(count):
-        path, doc = valid_reviews(rng, f"lat-{i}")
-        items.append((path, json.dumps(doc).encode()))
-    async with serve() as (srv, ctx), client(ctx, concurrency) as session:
-        # warm-up: open the keep-alive connections (TLS handshakes) and the server's thread pool
-        await send_all(session, srv.url, items[:concurrency], concurrency=concurrency)
-        started = time.perf_counter()
-        answers = await send_all(session, srv.url, items, concurrency=concurrency)
-        seconds = time.perf_counter() - started
-    ms = [a.seconds * 1000 for a in answers if a.status == 200 and not a.error]
-    errors = len(answers) - len(ms)
-    return {"reviews": len(answers), "concurrency": concurrency, "p50_ms": round(percentile(ms, 50), 1),
-            "p99_ms": round(percentile(ms, 99), 1), "max_ms": round(max(ms), 1),
-            "throughput_per_s": round(len(answers) / seconds), "errors": errors,
-            "allowed": sum(1 for a in answers if a.allowed), "denied": sum(1 for a in answers if a.allowed is False)}
+# --- open-loop latency: the webhook in its own process, a fixed arrival rate from this one ----------------------
+
+HOLDER = "hold-tls"  # the EtcdOpsRequest holding PAUSED_DB paused, in the API server (and so in the webhook's cache)
+
+
+def _paused_db() -> dict[str, Any]:
+    db = copy.deepcopy(DB)
+    db["metadata"]["name"] = "paused"
+    db["status"] = pause.pause({}, HOLDER)
+    return db
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """One review of the open-loop mix and the answer it must get. ``body`` holds ``UID`` where the review's uid
+    goes; ``message`` is a fragment the denial's ``status.message`` must contain (denials are code 422)."""
+
+    name: str
+    path: str
+    body: bytes
+    allowed: bool
+    message: str = ""
+
+
+UID = "@@uid@@"
+
+
+def _probe(name: str, path: str, request: dict[str, Any], allowed: bool, message: str = "") -> Probe:
+    return Probe(name, path, json.dumps(review({"uid": UID, **request})).encode(), allowed, message)
+
+
+def _ops_probe(name: str, spec: dict[str, Any], allowed: bool, message: str = "") -> Probe:
+    return _probe(name, "/validate-etcdopsrequest",
+                  {"operation": "CREATE", "namespace": NAMESPACE, "name": "op", "object": ops_request(spec),
+                   "kind": {"group": "ops.opsmanager.dev", "version": "v1alpha1", "kind": "EtcdOpsRequest"}},
+                  allowed, message)
+
+
+def _etcd_probe(name: str, path: str, obj: dict[str, Any], allowed: bool, message: str = "", *,
+                old: dict[str, Any] | None = None) -> Probe:
+    request = {"operation": "UPDATE" if old is not None else "CREATE", "namespace": NAMESPACE,
+               "name": obj["metadata"]["name"], "object": obj, "oldObject": old,
+               "kind": {"group": "opsmanager.dev", "version": "v1alpha1", "kind": "Etcd"}}
+    return _probe(name, path, request, allowed, message)
+
+
+def open_loop_probes() -> list[Probe]:
+    """The mix, sent round-robin: seven EtcdOpsRequest CREATEs (each looks up its Etcd in the webhook's cache:
+    allowed, and denied by a rule that reads the Etcd), then two Etcd reviews, one of them an update of a paused
+    Etcd (the webhook looks up the EtcdOpsRequest holding it), and one defaulting. The expected answers are written
+    here, not computed by the rules under test. No review names a missing object: the mix measures the cache path
+    (misses have their tests)."""
+    zero = copy.deepcopy(DB)
+    zero["spec"]["replicas"] = 0
+    paused = _paused_db()
+    changed = copy.deepcopy(paused)
+    changed["spec"]["tls"] = {"issuerRef": {"apiGroup": "cert-manager.io", "kind": "Issuer", "name": "other"}}
+    return [
+        _ops_probe("rotate", OPS_SPECS[0], True),
+        _ops_probe("issuer-on-plain", OPS_SPECS[3], True),
+        _ops_probe("two-tls-operations", OPS_SPECS[4], False, "only one TLS reconfiguration operation is allowed"),
+        _ops_probe("rotate-plain", {**OPS_SPECS[0], "databaseRef": {"name": "plain"}}, False,
+                   "rotateCertificates requires TLS to already be enabled with issuerRef on Etcd"),
+        _ops_probe("restart", OPS_SPECS[6], True),
+        _ops_probe("move-leader", OPS_SPECS[7], True),
+        _ops_probe("restart-options", OPS_SPECS[8], True),
+        _etcd_probe("zero-replicas", "/validate-etcd", zero, False, "number of replicas can not be less than 1"),
+        _etcd_probe("paused-tls-change", "/validate-etcd", changed, False,
+                    f"Etcd paused is paused by EtcdOpsRequest {HOLDER}", old=paused),
+        _etcd_probe("defaults", "/mutate-etcd", DB, True),
+    ]
+
+
+def check_answer(probe: Probe, uid: str, status: int, raw: bytes) -> str:
+    """"" when ``raw`` is the answer ``probe`` must get, else what is wrong."""
+    if status != 200:
+        return f"{probe.name}: HTTP {status}"
+    try:
+        doc = json.loads(raw)
+        resp = doc["response"]
+        allowed, got_uid = resp["allowed"], resp["uid"]
+    except (ValueError, KeyError, TypeError) as err:
+        return f"{probe.name}: not an AdmissionReview answer: {err}"
+    if doc.get("kind") != "AdmissionReview" or got_uid != uid:
+        return f"{probe.name}: answer for uid {got_uid!r}, kind {doc.get('kind')!r} (sent uid {uid!r})"
+    if allowed is not probe.allowed:
+        return f"{probe.name}: allowed={allowed}, expected {probe.allowed}: {resp.get('status')}"
+    if not allowed:
+        message, code = (resp.get("status") or {}).get("message", ""), (resp.get("status") or {}).get("code")
+        if code != 422 or probe.message not in message:
+            return f"{probe.name}: denied with code {code} and {message!r}, expected 422 and {probe.message!r}"
+    return ""
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenLoopRun:
+    """One open-loop run: ``reviews`` sent at ``rate``/s for ``seconds``; latency of each from its *scheduled*
+    send time to its parsed answer (so a late send counts against the webhook: no coordinated omission)."""
+
+    rate: float
+    seconds: float
+    reviews: int
+    latencies_ms: tuple[float, ...]  # of the correct answers
+    errors: tuple[str, ...]  # transport failures and wrong answers, in send order
+    send_lag_ms: tuple[float, ...]  # actual send start minus scheduled time, per review
+    wall_s: float  # scheduled start of the first review to the last answer
+
+    @property
+    def achieved_per_s(self) -> float:
+        return len(self.latencies_ms) / self.wall_s if self.wall_s > 0 else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        ms = self.latencies_ms or (float("nan"),)
+        return {"rate_per_s": self.rate, "seconds": self.seconds, "reviews": self.reviews,
+                "p50_ms": round(percentile(ms, 50), 2), "p99_ms": round(percentile(ms, 99), 2),
+                "max_ms": round(max(ms), 2), "achieved_per_s": round(self.achieved_per_s, 1),
+                "errors": len(self.errors), "first_errors": list(self.errors[:5]),
+                "send_lag_p99_ms": round(percentile(self.send_lag_ms, 99), 2) if self.send_lag_ms else None}
+
+
+async def open_loop(url: str, ssl_context: ssl.SSLContext, *, rate: float, seconds: float,
+                    probes: Sequence[Probe] | None = None, connections: int = 64,
+                    timeout: float = 10.0) -> OpenLoopRun:
+    """Send ``rate × seconds`` reviews at the fixed times ``t0 + i/rate``, whatever is outstanding, over up to
+    ``connections`` keep-alive HTTPS connections (the client verifies the webhook's certificate); parse and check
+    every answer (:func:`check_answer`). The connections are opened before ``t0``."""
+    mix = list(probes) if probes is not None else open_loop_probes()
+    count = int(rate * seconds)
+    latencies: list[float | None] = [None] * count
+    errors: list[str | None] = [None] * count
+    lags: list[float] = [0.0] * count
+    last_done = 0.0
+    async with client(ssl_context, connections, timeout=timeout) as session:
+        await asyncio.gather(*(send_health_on(session, url) for _ in range(connections)))
+
+        async def send(i: int, scheduled: float) -> None:
+            nonlocal last_done
+            probe = mix[i % len(mix)]
+            uid = f"ol-{i}"
+            lags[i] = (time.perf_counter() - scheduled) * 1000
+            try:
+                async with session.post(url + probe.path, data=probe.body.replace(UID.encode(), uid.encode()),
+                                        headers={"Content-Type": "application/json"}) as response:
+                    raw = await response.read()
+                    status = response.status
+            except (aiohttp.ClientError, TimeoutError) as err:
+                problem = f"{probe.name}: {type(err).__name__}: {err}"
+            else:
+                problem = check_answer(probe, uid, status, raw)
+            done = time.perf_counter()
+            last_done = max(last_done, done)
+            if problem:
+                errors[i] = problem
+            else:
+                latencies[i] = (done - scheduled) * 1000
+
+        tasks: set[asyncio.Task[None]] = set()
+        gc.collect()
+        gc.disable()  # the generator's own cycle collections would delay sends; collected after the run
+        t0 = time.perf_counter() + 0.05
+        i = 0
+        while i < count:
+            now = time.perf_counter()
+            while i < count and t0 + i / rate <= now:  # everything due, even if the loop woke late
+                task = asyncio.create_task(send(i, t0 + i / rate))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                i += 1
+            if i < count:
+                await asyncio.sleep(max(0.0, t0 + i / rate - time.perf_counter()))  # the schedule, not a sync
+        if tasks:
+            await asyncio.wait(set(tasks))
+        gc.enable()
+    return OpenLoopRun(rate, seconds, count, tuple(x for x in latencies if x is not None),
+                       tuple(e for e in errors if e is not None), tuple(lags), last_done - t0)
+
+
+async def send_health_on(session: aiohttp.ClientSession, url: str) -> None:
+    async with session.get(url + "/healthz") as response:
+        await response.read()
+
+
+@dataclasses.dataclass
+class WebhookWorld:
+    """The webhook as ``opsmanager webhook serve`` in a child process, looking Etcds and EtcdOpsRequests up in
+    a sandbox API server (in this process) through its watch cache."""
+
+    url: str
+    ssl_context: ssl.SSLContext
+    apiserver: apiserver_server.APIServer
+    webhook: children.Child
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the webhook process has used so far (``/proc/<pid>/stat``)."""
+        fields = Path(f"/proc/{self.webhook.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def api_reads(self) -> int:
+        """GETs of single Etcds and EtcdOpsRequests the API server has answered (the webhook's fallback reads;
+        the LIST and WATCH requests of its informers are not counted)."""
+        return sum(1 for method, path, _ in self.apiserver.requests
+                   if method == "GET" and "watch=" not in path and any(
+                       f"/{plural}/" in path for plural in ("etcds", "etcdopsrequests")))
+
+
+@contextlib.asynccontextmanager
+async def webhook_world(directory: Path, *, ready_timeout: float = 60.0) -> AsyncIterator[WebhookWorld]:
+    """A sandbox API server with the CRDs, the Etcds ``etcd-cluster``, ``plain`` and ``paused`` and the
+    EtcdOpsRequest holding ``paused``; the webhook in its own process, serving once its caches synced."""
+    api = apiserver_server.APIServer(cert_manager=False)
+    await api.start()
+    child: children.Child | None = None
+    try:
+        await api.apply_objects([crdgen.crd(spec) for spec in crdgen.CRDS])
+        await api.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}])
+        holder = ops_request({"type": "ReconfigureTLS", "databaseRef": {"name": "paused"},
+                              "tls": {"rotateCertificates": True}}, name=HOLDER)
+        await api.apply_objects([copy.deepcopy(DB), copy.deepcopy(PLAIN_DB), _paused_db(), holder])
+        kubeconfig = api.write_kubeconfig(directory / "kubeconfig")
+        ca = pki.make_ca("webhook-bench-ca")
+        leaf = pki.make_leaf(ca, "opsmanager-webhook", dns_names=["localhost"], ip_addresses=["127.0.0.1"],
+                             usages=["server"])
+        cert, key = directory / "tls.crt", directory / "tls.key"
+        key.touch(mode=0o600)
+        key.write_bytes(leaf.key_pem)
+        cert.write_bytes(leaf.cert_pem)
+        port = children.free_port()
+        child = await children.Child.start(
+            "the admission webhook", children.product_argv(
+                "webhook", "serve", "--host", "127.0.0.1", "--port", str(port), "--tls-cert", str(cert),
+                "--tls-key", str(key), "--kubeconfig", str(kubeconfig), "--reload-interval", "60"),
+            log_path=directory / "webhook.log")
+        ctx = ssl.create_default_context(cadata=ca.cert_pem.decode())
+        url = f"https://127.0.0.1:{port}"
+
+        async def healthy() -> bool:
+            try:
+                return await send_health(url, ctx)
+            except (aiohttp.ClientError, OSError):
+                return False
+
+        await child.wait_ready(healthy, timeout=ready_timeout)
+        yield WebhookWorld(url, ctx, api, child)
+    finally:
+        if child is not None:
+            await child.stop()
+        await api.stop()
+
+
+def machine_load() -> str:
+    """The 1/5/15-minute load averages and the core count, for the record."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} / {five:.2f} / {fifteen:.2f} on {os.cpu_count()} cores"
+
+
+async def saturation(world: WebhookWorld, say: Callable[[str], None], *, start: int = 500, step: int = 500,
+                     seconds: float = 5.0, p99_bound_ms: float = 50.0, limit: int = 6000) -> tuple[int, list[dict[str, Any]]]:
+    """Step the rate up from ``start`` by ``step`` until p99 > ``p99_bound_ms``, the achieved rate < 95 % of the
+    target, or an error; the highest rate that held (0 when none did) and every step's summary."""
+    held, steps = 0, []
+    for rate in range(start, limit + 1, step):
+        run = await open_loop(world.url, world.ssl_context, rate=rate, seconds=seconds)
+        summary = run.summary()
+        steps.append(summary)
+        ok = not run.errors and summary["p99_ms"] <= p99_bound_ms and run.achieved_per_s >= 0.95 * rate
+        say(f"  {rate}/s for {seconds:g}s: p50 {summary['p50_ms']} ms, p99 {summary['p99_ms']} ms, achieved "
+            f"{summary['achieved_per_s']}/s, {summary['errors']} errors -> {'held' if ok else 'saturated'}")
+        if not ok:
+            break
+        held = rate
+    return held, steps
+
+
+async def measured(world: WebhookWorld, *, rate: float, seconds: float) -> dict[str, Any]:
+    """One open-loop run's summary with the webhook's API reads and CPU time per review, and this process's."""
+    reads, cpu, own = world.api_reads(), world.cpu_seconds(), time.process_time()
+    run = await open_loop(world.url, world.ssl_context, rate=rate, seconds=seconds)
+    return {**run.summary(), "api_reads": world.api_reads() - reads,
+            "webhook_cpu_ms_per_review": round((world.cpu_seconds() - cpu) * 1000 / run.reviews, 3),
+            "generator_cpu_ms_per_review": round((time.process_time() - own) * 1000 / run.reviews, 3),
+            "machine_load": machine_load()}
+
+
+async def latency(directory: Path, say: Callable[[str], None], *, rate: float = 500, seconds: float = 20,
+                  step_seconds: float = 5.0, p99_bound_ms: float = 50.0) -> dict[str, Any]:
+    """The ``webhook-latency`` record: ``rate``/s for ``seconds`` open loop, then the saturation steps."""
+    load = machine_load()
+    async with webhook_world(directory) as world:
+        await open_loop(world.url, world.ssl_context, rate=rate, seconds=2)  # warm-up, not counted
+        main = await measured(world, rate=rate, seconds=seconds)
+        say(f"webhook open loop {rate:g}/s for {seconds:g}s: p50 {main['p50_ms']} ms, p99 {main['p99_ms']} ms, "
+            f"max {main['max_ms']} ms, achieved {main['achieved_per_s']}/s, {main['errors']} errors, "
+            f"{main['api_reads']} API reads, webhook CPU {main['webhook_cpu_ms_per_review']} ms/review ({load})")
+        held, steps = await saturation(world, say, start=int(rate), step=int(rate), seconds=step_seconds,
+                                       p99_bound_ms=p99_bound_ms)
+    return {**main, "machine_load_before": load, "connections": 64, "mix": [p.name for p in open_loop_probes()],
+            "saturation_per_s": held, "saturation_p99_bound_ms": p99_bound_ms,
+            "saturation_step_s": step_seconds, "saturation_steps": steps,
+            "method": "open loop from a separate process"}
 
 
 async def bench(say: Callable[[str], None], *, fuzz_count: int = 10_000) -> list[dict[str, Any]]:
-    """The two benchmark records: ``webhook-latency`` and ``webhook-fuzz``."""
+    """The two benchmark records: ``webhook-latency`` (open loop) and ``webhook-fuzz``."""
     from e2e import bench as bench_module
 
-    lat = await latency()
-    say(f"webhook latency, {lat['concurrency']} concurrent: p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms, "
-        f"max {lat['max_ms']} ms, {lat['throughput_per_s']} reviews/s, {lat['errors']} errors")
+    with tempfile.TemporaryDirectory(prefix="opsmanager-webhook-bench-") as tmp:
+        lat = await latency(Path(tmp), say)
     result = await fuzz(fuzz_count)
     say(f"webhook fuzz: {result.reviews} reviews in {result.seconds:.1f}s; HTTP {result.http_status}; denial codes "
         f"{result.denial_codes}; {result.http_500} HTTP 5xx, {result.body_500} reviews with code 500")
@@ -359,3 +646,28 @@ async def bench(say: Callable[[str], None], *, fuzz_count: int = 10_000) -> list
          "body_500": result.body_500, "transport_errors": len(result.transport_errors),
          "seconds": round(result.seconds, 1)},
     ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m e2e.webhook_load [--rate R] [--seconds S] [--saturation]``: one open-loop run, printed as JSON."""
+    parser = argparse.ArgumentParser(prog="python -m e2e.webhook_load", description=main.__doc__)
+    parser.add_argument("--rate", type=float, default=500, help="reviews per second (default 500)")
+    parser.add_argument("--seconds", type=float, default=20, help="duration (default 20)")
+    parser.add_argument("--saturation", action="store_true", help="then step the rate up until it saturates")
+    args = parser.parse_args(argv)
+
+    async def run() -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="opsmanager-webhook-load-") as tmp:
+            if args.saturation:
+                return await latency(Path(tmp), print, rate=args.rate, seconds=args.seconds)
+            async with webhook_world(Path(tmp)) as world:
+                await open_loop(world.url, world.ssl_context, rate=args.rate, seconds=2)
+                return await measured(world, rate=args.rate, seconds=args.seconds)
+
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # like Ctrl-C: the webhook child is stopped too
+    print(json.dumps(asyncio.run(run()), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

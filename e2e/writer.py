@@ -3,17 +3,21 @@
 Used by tests, the demo and the benchmarks while a cluster is being changed under it. Design (measured in
 ``etcd-measured-3.5.1.md``, "Writer loop"):
 
-* one op = one Put, started every ``interval`` (20 ms) with **no catch-up** — after a slow op the next one starts at
-  once and the cadence resumes; missed slots are not replayed;
-* an op tries every **target** (endpoint x scheme x client identity), starting with the last one that worked, each
-  try with its own deadline (0.5 s); an op fails only when every target failed;
-* counted: ops ok / failed, and the **max gap** between two successful writes finishing (including the trailing
-  gap up to ``stop()``) — the better outage measure, since a failed op may take several tries' deadlines;
+* one op = one Put of **its own key** ``<prefix>/<seq:08d>`` (value: the sequence number), started every
+  ``interval`` (20 ms) with **no catch-up** — after a slow op the next one starts at once and the cadence resumes;
+  missed slots are not replayed;
+* an op tries the **target** (endpoint x scheme x client identity) that worked last first, then fails over to the
+  others in their order, each try with its own deadline (0.5 s); an op fails only when every target failed;
+* counted: ops ok / failed; **fail-overs** (ops acknowledged by a target other than the one tried first: the
+  last good one had stopped answering); the **max gap** between two successful writes finishing (including the
+  trailing gap up to ``stop()``) — the better outage measure, since a failed op may take several tries' deadlines;
+* every acknowledged sequence number is kept (:attr:`Writer.acknowledged`);
 * targets can be replaced while running (:meth:`Writer.set_targets`): a TLS transition adds the https targets and
   the new client identity as they become usable, exactly what a well-behaved application does.
 
-The value written is the op's sequence number, so after ``stop()`` a linearizable read of ``key`` must return at
-least ``result.last_value`` — an acknowledged write was not lost (:meth:`Writer.read_back`).
+After ``stop()``, :meth:`Writer.read_back` reads the whole prefix back (a linearizable range read, paged at one
+revision) and names every acknowledged sequence number that is not stored: "no acknowledged write was lost" is
+checked write by write, not only for the last one.
 
 **Following the material** (issue 12): :meth:`Writer.following` builds a writer that holds no identity of its own.
 It trusts ``<db>-ca-bundle`` (``ca.crt``) and authenticates with ``<db>-client-cert`` (``tls.crt``/``tls.key``),
@@ -29,7 +33,8 @@ the same op; an op that still fails is counted failed like any other.
     async with writer.Writer(targets) as w:
         await w.wait_ok(5)            # it is writing
         ...                           # change the cluster
-    print(w.result.failed, w.result.max_gap)
+    print(w.result.failed, w.result.max_gap, w.result.failovers)
+    (await w.read_back()).missing     # () — or raises LostWrites naming the missing sequence numbers
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import binascii
 import contextlib
 import dataclasses
 import pathlib
+import secrets
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
@@ -154,6 +160,59 @@ class FileMaterial:
                                                          load(self.key_file)))
 
 
+def key_for(prefix: bytes, seq: int) -> bytes:
+    """The key op ``seq`` writes: ``<prefix>/<seq:08d>`` (zero-padded, so keys sort in write order)."""
+    return prefix + b"/" + f"{seq:08d}".encode()
+
+
+def missing_writes(acknowledged: Iterable[int], stored: Iterable[int]) -> tuple[int, ...]:
+    """Pure: the acknowledged sequence numbers not among the stored ones, in order."""
+    have = set(stored)
+    return tuple(sorted(s for s in set(acknowledged) if s not in have))
+
+
+def _ranges(seqs: Sequence[int]) -> str:
+    """``1-3, 7`` for (1, 2, 3, 7): sorted sequence numbers, runs collapsed."""
+    runs: list[list[int]] = []
+    for s in seqs:
+        if runs and s == runs[-1][-1] + 1:
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadBack:
+    """The prefix read back after the writer stopped: how many acknowledged writes, how many keys stored, which
+    acknowledged sequence numbers are missing (empty: no acknowledged write was lost)."""
+
+    prefix: bytes
+    acknowledged: int
+    stored: int
+    missing: tuple[int, ...]
+    revision: int
+    via: str  # the target that answered
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing
+
+    def describe(self) -> str:
+        if self.ok:
+            return f"all {self.acknowledged} acknowledged writes read back ({self.stored} keys at revision {self.revision})"
+        return (f"{len(self.missing)} of {self.acknowledged} acknowledged writes missing under {self.prefix!r} at "
+                f"revision {self.revision} (via {self.via}): seq {_ranges(self.missing[:200])}")
+
+
+class LostWrites(AssertionError):
+    """Acknowledged writes are not stored: the message names their sequence numbers."""
+
+    def __init__(self, read: ReadBack) -> None:
+        super().__init__(read.describe())
+        self.read = read
+
+
 @dataclasses.dataclass(frozen=True)
 class WriterResult:
     """Counts of one writer run (or a snapshot of a running one)."""
@@ -162,8 +221,8 @@ class WriterResult:
     failed: int
     max_gap: float
     duration: float
-    last_value: int
-    key: bytes
+    last_value: int  # the highest acknowledged sequence number
+    prefix: bytes  # each op wrote <prefix>/<seq:08d>
     by_target: dict[str, int]
     errors: tuple[str, ...]
     failure_offsets: tuple[float, ...]
@@ -171,6 +230,7 @@ class WriterResult:
     marks: tuple[tuple[float, str], ...]
     material_changes: int = 0  # following writer: how many times new material was taken up
     material_retries: int = 0  # ops that failed every try, re-read changed material and tried again
+    failovers: int = 0  # ops acknowledged by a target other than the one they tried first
 
     @property
     def ops(self) -> int:
@@ -178,20 +238,23 @@ class WriterResult:
 
     def summary(self) -> str:
         text = (f"{self.ok} ok / {self.failed} failed in {self.duration:.2f}s, max gap {self.max_gap * 1000:.0f} ms, "
-                f"{self.switches} target switches")
+                f"{self.failovers} fail-overs, {self.switches} target switches")
         if self.material_changes:
             text += f", {self.material_changes} material changes"
         return text
 
 
 class Writer:
-    """Put every ``interval`` seconds through the first target that works. ``start()``/``stop()`` or ``async with``.
+    """Put every ``interval`` seconds, the last good target first, failing over to the others.
+    ``start()``/``stop()`` or ``async with``.
 
-    ``try_timeout``: deadline of one try on one target. ``key``: the key written (value = sequence number).
+    ``try_timeout``: deadline of one try on one target. ``prefix``: op ``n`` writes ``<prefix>/<n:08d>`` = ``n``;
+    by default ``/opsmanager/writer/<8 random hex digits>``, its own for every writer, so keys a previous writer
+    left on the same cluster can never stand in for a write of this one that was lost.
     """
 
     def __init__(self, targets: Sequence[Target], *, interval: float = 0.02, try_timeout: float = 0.5,
-                 key: bytes = b"/opsmanager/writer", keep_errors: int = 50, material: Material | None = None,
+                 prefix: bytes | None = None, keep_errors: int = 50, material: Material | None = None,
                  refresh_interval: float = 1.0) -> None:
         """``material``: follow this source (see :meth:`following`); the targets' endpoints are kept and their
         identity replaced whenever the material changes, re-read every ``refresh_interval`` seconds."""
@@ -203,7 +266,13 @@ class Writer:
         self._material_task: asyncio.Task[None] | None = None
         self._material_changes = self._material_retries = 0
         self._last_reread = float("-inf")
-        self.interval, self.try_timeout, self.key, self.keep_errors = interval, try_timeout, key, keep_errors
+        if prefix is None:
+            prefix = b"/opsmanager/writer/" + secrets.token_hex(4).encode()
+        if not prefix or prefix.endswith(b"/"):
+            raise ValueError(f"Writer: prefix must be a non-empty key without a trailing '/', not {prefix!r}")
+        self.interval, self.try_timeout, self.prefix, self.keep_errors = interval, try_timeout, prefix, keep_errors
+        self._acknowledged: list[int] = []  # every acknowledged sequence number, in order
+        self._failovers = 0
         self._targets: list[Target] = []
         self._clients: dict[str | None, etcd_client.EtcdClient] = {}
         self._last_good: Target | None = None  # tried first by the next op
@@ -349,29 +418,46 @@ class Writer:
         now = self._stopped_at or self._now()
         return WriterResult(
             ok=self._ok, failed=self._failed, max_gap=self._max_gap, duration=now - self._started_at,
-            last_value=self._last_value, key=self.key, by_target=dict(self._by_target), errors=tuple(self._errors),
-            failure_offsets=tuple(self._failure_offsets), switches=self._switches, marks=tuple(self._marks),
-            material_changes=self._material_changes, material_retries=self._material_retries,
+            last_value=self._last_value, prefix=self.prefix, by_target=dict(self._by_target),
+            errors=tuple(self._errors), failure_offsets=tuple(self._failure_offsets), switches=self._switches,
+            marks=tuple(self._marks), material_changes=self._material_changes,
+            material_retries=self._material_retries, failovers=self._failovers,
         )
 
-    async def read_back(self, *, timeout: float = 5.0) -> int:
-        """A linearizable read of ``key`` (the highest sequence number stored), through the targets as they are
-        now (a following writer re-reads its material first). Compare with ``result.last_value``: every
-        acknowledged write must be there. Raises :class:`errors.EtcdError` when no target answers."""
+    @property
+    def acknowledged(self) -> tuple[int, ...]:
+        """Every sequence number a put was acknowledged for, in order."""
+        return tuple(self._acknowledged)
+
+    async def read_back(self, *, timeout: float = 10.0, identities: Sequence[access.TLSIdentity] = (),
+                        check: bool = True) -> ReadBack:
+        """Read the whole prefix back — a linearizable range read, paged at one revision — through the targets as
+        they are now (a following writer re-reads its material first), then with ``identities`` (over https on the
+        targets' endpoints) if none answered. Every acknowledged sequence number must be stored: with ``check``
+        a missing one raises :class:`LostWrites` naming them all. Raises :class:`errors.EtcdError` when no
+        target answers. Call it after :meth:`stop` (a write in flight is not acknowledged yet)."""
         if self.material is not None:
             with contextlib.suppress(kube.KubeError, OSError):
                 fresh = await self.material.read()
                 if fresh is not None and (self._identity is None or fresh.fingerprint != self._identity.fingerprint):
                     self._take_up(fresh)
+        endpoints = list(dict.fromkeys(t.endpoint for t in self._targets))
+        tries = [*self._targets, *(Target(ep, "https", ident) for ident in identities for ep in endpoints)]
         last: errors.EtcdError | None = None
-        for target in self._targets:
+        for target in tries:
             async with etcd_client.EtcdClient([target.endpoint], tls=target.identity, timeout=timeout) as c:
                 try:
-                    value = await c.get(self.key, endpoint=target.endpoint, scheme=target.scheme, timeout=timeout)
+                    pairs, revision = await c.range_prefix(self.prefix + b"/", endpoint=target.endpoint,
+                                                           scheme=target.scheme, timeout=timeout)
                 except errors.EtcdError as err:
                     last = err
                     continue
-            return int(value or b"0")
+            stored = [int(value) for _key, value in pairs if value.isdigit()]
+            read = ReadBack(prefix=self.prefix, acknowledged=len(self._acknowledged), stored=len(pairs),
+                            missing=missing_writes(self._acknowledged, stored), revision=revision, via=target.label)
+            if check and not read.ok:
+                raise LostWrites(read)
+            return read
         assert last is not None
         raise last
 
@@ -411,13 +497,14 @@ class Writer:
     async def _one_op(self) -> None:
         self._seq += 1
         value = str(self._seq).encode()
+        key = key_for(self.prefix, self._seq)
         if self._pending is not None:
             pending, self._pending = self._pending, None
             if self._identity is None or pending.fingerprint != self._identity.fingerprint:
                 self._take_up(pending)
                 await self._close_stale_clients()
         tried: list[str] = []
-        if await self._try_targets(value, tried):
+        if await self._try_targets(key, value, tried):
             return
         if self.material is not None and self._now() - self._last_reread >= REREAD_MIN_INTERVAL:
             # A failed handshake may be stale material: re-read it, try once more (at most every 0.2 s, so an
@@ -430,7 +517,7 @@ class Writer:
                 self._material_retries += 1
                 self._take_up(fresh)
                 await self._close_stale_clients()
-                if await self._try_targets(value, tried):
+                if await self._try_targets(key, value, tried):
                     return
         self._failed += 1
         offset = self._now() - self._started_at
@@ -438,8 +525,9 @@ class Writer:
         if len(self._errors) < self.keep_errors:
             self._errors.append(f"+{offset:.3f}s op {self._seq} FAILED: " + " | ".join(tried))
 
-    async def _try_targets(self, value: bytes, tried: list[str]) -> bool:
-        """One pass over the targets, the last good one first; True when a put was acknowledged (counted)."""
+    async def _try_targets(self, key: bytes, value: bytes, tried: list[str]) -> bool:
+        """One pass over the targets, the last good one first; True when a put was acknowledged (counted; a
+        fail-over when an earlier try of this op failed)."""
         order = list(self._targets)
         if self._last_good in order:
             order.remove(self._last_good)
@@ -447,7 +535,7 @@ class Writer:
         for target in order:
             c = self._client_for(target)
             try:
-                await c.put(self.key, value, endpoint=target.endpoint, scheme=target.scheme,
+                await c.put(key, value, endpoint=target.endpoint, scheme=target.scheme,
                             timeout=self.try_timeout)
             except errors.EtcdError as err:
                 tried.append(f"{target.label}: {type(err).__name__}: {err}")
@@ -461,6 +549,9 @@ class Writer:
             self._last_good, self._last_ok_label = target, target.label
             self._ok += 1
             self._last_value = self._seq
+            self._acknowledged.append(self._seq)
+            if tried:
+                self._failovers += 1
             self._by_target[target.label] = self._by_target.get(target.label, 0) + 1
             self._ok_event.set()
             if tried and len(self._errors) < self.keep_errors:  # failed tries before a success: worth seeing
@@ -469,4 +560,5 @@ class Writer:
         return False
 
 
-__all__ = ["FileMaterial", "Material", "SecretMaterial", "Target", "Writer", "WriterResult", "targets_for"]
+__all__ = ["FileMaterial", "LostWrites", "Material", "ReadBack", "SecretMaterial", "Target", "Writer", "WriterResult",
+           "key_for", "missing_writes", "targets_for"]

@@ -211,13 +211,15 @@ def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float
     return registry
 
 
-def make_client(kubeconfig: str | None, namespaces: Sequence[str] = ()) -> kube.CachedKube:
+def make_client(kubeconfig: str | None, namespaces: Sequence[str] = (), *, cached: bool = True) -> kube.CachedKube:
     """The operator's one Kubernetes client, reading from watch-fed caches (:mod:`opsmanager.kube.cache`) of the
     kinds it reads: Etcds, EtcdOpsRequests and cert-manager Issuers whole; its own StatefulSets, Pods, Services,
     PodDisruptionBudgets, Certificates and Secrets by label (``app.kubernetes.io/managed-by=opsmanager``); other
     Secrets it reads (an Issuer's CA, a user's own certificates) by a watch of their own name. ``namespaces``: the
     ones it watches (none: all)."""
     client = kube.CachedKube(kube_config.load(kubeconfig))
+    if not cached:
+        return client  # --no-watch-cache: every read is a request, as before the caches (the benchmark's baseline)
     scope: list[str | None] = list(namespaces) if namespaces else [None]
     for api_version, kind in ((constants.ETCD_API_VERSION, constants.ETCD_KIND),
                               (constants.OPS_API_VERSION, constants.OPS_KIND),
@@ -333,6 +335,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="how long the kubelet may take to deliver a changed Secret into a member before the "
                              "operator calls it stuck (default %(default)s)")
     parser.add_argument("--no-ops", action="store_true", help="run the provisioner only, without the ops engine")
+    parser.add_argument("--no-watch-cache", action="store_true",
+                        help="read every object from the API server instead of watch-fed caches (a diagnostic and "
+                             "the benchmark's baseline; costs the API server far more)")
     verbosity = parser.add_mutually_exclusive_group()
     verbosity.add_argument("-v", "--verbose", action="store_true")
     verbosity.add_argument("--debug", action="store_true")
@@ -364,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     kopf.configure(verbose=args.verbose, debug=args.debug, quiet=args.quiet)
     if not args.debug:
         quiet_routine_logs()
-    client = make_client(args.kubeconfig, args.namespace)
+    client = make_client(args.kubeconfig, args.namespace, cached=not args.no_watch_cache)
     registry = build_registry(args.kubeconfig, client, interval=args.interval, with_ops=not args.no_ops,
                               delivery_timeout=args.certificate_delivery_timeout, namespaces=args.namespace)
     memo = make_memo(client)

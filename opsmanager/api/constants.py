@@ -185,6 +185,9 @@ COND_PLAINTEXT_LISTENERS_ADDED: Final = "PlaintextListenersAdded"  # remove TLS,
 COND_RESCUE_PLAN_CHOSEN: Final = "RescuePlanChosen"
 ANNOTATION_RESCUE_REASON: Final = "ops.opsmanager.dev/rescue-reason"  # on the request: why the rescue was chosen
 ANNOTATION_RESCUE_RESTARTED: Final = "ops.opsmanager.dev/rescue-restarted"  # pod UIDs before the restart-all
+# Benchmark-only knob (docs/benchmarks.md): "true" on a request makes its rolling restarts skip MoveLeader and
+# restart members in ordinal order, the leader wherever it falls — our steps minus one, to measure what it buys.
+ANNOTATION_BENCH_SKIP_MOVE_LEADER: Final = "ops.opsmanager.dev/bench-skip-move-leader"
 
 # Per-pod steps: the condition type is "<Step>--<pod>" (see per_pod_type()).
 STEP_EVICT_POD: Final = "EvictPod"

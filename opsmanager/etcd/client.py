@@ -164,6 +164,13 @@ class KVHash:
     compact_revision: int
 
 
+def prefix_end(prefix: bytes) -> bytes:
+    """Pure: etcd's ``range_end`` for every key starting with ``prefix`` (the prefix with its last byte below
+    0xff incremented; ``\\x00`` — to the end of the keyspace — when every byte is 0xff)."""
+    trimmed = prefix.rstrip(b"\xff")
+    return trimmed[:-1] + bytes([trimmed[-1] + 1]) if trimmed else b"\x00"
+
+
 def inconsistent_hashes(hashes: Sequence[KVHash]) -> list[str]:
     """Pure: human-readable disagreements among hashes taken at the same revision (members whose compaction
     differs are not comparable and are skipped, as etcd's own corruption check does). Empty when consistent."""
@@ -714,6 +721,30 @@ class EtcdClient:
             resp, _ = await self._call(self.endpoint(endpoint), "Range", fn, timeout=timeout, deadline=deadline,
                                        scheme=scheme)
         return bytes(resp.kvs[0].value) if resp.kvs else None
+
+    async def range_prefix(self, prefix: bytes | str, *, endpoint: access.Endpoint | str | None = None,
+                           page: int = 1000, scheme: str | None = None,
+                           timeout: float | None = None) -> tuple[list[tuple[bytes, bytes]], int]:
+        """Every key under ``prefix`` with its value, in key order, and the revision read at: a linearizable
+        read, paged ``page`` keys at a time, every page at the first page's revision (one consistent view)."""
+        start, end = self._bytes(prefix), prefix_end(self._bytes(prefix))
+        out: list[tuple[bytes, bytes]] = []
+        revision = 0
+        while True:
+            request = rpc_pb2.RangeRequest(key=start, range_end=end, limit=page, revision=revision)
+
+            async def fn(c: _Conn, t: float, request: rpc_pb2.RangeRequest = request) -> rpc_pb2.RangeResponse:
+                return await c.kv.Range(request, timeout=t)  # type: ignore[no-any-return]
+
+            if endpoint is None:
+                resp, _ = await self._on_any("Range", fn, timeout=timeout)
+            else:
+                resp, _ = await self._call(self.endpoint(endpoint), "Range", fn, timeout=timeout, scheme=scheme)
+            revision = revision or int(resp.header.revision)
+            out.extend((bytes(kv.key), bytes(kv.value)) for kv in resp.kvs)
+            if not resp.more or not resp.kvs:
+                return out, revision
+            start = bytes(resp.kvs[-1].key) + b"\x00"
 
     # -- health and recovery --
 

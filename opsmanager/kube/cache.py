@@ -293,6 +293,7 @@ class CachedKube(kube_client.Kube):
                 self.stats[f"hit absent {kind}"] += 1
                 return None
         self.stats[f"miss {kind}"] += 1
+        log.debug("cache miss: GET %s %s/%s", kind, namespace or "", name)
         obj = await super().get(api_version, kind, namespace, name)
         self._stale.discard(key)
         if obj is None:
@@ -317,6 +318,8 @@ class CachedKube(kube_client.Kube):
             return [copy.deepcopy(o) for o in cached.informer.items(namespace)
                     if matches(o, wanted)]
         self.stats[f"miss list {kind}"] += 1
+        log.debug("cache miss: LIST %s in %s (labels %s, fields %s)", kind, namespace or "every namespace",
+                  label_selector, field_selector)
         return await super().list(api_version, kind, namespace, label_selector=label_selector,
                                   field_selector=field_selector)
 

@@ -18,6 +18,10 @@ Rules (each prevents a failure that was seen elsewhere or measured here):
   caught-up *up-to-date* follower (so it does not bounce back to a member that still needs a restart). A killed
   leader stalls writes 1.5–2 s (measured); MoveLeader takes ≈ 0.1 s with none lost.
 - **A single member** restarts in place with documented downtime: there is no one to move leadership to.
+
+``move_leader=False`` is the benchmark's baseline only (the request annotation
+``ops.opsmanager.dev/bench-skip-move-leader``): the same checks, but members restart in ordinal order, the leader
+wherever it falls, with no MoveLeader — to measure what the leader-last rule buys.
 """
 
 from __future__ import annotations
@@ -46,8 +50,15 @@ class Action:
     target_id: int | None = None
 
 
-def next_action(members: Sequence[health.MemberView], expected_voters: int) -> Action:
-    """Decide the next step of a rolling restart onto the StatefulSet's update revision."""
+def _ordinal(member: health.MemberView) -> tuple[int, str]:
+    """A StatefulSet pod's ordinal (``<name>-<n>``), for ordinal order that sorts ``db-10`` after ``db-2``."""
+    tail = member.name.rsplit("-", 1)[-1]
+    return (int(tail) if tail.isdigit() else -1, member.name)
+
+
+def next_action(members: Sequence[health.MemberView], expected_voters: int, *, move_leader: bool = True) -> Action:
+    """Decide the next step of a rolling restart onto the StatefulSet's update revision (``move_leader=False``: the
+    benchmark's baseline, ordinal order with no leader transfer)."""
     if not members:
         return Action(ActionKind.REFUSE, "no members observed")
     missing = [m.name for m in members if not m.exists or not m.pod_ready or not m.answering]
@@ -74,6 +85,11 @@ def next_action(members: Sequence[health.MemberView], expected_voters: int) -> A
     outdated = [m for m in members if not m.up_to_date]
     if not outdated:
         return Action(ActionKind.DONE, "every member runs the update revision")
+    if not move_leader:
+        victim = min(outdated, key=_ordinal)
+        role = "leader" if victim.is_leader else "follower"
+        return Action(ActionKind.RESTART, f"{role} {victim.name} is out of date (ordinal order, no MoveLeader: "
+                                          "benchmark baseline)", pod=victim.name)
     followers = sorted((m for m in outdated if not m.is_leader), key=lambda m: (m.applied_index, m.name))
     if followers:
         victim = followers[0]

@@ -14,7 +14,7 @@ import datetime
 from collections.abc import Callable
 from typing import Any
 
-from opsmanager.api import conditions, constants
+from opsmanager.api import conditions, constants, pause
 from opsmanager.provisioner import health
 
 Status = dict[str, Any]
@@ -115,10 +115,16 @@ def deletion_blocked(message: str, generation: int | None, *, now: datetime.date
 
 def observed(verdict: health.Verdict, *, halted: bool, generation: int | None,
              now: datetime.datetime | None = None) -> Mutation:
-    """Phase and the database conditions from one health verdict."""
+    """Phase and the database conditions from one health verdict.
+
+    While an EtcdOpsRequest holds the Etcd paused, only a change of phase is written: the request's own
+    conditions report each member it restarts, and rewriting the Etcd's condition messages ("2/3 pods ready",
+    which member is down) at every pass of a planned roll would cost the API server a write every interval."""
     def mutate(status: Status) -> Status:
         provisioned = is_provisioned(status)
         phase = health.phase_of(verdict, halted=halted, provisioned=provisioned)
+        if pause.held_by_request(status) is not None and status.get("phase") == phase:
+            return status
         status["phase"] = phase
         if halted:
             _set(status, constants.COND_HALTED, constants.TRUE, REASON_HALTED,

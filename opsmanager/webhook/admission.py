@@ -174,6 +174,52 @@ def response(uid: str, verdict: validation.Verdict) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": resp}
 
 
+class _Fetched:
+    """``lookup`` with the answers :func:`decide` fetched for the objects it did not have in memory."""
+
+    def __init__(self, lookup: validation.EtcdLookup) -> None:
+        self.lookup = lookup
+        self.answers: dict[tuple[str, str, str], dict[str, Any] | None | validation.EtcdLookupError] = {}
+
+    def _get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        key = (kind, namespace, name)
+        if key not in self.answers:
+            return (self.lookup.get_etcd(namespace, name) if kind == constants.ETCD_KIND
+                    else self.lookup.get_opsrequest(namespace, name))
+        answer = self.answers[key]
+        if isinstance(answer, validation.EtcdLookupError):
+            raise answer
+        return answer
+
+    def get_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get(constants.ETCD_KIND, namespace, name)
+
+    def get_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get(constants.OPS_KIND, namespace, name)
+
+
+async def decide(endpoint: Endpoint, request: AdmissionRequest, lookup: validation.EtcdLookup) -> validation.Verdict:
+    """``endpoint.decide`` on the caller's event loop: the rules run inline and read ``lookup`` from memory.
+
+    When the lookup does not have an object (:class:`~opsmanager.webhook.validation.NotCached`), its ``afetch``
+    reads it (a failure is kept as the answer, for the rules to report) and the rules run again with that answer;
+    a rule reads at most two objects, so this ends. A lookup without ``afetch`` that raises ``NotCached`` is a bug
+    and raises. Any other exception of a rule propagates."""
+    fetched = _Fetched(lookup)
+    while True:
+        try:
+            return endpoint.decide(request, fetched)
+        except validation.NotCached as miss:
+            key = (miss.kind, miss.namespace, miss.name)
+            afetch = getattr(lookup, "afetch", None)
+            if afetch is None or key in fetched.answers:
+                raise
+            try:
+                fetched.answers[key] = await afetch(miss.kind, miss.namespace, miss.name)
+            except validation.EtcdLookupError as exc:
+                fetched.answers[key] = exc
+
+
 def review(path: str, body: bytes, lookup: validation.EtcdLookup) -> dict[str, Any]:
     """Decide one AdmissionReview body posted to ``path``; raises :class:`BadReview` or ``KeyError`` (no path)."""
     endpoint = ENDPOINTS[path]

@@ -1,13 +1,19 @@
-"""The Kubernetes-API implementation of :class:`opsmanager.webhook.validation.EtcdLookup`, on the one client.
+"""The Kubernetes-API implementations of :class:`opsmanager.webhook.validation.EtcdLookup`, on the one client.
 
-It reads Etcds (the ``databaseRef`` of a new EtcdOpsRequest) and EtcdOpsRequests (the request holding an Etcd
+They read Etcds (the ``databaseRef`` of a new EtcdOpsRequest) and EtcdOpsRequests (the request holding an Etcd
 paused, when an update changes that Etcd's ``spec.tls``).
 
-The GET goes through :class:`opsmanager.kube.Kube` (async, aiohttp) on the webhook server's event loop. The
-admission rules are pure and synchronous and run in a worker thread (``asyncio.to_thread`` in the server), so
-:meth:`KubernetesEtcdLookup.get_etcd` — what the rules call — hands the GET back to the loop the lookup is bound
-to and waits for it; :meth:`KubernetesEtcdLookup.aget_etcd` is the same lookup for async callers (and likewise
-``get_opsrequest`` / ``aget_opsrequest``).
+:class:`CachedEtcdLookup` — what ``opsmanager webhook serve`` uses — keeps a watch-fed cache of both kinds
+(:class:`opsmanager.kube.informer.Informer`: list, then watch from the list's resourceVersion, relist on ``410
+Gone``), and the rules read it in memory on the event loop. An object not in a synced cache (an Etcd created a
+moment ago whose ADDED event is still on its way, or one that does not exist), or any object before the caches
+have synced, is a miss: ``get_*`` raises :class:`~opsmanager.webhook.validation.NotCached`, and the admission
+driver awaits :meth:`CachedEtcdLookup.afetch` — exactly one GET, logged with the kind, namespace and name — and
+decides again. A miss is not remembered: the watch, not the fallback, keeps the cache.
+
+:class:`KubernetesEtcdLookup` is that one GET, and a lookup by itself (every lookup a GET): from a worker thread its
+``get_*`` hands the GET to the loop it is bound to and waits; on that loop ``get_*`` raises ``NotCached`` (it
+must not block) and ``aget_*`` / ``afetch`` are the same GET for async callers.
 
 404 means "no such object" (for an Etcd the webhook then denies with KubeDB's ``spec.databaseRef ... is invalid
 or not found``; a missing EtcdOpsRequest holds no pause); any other failure — API unreachable, 403, no
@@ -19,12 +25,21 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import os
-from typing import Any
+from typing import Any, Final
 
 from opsmanager import kube
 from opsmanager.api import constants
+from opsmanager.kube import informer
 from opsmanager.webhook import validation
+
+log = logging.getLogger("opsmanager.webhook.lookup")
+
+_KINDS: Final[dict[str, tuple[str, str]]] = {  # kind → (apiVersion, plural)
+    constants.ETCD_KIND: (constants.ETCD_API_VERSION, constants.ETCD_PLURAL),
+    constants.OPS_KIND: (constants.OPS_API_VERSION, constants.OPS_PLURAL),
+}
 
 
 class KubernetesEtcdLookup:
@@ -79,8 +94,9 @@ class KubernetesEtcdLookup:
         except RuntimeError:
             running = None
         if running is loop:
-            raise RuntimeError(f"KubernetesEtcdLookup.get_* blocks ({plural} {namespace}/{name}): call it from a "
-                               "worker thread, or await its aget_* twin on the loop")
+            raise validation.NotCached(kind, namespace, name,
+                                       f"KubernetesEtcdLookup.get_* blocks (GET {plural}): call it from a worker "
+                                       "thread, or await its aget_* twin on the loop")
         future = asyncio.run_coroutine_threadsafe(self._aget(api_version, kind, plural, namespace, name), loop)
         try:
             return future.result(self._timeout + 1.0)
@@ -95,7 +111,7 @@ class KubernetesEtcdLookup:
                                 name)
 
     def get_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """:meth:`aget_etcd` for the synchronous rules, called from a worker thread (never from the loop)."""
+        """:meth:`aget_etcd` from a worker thread; on the lookup's loop it raises ``NotCached`` (see the module doc)."""
         return self._get(constants.ETCD_API_VERSION, constants.ETCD_KIND, constants.ETCD_PLURAL, namespace, name)
 
     async def aget_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -104,11 +120,109 @@ class KubernetesEtcdLookup:
                                 name)
 
     def get_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """:meth:`aget_opsrequest` for the synchronous rules, called from a worker thread (never from the loop)."""
+        """:meth:`aget_opsrequest` from a worker thread; on the lookup's loop it raises ``NotCached``."""
         return self._get(constants.OPS_API_VERSION, constants.OPS_KIND, constants.OPS_PLURAL, namespace, name)
+
+    async def afetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Etcd or EtcdOpsRequest (by ``kind``), one GET; None when it does not exist."""
+        api_version, plural = _KINDS[kind]
+        return await self._aget(api_version, kind, plural, namespace, name)
 
     async def aclose(self) -> None:
         """Close the client (only when this lookup created it)."""
         if self._client is not None and self._owns_client:
             await self._client.close()
             self._client = None
+
+
+class CachedEtcdLookup:
+    """Etcds and EtcdOpsRequests from watch-fed caches; a miss is one GET (see the module doc).
+
+    ``client`` / ``kubeconfig`` / ``context`` / ``timeout`` as for :class:`KubernetesEtcdLookup` (the GET of a
+    miss). Call :meth:`start` on the loop that serves, :meth:`wait_synced` to wait for the first lists, and
+    :meth:`aclose` at the end. ``fallbacks`` counts the GETs made for misses.
+    """
+
+    def __init__(self, client: kube.Kube | None = None, *, kubeconfig: str | os.PathLike[str] | None = None,
+                 context: str | None = None, timeout: float = 5.0) -> None:
+        self._api = KubernetesEtcdLookup(client, kubeconfig=kubeconfig, context=context, timeout=timeout)
+        self._informers: dict[str, informer.Informer] = {}
+        self.fallbacks = 0
+
+    async def start(self) -> None:
+        """Start the list-and-watch of both kinds. Without a usable kubeconfig nothing is watched (logged), and
+        every lookup is a GET that reports the same error."""
+        try:
+            client = self._api._kube()
+        except kube.KubeError as exc:
+            log.warning("not caching Etcds and EtcdOpsRequests: %s; every lookup will try one GET", exc)
+            return
+        for kind, (api_version, _) in _KINDS.items():
+            if kind not in self._informers:
+                self._informers[kind] = informer.Informer(client, api_version, kind)
+                self._informers[kind].start()
+
+    @property
+    def synced(self) -> bool:
+        """Both caches hold their first list (until then every lookup is a GET)."""
+        return len(self._informers) == len(_KINDS) and all(i.synced.is_set() for i in self._informers.values())
+
+    async def wait_synced(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for :attr:`synced`; return it."""
+        if not self._informers:
+            return False
+        try:
+            async with asyncio.timeout(timeout):
+                for each in self._informers.values():
+                    await each.synced.wait()
+        except TimeoutError:
+            return False
+        log.info("the Etcd and EtcdOpsRequest caches have synced (%d Etcds, %d EtcdOpsRequests)",
+                 len(self._informers[constants.ETCD_KIND].cache), len(self._informers[constants.OPS_KIND].cache))
+        return True
+
+    def _cached(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        cache = self._informers.get(kind)
+        if cache is None or not cache.synced.is_set():
+            raise validation.NotCached(kind, namespace, name, "the cache has not synced yet")
+        obj = cache.get(namespace, name)
+        if obj is None:
+            raise validation.NotCached(kind, namespace, name, "not in the cache")
+        return obj
+
+    def get_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The cached Etcd; :class:`~opsmanager.webhook.validation.NotCached` on a miss (then :meth:`afetch`)."""
+        return self._cached(constants.ETCD_KIND, namespace, name)
+
+    def get_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The cached EtcdOpsRequest; ``NotCached`` on a miss."""
+        return self._cached(constants.OPS_KIND, namespace, name)
+
+    async def afetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """One GET of an object the cache does not have, logged."""
+        synced = kind in self._informers and self._informers[kind].synced.is_set()
+        log.info("%s %s/%s is %s: one GET", kind, namespace, name,
+                 "not in the cache" if synced else "not cached yet (the cache has not synced)")
+        self.fallbacks += 1
+        return await self._api.afetch(kind, namespace, name)
+
+    async def aget_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Etcd from the cache, else one GET; None when it does not exist."""
+        try:
+            return self.get_etcd(namespace, name)
+        except validation.NotCached:
+            return await self.afetch(constants.ETCD_KIND, namespace, name)
+
+    async def aget_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The EtcdOpsRequest from the cache, else one GET; None when it does not exist."""
+        try:
+            return self.get_opsrequest(namespace, name)
+        except validation.NotCached:
+            return await self.afetch(constants.OPS_KIND, namespace, name)
+
+    async def aclose(self) -> None:
+        """Stop watching; close the client when this lookup created it."""
+        for each in self._informers.values():
+            await each.stop()
+        self._informers.clear()
+        await self._api.aclose()

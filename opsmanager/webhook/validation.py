@@ -51,7 +51,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, Protocol
 
-import jsonpatch
 import pydantic
 
 from opsmanager.api import common, constants, durations, etcd, opsrequest, pause, tlschange
@@ -129,7 +128,12 @@ MSG_DEFAULT_VERSION_UNKNOWN: Final = 'failed to get EtcdVersion "{version}": sup
 
 class EtcdLookup(Protocol):
     """Where the webhook reads the objects its rules need: Etcds (an EtcdOpsRequest's ``databaseRef``) and
-    EtcdOpsRequests (the request holding an Etcd paused). Blocking; the server calls it in a worker thread."""
+    EtcdOpsRequests (the request holding an Etcd paused).
+
+    Synchronous, called on the server's event loop: an implementation answers from memory. One that may need I/O
+    for an answer (an object not in its cache) raises :class:`NotCached` instead and offers
+    :meth:`FetchingEtcdLookup.afetch`; :func:`opsmanager.webhook.admission.decide` awaits that and decides again.
+    The rules never modify what a lookup returns, so a lookup may hand out its cached objects without copying."""
 
     def get_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Etcd object dict, or None when it does not exist. Raise :class:`EtcdLookupError` when unknown."""
@@ -141,8 +145,31 @@ class EtcdLookup(Protocol):
         ...
 
 
+class FetchingEtcdLookup(EtcdLookup, Protocol):
+    """An :class:`EtcdLookup` whose ``get_*`` may raise :class:`NotCached`; :meth:`afetch` then reads the object."""
+
+    async def afetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object of ``kind`` (Etcd or EtcdOpsRequest), None when it does not exist; raise
+        :class:`EtcdLookupError` when that cannot be told."""
+        ...
+
+
 class EtcdLookupError(Exception):
     """The lookup could not tell whether the object exists (API unreachable, forbidden, ...)."""
+
+
+class NotCached(RuntimeError):
+    """A lookup cannot answer from memory: the object is not in its cache (or the cache has not synced yet), and
+    reading it needs I/O, which a synchronous call on the event loop must not do. Not an answer: the caller awaits
+    the lookup's ``afetch(kind, namespace, name)`` and asks again (:func:`opsmanager.webhook.admission.decide`).
+    A ``RuntimeError`` because anywhere else it is a misuse: a blocking lookup called on the loop."""
+
+    def __init__(self, kind: str, namespace: str, name: str, why: str) -> None:
+        super().__init__(f"{kind} {namespace}/{name}: {why}")
+        self.kind = kind
+        self.namespace = namespace
+        self.name = name
+        self.why = why
 
 
 class InMemoryEtcdLookup:
@@ -154,7 +181,8 @@ class InMemoryEtcdLookup:
             self.put(obj)
 
     def put(self, obj: Mapping[str, Any]) -> None:
-        """Add or replace an object (keyed by its kind — Etcd when not given —, namespace and name)."""
+        """Add or replace an object (keyed by its kind — Etcd when not given —, namespace and name); a copy is
+        kept, so the caller may go on changing ``obj``."""
         meta = obj.get("metadata") or {}
         key = (obj.get("kind") or constants.ETCD_KIND, meta.get("namespace") or "default", meta["name"])
         self._objects[key] = copy.deepcopy(dict(obj))
@@ -162,15 +190,11 @@ class InMemoryEtcdLookup:
     def delete(self, namespace: str, name: str, *, kind: str = constants.ETCD_KIND) -> None:
         self._objects.pop((kind, namespace, name), None)
 
-    def _get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        obj = self._objects.get((kind, namespace, name))
-        return copy.deepcopy(obj) if obj is not None else None
-
     def get_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._get(constants.ETCD_KIND, namespace, name)
+        return self._objects.get((constants.ETCD_KIND, namespace, name))  # not copied: the rules only read
 
     def get_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._get(constants.OPS_KIND, namespace, name)
+        return self._objects.get((constants.OPS_KIND, namespace, name))
 
 
 # --- field errors, formatted like k8s.io/apimachinery's field.Error --------------------------------------------
@@ -717,8 +741,10 @@ def paused_tls_errors(obj: Mapping[str, Any], old: Mapping[str, Any], lookup: Et
     request that no longer exists, is being deleted or has finished holds nothing (``pause.request_holds``; the
     engine heals such a pause away). Raises :class:`EtcdLookupError` when the request cannot be read."""
     holder = _held_by_request(old)
+    if holder is None:
+        return []
     new_tls = _normal_tls(_dict(obj.get("spec")).get("tls"))
-    if holder is None or new_tls == _normal_tls(_dict(old.get("spec")).get("tls")):
+    if new_tls == _normal_tls(_dict(old.get("spec")).get("tls")):
         return []
     request = lookup.get_opsrequest(_meta(old).get("namespace") or "default", holder)
     if not pause.request_holds(request) or new_tls == engine_tls_write(old, _dict(request)):
@@ -767,45 +793,72 @@ def etcd_defaults(obj: Mapping[str, Any]) -> dict[str, Any]:
     """KubeDB's ``Default`` for an Etcd: the defaulted copy of ``obj``. Raises :class:`DefaultingError`.
 
     KubeDB's checks and order are written here; the default values are the models' (``etcd.EtcdSpec``,
-    ``common.IssuerRef``), so the webhook, the CRD and the provisioner cannot disagree on them."""
-    out = copy.deepcopy(dict(obj))
+    ``common.IssuerRef``), so the webhook, the CRD and the provisioner cannot disagree on them. ``obj`` is never
+    modified: the dicts on the way to a default are copied, the rest is shared with ``obj``."""
+    return _defaulted(obj)[0]
+
+
+JsonPatch = list[dict[str, Any]]
+
+
+def _defaulted(obj: Mapping[str, Any]) -> tuple[dict[str, Any], JsonPatch]:
+    """:func:`etcd_defaults` and the JSON Patch (RFC 6902) that turns ``obj`` into it, built as the defaults are
+    filled in (``add`` for an absent key, ``replace`` for a blank one) rather than by diffing two copies."""
+    out = dict(obj)
+    patch: JsonPatch = []
     if _deleting(out) or not isinstance(out.get("spec"), dict):
-        return out
-    spec = out["spec"]
+        return out, patch
+    spec = out["spec"] = dict(out["spec"])
     version = spec.get("version")
     if version is None or version == "":
         raise DefaultingError(MSG_DEFAULT_VERSION_MISSING)
     if spec.get("halted") is True and spec.get("deletionPolicy") == constants.DELETION_DO_NOT_TERMINATE:
         raise DefaultingError(MSG_DEFAULT_CANT_HALT)
-    _fill_default(spec, etcd.EtcdSpec, "replicas")
+    _fill_default(spec, etcd.EtcdSpec, "replicas", patch, "/spec")
     if version not in constants.SUPPORTED_ETCD_VERSIONS:
         raise DefaultingError(MSG_DEFAULT_VERSION_UNKNOWN.format(
             version=go_value(version), supported=", ".join(f'"{v}"' for v in constants.SUPPORTED_ETCD_VERSIONS),
         ))
-    _fill_default(spec, etcd.EtcdSpec, "storage_type", blank=(None, ""))
-    _fill_default(spec, etcd.EtcdSpec, "deletion_policy", blank=(None, ""))
-    _fill_default(spec, etcd.EtcdSpec, "halted")
-    tls = spec.get("tls")
-    if isinstance(tls, dict):
-        refs = [tls.get("issuerRef")]
-        refs += [_dict(c).get("issuerRef") for c in tls.get("certificates") or () if isinstance(c, dict)]
-        for ref in refs:
-            if isinstance(ref, dict):
-                _fill_default(ref, common.IssuerRef, "api_group", blank=())
-                _fill_default(ref, common.IssuerRef, "kind", blank=())
+    _fill_default(spec, etcd.EtcdSpec, "storage_type", patch, "/spec", blank=(None, ""))
+    _fill_default(spec, etcd.EtcdSpec, "deletion_policy", patch, "/spec", blank=(None, ""))
+    _fill_default(spec, etcd.EtcdSpec, "halted", patch, "/spec")
+    if isinstance(spec.get("tls"), dict):
+        tls = spec["tls"] = dict(spec["tls"])
+        if isinstance(tls.get("issuerRef"), dict):
+            tls["issuerRef"] = _default_issuer_ref(tls["issuerRef"], patch, "/spec/tls/issuerRef")
+        if isinstance(tls.get("certificates"), list):
+            certificates = tls["certificates"] = list(tls["certificates"])
+            for i, cert in enumerate(certificates):
+                if isinstance(cert, dict) and isinstance(cert.get("issuerRef"), dict):
+                    certificates[i] = {**cert, "issuerRef": _default_issuer_ref(
+                        cert["issuerRef"], patch, f"/spec/tls/certificates/{i}/issuerRef")}
+    return out, patch
+
+
+def _default_issuer_ref(ref: dict[str, Any], patch: JsonPatch, at: str) -> dict[str, Any]:
+    out = dict(ref)
+    _fill_default(out, common.IssuerRef, "api_group", patch, at, blank=())
+    _fill_default(out, common.IssuerRef, "kind", patch, at, blank=())
     return out
 
 
 def _fill_default(
-    obj: dict[str, Any], model: type[pydantic.BaseModel], field: str, *, blank: tuple[object, ...] = (None,)
+    obj: dict[str, Any], model: type[pydantic.BaseModel], field: str, patch: JsonPatch, at: str, *,
+    blank: tuple[object, ...] = (None,),
 ) -> None:
-    """Set ``field`` of the raw ``obj`` (under its camelCase name) to the default that ``model`` declares, when the
-    key is absent or holds one of ``blank`` (``None``, ``""``). The models are the one place defaults are written."""
+    """Set ``field`` of the raw ``obj`` (under its camelCase name; ``obj`` is at the JSON Pointer ``at``) to the
+    default that ``model`` declares, when the key is absent or holds one of ``blank`` (``None``, ``""``), and record
+    the change in ``patch``. The models are the one place defaults are written."""
     info = model.model_fields[field]
     key = info.alias or field
     value = obj.get(key)
     if key not in obj or any(value is b or (isinstance(value, str) and value == b) for b in blank):
-        obj[key] = info.get_default(call_default_factory=True)
+        default = info.get_default(call_default_factory=True)
+        if key not in obj:
+            patch.append({"op": "add", "path": f"{at}/{key}", "value": default})
+        elif value != default or type(value) is not type(default):
+            patch.append({"op": "replace", "path": f"{at}/{key}", "value": default})
+        obj[key] = default
 
 
 def mutate_etcd(operation: str, obj: Mapping[str, Any] | None) -> Verdict:
@@ -813,8 +866,7 @@ def mutate_etcd(operation: str, obj: Mapping[str, Any] | None) -> Verdict:
     if operation not in ("CREATE", "UPDATE") or obj is None:
         return Verdict.allow()
     try:
-        defaulted = etcd_defaults(obj)
+        _, patch = _defaulted(obj)
     except DefaultingError as exc:
         return Verdict.deny(str(exc))
-    patch = jsonpatch.make_patch(dict(obj), defaulted).patch
     return Verdict.allow(patch=patch)

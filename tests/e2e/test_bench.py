@@ -76,8 +76,14 @@ def test_markdown_has_machine_tables_and_every_row(tmp_path: pathlib.Path) -> No
          "single_wall_s": 20.0, "makespan_s": 40.0, "makespan_over_single": 2.0, "operator_peak_rss_mb": 120.5,
          "operator_cpu_s": 30.2, "api_requests_per_operation": 400, "canary_writes_failed": 0,
          "canary_writes_total": 2000, "canary_unplanned_elections": 0, "api_requests_by_verb": {"GET pods": 10}},
-        {"scenario": "webhook-latency", "strategy": bench.ENGINE, "reviews": 4000, "concurrency": 200,
-         "p50_ms": 100.0, "p99_ms": 150.0, "max_ms": 160.0, "throughput_per_s": 2000, "errors": 0},
+        {"scenario": "webhook-latency", "strategy": bench.ENGINE, "rate_per_s": 500.0, "seconds": 20.0,
+         "reviews": 10000, "p50_ms": 1.5, "p99_ms": 6.2, "max_ms": 12.0, "achieved_per_s": 499.9, "errors": 0,
+         "api_reads": 0, "webhook_cpu_ms_per_review": 0.45, "saturation_per_s": 1500, "saturation_step_s": 5.0,
+         "saturation_p99_bound_ms": 50.0, "machine_load": "load average 1.0", "machine_load_before": "load 0.5",
+         "send_lag_p99_ms": 1.0, "generator_cpu_ms_per_review": 0.5,
+         "saturation_steps": [{"rate_per_s": 500.0, "p99_ms": 6.0, "achieved_per_s": 500.0, "errors": 0},
+                              {"rate_per_s": 1000.0, "p99_ms": 80.0, "achieved_per_s": 990.0, "errors": 0,
+                               "send_lag_p99_ms": 2.0}]},
         {"scenario": "webhook-fuzz", "strategy": bench.ENGINE, "reviews": 10000, "concurrency": 50,
          "http_status": {"200": 5000, "400": 5000}, "denial_codes": {"422": 100}, "http_500": 0, "body_500": 0},
     ]
@@ -90,7 +96,8 @@ def test_markdown_has_machine_tables_and_every_row(tmp_path: pathlib.Path) -> No
     assert "| add TLS | naive: restart onto https-only, no peer-URL update | members not back" in text
     assert "**no**" in text  # healthy after: no
     assert "| 10 × 3 | add TLS | 10/10 | 20.0 | 40.0 | 2.00 | 120.5 | 30.2 | 400 | 0/2000 | 0 |" in text
-    assert "| 4000 | 200 | 100.0 | 150.0 | 160.0 | 2000 | 0 |" in text
+    assert "| 500 | 20 | 10000 | 1.50 | 6.20 | 12.0 | 499.9 | 0 | 0 | 0.45 | 1500 |" in text
+    assert "1000/s → p99 80.0 ms, 990.0/s achieved, 0 errors, send lag p99 2.0 ms" in text
     assert "**0 HTTP 500, 0 reviews answered with code 500**" in text
     assert "sum **9.60 s**" in text
     # a partial re-run keeps the other rows
@@ -184,3 +191,65 @@ def test_rotate_compares_zero_restart_with_the_restart_based_and_the_naive_rotat
                   elections=1, member_restarts=3)
     assert rec["unplanned_elections"] == 0 and "leader-aware Restart" in rec["method"]
     assert bench.verdict([rec]) == []  # not the engine's own row
+
+
+def test_repeated_runs_keep_median_worst_and_raw_per_figure() -> None:
+    runs = [_engine(wall=20.0, max_stall=0.05, writes_failed=0, read_back_ok=True, hashkv_agree=True,
+                    missing_writes=0, writer_failovers=3),
+            _engine(wall=24.0, max_stall=0.30, writes_failed=2, read_back_ok=False, hashkv_agree=True,
+                    missing_writes=4, writer_failovers=5),
+            _engine(wall=21.0, max_stall=0.07, writes_failed=0, read_back_ok=True, hashkv_agree=True,
+                    missing_writes=0, writer_failovers=4, outcome="Failed")]
+    agg = bench.aggregate(runs)
+    assert agg["repeat"] == 3
+    assert (agg["wall_s"], agg["worst"]["wall_s"]) == (21.0, 24.0)
+    assert (agg["max_write_stall_s"], agg["worst"]["max_write_stall_s"]) == (0.07, 0.3)
+    assert (agg["writes_failed"], agg["worst"]["writes_failed"]) == (0, 2)
+    assert (agg["read_back_ok"], agg["worst"]["read_back_ok"]) == (True, False)  # worst of a yes/no is the no
+    assert agg["worst"]["missing_writes"] == 4 and agg["raw"]["writer_failovers"] == [3, 5, 4]
+    assert agg["outcome"] == "Successful ×2, Failed ×1"
+    assert bench.aggregate(runs[:1])["repeat"] == 1
+    # the table shows "median (worst)"; the verdict judges the worst run
+    row = next(line for line in bench.ops_table([agg]) if line.startswith("| add TLS"))
+    assert "| 21.0 (24.0) |" in row and "| 0.070 (0.300) |" in row and "| yes (**no**) |" in row
+    problems = bench.verdict([agg])
+    assert len(problems) == 1 and "2 failed writes" in problems[0] and "missing 4" in problems[0]
+
+
+def test_the_verdict_needs_every_write_read_back_and_hashkv_agreeing() -> None:
+    assert bench.verdict([_engine(read_back_ok=True, hashkv_agree=True)]) == []
+    assert bench.verdict([_engine(read_back_ok=False, missing_writes=1, hashkv_agree=True)])
+    assert bench.verdict([_engine(read_back_ok=True, hashkv_agree=False)])
+    # the baseline minus MoveLeader is reported, not held to the bar
+    assert bench.verdict([_engine(strategy=bench.NO_MOVE_LEADER, elections=3, leader_moves=0)]) == []
+
+
+def test_wall_per_pass_and_where_the_rest_goes() -> None:
+    rec = _engine(wall=24.0, bare_restart_sum=10.0, passes=2)
+    assert rec["wall_over_bare_restarts"] == 2.4 and rec["wall_per_pass_over_bare_restarts"] == 1.2
+    assert _engine(passes=None)["wall_per_pass_over_bare_restarts"] is None  # rotate: no pass
+    timeline = [(0.1, "Running", "True"), (1.5, "CertificateSynced", "True"),
+                (2.0, "MoveLeader--db-1", "False"), (2.2, "MoveLeader--db-1", "True"),
+                (2.3, "CheckPodReady--db-1", "False"), (2.3, "EtcdClusterHealthy--db-1", "False"),
+                (5.3, "CheckPodReady--db-1", "True"), (5.8, "EtcdClusterHealthy--db-1", "True"),
+                (6.0, "VerifyServedCertificate--db-1", "True"),
+                (6.5, "CheckPodReady--db-1", "False"), (9.5, "CheckPodReady--db-1", "True"),  # a second pass
+                (9.9, "EtcdClusterHealthy--db-1", "True"), (10.0, "RestartPods", "True")]
+    b = bench.time_breakdown(timeline, wall=10.5)
+    assert (b["member_restarts_s"], b["member_restarts"]) == (6.0, 2)
+    assert b["recovery_checks_s"] == 1.1 and b["move_leader_s"] == 0.2 and b["other_s"] == 3.2
+    assert b["steps"] == [["Running", 0.1], ["CertificateSynced", 1.4], ["RestartPods", 8.5]]
+    lines = bench.breakdown_lines([rec | {"breakdown": b}])
+    assert lines and "member restarts 6.0 s (2 restarts)" in lines[0] and "CertificateSynced 1.4" in lines[0]
+    row = next(line for line in bench.ops_table([rec]) if line.startswith("| add TLS"))
+    assert "| 2.40 | 1.20 |" in row
+
+
+def test_the_minus_move_leader_baseline_runs_for_every_operation_that_restarts() -> None:
+    with_baseline = [op.key for op in bench.OPERATIONS if op.no_move_leader_baseline]
+    assert with_baseline == ["add-tls", "issuer-change", "remove-tls", "restart"]
+    assert bench.NO_MOVE_LEADER in bench.STRATEGY_TEXT
+    makefile = (pathlib.Path(__file__).parents[2] / "Makefile").read_text()
+    assert "REPEAT ?= 1" in makefile and "--repeat $(REPEAT)" in makefile
+    with pytest.raises(SystemExit):
+        bench.main(["--repeat", "0", "--scenario", "rotate"])

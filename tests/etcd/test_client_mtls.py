@@ -21,7 +21,7 @@ import grpc
 import pytest
 import requests
 
-from e2e import localcluster, writer
+from e2e import consistency, localcluster, writer
 from opsmanager import pki
 from opsmanager.etcd import access, errors
 from opsmanager.etcd import client as etcd_client
@@ -116,7 +116,7 @@ async def test_move_leader_to_a_non_member_is_a_bad_transferee(client: etcd_clie
 async def test_writer_loses_no_write_while_the_leader_moves(client: etcd_client.EtcdClient,
                                                             etcd_mtls_cluster: Cluster) -> None:
     targets = writer.targets_for(etcd_mtls_cluster.endpoints(), identities=[etcd_mtls_cluster.tls_identity()])
-    w = writer.Writer(targets, key=b"/test/writer-move-leader")
+    w = writer.Writer(targets, prefix=b"/test/writer-move-leader")
     async with w:
         await w.wait_ok(10)
         for _ in range(3):
@@ -128,8 +128,14 @@ async def test_writer_loses_no_write_while_the_leader_moves(client: etcd_client.
     assert result is not None
     assert result.failed == 0, result.errors
     assert result.ok >= 40, result.summary()
-    stored = await client.get(result.key)
-    assert stored is not None and int(stored) >= result.last_value  # no acknowledged write was lost
+    read = await w.read_back()  # every acknowledged write, one key each (raises LostWrites naming any missing)
+    assert read.ok and read.acknowledged == result.ok and read.stored >= result.ok, read.describe()
+    # HashKV at one revision, equal on every member (the check after every operation, e2e/consistency.py)
+    hashes = await consistency.hashkv_agree(etcd_mtls_cluster.endpoints(), [etcd_mtls_cluster.tls_identity()])
+    assert hashes.agree and len(hashes.hashes) == 3 and len(set(hashes.hashes.values())) == 1, hashes.describe()
+    assert hashes.revision >= read.revision
+    with pytest.raises(consistency.HashKVDisagree, match="3 member\\(s\\) reachable, expected 4"):
+        await consistency.hashkv_agree(etcd_mtls_cluster.endpoints(), [etcd_mtls_cluster.tls_identity()], expected=4)
 
 
 async def test_member_update_changes_the_peer_urls_members_sees(client: etcd_client.EtcdClient) -> None:

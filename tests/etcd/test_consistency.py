@@ -22,3 +22,9 @@ def test_a_diverged_member_is_named() -> None:
 
 def test_different_compaction_is_not_compared() -> None:
     assert etcd_client.inconsistent_hashes([h("m0", 7, compacted=5), h("m1", 8, compacted=6)]) == []
+
+
+def test_prefix_end_covers_every_key_under_the_prefix() -> None:
+    assert etcd_client.prefix_end(b"/w/") == b"/w0"
+    assert etcd_client.prefix_end(b"a\xff") == b"b"
+    assert etcd_client.prefix_end(b"\xff\xff") == b"\x00"

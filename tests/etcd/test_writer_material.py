@@ -33,7 +33,7 @@ async def test_a_following_writer_takes_up_new_material_and_counts_what_fails(
     cluster = etcd_mtls_cluster
     put_material(tmp_path, cluster.ca.cert_pem, pki.make_leaf(cluster.ca, "writer", usages=("client",)))
     material = writer.FileMaterial(tmp_path / "ca.crt", tmp_path / "tls.crt", tmp_path / "tls.key")
-    w = await writer.Writer.following(cluster.endpoints(), material, key=b"/test/writer-material",
+    w = await writer.Writer.following(cluster.endpoints(), material, prefix=b"/test/writer-material",
                                       refresh_interval=0.2, try_timeout=0.3)
     async with w:
         await w.wait_ok(5)
@@ -56,4 +56,5 @@ async def test_a_following_writer_takes_up_new_material_and_counts_what_fails(
     assert result.failed >= 3 and result.ok >= 15, result.summary()
     assert result.material_changes >= 3 and result.material_retries >= 1, result.summary()
     assert any("FAILED" in e for e in result.errors)
-    assert await w.read_back() >= result.last_value  # no acknowledged write was lost
+    read = await w.read_back()  # every acknowledged write read back (raises LostWrites naming any missing)
+    assert read.ok and read.acknowledged == result.ok, read.describe()

@@ -39,11 +39,18 @@ def _leaf_labels(member: str, port: str, namespace: str = "ns", etcd: str = "db"
     return {"namespace": namespace, "etcd": etcd, "member": member, "port": port}
 
 
-@pytest.fixture(autouse=True)
-def _clean() -> Iterator[None]:
-    yield
+def _forget_all() -> None:
     for namespace, etcd in list(metrics._published):
         metrics.forget(namespace, etcd)
+
+
+@pytest.fixture(autouse=True)
+def _clean() -> Iterator[None]:
+    # Before too: the registry is process-wide, and an earlier module in this process (a pytest-xdist worker runs
+    # many, in any order) may have published an Etcd these tests expect to be absent.
+    _forget_all()
+    yield
+    _forget_all()
 
 
 def test_publish_sets_every_series_from_status_tls() -> None:

@@ -92,3 +92,15 @@ def test_never_restarts_the_leader_of_a_multi_member_cluster_nor_an_updated_memb
         assert all(m.up_to_date for m in members if not m.is_leader) or action.target_pod is not None
         assert action.target_pod != action.pod
     assert (action.kind is ActionKind.DONE) == (len(up) == 3)
+
+
+def test_the_benchmark_baseline_restarts_in_ordinal_order_the_leader_included_with_no_move_leader() -> None:
+    # ops.opsmanager.dev/bench-skip-move-leader: our checks, minus MoveLeader (docs/benchmarks.md).
+    action = next_action(three(leader="db-0"), 3, move_leader=False)
+    assert (action.kind, action.pod) == (ActionKind.RESTART, "db-0")
+    assert "leader" in action.reason
+    assert next_action(three(leader="db-0", up=("db-0",)), 3, move_leader=False).pod == "db-1"
+    assert next_action(three(leader="db-2", up=("db-0", "db-1")), 3, move_leader=False).kind is ActionKind.RESTART
+    assert next_action(three(up=("db-0", "db-1", "db-2")), 3, move_leader=False).kind is ActionKind.DONE
+    sick = dataclasses.replace(three()[0], healthy=False)
+    assert next_action([sick, *three()[1:]], 3, move_leader=False).kind is ActionKind.REFUSE  # same at-rest checks

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import kopf
@@ -82,6 +83,17 @@ def build_operator(calls: collections.Counter[str], lock: threading.Lock) -> kop
     return registry
 
 
+@pytest.fixture
+def kopf_default_registry() -> Iterator[None]:
+    """kopf's CLI ``run`` makes the registry it is given the process-wide default (``kopf.set_default_registry``);
+    put back the one there was, so that later tests in this process (a pytest-xdist worker runs many modules) find
+    kopf's global registry as they left it (tests/provisioner/test_operator.py checks that it stays empty)."""
+    previous = kopf.get_default_registry()
+    yield
+    kopf.set_default_registry(previous)
+
+
+@pytest.mark.usefixtures("kopf_default_registry")
 def test_kopf_operator_runs_without_duplicate_handler_calls(apiserver: SandboxAPI, widget_crd: Any,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     # As if the process had started with KUBECONFIG set (the client reads it once, at import); the global

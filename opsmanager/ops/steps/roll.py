@@ -143,6 +143,13 @@ async def move_leader(ctx: context.OpsContext, client: admin.EtcdAdmin, action: 
     return context.Progress(delay=0.0)
 
 
+def skip_move_leader(ctx: context.OpsContext) -> bool:
+    """The benchmark-only annotation ``ops.opsmanager.dev/bench-skip-move-leader: "true"`` on the request: restart
+    in ordinal order with no MoveLeader (docs/benchmarks.md: what MoveLeader buys). Never set by the operator."""
+    notes = ctx.request["metadata"].get("annotations") or {}
+    return str(notes.get(constants.ANNOTATION_BENCH_SKIP_MOVE_LEADER, "")).lower() == "true"
+
+
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     """One move of the rolling restart (a ``ROLL`` or the roll part of a ``ROLL_PASS``)."""
     sts = await ctx.statefulset()
@@ -165,7 +172,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
             return pending
         views = await members.observe(client, pods, ctx.pod_names(), timeout=1.5, update_revision=update_revision,
                                       learners=True)
-        action = rollout.next_action(views, ctx.db.spec.replicas)
+        action = rollout.next_action(views, ctx.db.spec.replicas, move_leader=not skip_move_leader(ctx))
         if action.kind is rollout.ActionKind.DONE:
             return context.Done()
         if action.kind in (rollout.ActionKind.WAIT, rollout.ActionKind.REFUSE):

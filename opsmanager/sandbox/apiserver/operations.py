@@ -198,6 +198,13 @@ def _crd_status(crd: Obj, old: Obj | None) -> Obj:
     return {"conditions": conditions, "acceptedNames": names, "storedVersions": stored}
 
 
+
+class _FromObject:
+    """Sentinel: take the precondition from the mutated object's ``metadata.resourceVersion``."""
+
+
+FROM_OBJECT = _FromObject
+
 class Cluster:
     """The object semantics behind the HTTP routes; ``server.py`` is only transport."""
 
@@ -395,15 +402,21 @@ class Cluster:
 
     async def update(self, rt: resources.ResourceType, namespace: str, name: str, mutate: Mutator, *,
                      subresource: str | None = None, dry_run: bool = False, validation: str = "",
-                     require_rv: bool = False) -> tuple[Obj, builtins.list[str]]:
-        """Read-modify-write with ``mutate`` (given the served form of the current object)."""
+                     require_rv: bool = False,
+                     precondition: str | None | type[_FromObject] = _FromObject) -> tuple[Obj, builtins.list[str]]:
+        """Read-modify-write with ``mutate`` (given the served form of the current object).
+
+        ``precondition``: the resourceVersion the client required (a PATCH names it in its body, or does not);
+        by default the one in the mutated object (a PUT sends the whole object). Without one, a write that raced
+        another is applied again on the latest version, as kube-apiserver's GuaranteedUpdate does — a merge patch
+        carries the current object's resourceVersion through, which is not a precondition the client asked for."""
         for _ in range(20):
             old = self.lookup(rt, namespace, name)
             new = internal(rt, mutate(external(rt, old)))
             if not isinstance(new, dict) or not isinstance(new.get("metadata", {}), dict):
                 raise errors.bad_request("the body of the request must be a JSON object with object metadata")
             new.setdefault("metadata", {})
-            client_rv = new["metadata"].get("resourceVersion")
+            client_rv = new["metadata"].get("resourceVersion") if precondition is _FromObject else precondition
             if new["metadata"].get("name") not in (None, name):
                 raise errors.bad_request(f"the name of the object ({new['metadata']['name']}) does not match "
                                          f"the name on the URL ({name})")

@@ -589,12 +589,23 @@ class APIServer:
                 return patching.strategic_merge_patch(current, patch, rt.kind)
         else:
             raise errors.unsupported_media_type(ctype)
+        # The precondition is what the client wrote in the patch, not the resourceVersion a merge carries through
+        # (a JSON patch states its own with a "test" op, checked again when the patch is re-applied).
+        precondition: Any = None
+        if ctype == "application/json-patch+json":
+            if isinstance(patch, list) and any(isinstance(op, dict) and op.get("op") in ("add", "replace")
+                                               and op.get("path") == "/metadata/resourceVersion" for op in patch):
+                precondition = operations.FROM_OBJECT  # it sets the resourceVersion: that is its precondition
+        elif isinstance(patch, dict):
+            meta = patch.get("metadata")
+            precondition = meta.get("resourceVersion") if isinstance(meta, dict) else None
         if sub == "scale":
             obj, warnings = await self.cluster.update(
-                rt, ns, name, self.cluster.scale_mutator(rt, apply), subresource="scale", dry_run=dry_run)
+                rt, ns, name, self.cluster.scale_mutator(rt, apply), subresource="scale", dry_run=dry_run,
+                precondition=precondition)
             return _json(self.cluster.scale_of(rt, obj), 200, warnings)
         obj, warnings = await self.cluster.update(rt, ns, name, apply, subresource=sub, dry_run=dry_run,
-                                                  validation=validation)
+                                                  validation=validation, precondition=precondition)
         return _json(obj, 200, warnings)
 
     async def _log(self, request: web.Request, pod: Obj) -> web.StreamResponse:

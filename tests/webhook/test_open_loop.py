@@ -1,0 +1,38 @@
+"""A short open-loop run against ``opsmanager webhook serve`` in its own process (``e2e.webhook_load``).
+
+The webhook looks its Etcds and EtcdOpsRequests up in a sandbox API server through its watch cache; this process
+sends 100 reviews/s for 3 s at fixed times over keep-alive HTTPS connections, and every answer is parsed and
+checked against the answer written beside its review. We assert correctness only — every review answered, each
+as expected, and no GET of an Etcd or EtcdOpsRequest at the API server (the cache answered) — never a latency:
+speed claims live in the benchmark (``python -m e2e.bench --scenario webhook``).
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from e2e import webhook_load
+
+pytestmark = pytest.mark.slow
+
+
+async def test_an_open_loop_run_is_answered_correctly_from_the_cache(tmp_path: pathlib.Path) -> None:
+    async with webhook_load.webhook_world(tmp_path) as world:
+        assert "caches have synced (3 Etcds, 1 EtcdOpsRequests)" in world.webhook.log()
+        reads = world.api_reads()
+        run = await webhook_load.open_loop(world.url, world.ssl_context, rate=100, seconds=3)
+        assert run.errors == ()
+        assert run.reviews == 300 and len(run.latencies_ms) == 300
+        assert world.api_reads() == reads
+        probes = webhook_load.open_loop_probes()
+        assert {p.allowed for p in probes} == {True, False}  # the mix has allowed and denied answers to check
+
+
+def test_a_wrong_answer_is_reported() -> None:
+    probe = next(p for p in webhook_load.open_loop_probes() if not p.allowed)
+    allowed = b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "u", "allowed": true}}'
+    assert "allowed=True, expected False" in webhook_load.check_answer(probe, "u", 200, allowed)
+    assert "uid" in webhook_load.check_answer(probe, "other", 200, allowed)
+    assert webhook_load.check_answer(probe, "u", 500, b"") == f"{probe.name}: HTTP 500"
