@@ -33,6 +33,7 @@ import kopf
 
 from opsmanager import kube, metrics
 from opsmanager.api import conditions, constants
+from opsmanager.etcd import errors as etcd_errors
 from opsmanager.kube import cache
 from opsmanager.provisioner import applying, gate, naming, observe, rollover, status
 
@@ -115,8 +116,12 @@ async def reconcile_once(k: kube.Kube, namespace: str, name: str, memo: Any,
         fresh = await k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, namespace, name)
         if fresh is None or (fresh.get("metadata") or {}).get("deletionTimestamp"):
             return applying.Outcome(applying.DONE, "Gone", "the Etcd is gone or being deleted"), None
-        outcome = await applying.reconcile(k, fresh)
-        await _record(k, fresh, outcome, logger)
+        try:
+            outcome = await applying.reconcile(k, fresh)
+            await _record(k, fresh, outcome, logger)
+        except (kube.KubeError, etcd_errors.EtcdError) as err:  # kopf retries the handler; counted here
+            metrics.reconcile_error(err)
+            raise
         metrics.reconciled(namespace, name)
         return outcome, fresh
 
