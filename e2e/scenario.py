@@ -73,9 +73,12 @@ class Scenario:
 
     def __init__(self, workdir: str | os.PathLike[str], *, printer: Printer | None = None,
                  namespace: str = NAMESPACE, delivery_timeout: float | None = None,
-                 operator_args: Sequence[str] = ()) -> None:
+                 operator_args: Sequence[str] = (), install: str | os.PathLike[str] | None = None) -> None:
         """``delivery_timeout``: the operator's ``--certificate-delivery-timeout`` (None: the sandbox's 15 s);
-        ``operator_args``: extra ``opsmanager run`` flags."""
+        ``operator_args``: extra ``opsmanager run`` flags; ``install``: the bundle's directory (``deploy/``) —
+        the sandbox then runs in RBAC mode and the product comes from ``kubectl apply -k`` of it (two operator
+        and two webhook pods under their own ServiceAccounts) instead of child processes."""
+        self.install = pathlib.Path(install) if install is not None else None
         self.dir = pathlib.Path(workdir)
         self.delivery_timeout = delivery_timeout
         self.operator_args = tuple(operator_args)
@@ -89,15 +92,21 @@ class Scenario:
     async def __aenter__(self) -> Scenario:
         from opsmanager.sandbox import cluster as sandbox_cluster
         from opsmanager.sandbox import components as sandbox_components
+        from opsmanager.sandbox import install as sandbox_install
 
         self.dir.mkdir(parents=True, exist_ok=True)
-        # The admission webhook runs as a child process of the sandbox, as on a real cluster; the operator is a
-        # child process of the scenario's own, so that a test can SIGKILL it.
-        self.sandbox = sandbox_cluster.Sandbox(dir=self.dir, components=[sandbox_components.webhook])
+        if self.install is not None:  # the product from its bundle, as pods (docs/sandbox.md)
+            self.sandbox = sandbox_cluster.Sandbox(dir=self.dir, authorization="RBAC",
+                                                   components=[sandbox_install.install(self.install)])
+        else:
+            # The admission webhook runs as a child process of the sandbox, as on a real cluster; the operator is
+            # a child process of the scenario's own, so that a test can SIGKILL it.
+            self.sandbox = sandbox_cluster.Sandbox(dir=self.dir, components=[sandbox_components.webhook])
         await self.sandbox.__aenter__()
         self.kube = kube.Kube.from_kubeconfig(str(self.sandbox.kubeconfig))
         await self.ensure_namespace(self.namespace)
-        await self.start_operator()
+        if self.install is None:
+            await self.start_operator()
         return self
 
     async def start_operator(self) -> None:

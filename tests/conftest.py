@@ -32,6 +32,7 @@ LONGEST_FIRST = (
     "tests/e2e/test_auto_renew.py",  # 4 min
     "tests/e2e/test_soak.py",  # 4 min
     "tests/e2e/test_faults.py",  # 3 min
+    "tests/e2e/test_install.py",  # 2.5-4.5 min
     "tests/e2e/test_ops_engine.py",  # 3 min
     "tests/e2e/test_byo_handover.py",  # 2-3 min
     "tests/e2e/test_zero_restart_rotate.py",  # 2-3 min

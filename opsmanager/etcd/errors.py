@@ -37,6 +37,7 @@ import grpc
 class EtcdError(Exception):
     """Base class. ``endpoint`` is the ``name (host:port)`` of the member the call went to, when there was one."""
 
+    metric_kind = "etcd"  # the ``kind`` label of ``opsmanager_reconcile_errors_total`` (opsmanager.metrics)
     transient: bool = False  # class default; a few kinds override it per instance (see _classify)
 
     def __init__(self, message: str, *, endpoint: str | None = None, code: str | None = None,

@@ -136,7 +136,10 @@ def default_kubeconfig() -> str | None:
     env = os.environ.get("KUBECONFIG")
     if env:
         return env
-    path = pathlib.Path(DEFAULT_KUBECONFIG).expanduser()
+    try:
+        path = pathlib.Path(DEFAULT_KUBECONFIG).expanduser()
+    except RuntimeError:  # no $HOME and no passwd entry (a container's arbitrary user): there is no ~/.kube
+        return None
     return str(path) if path.is_file() else None
 
 

@@ -50,6 +50,8 @@ class KubeError(Exception):
     """A Kubernetes API call failed. ``status`` is the HTTP code (0 when the server was not reached), ``reason``
     the Status reason (``NotFound``, ``AlreadyExists``, ...), ``body`` the Status object when there was one."""
 
+    metric_kind = "kube"  # the ``kind`` label of ``opsmanager_reconcile_errors_total`` (opsmanager.metrics)
+
     def __init__(self, message: str, *, status: int = 0, reason: str = "", body: RawStatus | None = None) -> None:
         super().__init__(message)
         self.status = status
@@ -69,21 +71,31 @@ class ConfigError(KubeError):
 class Unavailable(KubeError):
     """The API server did not answer (connection error, timeout) or answered 5xx."""
 
+    metric_kind = "unavailable"
+
 
 class Unauthorized(KubeError):
     """401: the credentials were refused."""
+
+    metric_kind = "forbidden"
 
 
 class Forbidden(KubeError):
     """403."""
 
+    metric_kind = "forbidden"
+
 
 class NotFound(KubeError):
     """404."""
 
+    metric_kind = "not-found"
+
 
 class Conflict(KubeError):
     """409: stale resourceVersion, or the object already exists (:class:`AlreadyExists`)."""
+
+    metric_kind = "conflict"
 
 
 class AlreadyExists(Conflict):

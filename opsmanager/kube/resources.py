@@ -64,6 +64,7 @@ SERVICES = Resource("", "v1", "services", "Service")
 EVENTS = Resource("", "v1", "events", "Event")
 PVCS = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
 STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet")
+DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
 CONTROLLERREVISIONS = Resource("apps", "v1", "controllerrevisions", "ControllerRevision")
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
@@ -86,7 +87,7 @@ ETCDS = Resource("opsmanager.dev", "v1alpha1", "etcds", "Etcd")
 ETCDOPSREQUESTS = Resource("ops.opsmanager.dev", "v1alpha1", "etcdopsrequests", "EtcdOpsRequest")
 
 BUILTIN: tuple[Resource, ...] = (
-    NAMESPACES, PODS, SECRETS, CONFIGMAPS, SERVICES, EVENTS, PVCS, STATEFULSETS, CONTROLLERREVISIONS, PDBS,
+    NAMESPACES, PODS, SECRETS, CONFIGMAPS, SERVICES, EVENTS, PVCS, STATEFULSETS, DEPLOYMENTS, CONTROLLERREVISIONS, PDBS,
     LEASES, CRDS, VALIDATING_WEBHOOKS, MUTATING_WEBHOOKS, ISSUERS, CLUSTERISSUERS, CERTIFICATES, ETCDS,
     ETCDOPSREQUESTS, SERVICEACCOUNTS, ROLES, ROLEBINDINGS, CLUSTERROLES, CLUSTERROLEBINDINGS,
 )

@@ -20,6 +20,16 @@ When the record is written (each rule for the failure it prevents):
   between would find the Etcd paused while it is still ``Pending`` and wait for itself;
 - **at the end of every reconcile** (the engine), and with the terminal phase.
 
+Events and metrics ride on the flush: :meth:`OpsContext.announce` (an Event on the request),
+:meth:`OpsContext.announce_step` (a step done) and :meth:`OpsContext.on_written` (a metric observation) are queued
+and go out right **after** the write that records what they announce (or at the next flush when nothing is dirty),
+never before it. An operator killed between the write and the Event loses the Event (a re-run finds the transition
+recorded and does not repeat it); one killed before the write repeats the work and announces it then — never twice
+for one recorded transition. The steps one write records done are one transition of the request: they are
+announced in **one** Event (reason the last of them, the message naming each), and those the terminal write
+records are folded into the ``Successful``/``Failed`` Event (:meth:`OpsContext.take_steps`) — the API budget of
+issue 14 counts every Event.
+
 Everything else a step does is idempotent and observed again on the next reconcile, so losing the queued record of
 it (an operator killed before the flush) only repeats work: the step, and any step before it in the same
 reconcile, runs again and finds it done.
@@ -30,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from opsmanager import kube
@@ -65,6 +76,21 @@ class Fail:
 StepResult = Done | Progress | Fail
 
 
+def steps_event(steps: list[tuple[str, str, str]]) -> tuple[str, str, str]:
+    """One Event for the steps one write records done: reason the last step, the message naming each (one step:
+    its own message), Warning if any is."""
+    reason = steps[-1][0]
+    type_ = "Warning" if any(t == "Warning" for _, _, t in steps) else "Normal"
+    if len(steps) == 1:
+        return reason, steps[0][1], type_
+    return reason, "; ".join(f"{cond}: {message}" for cond, message, _ in steps), type_
+
+
+def steps_suffix(steps: list[tuple[str, str, str]]) -> str:
+    """The steps a terminal write records done, for the terminal Event's message."""
+    return "".join(f"; {cond}: {message}" for cond, message, _ in steps)
+
+
 def per_pod_message(step: str, status: str, pod: str) -> str:
     """KubeDB's per-pod message: ``"check pod ready; ConditionStatus:True; PodName:etcd-0"``."""
     words = {
@@ -98,6 +124,10 @@ class OpsContext:
     # list) and top-level status fields (phase, observedGeneration).
     _dirty_conditions: set[str] = dataclasses.field(default_factory=set)
     _dirty_fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Events and metric observations that go out after the next flush's write: (reason, message, type).
+    _events: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    _steps: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)  # steps done: (condition, …)
+    _written: list[Callable[[], None]] = dataclasses.field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -168,9 +198,20 @@ class OpsContext:
 
     async def flush(self) -> None:
         """Write every queued status change in one ``transact_status`` (one PATCH; no I/O when nothing is queued).
-        A condition whose live status already is the final one keeps its live ``lastTransitionTime``."""
-        if not self.dirty:
-            return
+        A condition whose live status already is the final one keeps its live ``lastTransitionTime``. Then post the
+        queued Events and run the queued metric observations (:meth:`announce`, :meth:`on_written`)."""
+        if self.dirty:
+            await self._write()
+        observations, self._written = self._written, []
+        for observe in observations:
+            observe()
+        events, self._events = self._events, []
+        if self._steps:
+            events.insert(0, steps_event(self.take_steps()))
+        for reason, message, type_ in events:
+            await self.kube.event(self.request, reason=reason, message=message, type_=type_)
+
+    async def _write(self) -> None:
         final = [c for c in self.conditions if c.get("type") in self._dirty_conditions]
         fields = dict(self._dirty_fields)
 
@@ -200,8 +241,31 @@ class OpsContext:
     def is_true(self, type_: str) -> bool:
         return conditions.is_true(self.conditions, type_)
 
+    def announce(self, reason: str, message: str, type_: str = "Normal") -> None:
+        """An Event on the request, posted after the next flush's write (the record of what it announces). Never
+        Secret data or key material in ``message``."""
+        self._events.append((reason, message, type_))
+
+    def announce_step(self, condition: str, message: str, type_: str = "Normal") -> None:
+        """A step done, announced after the next flush's write together with the other steps it records."""
+        self._steps.append((condition, message, type_))
+
+    def take_steps(self) -> list[tuple[str, str, str]]:
+        """The steps done and not yet announced (the terminal Event folds them into its own)."""
+        steps, self._steps = self._steps, []
+        return steps
+
+    def on_written(self, observe: Callable[[], None]) -> None:
+        """A metric observation made after the next flush's write: counted only once the transition is recorded."""
+        self._written.append(observe)
+
     async def event(self, reason: str, message: str, type_: str = "Normal") -> None:
+        """An Event on the request now (a terminal one, after the terminal write)."""
         await self.kube.event(self.request, reason=reason, message=message, type_=type_)
+
+    async def etcd_event(self, reason: str, message: str, type_: str = "Normal") -> None:
+        """An Event on the Etcd now (pause and resume, after the Etcd's status write that does them)."""
+        await self.kube.event(self.db_obj, reason=reason, message=message, type_=type_)
 
     # --- objects of the cluster -----------------------------------------------------------------------------
 

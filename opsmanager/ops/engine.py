@@ -16,7 +16,18 @@ queued on the context and written in one PATCH at the end (and at the context's 
 crash must find recorded: :mod:`opsmanager.ops.context`), so a reconcile makes one status write, or none.
 
 Errors: a transient failure (etcd unreachable, API conflict) is retried on the next reconcile, within the step's
-timeout; a step's own ``Fail`` ends the request. Either way the Etcd is resumed.
+timeout (and counted: ``opsmanager_reconcile_errors_total{kind}``); a step's own ``Fail`` ends the request. Either
+way the Etcd is resumed.
+
+Events and metrics (issue 15; the table is in docs/operations.md): a step's condition going ``True`` is announced
+by an Event on the request, reason the condition, message the condition's (what was done), after the write that
+records it — one Event for the steps one write records, the terminal write's folded into ``Successful``/``Failed``
+(:meth:`~opsmanager.ops.context.OpsContext.announce_step`); ``Running``'s Event is the Etcd's ``Paused`` — and
+observes
+``opsmanager_step_duration_seconds{step}`` (the condition's ``lastTransitionTime`` False → True). A terminal phase
+this process writes posts ``Successful`` / ``Failed`` / ``Skipped`` and counts ``opsmanager_opsrequests_total`` and
+``opsmanager_opsrequest_duration_seconds`` (from the request's ``creationTimestamp``): a request already terminal
+when this process first reads it is never counted again.
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ from typing import Any
 
 import transitions
 
-from opsmanager import kube
+from opsmanager import kube, metrics
 from opsmanager.api import conditions, constants, tlschange
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.api import pause as pause_api
@@ -158,7 +169,8 @@ class Engine:
         """Resume the Etcd, then write the terminal phase with everything still queued (one write)."""
         if ctx.plan.pauses:
             if await pause.resume(self.kube, ctx.namespace, ctx.db_name, ctx.name):
-                await ctx.event("ResumeDatabase", f"Successfully resumed Etcd {ctx.namespace}/{ctx.db_name}")
+                await ctx.etcd_event(pause.EVENT_RESUMED, f"Resumed by EtcdOpsRequest {ctx.name} "
+                                                          f"({'Successful' if ok else 'Failed'})")
         if ok:
             lifecycle.succeed()
             ctx.set_condition(constants.COND_SUCCESSFUL, constants.TRUE, message, reason=constants.COND_SUCCESSFUL)
@@ -166,11 +178,13 @@ class Engine:
             lifecycle.fail()
             ctx.set_condition(constants.COND_FAILED, constants.TRUE, message, reason=reason)
         ctx.set_phase(lifecycle.state)
+        steps = context.steps_suffix(ctx.take_steps())  # the steps this write records done: in the one Event
         await ctx.flush()
+        _count_finished(ctx.request, lifecycle.state, self.clock())
         if ok:
-            await ctx.event("Successful", message)
+            await ctx.event("Successful", message + steps)
         else:
-            await ctx.event("Failed", message, type_="Warning")
+            await ctx.event("Failed", message + steps, type_="Warning")
         log.info("EtcdOpsRequest %s/%s %s: %s", ctx.namespace, ctx.name, lifecycle.state, message)
         return Outcome(finished=True, phase=lifecycle.state)
 
@@ -192,8 +206,9 @@ class Engine:
         if db_obj is None:
             lifecycle.fail()
             message = f"spec.databaseRef {namespace}/{db_name} is invalid or not found"
-            await self._set_phase(req, lifecycle.state, (constants.COND_FAILED, constants.TRUE, "DatabaseNotFound",
-                                                         message))
+            req = await self._set_phase(req, lifecycle.state, (constants.COND_FAILED, constants.TRUE,
+                                                               "DatabaseNotFound", message))
+            _count_finished(req, lifecycle.state, self.clock())
             await self.kube.event(req, reason="Failed", message=message, type_="Warning")
             return Outcome(finished=True, phase=lifecycle.state)
         if lifecycle.state == "New":  # queued; written only if it has to wait (one that starts goes Progressing)
@@ -219,8 +234,10 @@ class Engine:
         decision = queue.decide(me, siblings, (db_obj.get("status") or {}).get("phase"))
         if decision.verdict is queue.Verdict.SKIP:
             lifecycle.skip()
-            await self._set_phase(req, lifecycle.state,
-                                  (constants.COND_SKIPPED, constants.TRUE, constants.COND_SKIPPED, decision.reason))
+            req = await self._set_phase(req, lifecycle.state, (constants.COND_SKIPPED, constants.TRUE,
+                                                               constants.COND_SKIPPED, decision.reason))
+            _count_finished(req, lifecycle.state, self.clock())
+            await self.kube.event(req, reason=constants.COND_SKIPPED, message=decision.reason)
             return Outcome(finished=True, phase=lifecycle.state)
         # Paused by hand (or by a request not finished yet): hands off until whoever paused it resumes it.
         if decision.verdict is queue.Verdict.WAIT or pause_api.is_paused(db_obj.get("status")):
@@ -302,6 +319,7 @@ class Engine:
             variant = await self._variant(ctx)
         except (kube.Unavailable, kube.Conflict) as err:
             log.info("EtcdOpsRequest %s/%s: observing the plan: transient: %s", ctx.namespace, ctx.name, err)
+            metrics.reconcile_error(err)
             await ctx.flush()
             return Outcome(finished=False, delay=1.0, phase=lifecycle.state)
         try:
@@ -324,6 +342,7 @@ class Engine:
             except (etcd_errors.EtcdError, kube.Unavailable, kube.Conflict) as err:
                 log.info("EtcdOpsRequest %s/%s step %s: transient: %s", ctx.namespace, ctx.name, step.condition,
                          err)
+                metrics.reconcile_error(err)
                 delay = 1.0
                 break
             if isinstance(result, context.Fail):
@@ -331,7 +350,7 @@ class Engine:
                 return await self._finish(ctx, lifecycle, ok=False, message=f"{step.condition}: {result.message}",
                                           reason=result.reason)
             if isinstance(result, context.Done):
-                ctx.set_condition(step.condition, constants.TRUE, result.message or step.message)
+                _step_done(ctx, step, result.message or step.message)
                 continue
             if result.message:
                 current = ctx.condition(step.condition) or {}
@@ -342,6 +361,32 @@ class Engine:
                 break
         await ctx.flush()
         return Outcome(finished=False, delay=delay, phase=lifecycle.state)
+
+
+metrics.declare_requests(constants.OPS_TYPES, constants.TERMINAL_OPS_PHASES)
+
+# Steps whose transition is a warning (the rescue plan runs because certificates expired); the rest are Normal.
+WARNING_STEPS = frozenset({constants.COND_RESCUE_PLAN_CHOSEN})
+
+
+def _step_done(ctx: context.OpsContext, step: plan.Step, message: str) -> None:
+    """The step's condition goes True; its one Event and its duration go out after the write that records it."""
+    started = (ctx.condition(step.condition) or {}).get("lastTransitionTime")
+    ctx.set_condition(step.condition, constants.TRUE, message)
+    ended = (ctx.condition(step.condition) or {}).get("lastTransitionTime")
+    if step.condition != constants.COND_RUNNING:  # the pause's Event is the Etcd's Paused, naming the request
+        ctx.announce_step(step.condition, message, "Warning" if step.condition in WARNING_STEPS else "Normal")
+    if started and ended:
+        seconds = (conditions.parse_rfc3339(ended) - conditions.parse_rfc3339(started)).total_seconds()
+        ctx.on_written(lambda: metrics.step_finished(step.condition, seconds))
+
+
+def _count_finished(req: dict[str, Any], phase: str, now: datetime.datetime) -> None:
+    """Count a terminal phase this process wrote: ``opsmanager_opsrequests_total`` and the request's duration from
+    its ``creationTimestamp`` (queueing included)."""
+    created = req["metadata"].get("creationTimestamp")
+    seconds = (now - conditions.parse_rfc3339(created)).total_seconds() if created else None
+    metrics.request_finished(str((req.get("spec") or {}).get("type") or "Unknown"), phase, seconds)
 
 
 def _queued(obj: dict[str, Any]) -> queue.Queued:

@@ -20,7 +20,7 @@ from typing import Any
 
 import kopf
 
-from opsmanager import kube
+from opsmanager import kube, metrics
 from opsmanager.api import constants
 from opsmanager.api import pause as pause_api
 from opsmanager.kube import cache
@@ -80,6 +80,7 @@ def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, eng: engine.
                     outcome = await the_engine.reconcile(namespace, name)
                 except kube.KubeError as err:
                     logger.info("reconcile of %s/%s: %s; retrying", namespace, name, err)
+                    metrics.reconcile_error(err)
                     await asyncio.sleep(1.0)  # back-off after an API error, not a synchronisation
                     continue
                 if outcome.finished:

@@ -32,7 +32,8 @@ from typing import Any
 import kopf
 
 from opsmanager import kube, metrics
-from opsmanager.api import conditions, constants
+from opsmanager.api import conditions, constants, pause
+from opsmanager.etcd import errors as etcd_errors
 from opsmanager.kube import cache
 from opsmanager.provisioner import applying, gate, naming, observe, rollover, status
 
@@ -64,6 +65,10 @@ def _ident(body: Mapping[str, Any]) -> tuple[str, str, int | None]:
 async def _record(k: kube.Kube, body: Mapping[str, Any], outcome: applying.Outcome, logger: Logger) -> None:
     """Write the outcome as the Reconciled condition; an event when the reason changes (not on every pass)."""
     ns, name, generation = _ident(body)
+    if outcome.reason == applying.REASON_PAUSED and pause.held_by_request(body.get("status")) is not None:
+        # An ops request holds the Etcd: its Paused condition and the engine's Paused/Resumed Events on the Etcd
+        # say so; a Reconciled=False/Paused and back would be two more writes and two more Events per request.
+        return
     previous = conditions.get_condition((body.get("status") or {}).get("conditions"), status.COND_RECONCILED)
     await k.transact_status(
         constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name,
@@ -115,8 +120,12 @@ async def reconcile_once(k: kube.Kube, namespace: str, name: str, memo: Any,
         fresh = await k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, namespace, name)
         if fresh is None or (fresh.get("metadata") or {}).get("deletionTimestamp"):
             return applying.Outcome(applying.DONE, "Gone", "the Etcd is gone or being deleted"), None
-        outcome = await applying.reconcile(k, fresh)
-        await _record(k, fresh, outcome, logger)
+        try:
+            outcome = await applying.reconcile(k, fresh)
+            await _record(k, fresh, outcome, logger)
+        except (kube.KubeError, etcd_errors.EtcdError) as err:  # kopf retries the handler; counted here
+            metrics.reconcile_error(err)
+            raise
         metrics.reconciled(namespace, name)
         return outcome, fresh
 

@@ -117,14 +117,15 @@ def observed(verdict: health.Verdict, *, halted: bool, generation: int | None,
              now: datetime.datetime | None = None) -> Mutation:
     """Phase and the database conditions from one health verdict.
 
-    While an EtcdOpsRequest holds the Etcd paused, only a change of phase is written: the request's own
-    conditions report each member it restarts, and rewriting the Etcd's condition messages ("2/3 pods ready",
-    which member is down) at every pass of a planned roll would cost the API server a write every interval."""
+    While an EtcdOpsRequest holds the Etcd paused nothing is written: the request's own conditions and Events
+    report each member it restarts and moves leadership from, and rewriting the Etcd's phase and messages ("2/3 pods
+    ready", which member is down) at every pass of a planned roll would cost the API server writes the request
+    already made. The status is brought up to date at the first pass after the request resumes the Etcd."""
     def mutate(status: Status) -> Status:
+        if pause.held_by_request(status) is not None:
+            return status
         provisioned = is_provisioned(status)
         phase = health.phase_of(verdict, halted=halted, provisioned=provisioned)
-        if pause.held_by_request(status) is not None and status.get("phase") == phase:
-            return status
         status["phase"] = phase
         if halted:
             _set(status, constants.COND_HALTED, constants.TRUE, REASON_HALTED,

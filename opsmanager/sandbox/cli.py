@@ -1,13 +1,17 @@
 """``opsmanager sandbox up``: run the local sandbox until SIGINT/SIGTERM.
 
-    opsmanager sandbox up [--dir .sandbox] [--no-operator] [--port N] [--apply FILE ...] [--speed F]
-                          [--certificate-delivery-timeout SECONDS]
+    opsmanager sandbox up [--dir .sandbox] [--no-operator | --install DIR] [--port N] [--apply FILE ...]
+                          [--speed F] [--certificate-delivery-timeout SECONDS] [--authorization MODE]
 
 Starts the API server (with the CRDs rendered from the API models, or ``--crds DIR``, and cert-manager's kinds), the kubelet, the StatefulSet controller
 and cert-manager, writes ``<dir>/kubeconfig``, applies the ``--apply`` manifests, prints how to point kubectl at
 it, and runs until interrupted; then stops every process it started (by PID) and exits 0. The operator and the
 admission webhook (``components.DEFAULTS``) start as child processes of this CLI unless ``--no-operator`` is given;
 the operator's metrics URL is then in ``<dir>/endpoints.json`` (``{"operatorMetrics": "http://127.0.0.1:PORT/metrics"}``).
+
+``--install DIR`` runs the product as a cluster would instead: RBAC mode, then ``kubectl apply -k DIR`` (the
+bundle, ``deploy/``) with the admin kubeconfig; the sandbox's Deployment controller and kubelet bring up its two
+operator and two webhook pods under their own ServiceAccounts (:mod:`opsmanager.sandbox.install`).
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from opsmanager.sandbox import cluster, process
 from opsmanager.sandbox import components as sandbox_components
+from opsmanager.sandbox import install as sandbox_install
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--dir", default=".sandbox", help="state directory: kubeconfig, logs, volumes (default .sandbox)")
     up.add_argument("--no-operator", action="store_true",
                     help="do not start the operator and the admission webhook inside the sandbox")
+    up.add_argument("--install", metavar="DIR", default=None,
+                    help="install the product from its kustomize bundle (kubectl apply -k DIR, e.g. deploy/) as "
+                         "pods under their own ServiceAccounts, in RBAC mode, instead of the child processes")
     up.add_argument("--port", type=int, default=0, help="API server port on 127.0.0.1 (default: a free one)")
     up.add_argument("--apply", action="append", default=[], metavar="FILE",
                     help="YAML manifests to apply once the sandbox is up (repeatable)")
@@ -57,6 +66,17 @@ def main(argv: Sequence[str]) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.verbose:
         logging.getLogger("aiohttp").setLevel(logging.CRITICAL)  # disconnects of watches at shutdown
+    if args.install is not None:
+        if args.no_operator:
+            print("opsmanager sandbox up: --install and --no-operator exclude each other (the bundle installs the "
+                  "operator)", file=sys.stderr)
+            return 2
+        if not (Path(args.install) / "kustomization.yaml").is_file():
+            print(f"opsmanager sandbox up: --install {args.install}: no kustomization.yaml there; give the "
+                  "bundle's directory, e.g. --install deploy/", file=sys.stderr)
+            return 2
+        if args.authorization != "RBAC":
+            args.authorization = "RBAC"  # the product runs under its own ServiceAccounts
     for path in args.apply:
         if not Path(path).is_file():
             print(f"opsmanager sandbox up: --apply {path}: no such file", file=sys.stderr)
@@ -66,6 +86,9 @@ def main(argv: Sequence[str]) -> int:
     except process.SandboxUnsupported as exc:
         print(f"opsmanager sandbox up: this machine cannot run the sandbox: {exc}", file=sys.stderr)
         return 1
+    except sandbox_install.InstallError as exc:
+        print(f"opsmanager sandbox up: --install: {exc}", file=sys.stderr)
+        return 1
 
 
 async def _up(args: argparse.Namespace) -> int:
@@ -74,10 +97,12 @@ async def _up(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    components = [] if args.no_operator else [
+    components: list[Any] = [] if args.no_operator else [
         *cluster.DEFAULT_COMPONENTS,
         *(functools.partial(c, delivery_timeout=args.certificate_delivery_timeout)
           if c is sandbox_components.operator else c for c in sandbox_components.DEFAULTS)]
+    if args.install is not None:
+        components = [sandbox_install.install(args.install)]
     crds = Path(args.crds) if args.crds else cluster.MODEL_CRDS
     async with cluster.Sandbox(dir=args.dir, port=args.port, speed=args.speed, components=components,
                                crds_dir=crds, authorization=args.authorization) as sb:

@@ -1,4 +1,5 @@
-"""The whole sandbox in one object: API server + kubelet + StatefulSet controller + cert-manager (+ extras).
+"""The whole sandbox in one object: API server + kubelet + StatefulSet and Deployment controllers + cert-manager
+(with its cainjector) (+ extras).
 
     async with Sandbox(dir=".sandbox") as sb:
         sb.url, sb.kubeconfig, sb.dir        # http://127.0.0.1:<port> (https with RBAC), <dir>/kubeconfig, <dir>
@@ -35,8 +36,10 @@ from opsmanager import kube
 from opsmanager.api import crdgen
 from opsmanager.sandbox import (
     addresses,
+    cainjector,
     certmanager,
     containers,
+    deployment,
     kubelet,
     process,
     statefulset,
@@ -90,6 +93,8 @@ class Sandbox:
         self.kubelet: kubelet.Kubelet | None = None
         self.statefulsets: statefulset.Controller | None = None
         self.certmanager: certmanager.Controller | None = None
+        self.deployments: deployment.Controller | None = None
+        self.cainjector: cainjector.Controller | None = None
         self.crds: list[str] = []
         self._stack: contextlib.AsyncExitStack | None = None
 
@@ -140,11 +145,13 @@ class Sandbox:
 
             self.addresses = addresses.PodAddresses()
             stack.callback(self.addresses.close)
-            self.kubelet = kubelet.Kubelet(
-                self.client,
-                kubelet.KubeletConfig(dir=self.dir, speed=self.speed, volume_refresh_delay=self.volume_refresh_delay,
-                                      cluster_domain=self.cluster_domain, shutdown_grace=self.shutdown_grace),
-                self.addresses)
+            kubelet_config = kubelet.KubeletConfig(
+                dir=self.dir, speed=self.speed, volume_refresh_delay=self.volume_refresh_delay,
+                cluster_domain=self.cluster_domain, shutdown_grace=self.shutdown_grace)
+            if self.apiserver.ca_pem:  # pods of the operator's image reach it in-cluster (https, as client-go)
+                kubelet_config.api_host, kubelet_config.api_port = self.apiserver.host, self.apiserver.port
+                kubelet_config.api_ca_pem = self.apiserver.ca_pem
+            self.kubelet = kubelet.Kubelet(self.client, kubelet_config, self.addresses)
             stack.push_async_callback(self.kubelet.stop)
             await self.kubelet.start()
             self.statefulsets = statefulset.Controller(self.client)
@@ -153,6 +160,12 @@ class Sandbox:
             self.certmanager = certmanager.Controller(self.client, issuance_delay=self.issuance_delay)
             stack.push_async_callback(self.certmanager.stop)
             await self.certmanager.start()
+            self.cainjector = cainjector.Controller(self.client)
+            stack.push_async_callback(self.cainjector.stop)
+            await self.cainjector.start()
+            self.deployments = deployment.Controller(self.client)
+            stack.push_async_callback(self.deployments.stop)
+            await self.deployments.start()
             for component in self.components:
                 await stack.enter_async_context(component(self))
         except BaseException:

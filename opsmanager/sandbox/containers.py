@@ -35,9 +35,26 @@ class ContainerConfigError(Exception):
 def is_etcd_image(image: str) -> bool:
     """True for images the sandbox can run: their repository name contains ``etcd``
     (``registry.k8s.io/etcd:3.5.1-0``, ``quay.io/coreos/etcd:v3.5.1``, ``gcr.io/etcd-development/etcd``)."""
+    return "etcd" in image_name(image)
+
+
+# The product's image (``deploy/base/kustomization.yaml`` ``images:``; the Dockerfile's ENTRYPOINT ``opsmanager``,
+# CMD ``run``): its repository's last component is ``opsmanager`` (``opsmanager:0.1.0``,
+# ``ghcr.io/example/opsmanager@sha256:...``). The sandbox runs it as ``python -m opsmanager`` of this interpreter.
+PRODUCT_IMAGE_NAME = "opsmanager"
+PRODUCT_IMAGE_CMD = ["run"]
+
+
+def image_name(image: str) -> str:
+    """The last component of an image's repository, without tag or digest (``registry/x/etcd:3.5`` → ``etcd``)."""
     repo = image.split("@", 1)[0]
-    last = repo.rsplit("/", 1)[-1].split(":", 1)[0]
-    return "etcd" in last
+    last = repo.rsplit("/", 1)[-1]
+    return last.split(":", 1)[0]
+
+
+def is_product_image(image: str) -> bool:
+    """True for the operator's own image (see :data:`PRODUCT_IMAGE_NAME`)."""
+    return image_name(image) == PRODUCT_IMAGE_NAME
 
 
 def expand(text: str, env: Mapping[str, str]) -> str:
@@ -156,7 +173,9 @@ def resolve_env(container: Obj, pod: Obj, *, pod_ip: str, host_ip: str = "127.0.
     ns = (pod.get("metadata") or {}).get("namespace") or "default"
     spec = pod.get("spec") or {}
     hostname = spec.get("hostname") or (pod.get("metadata") or {}).get("name", "")
-    env: dict[str, str] = {"PATH": DEFAULT_PATH, "HOSTNAME": hostname}
+    # What the container runtime sets: PATH, HOSTNAME, and HOME (``/``: the sandbox's container roots have no
+    # passwd entry for the user, as containerd defaults then).
+    env: dict[str, str] = {"PATH": DEFAULT_PATH, "HOSTNAME": hostname, "HOME": "/"}
 
     def text_data(kind: str, ref: Obj) -> Mapping[str, str] | None:
         """The Secret's (values decoded as text) or ConfigMap's data ``ref`` names; None when it is missing."""

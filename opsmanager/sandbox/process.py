@@ -16,6 +16,10 @@ process. ``--pdeathsig KILL`` makes the kernel kill the container if the sandbox
 stopping it, so no etcd is ever orphaned. The process is the leader of its own session/process group and is
 stopped by PID: SIGTERM to the group, a grace period, then SIGKILL.
 
+The operator's own image (``containers.is_product_image``) is this Python installation instead of the etcd binaries:
+:func:`product_image_dirs` (the interpreter's prefixes and the directory the ``opsmanager`` package is imported
+from) are bind-mounted read-only at their own paths, and its entrypoint is ``sys.executable -m opsmanager``.
+
 Writes outside volumes land in the container's throwaway root (deleted when the container exits), as in a
 container's writable layer. The network namespace is the host's (see ``containers.pod_local``).
 """
@@ -74,6 +78,29 @@ def etcd_bin_dir() -> Path:
 
 
 @functools.cache
+def product_image_dirs() -> tuple[str, ...]:
+    """The host directories the operator's "image" consists of: this interpreter's ``sys.prefix`` (a venv),
+    ``sys.base_prefix``, the directory of the real interpreter binary and the directory that holds the
+    ``opsmanager`` package (an editable install's source tree) — minus those inside another or inside a system
+    directory, which the container gets anyway."""
+    import opsmanager
+
+    wanted = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+              str(Path(opsmanager.__file__).resolve().parent.parent)]
+    out: list[str] = []
+    for d in sorted({os.path.realpath(w) for w in wanted}, key=len):
+        if any(d == p or d.startswith(p.rstrip("/") + "/") for p in (*out, *SYSTEM_DIRS)):
+            continue
+        out.append(d)
+    return tuple(out)
+
+
+def product_entrypoint() -> list[str]:
+    """The operator image's ENTRYPOINT (the Dockerfile's ``opsmanager``): this interpreter's ``-m opsmanager``."""
+    return [sys.executable, "-m", "opsmanager"]
+
+
+@functools.cache
 def check_isolation() -> None:
     """Fail with a clear message unless private mount namespaces, bind mounts and chroot work here."""
     if os.geteuid() != 0:
@@ -111,6 +138,8 @@ class ProcessSpec:
     hostname: str
     workdir: str = ""
     log_path: Path | None = None
+    product_image: bool = False
+    """The operator's image (this Python installation, :func:`product_image_dirs`) instead of etcd's binaries."""
 
 
 def _prepare_root(spec: ProcessSpec) -> None:
@@ -127,6 +156,9 @@ def _prepare_root(spec: ProcessSpec) -> None:
             target.mkdir(parents=True, exist_ok=True)
     for d in ("etc", "dev", "proc", "tmp", "root", "run", "var"):
         (root / d).mkdir(parents=True, exist_ok=True)
+    if spec.product_image:
+        for d in product_image_dirs():
+            (root / d.lstrip("/")).mkdir(parents=True, exist_ok=True)
     for name in spec.etc_files:
         (root / "etc" / name).touch(exist_ok=True)
     (root / "tmp").chmod(0o1777)
@@ -159,7 +191,11 @@ def setup_script(spec: ProcessSpec) -> str:
     for d in SYSTEM_DIRS:
         if os.path.isdir(d) and not os.path.islink(d):
             lines.append(f"{mount} --bind -o ro {q(d)} {q(root + d)}")
-    lines.append(f"{mount} --bind -o ro {q(str(etcd_bin_dir()))} {q(root + '/usr/local/bin')}")
+    if spec.product_image:
+        for d in product_image_dirs():
+            lines.append(f"{mount} --bind -o ro {q(d)} {q(root + d)}")
+    else:
+        lines.append(f"{mount} --bind -o ro {q(str(etcd_bin_dir()))} {q(root + '/usr/local/bin')}")
     lines.append(f"{mount} --rbind /dev {q(root + '/dev')}")
     lines.append(f"{mount} --rbind /proc {q(root + '/proc')}")
     for name, path in spec.etc_files.items():

@@ -2,13 +2,17 @@
 
 One sandbox and one operator for the module; each test makes its own Etcd. What is claimed here is measured with
 the live writer (put every 20 ms through every member, holding a client identity from each CA) and the leader
-monitor: 0 failed writes and 0 elections that a MoveLeader did not cause.
+monitor: 0 failed writes and 0 elections that a MoveLeader did not cause. After the add TLS, the operator's
+``/metrics`` and the request's Events say what it did (issue 15 part 5): one request Successful, six member
+restarts, two leader moves (the elections the monitor saw), one observation per step; each step announced once
+(an Event of its own, or named in the one Event of the steps a write records), one Event per restart and move.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 from typing import Any
 
 import pytest
@@ -17,6 +21,7 @@ import pytest_asyncio
 from e2e import scenario
 from opsmanager import pki
 from opsmanager.api import conditions, constants
+from tests import operator_metrics
 from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -63,8 +68,13 @@ async def test_all_four_tls_operations_lose_no_write_and_cause_no_unplanned_elec
         ("remove-tls", {"tls": {"remove": True}}),
     ]
     serials: list[int] = []
+    assert sc.operator is not None
+    url = sc.operator.metrics_url
+    before = await add_tls_metrics(url)
     for name, spec in steps:
         result = await sc.operate(f"{db}-{name}", db, "ReconfigureTLS", timeout=300, **spec)
+        if name == "add-tls":
+            await assert_add_tls_announced(sc, f"{db}-{name}", result, url, before)
         assert result.phase == constants.PHASE_SUCCESSFUL, result.failure
         assert umbrella(result) == TLS_ORDER[name]
         await sc.assert_no_loss(result)  # 0 failed writes, stall < 2 s, every write read back, HashKV agrees
@@ -84,6 +94,52 @@ async def test_all_four_tls_operations_lose_no_write_and_cause_no_unplanned_elec
     assert "tls" not in (obj or {})["spec"]
     assert await sc.k.get("v1", "Secret", sc.namespace, f"{db}-server-cert") is None  # removed with TLS
     await sc.drop_etcd(db)
+
+
+ADD_TLS_STEPS = TLS_ORDER["add-tls"][:-1]
+
+
+async def add_tls_metrics(url: str) -> dict[str, float]:
+    got = {
+        "successful": await operator_metrics.sample(url, "opsmanager_opsrequests_total", type="ReconfigureTLS",
+                                                    phase="Successful"),
+        "restarts": await operator_metrics.sample(url, "opsmanager_member_restarts_total"),
+        "moves": await operator_metrics.sample(url, "opsmanager_leader_moves_total"),
+        "duration": await operator_metrics.sample(url, "opsmanager_opsrequest_duration_seconds_count",
+                                                  type="ReconfigureTLS"),
+    }
+    for step in ADD_TLS_STEPS:
+        got[step] = await operator_metrics.sample(url, "opsmanager_step_duration_seconds_count", step=step)
+    return got
+
+
+async def assert_add_tls_announced(sc: scenario.Scenario, request: str, result: scenario.OpResult, url: str,
+                                   before: dict[str, float]) -> None:
+    """The metrics moved by exactly one add TLS on 3 members (two passes: six restarts, a leader move each, as many
+    as the monitor saw elections), and its Events are one per step, restart and leader move. Polled: the terminal
+    Event and count come just after the terminal write the request was watched for."""
+    want = {"successful": 1, "restarts": 6, "moves": 2, "duration": 1, **{step: 1 for step in ADD_TLS_STEPS}}
+    assert result.elections == 2, result
+
+    async def counted() -> dict[str, float] | None:
+        after = await add_tls_metrics(url)
+        delta = {k: after[k] - before[k] for k in after}
+        return delta if delta == want else None
+
+    await aeventually(counted, timeout=10, interval=0.2, what=f"the operator's /metrics to count {want}")
+    steps = [c for c in ADD_TLS_STEPS if c != "Running"]  # Running's Event is the Etcd's Paused
+
+    async def announced() -> list[dict[str, Any]] | None:
+        found = [e for e in await sc.k.list("v1", "Event", sc.namespace)
+                 if e["involvedObject"].get("name") == request]
+        return found if any(e["reason"] == "Successful" for e in found) else None
+
+    found = await aeventually(announced, timeout=10, interval=0.2, what=f"the Successful Event of {request}")
+    reasons = collections.Counter(e["reason"] for e in found)
+    assert (reasons["EvictPod"], reasons["MoveLeader"], reasons["Successful"]) == (6, 2, 1), reasons
+    named = collections.Counter(c for e in found for c in steps if e["reason"] == c or f"{c}: " in e["message"])
+    assert named == {c: 1 for c in steps}, (named, reasons)
+    assert len(found) <= 16, reasons  # the Events' share of issue 14's budget (fast world: 13 on the request)
 
 
 async def test_operator_killed_during_restart_pods_resumes_without_restarting_a_member_twice(

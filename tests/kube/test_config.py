@@ -61,6 +61,19 @@ def test_no_kubeconfig_and_no_cluster(tmp_path: Path, monkeypatch: pytest.Monkey
         config.load(token_file=str(tmp_path / "token"), ca_file=str(tmp_path / "ca.crt"))
 
 
+def test_no_home_directory_means_no_default_kubeconfig(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A container's user may have neither $HOME nor a passwd entry: then there is no ~/.kube/config (and the
+    in-cluster service account is next), not a crash."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("HOME", raising=False)
+
+    def no_passwd_entry(self: Path) -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "expanduser", no_passwd_entry)
+    assert config.default_kubeconfig() is None
+
+
 def test_in_cluster_service_account(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ca = pki.make_ca("cluster-ca")
     (tmp_path / "ca.crt").write_bytes(ca.cert_pem)

@@ -106,14 +106,17 @@ def test_refuses_to_write_a_condition_it_does_not_own() -> None:
         status._set({}, constants.COND_PAUSED, constants.TRUE, "r", "m", 1, T0)
 
 
-def test_while_a_request_holds_the_pause_only_a_phase_change_is_written() -> None:
+def test_while_a_request_holds_the_pause_nothing_is_written() -> None:
     s = status.observed(critical_verdict(), halted=False, generation=1, now=T0)(
         status.observed(ready_verdict(), halted=False, generation=1, now=T0)({}))
     held = pause.pause(s, "add-tls")
     other_member_down = health.assess(3, [*(health.MemberView(f"db-{i}", True, True, True, i + 1, 1)
                                             for i in (0, 2)), health.MemberView("db-1", reason="no pod IP yet")])
-    assert status.observed(other_member_down, halted=False, generation=1, now=T1)(copy.deepcopy(held)) == held
-    back = status.observed(ready_verdict(), halted=False, generation=1, now=T1)(copy.deepcopy(held))
-    assert back["phase"] == constants.DB_PHASE_READY and back != held
+    for verdict in (other_member_down, ready_verdict()):
+        assert status.observed(verdict, halted=False, generation=1, now=T1)(copy.deepcopy(held)) == held
     unpaused = status.observed(other_member_down, halted=False, generation=1, now=T1)(copy.deepcopy(s))
     assert unpaused != s, "without a request's pause, every change is written"
+    by_hand = status.observed(ready_verdict(), halted=False, generation=1, now=T1)(copy.deepcopy(
+        {**s, "conditions": conditions.set_condition(s["conditions"], constants.COND_PAUSED, constants.TRUE,
+                                                     reason="manual", message="paused by hand", now=T0)}))
+    assert by_hand["phase"] == constants.DB_PHASE_READY, "a pause set by hand still sees the status updated"

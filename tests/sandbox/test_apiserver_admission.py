@@ -2,8 +2,8 @@
 
 We test these aspects: a validating webhook's denial reaches the client with the webhook's code and the
 real server's message; warnings become ``Warning`` headers; mutating webhooks run first and their JSONPatch
-is stored; a ``service`` clientConfig is resolved through ``register_service_address`` and verified for
-``<svc>.<ns>.svc``; failurePolicy Fail/Ignore, timeoutSeconds and a wrong caBundle; rules by operation
+is stored; a ``service`` clientConfig is resolved through ``register_service_address`` or the Service's Ready
+pods and verified for ``<svc>.<ns>.svc``; failurePolicy Fail/Ignore, timeoutSeconds and a wrong caBundle; rules by operation
 (DELETE) and subresource; objectSelector.
 """
 
@@ -76,6 +76,32 @@ def test_service_client_config_resolves_to_the_registered_address(apiserver: San
     code, status = rejected(apiserver, widget("big", 42))
     assert code == 422 and "size 42 is too big" in status["message"]
     assert create(apiserver, widget("small", 1))["metadata"]["name"] == "small"
+
+
+def test_service_client_config_reaches_a_ready_pod_behind_the_service(apiserver: SandboxAPI, widget_crd: Any,
+                                                                      local_webhook: LocalWebhook) -> None:
+    """Without a registered address, the Service's endpoints: a Ready pod its selector picks, on the targetPort
+    (here by name), as the real server calls an in-cluster webhook."""
+    install(apiserver, webhook_configuration(VWC, "sizes", local_webhook, "/validate", service=True))
+    code, _, _ = apiserver.raw("POST", "/api/v1/namespaces/default/services", {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "test-webhook"},
+        "spec": {"selector": {"app": "hook"}, "ports": [{"name": "https", "port": 443, "targetPort": "https"}]}})
+    assert code == 201
+    code, status = rejected(apiserver, widget("big", 42))
+    assert code == 500 and 'no endpoints available for service "test-webhook"' in status["message"]
+    code, _, _ = apiserver.raw("POST", "/api/v1/namespaces/default/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hook", "labels": {"app": "hook"}},
+        "spec": {"containers": [{"name": "c", "image": "x",
+                                 "ports": [{"name": "https", "containerPort": local_webhook.port}]}]}})
+    assert code == 201
+    code, status = rejected(apiserver, widget("big", 42))
+    assert code == 500 and "no endpoints available" in status["message"]  # not Ready yet
+    code, _, _ = apiserver.raw("PATCH", "/api/v1/namespaces/default/pods/hook/status", {"status": {
+        "phase": "Running", "podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}},
+        content_type="application/merge-patch+json")
+    assert code == 200
+    code, status = rejected(apiserver, widget("big", 42))
+    assert code == 422 and "size 42 is too big" in status["message"]
 
 
 def test_mutating_webhooks_run_before_validating_ones(apiserver: SandboxAPI, widget_crd: Any,

@@ -166,6 +166,9 @@ async def test_bad_expired_and_revoked_tokens_get_401(server: ThreadedAPIServer)
         bound = server.issue_token("ops", "operator", bound={"kind": "Pod", "name": "p",
                                                               "uid": pod["metadata"]["uid"]})
         assert (await status_with(bound))[0] == 200
+        # the audit log names the pod a bound token belongs to (its user.extra), as Kubernetes 1.30+ does
+        last = server.server.audit.records(user="system:serviceaccount:ops:operator")[-1]
+        assert (last.pod, last.code) == ("p", 200)
         await admin.delete("v1", "Pod", "ops", "p")
         assert (await status_with(bound))[0] == 401
 

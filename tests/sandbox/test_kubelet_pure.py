@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import base64
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
-from opsmanager.sandbox import addresses, containers, dns, volumes
+from opsmanager.sandbox import addresses, containers, dns, process, volumes
 
 POD = {
     "metadata": {"name": "etcd-1", "namespace": "prod", "uid": "u-1", "labels": {"app": "etcd"},
@@ -86,6 +87,37 @@ def test_pod_local_rewrite_leaves_other_addresses_alone() -> None:
 ])
 def test_only_etcd_images_run(image: str, ok: bool) -> None:
     assert containers.is_etcd_image(image) is ok
+
+
+@pytest.mark.parametrize("image,ok", [
+    ("opsmanager", True), ("opsmanager:0.1.0", True), ("ghcr.io/example/opsmanager@sha256:ab", True),
+    ("opsmanager-tools:1", False), ("etcd:3.5", False), ("example.com/opsmanager/etcd:1", False),
+])
+def test_the_operator_image_is_recognised_by_its_repository_name(image: str, ok: bool) -> None:
+    assert containers.is_product_image(image) is ok
+
+
+def test_the_operator_image_runs_this_python_with_its_cmd_and_the_containers_args() -> None:
+    entrypoint = process.product_entrypoint()
+    assert entrypoint == [sys.executable, "-m", "opsmanager"]
+    env = {"POD_IP": "127.0.0.9"}
+    assert containers.build_argv({"args": ["run", "--metrics-address=$(POD_IP)"]}, env, pod_ip="127.0.0.9",
+                                 image_entrypoint=entrypoint, image_cmd=containers.PRODUCT_IMAGE_CMD) == \
+        [*entrypoint, "run", "--metrics-address=127.0.0.9"]
+    assert containers.build_argv({}, env, pod_ip="127.0.0.9", image_entrypoint=entrypoint,
+                                 image_cmd=containers.PRODUCT_IMAGE_CMD) == [*entrypoint, "run"]
+    # The "image" is this installation: the interpreter's prefixes and the package's directory, none inside another.
+    dirs = process.product_image_dirs()
+    assert any(sys.executable.startswith(d) or os.path.realpath(sys.executable).startswith(d) for d in dirs)
+    package = str(Path(containers.__file__).resolve().parents[2])
+    assert any(package == d or package.startswith(d + "/") for d in dirs)
+    assert not any(a != b and a.startswith(b + "/") for a in dirs for b in dirs)
+
+
+def test_containers_get_home_as_the_runtime_sets_it() -> None:
+    env = containers.resolve_env({"env": [{"name": "A", "value": "$(HOME)x"}]}, {"metadata": {"name": "p"}},
+                                 pod_ip="127.0.0.2", secrets=lambda ns, n: None, configmaps=lambda ns, n: None)
+    assert env["HOME"] == "/" and env["A"] == "/x"
 
 
 def _records() -> tuple[list[dns.PodRecord], list[dns.ServiceRecord]]:

@@ -13,13 +13,14 @@ import asyncio
 import base64
 import os
 import signal
+import sys
 import time
 from typing import Any
 
 import aiohttp
 import pytest
 
-from opsmanager.sandbox import dns, kubelet
+from opsmanager.sandbox import dns, kubelet, process
 from tests.polling import aeventually
 from tests.timing import abaseline, allowance
 
@@ -229,3 +230,42 @@ async def test_failing_liveness_probe_restarts_the_container(standalone_kubelet:
     assert any(reason == "Killing" and "failed liveness probe" in msg for _, _, reason, msg in host.recorder.recorded)
     assert ctr_status(host, "sick")["lastState"]["terminated"]["exitCode"] in (137, 143)
     await asyncio.sleep(0)
+
+
+async def test_a_pod_of_the_operator_image_runs_this_python_with_a_refreshed_service_account(
+        standalone_kubelet: kubelet.StandaloneHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator's image: this interpreter and package inside the pod's root, the service-account files at the
+    in-cluster paths, the token re-issued before it expires, KUBERNETES_SERVICE_HOST/PORT set."""
+    host = standalone_kubelet
+    host.config.api_host, host.config.api_port, host.config.api_ca_pem = "127.0.0.1", 6443, b"CA PEM"
+    issued: list[str] = []
+
+    async def token(worker: kubelet.PodWorker) -> tuple[str, float]:
+        issued.append(f"token-{len(issued)}-{worker.name}")
+        return issued[-1], 0.5  # re-issued at 80 %: every 0.4 s
+
+    monkeypatch.setattr(host, "service_account_token", token)
+    script = ("import opsmanager, os, pathlib; d = pathlib.Path('/var/run/secrets/kubernetes.io/serviceaccount'); "
+              "print('ns', (d / 'namespace').read_text(), 'ca', (d / 'ca.crt').read_text(), "
+              "'api', os.environ['KUBERNETES_SERVICE_HOST'], os.environ['KUBERNETES_SERVICE_PORT'], flush=True); "
+              "import time; time.sleep(60)")
+    pod = {"metadata": {"name": "op", "namespace": "default"},
+           "spec": {"serviceAccountName": "operator", "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "operator", "image": "opsmanager:test",
+                                    "command": [sys.executable, "-c", script]}]}}
+    worker = host.run_pod(pod)
+    log = host.config.logs_dir / "default" / "op" / "operator.log"
+    await aeventually(lambda: log.exists() and "ns default ca CA PEM api 127.0.0.1 6443" in log.read_text(),
+                      timeout=20, what="the container's output")
+    pid = worker.pids()["operator"]
+
+    async def token_inside() -> str:
+        code, out = await process.exec_in(pid, ["cat", "/var/run/secrets/kubernetes.io/serviceaccount/token"],
+                                          {"PATH": "/usr/bin:/bin"}, 10)
+        assert code == 0, out
+        return out.decode()
+
+    first = await token_inside()
+    assert first.startswith("token-") and first.endswith("-op")
+    await aeventually(lambda: len(issued) >= 3, timeout=10, what="the token re-issued before it expires")
+    assert await token_inside() != first

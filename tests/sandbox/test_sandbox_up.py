@@ -107,12 +107,7 @@ def test_sandbox_up_runs_a_healthy_cluster_and_leaves_nothing_behind(tmp_path: P
                               capture_output=True, text=True, timeout=30, env=dict(os.environ, HOME=str(tmp_path)))
         assert logs.returncode == 0 and '"msg":"ready to serve client requests"' in logs.stdout, logs.stderr
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            rc = proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = proc.wait()
+        rc = _terminate(proc, timeout=30)
     assert rc == 0, proc.stderr.read() if proc.stderr else ""
     assert [pid for pid in container_pids if _alive(pid)] == []
     assert _pids_under(state) == []
@@ -128,3 +123,61 @@ async def test_sandbox_stops_its_pods_when_the_body_raises(tmp_path: Path) -> No
             raise RuntimeError("boom")
     assert pids and [pid for pid in pids.values() if _alive(pid)] == []
     assert _pids_under(tmp_path / "sb") == []
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--install", "nowhere"], "--install nowhere: no kustomization.yaml there; give the bundle's directory"),
+    (["--install", "deploy", "--no-operator"], "--install and --no-operator exclude each other"),
+])
+def test_sandbox_up_install_refuses_bad_arguments_naming_the_fix(tmp_path: Path, extra: list[str],
+                                                                  message: str) -> None:
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-m", "opsmanager", "sandbox", "up", "--dir", str(tmp_path), *extra],
+                          capture_output=True, text=True, timeout=60, cwd=root)
+    assert proc.returncode == 2
+    assert message in proc.stderr, proc.stderr
+
+
+def test_sandbox_up_install_runs_the_bundle_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """``opsmanager sandbox up --install deploy/``: the README's command, as a user runs it."""
+    root = Path(__file__).resolve().parents[2]
+    state = tmp_path / "state"
+    proc = subprocess.Popen([sys.executable, "-m", "opsmanager", "sandbox", "up", "--dir", str(state),
+                             "--install", str(root / "deploy")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        assert proc.stdout is not None
+        output = ""
+        for line in proc.stdout:
+            output += line
+            if "stop with Ctrl-C" in line:
+                break
+        assert "https://" in output and "install(" in output, output
+        out = subprocess.run(["/usr/bin/kubectl", "--kubeconfig", str(state / "kubeconfig"), "--cache-dir",
+                              str(tmp_path / "kube-cache"), "-n", "opsmanager-system", "get", "deployments",
+                              "--no-headers"], capture_output=True, text=True, timeout=30,
+                             env=dict(os.environ, HOME=str(tmp_path)))
+        assert out.returncode == 0, out.stderr
+        ready = {line.split()[0]: line.split()[1] for line in out.stdout.splitlines()}
+        assert ready == {"opsmanager-operator": "2/2", "opsmanager-webhook": "2/2"}, out.stdout
+        endpoints = json.loads((state / "endpoints.json").read_text())
+        assert _get_text(endpoints["operatorMetrics"]).count("# TYPE") > 0  # served on the pod's IP
+    finally:
+        rc = _terminate(proc, timeout=60)
+    assert rc == 0, proc.stderr.read() if proc.stderr else ""
+    assert _pids_under(state) == []
+
+
+def _terminate(proc: subprocess.Popen[str], timeout: float) -> int:
+    """SIGTERM (what Ctrl-C or a service manager sends), then the exit code; SIGKILL if it does not stop."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def _get_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=3) as resp:
+        return str(resp.read().decode())

@@ -9,6 +9,7 @@ to a learner or lagging member (the most caught-up voter is chosen when none is 
 
 from __future__ import annotations
 
+from opsmanager import metrics
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan
@@ -41,5 +42,6 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
             move = await client.move_leader(target.member_id, timeout=5.0)
         except etcd_errors.EtcdError as err:
             return context.Progress(f"MoveLeader to {target.endpoint.name}: {err}", delay=0.5)
+    metrics.leader_moved()  # its Event is the step's transition (EtcdLeaderMoved), whose message says it
     return context.Done(f"Moved leadership from {leader.endpoint.name} to {target.endpoint.name} in "
                         f"{move.rpc_seconds:.3f}s")

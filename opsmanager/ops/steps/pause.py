@@ -18,6 +18,10 @@ from opsmanager.api import constants
 from opsmanager.api import pause as pause_api
 from opsmanager.ops import context, plan
 
+# Events on the Etcd (the request's own Event for the pause is its ``Running`` transition).
+EVENT_PAUSED = "Paused"
+EVENT_RESUMED = "Resumed"
+
 
 async def pause(ctx: context.OpsContext) -> None:
     """Pause the Etcd for this request — after the request's queued record (its ``Progressing`` phase) is written:
@@ -31,7 +35,7 @@ async def pause(ctx: context.OpsContext) -> None:
                                              ctx.db_name, mutate)
     if updated is not None:
         ctx.db_obj = updated
-    await ctx.event("PauseDatabase", f"Pausing Etcd {ctx.namespace}/{ctx.db_name}")
+    await ctx.etcd_event(EVENT_PAUSED, f"Paused by EtcdOpsRequest {ctx.name} ({ctx.spec.type})")
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:

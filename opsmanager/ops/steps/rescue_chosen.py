@@ -15,5 +15,4 @@ from opsmanager.ops import context, plan
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     reason = (ctx.request["metadata"].get("annotations") or {}).get(constants.ANNOTATION_RESCUE_REASON)
     message = f"{step.message}: {reason}" if reason else step.message
-    await ctx.event("RescuePlanChosen", message, type_="Warning")
-    return context.Done(message)
+    return context.Done(message)  # its transition Event is a Warning (engine.WARNING_STEPS)

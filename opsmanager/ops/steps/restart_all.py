@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 
+from opsmanager import metrics
 from opsmanager.api import conditions, constants
 from opsmanager.ops import context, plan
 from opsmanager.provisioner import gate, health, members
@@ -43,7 +44,10 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
         if await ctx.kube.delete("v1", "Pod", ctx.namespace, name, uid=uid, grace_period_seconds=0):
             deleted.append(name)
     if deleted:
-        await ctx.event("RestartPods", f"Restarted every etcd member together onto the new CA: {', '.join(deleted)}")
+        metrics.member_restarted(len(deleted))
+        # Not "RestartPods": that reason is the step's own transition Event, when quorum is back.
+        ctx.announce("RestartAllPods", f"Restarted every etcd member together onto the new CA: "
+                                       f"{', '.join(deleted)}")
         return context.Progress(f"restarted {', '.join(deleted)} together", delay=0.5)
     waiting = [n for n in names if (p := pods.get(n)) is None or members.terminating(p)
                or p["metadata"].get("uid") == record.get(n) or not members.serving(p)]

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from opsmanager import kube
+from opsmanager import kube, metrics
 from opsmanager.api import constants
 from opsmanager.etcd import admin
 from opsmanager.etcd import errors as etcd_errors
@@ -107,8 +107,9 @@ async def restart(ctx: context.OpsContext, step: plan.Step, pod: dict[str, Any])
         return context.Progress(f"eviction of {name} not allowed yet by the PodDisruptionBudget: {err}", delay=1.0)
     except kube.NotFound:
         pass
+    metrics.member_restarted()
     _mark_evicted(ctx, step, name)
-    await ctx.event("EvictPod", f"Restarted etcd member {name} ({step.condition})")
+    ctx.announce("EvictPod", f"Restarted etcd member {name} ({step.condition})")  # with EvictPod True's write
     # The message the wait for the new pod shows too: one write says it (the Event says that it was restarted).
     return context.Progress(_recreating(name), delay=0.2)
 
@@ -135,9 +136,10 @@ async def move_leader(ctx: context.OpsContext, client: admin.EtcdAdmin, action: 
     except etcd_errors.EtcdError as err:
         ctx.set_pod_condition(constants.STEP_MOVE_LEADER, action.pod, F)
         return context.Progress(f"moving leadership from {action.pod} to {action.target_pod}: {err}", delay=0.5)
+    metrics.leader_moved()
     ctx.set_pod_condition(constants.STEP_MOVE_LEADER, action.pod, T)
-    await ctx.event("MoveLeader", f"Moved etcd leadership from {action.pod} to {action.target_pod} in "
-                                  f"{move.rpc_seconds:.3f}s before restarting it")
+    ctx.announce("MoveLeader", f"Moved etcd leadership from {action.pod} to {action.target_pod} in "
+                               f"{move.rpc_seconds:.3f}s before restarting it")
     return context.Progress(delay=0.0)
 
 

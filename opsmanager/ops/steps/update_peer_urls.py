@@ -7,7 +7,8 @@ for good once the third member restarted (measured: 42 of 42 writes failed, no l
 member already listening on both schemes, a ``member update`` moves one member's peer traffic to the other
 scheme; the others dial it there from their next connection. One member at a time, with every member healthy
 before the next (``UpdatePeerURL--<pod>``: False written before the update, True once every member is healthy
-after it; an update whose record was lost with the operator is found in the member list).
+after it; an update whose record was lost with the operator is found in the member list). No Event per member:
+the step's one transition Event names the members it updated (the API budget of issue 14).
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
                     await client.member_update(member.id, [want], timeout=3.0)
                 except etcd_errors.EtcdError as err:
                     return context.Progress(f"member update of {pod} to {want}: {err}", delay=0.5)
-                await ctx.event("UpdatePeerURL", f"Registered the peer URL of {pod} as {want}")
                 return context.Progress(delay=0.1)
             unhealthy = [h for ep in client.endpoints if not (h := await client.health(ep, timeout=2.0)).healthy]
             if unhealthy:
@@ -53,4 +53,16 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
                 return context.Progress(
                     f"after updating {pod}: waiting for {', '.join(h.endpoint for h in unhealthy)}", delay=0.3)
             ctx.set_pod_condition(constants.STEP_UPDATE_PEER_URL, pod, constants.TRUE)
-    return context.Done()
+    return context.Done(done_message(ctx, step))
+
+
+def done_message(ctx: context.OpsContext, step: plan.Step) -> str:
+    """What the step did, naming the members whose peer URL it re-registered (those with an ``UpdatePeerURL``
+    condition: the others were registered so already)."""
+    assert step.peer_scheme is not None
+    updated = [p for p in ctx.pod_names()
+               if ctx.condition(constants.per_pod_type(constants.STEP_UPDATE_PEER_URL, p)) is not None]
+    port = naming.peer_port(step.peer_scheme)
+    if not updated:
+        return f"{step.message}: every member's peer URL was already {step.peer_scheme}://…:{port}"
+    return f"{step.message}: re-registered the peer URLs of {', '.join(updated)} as {step.peer_scheme}://…:{port}"

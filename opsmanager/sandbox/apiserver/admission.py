@@ -5,8 +5,9 @@ For a write, every webhook whose ``rules`` (apiGroups/apiVersions/resources/oper
 ``namespaceSelector`` and ``objectSelector`` match is called with an ``admission.k8s.io/v1`` AdmissionReview
 over HTTPS, verified against its ``caBundle``: mutating webhooks first, in configuration-name order, each
 JSONPatch applied before the next call; then validating webhooks. A ``service`` clientConfig resolves to the
-local address registered with :meth:`Admission.register_service` and the certificate is verified for the
-service DNS name ``<name>.<namespace>.svc``, as the real server does; a ``url`` clientConfig is used as is.
+local address registered with :meth:`Admission.register_service`, else to a Ready pod behind the Service
+(selector, ``targetPort`` by number or name: its endpoints, taken in turn), and the certificate is verified for
+the service DNS name ``<name>.<namespace>.svc``, as the real server does; a ``url`` clientConfig is used as is.
 
 Failures keep the real server's shapes: a denial answers with the webhook's status code and
 ``admission webhook "<name>" denied the request: <message>``; an unreachable webhook with
@@ -46,6 +47,8 @@ def _user_info(user: rbac.UserInfo | None) -> Obj:
     info: Obj = {"username": user.name, "groups": list(user.groups)}
     if user.uid:
         info["uid"] = user.uid
+    if user.extra:
+        info["extra"] = {k: [v] for k, v in user.extra}
     return info
 
 
@@ -70,10 +73,22 @@ def _resource_listed(resource: str, subresource: str | None, patterns: list[str]
     return False
 
 
+def _target_port(pod: Obj, target: int | str) -> int | None:
+    """A Service's ``targetPort`` on ``pod``: a number, or the name of one of its containers' ports."""
+    if isinstance(target, int) or str(target).isdigit():
+        return int(target)
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for p in container.get("ports") or []:
+            if p.get("name") == target:
+                return int(p["containerPort"])
+    return None
+
+
 class Admission:
     def __init__(self, objects: store.Store) -> None:
         self.store = objects
         self.services: dict[tuple[str, str, int], tuple[str, int]] = {}
+        self._next_endpoint = 0
         self._session: aiohttp.ClientSession | None = None
 
     def register_service(self, namespace: str, name: str, port: int, host: str, target_port: int) -> None:
@@ -164,10 +179,37 @@ class Admission:
         ns, name, port = svc.get("namespace", ""), svc.get("name", ""), int(svc.get("port", 443))
         path = svc.get("path") or "/"
         shown = f"https://{name}.{ns}.svc:{port}{path}?timeout={timeout}s"
-        target = self.services.get((ns, name, port))
-        if target is None:
-            raise CallFailed(f'Post "{shown}": service "{name}" not found')
+        target = self.services.get((ns, name, port)) or self._service_endpoint(ns, name, port, shown)
         return f"https://{target[0]}:{target[1]}{path}?timeout={timeout}s", shown, f"{name}.{ns}.svc"
+
+    def _service_endpoint(self, namespace: str, name: str, port: int, shown: str) -> tuple[str, int]:
+        """A Ready pod behind the Service (its selector, the ``port``'s ``targetPort``), as the real server reaches
+        a webhook through the Service's endpoints; rotates between them."""
+        svc = self.store.get(("", "services"), namespace, name)
+        if svc is None:
+            raise CallFailed(f'Post "{shown}": service "{name}" not found')
+        spec = svc.get("spec") or {}
+        entry = next((p for p in spec.get("ports") or [] if int(p.get("port", 0)) == port), None)
+        selector = spec.get("selector") or {}
+        if entry is None or not selector:
+            raise CallFailed(f'Post "{shown}": service "{name}" has no port {port} with a selector')
+        target = entry.get("targetPort", port)
+        endpoints: list[tuple[str, int]] = []
+        for pod in self.store.list(("", "pods"), namespace):
+            meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+            labels = meta.get("labels") or {}
+            if meta.get("deletionTimestamp") or not status.get("podIP") or \
+                    any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []):
+                continue
+            number = _target_port(pod, target)
+            if number is not None:
+                endpoints.append((status["podIP"], number))
+        if not endpoints:
+            raise CallFailed(f'Post "{shown}": no endpoints available for service "{name}"')
+        self._next_endpoint += 1
+        return sorted(endpoints)[self._next_endpoint % len(endpoints)]
 
     async def _call(self, hook: Obj, review: Obj) -> Obj:
         timeout = int(hook.get("timeoutSeconds") or 10)

@@ -36,12 +36,16 @@ class AuditRecord:
     namespace: str
     name: str
     code: int
+    pod: str = ""
+    """The pod a Pod-bound ServiceAccount token belongs to (its ``user.extra`` pod-name), else empty: which
+    replica of a Deployment made the request."""
 
     @classmethod
     def of(cls, at: float, attrs: rbac.Attributes, code: int) -> AuditRecord:
         resource = attrs.combined_resource if attrs.resource_request else attrs.path
         return cls(at, attrs.user.name, attrs.user.groups, attrs.verb, resource, attrs.api_group,
-                   attrs.namespace, attrs.name, code)
+                   attrs.namespace, attrs.name, code,
+                   attrs.user.extra_value(rbac.POD_NAME_EXTRA))
 
 
 class AuditLog:

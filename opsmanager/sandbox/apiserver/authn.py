@@ -91,7 +91,10 @@ class Authenticator:
         if time.time() >= issued.expires or not self._still_valid(issued):
             self._issued.pop(_digest(token), None)
             raise unauthorized()
-        return rbac.UserInfo.service_account(issued.namespace, issued.service_account, issued.sa_uid)
+        extra: tuple[tuple[str, str], ...] = ()
+        if issued.bound is not None and issued.bound[0] == "Pod":
+            extra = ((rbac.POD_NAME_EXTRA, issued.bound[1]), (rbac.POD_UID_EXTRA, issued.bound[2]))
+        return rbac.UserInfo.service_account(issued.namespace, issued.service_account, issued.sa_uid, extra)
 
     def _still_valid(self, issued: _Issued) -> bool:
         if API_AUDIENCE not in issued.audiences:

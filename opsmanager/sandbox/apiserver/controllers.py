@@ -181,7 +181,8 @@ class Controllers:
         for pdb in self.cluster.store.list(key):
             ns = pdb["metadata"].get("namespace") or ""
             status = disruption.status(pdb, self.cluster.store.list(("", "pods"), ns),
-                                       self.cluster.store.list(("apps", "statefulsets"), ns))
+                                       self.cluster.store.list(("apps", "statefulsets"), ns)
+                                       + self.cluster.store.list(("apps", "deployments"), ns))
             old = pdb.get("status") or {}
             if {k: v for k, v in old.items() if k != "conditions"} == \
                     {k: v for k, v in status.items() if k != "conditions"}:

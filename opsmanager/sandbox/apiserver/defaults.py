@@ -90,6 +90,19 @@ def apply(kind: str, obj: Obj) -> None:
             pvc_spec = pvc.setdefault("spec", {})
             pvc_spec.setdefault("volumeMode", "Filesystem")
             pvc.setdefault("status", {"phase": "Pending"})
+    elif kind == "Deployment" and isinstance(spec, dict):
+        spec.setdefault("replicas", 1)
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("progressDeadlineSeconds", 600)
+        strategy = spec.setdefault("strategy", {"type": "RollingUpdate"})
+        if strategy.get("type", "RollingUpdate") == "RollingUpdate":
+            strategy.setdefault("type", "RollingUpdate")
+            rolling = strategy.setdefault("rollingUpdate", {})
+            rolling.setdefault("maxSurge", "25%")
+            rolling.setdefault("maxUnavailable", "25%")
+        template = spec.get("template")
+        if isinstance(template, dict) and isinstance(template.get("spec"), dict):
+            pod_spec(template["spec"])
     elif kind == "Service" and isinstance(spec, dict):
         spec.setdefault("type", "ClusterIP")
         spec.setdefault("sessionAffinity", "None")
@@ -121,6 +134,8 @@ def initial_status(kind: str, obj: Obj) -> Obj | None:
         return {"phase": "Active"}
     if kind == "StatefulSet":
         return {"replicas": 0, "availableReplicas": 0}
+    if kind == "Deployment":
+        return {}
     if kind == "PersistentVolumeClaim":
         return {"phase": "Pending"}
     if kind == "Service":

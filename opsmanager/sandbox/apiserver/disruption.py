@@ -1,7 +1,7 @@
 """PodDisruptionBudget arithmetic (the disruption controller's status and the eviction decision), pure.
 
 ``expectedPods`` is the number of pods the budget covers: the sum of ``spec.replicas`` of the StatefulSets
-owning matching pods, or the number of matching pods when they have no such owner. ``currentHealthy``
+or Deployments (the sandbox's Deployments own their pods directly) owning matching pods, or the number of matching pods when they have no such owner. ``currentHealthy``
 counts matching pods that are Ready and not being deleted.
 """
 
@@ -30,16 +30,17 @@ def covered_pods(pdb: Obj, pods: list[Obj]) -> list[Obj]:
         selector, p["metadata"].get("labels") or {}, none_matches=False)]
 
 
-def _resolve(value: Any, total: int, round_up: bool) -> int:
+def scaled(value: Any, total: int, round_up: bool) -> int:
+    """An int-or-percent field (``maxUnavailable: 25%``) as a number of pods out of ``total``."""
     if isinstance(value, str) and value.endswith("%"):
         share = total * int(value[:-1]) / 100
         return math.ceil(share) if round_up else math.floor(share)
     return int(value)
 
 
-def status(pdb: Obj, pods: list[Obj], statefulsets: list[Obj]) -> Obj:
+def status(pdb: Obj, pods: list[Obj], workloads: list[Obj]) -> Obj:
     covered = covered_pods(pdb, pods)
-    owners = {s["metadata"]["uid"]: s for s in statefulsets}
+    owners = {s["metadata"]["uid"]: s for s in workloads}
     owning: dict[str, Obj] = {}
     unowned = 0
     for pod in covered:
@@ -52,9 +53,9 @@ def status(pdb: Obj, pods: list[Obj], statefulsets: list[Obj]) -> Obj:
     healthy = sum(1 for p in covered if is_ready(p))
     spec = pdb.get("spec") or {}
     if spec.get("maxUnavailable") is not None:
-        desired = max(0, expected - _resolve(spec["maxUnavailable"], expected, True))
+        desired = max(0, expected - scaled(spec["maxUnavailable"], expected, True))
     else:
-        desired = _resolve(spec.get("minAvailable", 1), expected, True)
+        desired = scaled(spec.get("minAvailable", 1), expected, True)
     allowed = max(0, healthy - desired)
     return {
         "observedGeneration": pdb["metadata"].get("generation", 1),

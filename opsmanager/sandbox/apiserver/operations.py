@@ -580,7 +580,7 @@ class Cluster:
                              "labelSelectorPath": None}
         spec_replicas = selectors.lookup(obj, paths["specReplicasPath"].lstrip("."))
         status_replicas = selectors.lookup(obj, (paths.get("statusReplicasPath") or ".status.replicas").lstrip("."))
-        if rt.kind == "StatefulSet" and not rt.custom:
+        if rt.kind in ("StatefulSet", "Deployment") and not rt.custom:
             selector = selectors.selector_string((obj.get("spec") or {}).get("selector"))
         elif paths.get("labelSelectorPath"):
             selector = selectors.lookup(obj, paths["labelSelectorPath"].lstrip(".")) or ""
@@ -627,8 +627,9 @@ class Cluster:
             if budgets:
                 pdb = budgets[0]
                 pods = self.store.list(("", "pods"), namespace)
-                sts = self.store.list(("apps", "statefulsets"), namespace)
-                status = disruption.status(pdb, pods, sts)
+                owners = self.store.list(("apps", "statefulsets"), namespace) + \
+                    self.store.list(("apps", "deployments"), namespace)
+                status = disruption.status(pdb, pods, owners)
                 healthy_enough = status["currentHealthy"] >= status["desiredHealthy"]
                 if (disruption.is_ready(pod) and status["disruptionsAllowed"] < 1) or \
                         (not disruption.is_ready(pod) and not healthy_enough):

@@ -44,6 +44,7 @@ _COMMON: dict[str, tuple[str, str | None]] = {
 _BY_KIND: dict[str, dict[str, dict[str, tuple[str, str | None]]]] = {
     "Pod": {"spec": _POD_SPEC, "status": {"podIPs": ("merge", "ip"), "hostIPs": ("merge", "ip")}},
     "StatefulSet": {"spec.template.spec": _POD_SPEC},
+    "Deployment": {"spec.template.spec": _POD_SPEC},
     "Service": {"spec": {"ports": ("merge", "port")}},
 }
 

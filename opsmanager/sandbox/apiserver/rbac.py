@@ -39,6 +39,11 @@ _NAMESPACE_SUBRESOURCES = ("status", "finalize")
 _SEGMENT = re.compile(r"^[^/%]+$")
 
 
+# What Kubernetes puts in user.extra for a Pod-bound ServiceAccount token (ServiceAccountTokenPodNodeInfo, 1.30+).
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
+POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
+
+
 @dataclasses.dataclass(frozen=True)
 class UserInfo:
     """Who is asking: the authenticated (or anonymous) user and its groups."""
@@ -46,11 +51,18 @@ class UserInfo:
     name: str
     groups: tuple[str, ...] = ()
     uid: str = ""
+    extra: tuple[tuple[str, str], ...] = ()
+    """Kubernetes' ``user.extra``, as (key, value) pairs: a Pod-bound ServiceAccount token carries
+    ``authentication.kubernetes.io/pod-name`` and ``pod-uid`` (never used for authorization here)."""
 
     @classmethod
-    def service_account(cls, namespace: str, name: str, uid: str = "") -> UserInfo:
+    def service_account(cls, namespace: str, name: str, uid: str = "",
+                        extra: tuple[tuple[str, str], ...] = ()) -> UserInfo:
         return cls(f"{SA_PREFIX}{namespace}:{name}",
-                   ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", AUTHENTICATED), uid)
+                   ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", AUTHENTICATED), uid, extra)
+
+    def extra_value(self, key: str) -> str:
+        return next((v for k, v in self.extra if k == key), "")
 
     @classmethod
     def anonymous(cls) -> UserInfo:

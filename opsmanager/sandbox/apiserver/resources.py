@@ -91,6 +91,8 @@ BUILTINS: tuple[ResourceType, ...] = (
     _grouped("apps", "v1", "StatefulSet", "statefulsets", short=("sts",), sub=("status", "scale"), cats=("all",),
              gen=True),
     _grouped("apps", "v1", "ControllerRevision", "controllerrevisions"),
+    _grouped("apps", "v1", "Deployment", "deployments", short=("deploy",), sub=("status", "scale"), cats=("all",),
+             gen=True),
     _grouped("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", short=("pdb",), sub=("status",),
              gen=True),
     _grouped("coordination.k8s.io", "v1", "Lease", "leases"),

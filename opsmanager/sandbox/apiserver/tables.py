@@ -232,6 +232,10 @@ _BUILTIN: dict[tuple[str, str], list[Column]] = {
                      _s("Object", _involved), _s("Message", _get("message", "")), _NAME],
     ("apps", "statefulsets"): [_NAME, _s("Ready", lambda o: f"{(o.get('status') or {}).get('readyReplicas', 0)}/"
                                                        f"{(o.get('spec') or {}).get('replicas', 0)}"), _AGE],
+    ("apps", "deployments"): [_NAME, _s("Ready", lambda o: f"{(o.get('status') or {}).get('readyReplicas', 0)}/"
+                                                       f"{(o.get('spec') or {}).get('replicas', 0)}"),
+                              _s("Up-to-date", _get("status.updatedReplicas", 0), type_="integer"),
+                              _s("Available", _get("status.availableReplicas", 0), type_="integer"), _AGE],
     ("apps", "controllerrevisions"): [_NAME, _s("Revision", _get("revision", 0), type_="integer"), _AGE],
     ("policy", "poddisruptionbudgets"): [_NAME, _s("Min Available", _get("spec.minAvailable", "N/A")),
                                          _s("Max Unavailable", _get("spec.maxUnavailable", "N/A")),

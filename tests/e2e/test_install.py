@@ -1,0 +1,312 @@
+"""The product installed from its bundle: ``kubectl apply -k deploy/`` into an RBAC-mode sandbox (issue 15).
+
+One sandbox for the module, installed exactly as a cluster would be: the real ``kubectl apply -k deploy/`` with the
+admin kubeconfig; the Deployment controller makes two operator and two webhook pods; the kubelet runs them as
+processes of the operator's image with a projected service-account token; every request they make is
+authenticated as their ServiceAccount and authorized by the bundle's RBAC. The tests, in order:
+
+- the four TLS operations run through the installed pods with 0 failed writes, and the operator's requests are in
+  the audit log under its ServiceAccount (none refused);
+- HA: the active operator pod deleted with no grace while ``RestartPods`` evicts members → the standby takes over,
+  the request ends Successful, every member restarted exactly once, 0 failed writes; the takeover time printed;
+- RBAC proven: for each rule of the operator's ClusterRoles, the rule removed → a request the operator made in
+  this module (from the audit log) is refused with 403 for its ServiceAccount; verbs the operator never used are
+  reported; a ServiceAccount without a binding is refused;
+- the bundle's PodDisruptionBudget counts the Deployment's pods: a drain evicts one operator replica at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import yaml
+
+from e2e import scenario
+from opsmanager import kube
+from opsmanager.api import conditions, constants
+from opsmanager.sandbox import install
+from tests.polling import aeventually
+
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+
+ROOT = Path(__file__).resolve().parents[2]
+BUNDLE = ROOT / "deploy"
+OPERATOR_USER = "system:serviceaccount:opsmanager-system:opsmanager-operator"
+WEBHOOK_USER = "system:serviceaccount:opsmanager-system:opsmanager-webhook"
+ISSUER = {"apiGroup": "cert-manager.io", "kind": "Issuer"}
+MUTATING = {"create", "update", "patch", "delete"}
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    async with scenario.Scenario(tmp_path_factory.mktemp("install"), install=BUNDLE) as s:
+        await s.ca_issuer("ca-a")
+        await s.ca_issuer("ca-b")
+        yield s
+
+
+async def _peering(sc: scenario.Scenario) -> dict[str, Any]:
+    """kopf's peering object of the operator's replicas (``--peering=opsmanager``)."""
+    obj: dict[str, Any] = await sc.k.request("GET", "/apis/kopf.dev/v1/clusterkopfpeerings/opsmanager")
+    return obj
+
+
+def audit(sc: scenario.Scenario) -> Any:
+    return sc.sandbox.apiserver.audit
+
+
+async def test_the_bundle_brings_up_two_operator_and_two_webhook_pods_under_their_service_accounts(
+        sc: scenario.Scenario) -> None:
+    for selector in (install.OPERATOR_SELECTOR, install.WEBHOOK_SELECTOR):
+        pods = await sc.sandbox.wait_ready_pods(install.NAMESPACE, selector, 2, timeout=30)
+        assert len(pods) == 2
+        for pod in pods:  # made by the Deployment controller, running the operator's image
+            assert pod["metadata"]["labels"]["pod-template-hash"]
+            assert pod["spec"]["containers"][0]["image"] == "opsmanager:0.1.0"
+    # Both replicas talk to the API server as the operator's ServiceAccount (the webhook looks up objects only
+    # when it is called: see the next test).
+    assert audit(sc).records(user=OPERATOR_USER)
+    # Exactly one operator acts: kopf's peering object lists both, and one of them is paused.
+    peering = await _peering(sc)
+    assert len(peering.get("status") or {}) == 2, peering
+    priorities = {peer: (state or {}).get("priority") for peer, state in peering["status"].items()}
+    assert len(set(priorities.values())) == 2, priorities  # distinct: kopf pauses all peers of equal priority
+
+    async def acting() -> list[str]:
+        """The replicas whose kopf is not paused: a replica starts paused under mandatory peering and logs each
+        change; the last one tells."""
+        out = []
+        for pod in await install.operator_pods(sc.k):
+            log = sc.sandbox.logs(install.NAMESPACE, pod["metadata"]["name"], "operator")
+            if log.rfind("Resuming operations") > log.rfind("Pausing operations"):
+                out.append(pod["metadata"]["name"])
+        return out
+
+    await aeventually(lambda: _one(acting()), timeout=30, what="exactly one operator replica acting")
+    assert await acting() == [_active_operator(peering)]
+
+
+async def test_four_tls_operations_through_the_installed_operator_lose_no_write(sc: scenario.Scenario) -> None:
+    db = "four"
+    await sc.fresh_etcd(db)
+    since = time.monotonic()
+    steps = [
+        ("add-tls", {"tls": {"issuerRef": {**ISSUER, "name": "ca-a"}}}),
+        ("rotate", {"tls": {"rotateCertificates": True}}),
+        ("change-issuer", {"tls": {"issuerRef": {**ISSUER, "name": "ca-b"}}}),
+        ("remove-tls", {"tls": {"remove": True}}),
+    ]
+    for name, spec in steps:
+        result = await sc.operate(f"{db}-{name}", db, "ReconfigureTLS", timeout=300, **spec)
+        assert result.phase == constants.PHASE_SUCCESSFUL, f"{name}: {result.failure}"
+        assert result.writes_failed == 0, f"{name}: {result.writes_failed} failed writes"
+        await sc.wait_ready(db, timeout=60)
+    done = audit(sc).counts(user=OPERATOR_USER, since=since)
+    # What the operations needed, done as the operator's ServiceAccount, and nothing refused.
+    for call in [("patch", "etcdopsrequests/status"), ("create", "pods/eviction"), ("update", "statefulsets"),
+                 ("create", "certificates")]:
+        assert done[call] > 0, (call, done)
+    refused = [r for r in audit(sc).records(user=OPERATOR_USER) if r.code == 403]
+    assert not refused, refused
+    # The API server called the webhook pods (behind their Service) on every write of a request; they looked
+    # up the Etcd as their own ServiceAccount.
+    assert any(r.code == 200 for r in audit(sc).records(user=WEBHOOK_USER)), audit(sc).counts(user=WEBHOOK_USER)
+    await sc.drop_etcd(db)
+
+
+async def _one(names: Any) -> bool:
+    return len(await names) == 1
+
+
+def _active_operator(peering: dict[str, Any]) -> str:
+    """The peer kopf lets act: the highest priority among the live peers of the peering object."""
+    peers = (peering.get("status") or {})
+    return max(peers, key=lambda peer: int((peers[peer] or {}).get("priority", 0)))
+
+
+async def test_active_operator_deleted_during_restart_pods_standby_takes_over(sc: scenario.Scenario) -> None:
+    db = "ha"
+    await sc.fresh_etcd(db)
+    peering = await _peering(sc)
+    active = _active_operator(peering)
+    standby = {p["metadata"]["name"] for p in await install.operator_pods(sc.k)} - {active}
+    assert len(standby) == 1, (active, standby)
+    async with scenario.PodTracker(sc, db) as tracker, sc.live(db) as (writer, _monitor):
+        await sc.submit("ha-restart", db, "Restart")
+
+        async def evicting() -> bool:
+            req = await sc.request("ha-restart") or {}
+            conds = (req.get("status") or {}).get("conditions")
+            return any(conditions.is_true(conds, constants.per_pod_type(constants.STEP_EVICT_POD, p))
+                       for p in tracker.names)
+
+        await aeventually(evicting, timeout=90, what="RestartPods evicting a member")
+        # A crash: the process is SIGKILLed (no clean exit, no farewell keep-alive), and its pod force-deleted,
+        # as when its node dies and the pod is removed.
+        os.kill(sc.sandbox.kubelet.pids()[(install.NAMESPACE, active, "operator")], signal.SIGKILL)
+        await sc.k.delete("v1", "Pod", install.NAMESPACE, active, grace_period_seconds=0)
+        await aeventually(lambda: (install.NAMESPACE, active, "operator") not in sc.sandbox.kubelet.pids(),
+                          timeout=30, what=f"the process of {active} gone")
+        killed_at = time.monotonic()
+        req = await sc.watch_request("ha-restart", timeout=240)
+        final = writer.snapshot()
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
+    assert tracker.restarts() == {n: 1 for n in tracker.names}, tracker.uids
+    assert final.failed == 0, f"{final.failed} failed writes"
+    # The takeover: from the active process's end to the first write the standby makes on the request (the audit
+    # log names the pod of each request: its token is bound to it).
+    acts = [r for r in audit(sc).records(user=OPERATOR_USER, since=killed_at)
+            if r.verb in MUTATING and r.resource in ("etcdopsrequests/status", "pods/eviction", "etcds/status")]
+    # only the standby acts (a request of the dead process still in flight when it died may end just after)
+    assert {r.pod for r in acts} - {active} == standby, {r.pod for r in acts}  # the replacement pod waits
+    first = next(r for r in acts if r.pod != active)
+    takeover = first.at - killed_at
+    print(f"\nHA takeover: active operator pod {active} deleted (grace 0) -> first action of the standby "
+          f"{first.pod} after {takeover:.1f}s ({first.verb} {first.resource} {first.name})")
+    # --peering-lifetime=20: the dead peer's keep-alive (refreshed every 10-15 s) runs out within 20 s; not at
+    # once, because a killed replica leaves no farewell keep-alive
+    assert 1.0 < takeover < 60, takeover
+    assert "Operator is stopping" not in sc.sandbox.logs(install.NAMESPACE, active, "operator")
+    await sc.drop_etcd(db)
+
+
+# --- RBAC proven: every rule of the bundle is needed ----------------------------------------------------------------
+
+VERSIONS = {"": "v1", "apps": "v1", "policy": "v1", "cert-manager.io": "v1", "opsmanager.dev": "v1alpha1",
+            "ops.opsmanager.dev": "v1alpha1", "apiextensions.k8s.io": "v1", "kopf.dev": "v1",
+            "events.k8s.io": "v1", "coordination.k8s.io": "v1"}
+METHODS = {"get": "GET", "list": "GET", "watch": "GET", "create": "POST", "update": "PUT", "patch": "PATCH",
+           "delete": "DELETE", "deletecollection": "DELETE"}
+# The roles the bundle grants, and whose ServiceAccount uses them.
+ROLES = {"opsmanager-operator-cluster": OPERATOR_USER, "opsmanager-operator": OPERATOR_USER,
+         "opsmanager-webhook": WEBHOOK_USER}
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    verb: str
+    api_group: str
+    resource: str
+    namespace: str
+    name: str
+
+    def path(self) -> str:
+        version = VERSIONS[self.api_group]
+        base = f"/api/{version}" if not self.api_group else f"/apis/{self.api_group}/{version}"
+        resource, _, sub = self.resource.partition("/")
+        path = base + (f"/namespaces/{self.namespace}" if self.namespace else "") + f"/{resource}"
+        if self.name and self.verb not in ("list", "watch"):  # a list/watch by name is a fieldSelector
+            path += f"/{self.name}"
+        return path + (f"/{sub}" if sub else "")
+
+
+def _granted_by(rule: dict[str, Any], call: Call) -> bool:
+    return call.api_group in rule["apiGroups"] and call.resource in rule["resources"] and call.verb in rule["verbs"]
+
+
+def _bundle_roles() -> dict[str, dict[str, Any]]:
+    docs = [d for path in ("operator/rbac.yaml", "webhook/rbac.yaml")
+            for d in yaml.safe_load_all((BUNDLE / "base" / path).read_text()) if d]
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+
+
+async def _refused(client: kube.Kube, call: Call) -> bool:
+    query: dict[str, str] = {"watch": "true", "timeoutSeconds": "1"} if call.verb == "watch" else {}
+    if call.name and call.verb in ("list", "watch"):
+        query["fieldSelector"] = f"metadata.name={call.name}"
+    body = {} if METHODS[call.verb] in ("POST", "PUT", "PATCH") else None
+    content_type = "application/merge-patch+json" if call.verb == "patch" else "application/json"
+    try:
+        await client.request(METHODS[call.verb], call.path(), query=query, body=body, content_type=content_type,
+                             timeout=10)
+    except kube.Forbidden:
+        return True
+    except kube.KubeError:
+        return False
+    return False
+
+
+async def test_every_rule_of_the_bundle_is_needed(sc: scenario.Scenario) -> None:
+    """For each rule: what the ServiceAccount did in this module under that rule (the audit log), replayed with the
+    rule removed from the live ClusterRole, is refused (403 in the audit log). The rest of the module (install,
+    four operations, HA) is the traffic: run alone, rules it did not exercise fail the test."""
+    srv = sc.sandbox.apiserver
+    roles = _bundle_roles()
+    assert set(roles) == set(ROLES)
+    made = {user: [Call(r.verb, r.api_group, r.resource, r.namespace, r.name)
+                   for r in srv.audit.records(user=user) if r.code < 400] for user in set(ROLES.values())}
+    tokens = {user: srv.issue_token("opsmanager-system", user.rsplit(":", 1)[1]).token
+              for user in set(ROLES.values())}
+    unused: list[str] = []
+    unneeded: list[str] = []
+    for role_name, user in ROLES.items():
+        role = roles[role_name]
+        client = kube.Kube.for_url(srv.url, token=tokens[user], ca_path=str(srv.ca_file))
+        try:
+            for i, rule in enumerate(role["rules"]):
+                calls = {c for c in made[user] if _granted_by(rule, c)}
+                used_verbs = {c.verb for c in calls}
+                unused += [f"{role_name}: {v} {'/'.join(rule['resources'])}" for v in rule["verbs"]
+                           if v not in used_verbs]
+                if not calls:
+                    unneeded.append(f"{role_name} rule {i} {rule['apiGroups']} {rule['resources']}")
+                    continue
+                live = await sc.k.get("rbac.authorization.k8s.io/v1", "ClusterRole", None, role_name)
+                assert live is not None
+                without = dict(live, rules=[r for j, r in enumerate(live["rules"]) if j != i])
+                await sc.k.replace(without)
+                since = time.monotonic()
+                try:
+                    # one call per verb the ServiceAccount used under this rule
+                    samples = {c.verb: c for c in sorted(calls, key=lambda c: (c.verb, c.name))}
+                    results = {verb: await _refused(client, c) for verb, c in samples.items()}
+                finally:
+                    restored = await sc.k.get("rbac.authorization.k8s.io/v1", "ClusterRole", None, role_name)
+                    assert restored is not None
+                    await sc.k.replace(dict(restored, rules=live["rules"]))
+                assert all(results.values()), (role_name, rule, results)
+                denied = {(r.verb, r.resource) for r in srv.audit.records(user=user, since=since) if r.code == 403}
+                assert {(c.verb, c.resource) for c in samples.values()} <= denied, (rule, denied)
+        finally:
+            await client.close()
+    print(f"\nRBAC: every rule needed; verbs granted but not used in this module: {unused or 'none'}")
+    assert not unneeded, f"rules nothing in this module used: {unneeded}"
+
+
+async def test_a_service_account_without_a_binding_is_refused(sc: scenario.Scenario) -> None:
+    srv = sc.sandbox.apiserver
+    await sc.sandbox.apply({"apiVersion": "v1", "kind": "ServiceAccount",
+                            "metadata": {"name": "nobody", "namespace": "opsmanager-system"}})
+    token = srv.issue_token("opsmanager-system", "nobody").token
+    since = time.monotonic()
+    client = kube.Kube.for_url(srv.url, token=token, ca_path=str(srv.ca_file))
+    try:
+        with pytest.raises(kube.Forbidden):
+            await client.list(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace)
+    finally:
+        await client.close()
+    refused = [r for r in srv.audit.records(user="system:serviceaccount:opsmanager-system:nobody", since=since)
+               if r.code == 403]
+    assert [(r.verb, r.resource) for r in refused] == [("list", "etcds")]
+
+
+async def test_the_bundles_pdb_lets_a_drain_evict_one_operator_replica_at_a_time(sc: scenario.Scenario) -> None:
+    """The PodDisruptionBudget (minAvailable 1) counts the Deployment's pods: one eviction is allowed, the second
+    is refused while the first one's replacement is not Ready, and allowed again once it is."""
+    first, second = [p["metadata"]["name"] for p in await sc.sandbox.wait_ready_pods(
+        install.NAMESPACE, install.OPERATOR_SELECTOR, 2, timeout=60)][:2]
+    await sc.k.evict(install.NAMESPACE, first)
+    with pytest.raises(kube.KubeError) as refused:
+        await sc.k.evict(install.NAMESPACE, second)
+    assert refused.value.status == 429 and "disruption budget" in refused.value.message
+    pdb = await sc.k.get("policy/v1", "PodDisruptionBudget", install.NAMESPACE, "opsmanager-operator")
+    assert (pdb or {}).get("status", {}).get("expectedPods") == 2
+    await sc.sandbox.wait_ready_pods(install.NAMESPACE, install.OPERATOR_SELECTOR, 2, timeout=60)
+    await sc.k.evict(install.NAMESPACE, second)  # the replacement is Ready: the budget allows one again
