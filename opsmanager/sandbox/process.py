@@ -191,10 +191,7 @@ def setup_script(spec: ProcessSpec) -> str:
     for d in SYSTEM_DIRS:
         if os.path.isdir(d) and not os.path.islink(d):
             lines.append(f"{mount} --bind -o ro {q(d)} {q(root + d)}")
-    if spec.product_image:
-        for d in product_image_dirs():
-            lines.append(f"{mount} --bind -o ro {q(d)} {q(root + d)}")
-    else:
+    if not spec.product_image:
         lines.append(f"{mount} --bind -o ro {q(str(etcd_bin_dir()))} {q(root + '/usr/local/bin')}")
     lines.append(f"{mount} --rbind /dev {q(root + '/dev')}")
     lines.append(f"{mount} --rbind /proc {q(root + '/proc')}")
@@ -203,6 +200,12 @@ def setup_script(spec: ProcessSpec) -> str:
     for m in spec.mounts:
         opts = "-o ro " if m.read_only else ""
         lines.append(f"{mount} --bind {opts}{q(str(m.host_path))} {q(root + _clean(m.container_path))}")
+    if spec.product_image:
+        # After the pod's volumes: a volume at a parent of the installation (the bundle's emptyDir at /tmp, with a
+        # checkout under /tmp) would otherwise hide it. The mount point is made again inside that volume.
+        for d in product_image_dirs():
+            lines.append(f"mkdir -p {q(root + d)}")
+            lines.append(f"{mount} --bind -o ro {q(d)} {q(root + d)}")
     lines.append(f"{hostname} {q(spec.hostname[:63] or 'pod')}")
     tail = " ".join(q(a) for a in spec.argv)
     if spec.workdir and spec.workdir != "/":
