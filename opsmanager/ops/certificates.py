@@ -312,15 +312,45 @@ def _status_not_after(db_obj: dict[str, Any], member: str, port: str) -> datetim
     return None
 
 
+async def _status_is_current(ctx: context.OpsContext) -> bool:
+    """Is the last scan (``status.tls.lastScanTime``) later than the end of every other request on this Etcd? A
+    scan from before a request that restarted the members says nothing about what they serve now — a rescue just
+    finished leaves its expired entries there until the next scan (1 s after the request ends), and a member still
+    starting then would make the next rotate rescue a cluster that no longer needs it."""
+    raw = ((ctx.db_obj.get("status") or {}).get("tls") or {}).get("lastScanTime")
+    try:
+        scanned = conditions.parse_rfc3339(raw) if isinstance(raw, str) else None
+    except ValueError:
+        scanned = None
+    if scanned is None:
+        return False
+    for other in await ctx.kube.list(constants.OPS_API_VERSION, constants.OPS_KIND, ctx.namespace):
+        if other["metadata"].get("name") == ctx.name or \
+                ((other.get("spec") or {}).get("databaseRef") or {}).get("name") != ctx.db_name:
+            continue
+        for cond in (other.get("status") or {}).get("conditions") or ():
+            if cond.get("type") in (constants.COND_SUCCESSFUL, constants.COND_FAILED) and \
+                    cond.get("status") == constants.TRUE:
+                try:
+                    ended = conditions.parse_rfc3339(cond.get("lastTransitionTime") or "")
+                except ValueError:
+                    continue
+                if ended >= scanned:
+                    return False
+    return True
+
+
 async def observe_expiry(ctx: context.OpsContext) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The expired leaves members serve (``"<member> <port> notAfter <t>"``) and, when every CA the members have
     loaded has expired, those CAs. A leaf is read by a fresh handshake that does not verify the chain (it only reads
     what is served: an expired chain is never trusted for anything); a member that does not answer is judged by the
     last scan's ``status.tls`` — so an unreachable member with a valid leaf adds nothing (reachability never
-    chooses the rescue)."""
+    chooses the rescue) — when that scan is later than the end of every other request on the Etcd
+    (:func:`_status_is_current`); otherwise such a member adds nothing either."""
     now = ctx.now
     expired: list[str] = []
     pods = await ctx.pods()
+    status_current: bool | None = None
     async with await ctx.etcd(pods) as client:
         for member in ctx.pod_names():
             for port in constants.TLS_PORTS:
@@ -328,7 +358,9 @@ async def observe_expiry(ctx: context.OpsContext) -> tuple[tuple[str, ...], tupl
                 try:
                     not_after = (await client.served_certificate(member, port=port, timeout=2.0)).not_after
                 except etcd_errors.EtcdError:
-                    not_after = _status_not_after(ctx.db_obj, member, port)
+                    if status_current is None:
+                        status_current = await _status_is_current(ctx)
+                    not_after = _status_not_after(ctx.db_obj, member, port) if status_current else None
                 if not_after is not None and not_after < now:
                     expired.append(f"{member} {port} notAfter {conditions.rfc3339(not_after)}")
     loaded = pki.split_pem(await release.loaded(ctx.kube, ctx.db))

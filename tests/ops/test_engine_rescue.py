@@ -164,3 +164,40 @@ async def test_a_valid_cluster_with_every_member_down_is_never_rescued(world: w.
     req = await world.get_request("rotate")
     assert req["metadata"]["annotations"][tlschange.ANNOTATION_PLAN] == plan.RotateVariant.HOT_RELOAD.value
     assert constants.ANNOTATION_RESCUE_REASON not in req["metadata"]["annotations"]
+
+
+async def _down_with_an_expired_scan(world: w.World, *, scanned: datetime.datetime,
+                                     other_ended: datetime.datetime) -> str:
+    """Every member down; the last scan (at ``scanned``) saw expired leaves; another request ended at
+    ``other_ended``. Returns the plan the next rotate chooses."""
+    await world.etcd("db", tls_issuer="ca-a")
+    assert world.cluster is not None
+    for name in operations.PODS:
+        world.cluster.stop(name)
+    past = conditions.rfc3339(scanned - datetime.timedelta(days=1))
+    members = [{"name": p, "client": {"notAfter": past}, "peer": {"notAfter": past}} for p in operations.PODS]
+    await world.kube.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, w.NS, "db", lambda st: {
+        **st, "tls": {"lastScanTime": conditions.rfc3339(scanned), "members": members}})
+    await world.request("earlier", "db", "Restart")
+    await world.kube.transact_status(constants.OPS_API_VERSION, constants.OPS_KIND, w.NS, "earlier", lambda st: {
+        **st, "phase": constants.PHASE_SUCCESSFUL, "conditions": conditions.set_condition(
+            None, constants.COND_SUCCESSFUL, constants.TRUE, reason="Successful", message="done", now=other_ended)})
+    await rotate(world)
+    await world.engine().reconcile(w.NS, "rotate")
+    req = await world.get_request("rotate")
+    return str(req["metadata"]["annotations"][tlschange.ANNOTATION_PLAN])
+
+
+async def test_a_scan_from_before_the_last_request_does_not_choose_a_rescue(world: w.World) -> None:
+    """A rescue just finished: its members may still be starting, and the scan that saw them expired predates it."""
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    chosen = await _down_with_an_expired_scan(world, scanned=now - datetime.timedelta(seconds=30),
+                                              other_ended=now - datetime.timedelta(seconds=5))
+    assert chosen == plan.RotateVariant.HOT_RELOAD.value
+
+
+async def test_a_scan_after_the_last_request_still_judges_members_that_do_not_answer(world: w.World) -> None:
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    chosen = await _down_with_an_expired_scan(world, scanned=now - datetime.timedelta(seconds=5),
+                                              other_ended=now - datetime.timedelta(seconds=30))
+    assert chosen != plan.RotateVariant.HOT_RELOAD.value
