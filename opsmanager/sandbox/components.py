@@ -103,13 +103,14 @@ async def webhook(sb: Any) -> AsyncIterator[children.Child]:
 
 @contextlib.asynccontextmanager
 async def operator(sb: Any, *, interval: float = 1.0,
-                   delivery_timeout: float = SANDBOX_CERTIFICATE_DELIVERY_TIMEOUT) -> AsyncIterator[children.Child]:
+                   delivery_timeout: float = SANDBOX_CERTIFICATE_DELIVERY_TIMEOUT,
+                   extra_args: tuple[str, ...] = ()) -> AsyncIterator[children.Child]:
     liveness = f"http://127.0.0.1:{children.free_port()}/healthz"
     metrics_port = children.free_port()
     argv = children.product_argv("run", "--kubeconfig", str(sb.kubeconfig), "--liveness", liveness,
                                  "--interval", str(interval), "--standalone", "--metrics-port", str(metrics_port),
                                  "--metrics-address", "127.0.0.1",
-                                 "--certificate-delivery-timeout", str(delivery_timeout))
+                                 "--certificate-delivery-timeout", str(delivery_timeout), *extra_args)
     child = await children.Child.start("the operator", argv, log_path=sb.dir / "logs" / "operator.log")
     try:
         await child.wait_ready(lambda: _answers(liveness), timeout=READY_TIMEOUT)

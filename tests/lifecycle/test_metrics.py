@@ -76,9 +76,10 @@ def test_no_label_carries_a_serial() -> None:
     exposition = prometheus_client.generate_latest(metrics.REGISTRY).decode()
     assert 'member="db-0"' in exposition and 'port="peer"' in exposition
     assert "deadbeef01" not in exposition and "cafef00d02" not in exposition and "serial" not in exposition
+    # Label names in the registry: object names and the ops metrics' kinds (type, phase, step, kind, histogram le).
     for family in metrics.REGISTRY.collect():
         for sample in family.samples:
-            assert set(sample.labels) <= {"namespace", "etcd", "member", "port"}
+            assert set(sample.labels) <= {"namespace", "etcd", "member", "port", "type", "phase", "step", "kind", "le"}
 
 
 def test_members_and_ports_that_go_are_removed_and_others_stay() -> None:
