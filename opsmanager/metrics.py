@@ -28,12 +28,17 @@ def reconciled(namespace: str, etcd: str) -> None:
     RECONCILES.labels(namespace, etcd).inc()
 
 
-def forget(namespace: str, etcd: str) -> None:
-    """Remove the series of a deleted Etcd."""
+def remove_series(metric: prometheus_client.Gauge | prometheus_client.Counter, *labels: str) -> None:
+    """Remove one labelled series; nothing when it does not exist."""
     try:
-        RECONCILES.remove(namespace, etcd)
+        metric.remove(*labels)
     except KeyError:
         pass
+
+
+def forget(namespace: str, etcd: str) -> None:
+    """Remove the series of a deleted Etcd."""
+    remove_series(RECONCILES, namespace, etcd)
 
 
 # --- the ops engine (issue 15): requests, steps, restarts, leader moves, reconcile errors -----------------------

@@ -122,10 +122,7 @@ def scan_failed() -> None:
 
 
 def _remove(gauge: prometheus_client.Gauge, *labels: str) -> None:
-    try:
-        gauge.remove(*labels)
-    except KeyError:
-        pass
+    operator_metrics.remove_series(gauge, *labels)
 
 
 def serve(port: int, addr: str = "0.0.0.0") -> tuple[WSGIServer, threading.Thread]:
