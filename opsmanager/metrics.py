@@ -67,6 +67,10 @@ MEMBER_RESTARTS = prometheus_client.Counter(
 LEADER_MOVES = prometheus_client.Counter(
     "opsmanager_leader_moves_total",
     "etcd leadership moves (MoveLeader) the ops engine made", registry=REGISTRY)
+OPS_RECONCILES = prometheus_client.Counter(
+    "opsmanager_opsrequest_reconciles_total",
+    "Reconcile passes of the ops engine over EtcdOpsRequests (each wake-up by a watch event or a step's delay)",
+    registry=REGISTRY)
 RECONCILE_ERRORS = prometheus_client.Counter(
     "opsmanager_reconcile_errors_total",
     "Transient errors caught in the ops engine's and the provisioner's reconcile loops (retried), by kind",

@@ -24,7 +24,7 @@ Rules, each for a failure it prevents:
   forgets it at once); only a per-name watch, which sees exactly that name, answers "absent" by itself.
 - **A conflict re-reads.** A write refused with 409 marks the object stale: the next read goes to the API
   server (and refreshes the cache), so an optimistic-lock retry never spins on a stale resourceVersion.
-- **Callers get copies.** Cached objects are shared; ``get``/``list`` hand out deep copies.
+- **Callers get copies.** Cached objects are shared; ``get``/``list`` hand out deep copies (:func:`copy_json`).
 - **Not synced yet → the API server.** Until an informer has listed, reads of its kind go to the API server.
 
 Counters (:attr:`CachedKube.stats`: hits, misses, by kind) tell where requests still go; the operator logs them
@@ -40,6 +40,7 @@ import collections
 import contextlib
 import copy
 import logging
+import marshal
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -75,6 +76,19 @@ def parse_selector(selector: str | None) -> dict[str, str] | None:
         key, _, value = part.partition("==") if "==" in part else part.partition("=")
         out[key.strip()] = value.strip()
     return out
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of a JSON document (dicts, lists and scalars, as the API server's answers are).
+
+    ``copy.deepcopy`` handles any object graph and pays for it in Python, a memo entry per node; ``marshal``
+    copies the same core types in C, about four times faster. Profiled at thirty clusters at once, the cache's
+    copies were a quarter of the operator's CPU. A value marshal cannot write (none should reach the cache) falls
+    back to ``copy.deepcopy``."""
+    try:
+        return marshal.loads(marshal.dumps(value))
+    except ValueError:
+        return copy.deepcopy(value)
 
 
 def matches(obj: Obj, selector: dict[str, str]) -> bool:
@@ -256,7 +270,7 @@ class CachedKube(kube_client.Kube):
         for cached in (self._named.get((api_version, kind, ns or "", name)),
                        self._covering(api_version, kind, ns)):
             if cached is not None and cached.synced and cached.admits(obj):
-                cached.informer.observe(copy.deepcopy(obj))
+                cached.informer.observe(copy_json(obj))
 
     def _watch_by_name(self, api_version: str, kind: str, namespace: str | None, name: str) -> None:
         if (api_version, kind) not in self._track or not self._running:
@@ -284,7 +298,7 @@ class CachedKube(kube_client.Kube):
             obj = cached.informer.get(namespace or "", name)
             if obj is not None:
                 self.stats[f"hit {kind}"] += 1
-                return copy.deepcopy(obj)
+                return copy_json(obj)  # type: ignore[no-any-return]
             if cached.name is not None:  # a per-name watch answers "absent" too
                 self.stats[f"hit {kind}"] += 1
                 return None
@@ -315,7 +329,7 @@ class CachedKube(kube_client.Kube):
         if (cached is not None and cached.synced and not field_selector and wanted is not None
                 and all(wanted.get(k) == v for k, v in cached.selector.items())):
             self.stats[f"hit list {kind}"] += 1
-            return [copy.deepcopy(o) for o in cached.informer.items(namespace)
+            return [copy_json(o) for o in cached.informer.items(namespace)
                     if matches(o, wanted)]
         self.stats[f"miss list {kind}"] += 1
         log.debug("cache miss: LIST %s in %s (labels %s, fields %s)", kind, namespace or "every namespace",

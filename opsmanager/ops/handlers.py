@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 import kopf
@@ -29,6 +29,10 @@ from opsmanager.ops.steps import pause
 
 log = logging.getLogger("opsmanager.ops")
 
+# The shortest time between the starts of two passes over one request that a watch event asked for (a step's own
+# delay is not shortened nor lengthened by it). See drive_ops_request.
+REWAKE_INTERVAL = 0.25
+
 
 def _wakeups(client: kube.Kube, namespace: str, db_name: str, *,
              request: str) -> contextlib.AbstractContextManager[asyncio.Event]:
@@ -40,6 +44,36 @@ def _wakeups(client: kube.Kube, namespace: str, db_name: str, *,
             return not (obj.get("kind") == constants.OPS_KIND and (obj.get("metadata") or {}).get("name") == request)
         return client.wakeups.subscribe(namespace, db_name, accept)
     return contextlib.nullcontext(asyncio.Event())
+
+
+async def drive(reconcile: Callable[[], Awaitable[engine.Outcome]], changed: asyncio.Event, *,
+                logger: logging.Logger | logging.LoggerAdapter[Any], what: str,
+                rewake_interval: float = REWAKE_INTERVAL) -> None:
+    """Reconcile until the request is finished. The next pass comes when ``changed`` is set (a watch event about the
+    request's Etcd or its objects), or after the delay the step asked for (for what only etcd shows).
+
+    A member restart is a burst of events (the pod going, coming, starting, Ready; the StatefulSet's status after
+    each), so a pass that a change asked for starts no sooner than ``rewake_interval`` after the previous pass
+    started: one pass takes in the burst, and a lone change still gets a pass at once. A change is never lost:
+    ``changed`` is cleared before each pass looks at the world."""
+    loop = asyncio.get_running_loop()
+    while True:
+        changed.clear()  # a change from here on wakes the wait below
+        started = loop.time()
+        metrics.OPS_RECONCILES.inc()
+        try:
+            outcome = await reconcile()
+        except kube.KubeError as err:
+            logger.info("reconcile of %s: %s; retrying", what, err)
+            metrics.reconcile_error(err)
+            await asyncio.sleep(1.0)  # back-off after an API error, not a synchronisation
+            continue
+        if outcome.finished:
+            return
+        if await cache.wait(changed, outcome.delay):
+            rest = started + rewake_interval - loop.time()
+            if rest > 0:
+                await asyncio.sleep(rest)  # a rate limit, not a synchronisation
 
 
 def _paused(status: Any, **_: Any) -> bool:
@@ -74,20 +108,8 @@ def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, eng: engine.
         assert namespace is not None  # EtcdOpsRequest is namespaced
         db_name = str((dict(spec).get("databaseRef") or {}).get("name") or "")
         with _wakeups(client, namespace, db_name, request=name) as changed:
-            while True:
-                changed.clear()  # a change from here on wakes the wait below
-                try:
-                    outcome = await the_engine.reconcile(namespace, name)
-                except kube.KubeError as err:
-                    logger.info("reconcile of %s/%s: %s; retrying", namespace, name, err)
-                    metrics.reconcile_error(err)
-                    await asyncio.sleep(1.0)  # back-off after an API error, not a synchronisation
-                    continue
-                if outcome.finished:
-                    return
-                # The next reconcile comes when the request, its Etcd or one of the Etcd's objects changes (the
-                # watch caches say so), or after the delay the step asked for (for what only etcd shows).
-                await cache.wait(changed, outcome.delay)
+            await drive(lambda: the_engine.reconcile(namespace, name), changed, logger=logger,
+                        what=f"{namespace}/{name}")
 
     @kopf.timer(constants.ETCD_GROUP, constants.ETCD_VERSION, constants.ETCD_PLURAL, registry=registry,
                 id="heal-pause", interval=3.0, when=_paused)

@@ -101,44 +101,70 @@ def _svc_names(svc: ServiceRecord, viewer_ns: str, domain: str) -> list[str]:
     return names
 
 
+class HostsTable:
+    """What every pod's hosts file is made of, computed once per pass over the pods and Services; then
+    :meth:`for_pod` writes one pod's file from it.
+
+    Why a table: a pass writes every pod's file, and each file lists every Service's endpoints. Computing the
+    endpoints per file made a pass cost pods² × Services selector checks — at 90 pods and 60 Services that was
+    most of the sandbox's CPU while thirty clusters restarted their members."""
+
+    def __init__(self, pods: Iterable[PodRecord], services: Iterable[ServiceRecord],
+                 domain: str = "cluster.local") -> None:
+        self.domain = domain
+        pods = sorted(pods, key=lambda p: (p.namespace, p.name))
+        services = sorted(services, key=lambda s: (s.namespace, s.name))
+        self.published = published_pods(pods, services)
+        by_namespace: dict[str, list[PodRecord]] = {}
+        for pod in pods:
+            by_namespace.setdefault(pod.namespace, []).append(pod)
+        # (service, its endpoint IPs in pod order): the Services' lines, viewer-independent but for the short form
+        self.endpoints = [(svc, [pod.ip for pod in by_namespace.get(svc.namespace, ()) if _endpoint(svc, pod)])
+                          for svc in services]
+        self._published_by_subdomain: dict[tuple[str, str], list[str]] = {}
+        for pod in self.published:
+            self._published_by_subdomain.setdefault((pod.namespace, pod.subdomain), []).append(
+                f"{pod.host}.{pod.subdomain}.{pod.namespace}.svc.{domain}")
+
+    def for_pod(self, me: PodRecord) -> str:
+        """The ``/etc/hosts`` of pod ``me``."""
+        domain = self.domain
+        lines: dict[str, list[str]] = {}
+
+        own: list[str] = []
+        if me.subdomain:
+            own += [f"{me.host}.{me.subdomain}.{me.namespace}.svc.{domain}"]
+        own += [me.host, "localhost"]
+        if me.subdomain:
+            own += _pod_names(me, me.namespace, domain)[1:]
+        lines[me.ip] = list(dict.fromkeys(own))
+
+        for pod in self.published:
+            names = _pod_names(pod, me.namespace, domain)
+            if pod.ip == me.ip:
+                lines[me.ip] = list(dict.fromkeys(lines[me.ip] + names))
+            else:
+                lines.setdefault(pod.ip, [])
+                lines[pod.ip] = list(dict.fromkeys(lines[pod.ip] + names))
+
+        out = ["# Kubernetes-managed hosts file (opsmanager sandbox): pod and Service DNS records of the cluster.",
+               "# Rewritten in place by the sandbox kubelet; see opsmanager/sandbox/dns.py."]
+        out += [f"{ip}\t{' '.join(names)}" for ip, names in lines.items()]
+        for svc, ips in self.endpoints:
+            if ips:
+                svc_names = " ".join(_svc_names(svc, me.namespace, domain))
+                out += [f"{ip}\t{svc_names}" for ip in ips]
+        peers = self._published_by_subdomain.get((me.namespace, me.subdomain), []) if me.subdomain else []
+        if peers:
+            out.append("# peer connections between sandbox pods come from 127.0.0.1 (shared loopback): reverse-map it")
+            out.append(f"127.0.0.1\t{' '.join(peers)}")
+        return "\n".join(out) + "\n"
+
+
 def hosts_file(me: PodRecord, pods: Iterable[PodRecord], services: Iterable[ServiceRecord],
                domain: str = "cluster.local") -> str:
-    """The ``/etc/hosts`` of pod ``me``."""
-    pods = list(pods)
-    services = list(services)
-    published = published_pods(pods, services)
-    lines: dict[str, list[str]] = {}
-
-    own: list[str] = []
-    if me.subdomain:
-        own += [f"{me.host}.{me.subdomain}.{me.namespace}.svc.{domain}"]
-    own += [me.host, "localhost"]
-    if me.subdomain:
-        own += _pod_names(me, me.namespace, domain)[1:]
-    lines[me.ip] = list(dict.fromkeys(own))
-
-    for pod in published:
-        names = _pod_names(pod, me.namespace, domain)
-        if pod.ip == me.ip:
-            lines[me.ip] = list(dict.fromkeys(lines[me.ip] + names))
-        else:
-            lines.setdefault(pod.ip, [])
-            lines[pod.ip] = list(dict.fromkeys(lines[pod.ip] + names))
-
-    out = ["# Kubernetes-managed hosts file (opsmanager sandbox): pod and Service DNS records of the cluster.",
-           "# Rewritten in place by the sandbox kubelet; see opsmanager/sandbox/dns.py."]
-    out += [f"{ip}\t{' '.join(names)}" for ip, names in lines.items()]
-    for svc in sorted(services, key=lambda s: (s.namespace, s.name)):
-        names = _svc_names(svc, me.namespace, domain)
-        for pod in sorted(pods, key=lambda p: (p.namespace, p.name)):
-            if _endpoint(svc, pod):
-                out.append(f"{pod.ip}\t{' '.join(names)}")
-    peers = [f"{p.host}.{p.subdomain}.{p.namespace}.svc.{domain}" for p in published
-             if me.subdomain and p.namespace == me.namespace and p.subdomain == me.subdomain]
-    if peers:
-        out.append("# peer connections between sandbox pods come from 127.0.0.1 (shared loopback): reverse-map it")
-        out.append(f"127.0.0.1\t{' '.join(peers)}")
-    return "\n".join(out) + "\n"
+    """The ``/etc/hosts`` of pod ``me`` (one file; a pass over every pod uses one :class:`HostsTable`)."""
+    return HostsTable(pods, services, domain).for_pod(me)
 
 
 def resolv_conf(namespace: str, domain: str = "cluster.local", nameserver: str = "127.0.0.53") -> str:

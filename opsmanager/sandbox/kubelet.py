@@ -973,13 +973,13 @@ class _HostBase:
             self._dns_handle.cancel()
         self._dns_handle = None
         live = [w for w in self.workers.values() if not w.stopped.is_set()]
-        records = [w.record() for w in live]
-        services = list(self.services())
+        records = {id(w): w.record() for w in live}
+        table = dns.HostsTable(records.values(), self.services(), self.config.cluster_domain)
         for w in live:
             hosts = w.etc_files["hosts"]
             if not hosts.parent.exists() or w.terminating:
                 continue
-            dns.write_in_place(hosts, dns.hosts_file(w.record(), records, services, self.config.cluster_domain))
+            dns.write_in_place(hosts, table.for_pod(records[id(w)]))
 
     def pvc_dir(self, pvc: Obj) -> Path:
         meta = pvc["metadata"]

@@ -249,3 +249,23 @@ async def test_absent_is_believed_briefly_and_a_collision_forgets_it(
     assert await client.get("v1", "Secret", NS, "gone-for-good") is None
     asked = [p for _m, p in counter.since() if p.endswith("/gone-for-good")]
     assert len(asked) == 2, "past the TTL, absent is asked again"
+
+
+def test_copy_json_is_a_deep_independent_copy_and_falls_back_for_other_types() -> None:
+    import datetime
+
+    from opsmanager.kube.cache import copy_json
+
+    obj = {"metadata": {"name": "a", "labels": {"x": "1"}}, "spec": {"args": ["--a", 1, 2.5, True, None]},
+           "status": {"conditions": [{"type": "Ready"}]}}
+    copied = copy_json(obj)
+    assert copied == obj
+    copied["metadata"]["labels"]["x"] = "2"
+    copied["spec"]["args"].append("--b")
+    copied["status"]["conditions"][0]["type"] = "Gone"
+    assert obj == {"metadata": {"name": "a", "labels": {"x": "1"}}, "spec": {"args": ["--a", 1, 2.5, True, None]},
+                   "status": {"conditions": [{"type": "Ready"}]}}
+    when = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)  # marshal cannot write it: deepcopy does
+    odd = {"at": when, "nested": [{"at": when}]}
+    odd_copy = copy_json(odd)
+    assert odd_copy == odd and odd_copy["nested"] is not odd["nested"]

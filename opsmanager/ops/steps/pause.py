@@ -64,9 +64,12 @@ async def heal(client: kube.Kube, namespace: str | None = None, *, only: str | N
     namespaces = [namespace] if namespace else [
         n["metadata"]["name"] for n in await client.list("v1", "Namespace", None)]
     for ns in namespaces:
-        for db in await client.list(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns):
-            if only is not None and db["metadata"]["name"] != only:
-                continue
+        if only is not None:  # a timer per paused Etcd: read that one, not every Etcd of the namespace
+            one = await client.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, only)
+            dbs = [one] if one is not None else []
+        else:
+            dbs = await client.list(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns)
+        for db in dbs:
             holder = pause_api.held_by_request(db.get("status"))
             if holder is None:
                 continue
