@@ -65,3 +65,18 @@ def test_an_rsa_leaf_allows_key_encipherment_whatever_the_case_of_the_algorithm_
         leaf = pki.make_leaf(ca, "leaf", key_algorithm=name)
         usage = x509.load_pem_x509_certificate(leaf.cert_pem).extensions.get_extension_for_class(x509.KeyUsage).value
         assert usage.key_encipherment, name
+
+
+def test_key_matches_cert_is_remembered_by_digest_and_keeps_no_key_material() -> None:
+    ca = pki.make_ca("memo-ca")
+    a = pki.make_leaf(ca, "a", dns_names=["a"], usages=["server"])
+    b = pki.make_leaf(ca, "b", dns_names=["b"], usages=["server"])
+    for _ in range(2):  # the second round answers from the memo: the same answers
+        assert pki.key_matches_cert(a.cert_pem, a.key_pem)
+        assert not pki.key_matches_cert(a.cert_pem, b.key_pem)
+        assert not pki.key_matches_cert(b"not a certificate", a.key_pem)
+    remembered = dict(pki._KEY_MATCHES)
+    assert remembered and all(isinstance(k, bytes) and len(k) == 32 for k in remembered)
+    assert all(isinstance(v, bool) for v in remembered.values())
+    assert not any(a.key_pem in k or b.key_pem in k for k in remembered)
+    assert pki.cert_info(a.cert_pem) is pki.cert_info(a.cert_pem)  # parsed once
