@@ -840,8 +840,10 @@ class EtcdClient:
                 return dataclasses.replace(result, seconds=loop.time() - started, polls=polls)
             except errors.DataInconsistent:
                 raise
-            except errors.DeadlinePassed as err:
-                if polls == 1:
+            except errors.RequestTimeout as err:
+                # A poll cut short by the overall deadline (or by DeadlinePassed) says only that time ran out:
+                # it does not replace an earlier, more telling blocker (e.g. the stopped member's health).
+                if polls == 1 or (step >= self.timeout and not isinstance(err, errors.DeadlinePassed)):
                     blocker = err
             except errors.EtcdError as err:
                 blocker = err

@@ -258,7 +258,7 @@ async def test_wait_recovered_gates_a_restarted_follower(client: etcd_client.Etc
         for i in range(20):  # the follower falls behind
             await client.put(f"/test/lag/{i}", "x" * 100)
         with pytest.raises(errors.NotRecovered) as info:  # 2 of 3 up: quorum, but not recovered
-            await client.wait_recovered(name, expected_voters=3, timeout=0.6)
+            await client.wait_recovered(name, expected_voters=3, timeout=1.5)
         assert "health" in info.value.reason or "unreachable" in info.value.reason.lower(), info.value.reason
     finally:
         etcd_mtls_cluster.start_member(name, wait=None)
