@@ -29,6 +29,7 @@ from aiohttp import web
 from e2e import naive, processes, scenario
 from opsmanager.api import constants
 from opsmanager.provisioner import handlers as provisioner_handlers
+from opsmanager.provisioner import naming
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host",
               "proxy-connection", "te", "trailer", "upgrade"}
@@ -162,6 +163,29 @@ def read_proc(pid: int) -> ProcSample:
     return parse_proc((base / "status").read_text(), (base / "stat").read_text(), os.sysconf("SC_CLK_TCK"))
 
 
+def parse_busy(stat_text: str, clock_ticks: int) -> float:
+    """Pure: the CPU seconds the whole machine has been busy (every core; all but idle and iowait) from the
+    ``cpu`` line of ``/proc/stat``."""
+    fields = [int(x) for x in stat_text.splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    # guest time is already counted in user and nice
+    return (sum(fields[:8]) - idle) / clock_ticks
+
+
+def machine_busy() -> float:
+    return parse_busy(pathlib.Path("/proc/stat").read_text(), os.sysconf("SC_CLK_TCK"))
+
+
+def members_cpu(sc: scenario.Scenario) -> float:
+    """CPU seconds the etcd processes of the scenario's namespace have used so far (from the kubelet's PIDs)."""
+    total = 0.0
+    for (ns, _pod, container), pid in sc.sandbox.kubelet.pids().items():
+        if ns == sc.namespace and container == naming.CONTAINER_NAME:
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                total += read_proc(pid).cpu_seconds
+    return total
+
+
 # --- the scenario ---------------------------------------------------------------------------------------------
 
 
@@ -188,6 +212,8 @@ def _delta(after: collections.Counter[str], before: collections.Counter[str]) ->
     out.subtract(before)
     return collections.Counter({k: v for k, v in out.items() if v > 0})
 
+
+IDLE_WINDOW = 10.0  # seconds over which the idle members' CPU is measured
 
 ADD_TLS = {"tls": {"issuerRef": {"apiGroup": "cert-manager.io", "kind": "Issuer", "name": "ca-a"}}}
 
@@ -229,16 +255,27 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
                 await sc.create_etcd(name)
             await asyncio.gather(*(sc.wait_ready(name, timeout=300) for name in names))
             say(f"scale: {clusters} Etcds ({3 * clusters} etcd processes) Ready in {time.monotonic() - created:.0f}s")
+            # What the members alone cost before anything happens: the floor under the concurrent phase.
+            idle_from, idle_busy, idle_cpu = time.monotonic(), machine_busy(), members_cpu(sc)
+            await asyncio.sleep(IDLE_WINDOW)  # a measurement window, not a synchronisation
+            idle_s = time.monotonic() - idle_from
+            members_idle_cores = (members_cpu(sc) - idle_cpu) / idle_s
+            machine_idle_cores = (machine_busy() - idle_busy) / idle_s
+            say(f"scale: idle, the {3 * clusters} etcd members use {members_idle_cores:.2f} cores, the machine "
+                f"{machine_idle_cores:.2f} of {os.cpu_count()}")
             requests = [f"{name}-add-tls" for name in names]
             async with sc.live(names[0]) as (w, mon):
                 w_before = w.snapshot()
                 before, cpu_before = proxy.snapshot(), read_proc(pid).cpu_seconds
+                busy_before, own_before = machine_busy(), read_proc(os.getpid()).cpu_seconds
                 started = time.monotonic()
                 for req, name in zip(requests, names, strict=True):
                     await sc.submit(req, name, constants.OPS_TYPE_RECONFIGURE_TLS, **ADD_TLS)
                 done = await _wait_terminal(sc, requests, started, timeout=900)
                 makespan = max(t for _, t in done.values())
                 sample = read_proc(pid)
+                busy = machine_busy() - busy_before
+                harness_cpu = read_proc(os.getpid()).cpu_seconds - own_before
                 counts = _delta(proxy.snapshot(), before)
                 w_after, mres = w.snapshot(), mon.result
             moves = await sc.leader_moves(requests[0])
@@ -260,6 +297,11 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
         "per_request_wall_s": {k: round(v[1], 1) for k, v in sorted(done.items())},
         "operator_peak_rss_mb": round(sample.peak_rss_kb / 1024, 1),
         "operator_cpu_s": round(sample.cpu_seconds - cpu_before, 1),
+        "cores": os.cpu_count(), "members_idle_cores": round(members_idle_cores, 2),
+        "machine_idle_cores": round(machine_idle_cores, 2),
+        "machine_busy_cores": round(busy / makespan, 2),
+        "operator_cores": round((sample.cpu_seconds - cpu_before) / makespan, 2),
+        "sandbox_cores": round(harness_cpu / makespan, 2),
         "api_requests_total": total_requests, "api_requests_per_operation": round(total_requests / clusters),
         "api_requests_by_verb": dict(counts.most_common()),
         "canary_writes_failed": w_after.failed - w_before.failed,

@@ -75,7 +75,9 @@ def test_markdown_has_machine_tables_and_every_row(tmp_path: pathlib.Path) -> No
         {"scenario": "scale", "strategy": bench.ENGINE, "operation": "add TLS", "clusters": 10, "successful": 10,
          "single_wall_s": 20.0, "makespan_s": 40.0, "makespan_over_single": 2.0, "operator_peak_rss_mb": 120.5,
          "operator_cpu_s": 30.2, "api_requests_per_operation": 400, "canary_writes_failed": 0,
-         "canary_writes_total": 2000, "canary_unplanned_elections": 0, "api_requests_by_verb": {"GET pods": 10}},
+         "canary_writes_total": 2000, "canary_unplanned_elections": 0, "api_requests_by_verb": {"GET pods": 10},
+         "cores": 2, "members_idle_cores": 0.41, "machine_idle_cores": 0.52, "machine_busy_cores": 1.93,
+         "operator_cores": 0.36, "sandbox_cores": 0.27},
         {"scenario": "webhook-latency", "strategy": bench.ENGINE, "rate_per_s": 500.0, "seconds": 20.0,
          "reviews": 10000, "p50_ms": 1.5, "p99_ms": 6.2, "max_ms": 12.0, "achieved_per_s": 499.9, "errors": 0,
          "api_reads": 0, "webhook_cpu_ms_per_review": 0.45, "saturation_per_s": 1500, "saturation_step_s": 5.0,
@@ -96,6 +98,7 @@ def test_markdown_has_machine_tables_and_every_row(tmp_path: pathlib.Path) -> No
     assert "| add TLS | naive: restart onto https-only, no peer-URL update | members not back" in text
     assert "**no**" in text  # healthy after: no
     assert "| 10 × 3 | add TLS | 10/10 | 20.0 | 40.0 | 2.00 | 120.5 | 30.2 | 400 | 0/2000 | 0 |" in text
+    assert "| 2 | 0.41 | 0.52 | 1.93 | 0.36 | 0.27 |" in text  # where the scale run's CPU went
     assert "| 500 | 20 | 10000 | 1.50 | 6.20 | 12.0 | 499.9 | 0 | 0 | 0.45 | 1500 |" in text
     assert "1000/s → p99 80.0 ms, 990.0/s achieved, 0 errors, send lag p99 2.0 ms" in text
     assert "**0 HTTP 500, 0 reviews answered with code 500**" in text
@@ -136,6 +139,12 @@ def test_parse_proc_reads_rss_peak_and_cpu() -> None:
     sample = scale.parse_proc(status, stat, 100)
     assert sample.rss_kb == 102400 and sample.peak_rss_kb == 204800
     assert sample.cpu_seconds == pytest.approx(3.0)
+
+
+def test_parse_busy_counts_every_state_but_idle_and_iowait() -> None:
+    # user nice system idle iowait irq softirq steal guest guest_nice (ticks)
+    stat = "cpu  1000 20 300 5000 80 5 7 3 40 0\ncpu0 500 10 150 2500 40 2 3 1 20 0\n"
+    assert scale.parse_busy(stat, 100) == pytest.approx((1000 + 20 + 300 + 5 + 7 + 3) / 100)
 
 
 def test_percentile_interpolates() -> None:
