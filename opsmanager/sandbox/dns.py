@@ -61,7 +61,11 @@ class ServiceRecord:
 def _selects(svc: ServiceRecord, pod: PodRecord) -> bool:
     if svc.namespace != pod.namespace or not svc.selector:
         return False
-    return all(pod.labels.get(k) == v for k, v in svc.selector.items())
+    labels = pod.labels
+    for key, value in svc.selector.items():
+        if labels.get(key) != value:
+            return False
+    return True
 
 
 def _endpoint(svc: ServiceRecord, pod: PodRecord) -> bool:
@@ -125,40 +129,67 @@ class HostsTable:
         for pod in self.published:
             self._published_by_subdomain.setdefault((pod.namespace, pod.subdomain), []).append(
                 f"{pod.host}.{pod.subdomain}.{pod.namespace}.svc.{domain}")
+        self._by_viewer: dict[str, tuple[list[tuple[str, str, list[str]]], str]] = {}
+
+    def signature(self) -> tuple[object, ...]:
+        """Everything :meth:`for_pod` reads besides the viewer itself: equal signatures, equal files."""
+        return (self.domain,
+                tuple((p.namespace, p.name, p.ip, p.host, p.subdomain) for p in self.published),
+                tuple((s.namespace, s.name, tuple(ips)) for s, ips in self.endpoints))
+
+    def _viewer_lines(self, viewer_ns: str) -> tuple[list[tuple[str, str, list[str]]], str]:
+        """For viewers in ``viewer_ns``: the published pods' lines in order, each (ip, line, names), and the
+        Services' lines (one string) — the parts of a hosts file that do not depend on which pod reads it."""
+        cached = self._by_viewer.get(viewer_ns)
+        if cached is not None:
+            return cached
+        by_ip: dict[str, list[str]] = {}
+        for pod in self.published:
+            names = by_ip.setdefault(pod.ip, [])
+            names += _pod_names(pod, viewer_ns, self.domain)
+        pod_lines = []
+        for ip, names in by_ip.items():
+            names = list(dict.fromkeys(names))
+            pod_lines.append((ip, f"{ip}\t{' '.join(names)}", names))
+        svc_lines: list[str] = []
+        for svc, ips in self.endpoints:
+            if ips:
+                svc_names = " ".join(_svc_names(svc, viewer_ns, self.domain))
+                svc_lines += [f"{ip}\t{svc_names}" for ip in ips]
+        cached = self._by_viewer[viewer_ns] = (pod_lines, "".join(line + "\n" for line in svc_lines))
+        return cached
 
     def for_pod(self, me: PodRecord) -> str:
-        """The ``/etc/hosts`` of pod ``me``."""
-        domain = self.domain
-        lines: dict[str, list[str]] = {}
+        """The ``/etc/hosts`` of pod ``me``.
 
+        Its own line comes first (its FQDN, hostname, ``localhost``, then the names of any published pod with
+        its IP), then every other published IP's names, then the Services' endpoints, then the 127.0.0.1 peer
+        line; the viewer-independent parts are built once per viewer namespace (:meth:`_viewer_lines`)."""
+        domain = self.domain
         own: list[str] = []
         if me.subdomain:
             own += [f"{me.host}.{me.subdomain}.{me.namespace}.svc.{domain}"]
         own += [me.host, "localhost"]
         if me.subdomain:
             own += _pod_names(me, me.namespace, domain)[1:]
-        lines[me.ip] = list(dict.fromkeys(own))
-
-        for pod in self.published:
-            names = _pod_names(pod, me.namespace, domain)
-            if pod.ip == me.ip:
-                lines[me.ip] = list(dict.fromkeys(lines[me.ip] + names))
-            else:
-                lines.setdefault(pod.ip, [])
-                lines[pod.ip] = list(dict.fromkeys(lines[pod.ip] + names))
-
+        pod_lines, svc_text = self._viewer_lines(me.namespace)
         out = ["# Kubernetes-managed hosts file (opsmanager sandbox): pod and Service DNS records of the cluster.",
                "# Rewritten in place by the sandbox kubelet; see opsmanager/sandbox/dns.py."]
-        out += [f"{ip}\t{' '.join(names)}" for ip, names in lines.items()]
-        for svc, ips in self.endpoints:
-            if ips:
-                svc_names = " ".join(_svc_names(svc, me.namespace, domain))
-                out += [f"{ip}\t{svc_names}" for ip in ips]
+        mine: list[str] = []
+        others: list[str] = []
+        for ip, line, names in pod_lines:
+            if ip == me.ip:
+                mine = names
+            else:
+                others.append(line)
+        out.append(f"{me.ip}\t{' '.join(dict.fromkeys(own + mine))}")
+        out += others
+        text = "\n".join(out) + "\n" + svc_text
         peers = self._published_by_subdomain.get((me.namespace, me.subdomain), []) if me.subdomain else []
         if peers:
-            out.append("# peer connections between sandbox pods come from 127.0.0.1 (shared loopback): reverse-map it")
-            out.append(f"127.0.0.1\t{' '.join(peers)}")
-        return "\n".join(out) + "\n"
+            text += ("# peer connections between sandbox pods come from 127.0.0.1 (shared loopback): reverse-map it\n"
+                     f"127.0.0.1\t{' '.join(peers)}\n")
+        return text
 
 
 def hosts_file(me: PodRecord, pods: Iterable[PodRecord], services: Iterable[ServiceRecord],

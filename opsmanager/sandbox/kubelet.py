@@ -475,6 +475,10 @@ class PodWorker:
                                                                     "hostname")}
         self.pvc_uids: set[str] = set()
         self.reported_ready: bool | None = None
+        # what the kubelet last wrote to this pod's hosts file: (DNS generation, the pod's own record fields) and
+        # the text; None until the first write (see _HostBase._write_dns)
+        self.hosts_key: tuple[object, ...] | None = None
+        self.hosts_text: str | None = None
         self.in_cluster = bool(host.config.api_host) and spec.get("automountServiceAccountToken") is not False \
             and any(containers.is_product_image(c.get("image", "")) for c in spec.get("containers") or [])
         self._token: str = ""
@@ -527,6 +531,7 @@ class PodWorker:
         dns.write_in_place(self.etc_files["nsswitch.conf"], dns.NSSWITCH)
         dns.write_in_place(self.etc_files["hostname"], self.hostname + "\n")
         dns.write_in_place(self.etc_files["hosts"], "")
+        self.hosts_key, self.hosts_text = None, ""
         self.host.network_changed()
         self.changed()
         while True:
@@ -951,6 +956,10 @@ class _HostBase:
         self.workers: dict[str, PodWorker] = {}          # by pod UID
         self._by_name: dict[tuple[str, str], PodWorker] = {}
         self._dns_handle: asyncio.TimerHandle | None = None
+        self._dns_inputs: tuple[list[dns.PodRecord], list[dns.ServiceRecord]] | None = None
+        self._dns_signature: tuple[object, ...] | None = None
+        self._dns_generation = 0
+        self.dns_files_built = 0  # hosts files computed by _write_dns (the tests count the skipped ones)
 
     def services(self) -> Iterable[dns.ServiceRecord]:
         return ()
@@ -972,14 +981,38 @@ class _HostBase:
         if self._dns_handle is not None:
             self._dns_handle.cancel()
         self._dns_handle = None
+        # A pass runs on every network or readiness change and before every container start; most change nothing
+        # in most files. A pod's file is a function of the table (its signature: the published pods and the
+        # Services' endpoints) and of the pod's own namespace, subdomain, IP and hostname, so a pod whose key is
+        # the one its file was last written with is skipped, and the table is rebuilt only when the pods'
+        # records or the Services changed. The text last written is remembered (no read-back of the file).
         live = [w for w in self.workers.values() if not w.stopped.is_set()]
-        records = {id(w): w.record() for w in live}
-        table = dns.HostsTable(records.values(), self.services(), self.config.cluster_domain)
-        for w in live:
-            hosts = w.etc_files["hosts"]
-            if not hosts.parent.exists() or w.terminating:
+        records = [w.record() for w in live]
+        inputs = (records, list(self.services()))
+        table: dns.HostsTable | None = None
+        if inputs != self._dns_inputs:
+            table = dns.HostsTable(records, inputs[1], self.config.cluster_domain)
+            signature = table.signature()
+            if signature != self._dns_signature:
+                self._dns_signature = signature
+                self._dns_generation += 1
+            self._dns_inputs = inputs
+        for w, me in zip(live, records, strict=True):
+            if w.terminating:
                 continue
-            dns.write_in_place(hosts, table.for_pod(records[id(w)]))
+            key = (self._dns_generation, me.namespace, me.subdomain, me.ip, me.host)
+            if w.hosts_key == key:
+                continue
+            hosts = w.etc_files["hosts"]
+            if not hosts.parent.exists():
+                continue
+            if table is None:
+                table = dns.HostsTable(records, inputs[1], self.config.cluster_domain)
+            text = table.for_pod(me)
+            self.dns_files_built += 1
+            if text != w.hosts_text:
+                dns.write_in_place(hosts, text)
+            w.hosts_key, w.hosts_text = key, text
 
     def pvc_dir(self, pvc: Obj) -> Path:
         meta = pvc["metadata"]

@@ -165,6 +165,105 @@ def test_hosts_file_other_namespace_has_no_short_forms() -> None:
     assert "127.0.0.1" not in text  # no subdomain, no peers
 
 
+def test_hosts_file_layout_is_exact_with_shared_ips_and_other_namespaces() -> None:
+    """The whole file, byte for byte (what the kubelet wrote before the per-namespace parts were shared): the
+    viewer's own line first, merged with the names of every published pod on its IP (a terminating pod and its
+    replacement share one IP while a publishNotReadyAddresses Service publishes both), then the other published
+    IPs, the Services' endpoint lines, and the 127.0.0.1 line of the viewer's subdomain last."""
+    lbl = {"app": "etcd"}
+    pods = [dns.PodRecord("prod", "etcd-0", "127.9.1.1", "etcd-0", "etcd", lbl, ready=True),
+            dns.PodRecord("prod", "etcd-1", "127.9.1.2", "etcd-1", "etcd", lbl, ready=True, terminating=True),
+            dns.PodRecord("prod", "etcd-1b", "127.9.1.2", "etcd-1", "etcd", lbl, ready=False),
+            dns.PodRecord("dev", "etcd-0", "127.9.2.1", "etcd-0", "etcd", lbl, ready=True)]
+    svcs = [dns.ServiceRecord("prod", "etcd", lbl, publish_not_ready=True),
+            dns.ServiceRecord("prod", "client", lbl), dns.ServiceRecord("dev", "etcd", lbl)]
+    head = ("# Kubernetes-managed hosts file (opsmanager sandbox): pod and Service DNS records of the cluster.\n"
+            "# Rewritten in place by the sandbox kubelet; see opsmanager/sandbox/dns.py.\n")
+    table = dns.HostsTable(pods, svcs)
+    assert table.for_pod(pods[1]) == head + (
+        "127.9.1.2\tetcd-1.etcd.prod.svc.cluster.local etcd-1 localhost etcd-1.etcd.prod.svc etcd-1.etcd.prod "
+        "etcd-1.etcd\n"
+        "127.9.2.1\tetcd-0.etcd.dev.svc.cluster.local etcd-0.etcd.dev.svc etcd-0.etcd.dev\n"
+        "127.9.1.1\tetcd-0.etcd.prod.svc.cluster.local etcd-0.etcd.prod.svc etcd-0.etcd.prod etcd-0.etcd\n"
+        "127.9.2.1\tetcd.dev.svc.cluster.local etcd.dev.svc etcd.dev\n"
+        "127.9.1.1\tclient.prod.svc.cluster.local client.prod.svc client.prod client\n"
+        "127.9.1.1\tetcd.prod.svc.cluster.local etcd.prod.svc etcd.prod etcd\n"
+        "127.9.1.2\tetcd.prod.svc.cluster.local etcd.prod.svc etcd.prod etcd\n"
+        "127.9.1.2\tetcd.prod.svc.cluster.local etcd.prod.svc etcd.prod etcd\n"
+        "# peer connections between sandbox pods come from 127.0.0.1 (shared loopback): reverse-map it\n"
+        "127.0.0.1\tetcd-0.etcd.prod.svc.cluster.local etcd-1.etcd.prod.svc.cluster.local "
+        "etcd-1.etcd.prod.svc.cluster.local\n")
+    assert table.for_pod(pods[3]) == head + (
+        "127.9.2.1\tetcd-0.etcd.dev.svc.cluster.local etcd-0 localhost etcd-0.etcd.dev.svc etcd-0.etcd.dev "
+        "etcd-0.etcd\n"
+        "127.9.1.1\tetcd-0.etcd.prod.svc.cluster.local etcd-0.etcd.prod.svc etcd-0.etcd.prod\n"
+        "127.9.1.2\tetcd-1.etcd.prod.svc.cluster.local etcd-1.etcd.prod.svc etcd-1.etcd.prod\n"
+        "127.9.2.1\tetcd.dev.svc.cluster.local etcd.dev.svc etcd.dev etcd\n"
+        "127.9.1.1\tclient.prod.svc.cluster.local client.prod.svc client.prod\n"
+        "127.9.1.1\tetcd.prod.svc.cluster.local etcd.prod.svc etcd.prod\n"
+        "127.9.1.2\tetcd.prod.svc.cluster.local etcd.prod.svc etcd.prod\n"
+        "127.9.1.2\tetcd.prod.svc.cluster.local etcd.prod.svc etcd.prod\n"
+        "# peer connections between sandbox pods come from 127.0.0.1 (shared loopback): reverse-map it\n"
+        "127.0.0.1\tetcd-0.etcd.dev.svc.cluster.local\n")
+    # the same table answers again from its per-namespace parts; a fresh table agrees
+    assert table.for_pod(pods[0]) == dns.HostsTable(pods, svcs).for_pod(pods[0]) == dns.hosts_file(pods[0], pods, svcs)
+
+
+async def test_dns_pass_writes_changed_files_and_skips_unchanged_ones(tmp_path: Path) -> None:
+    """A pass rebuilds a pod's file only when the published records, the Services' endpoints or the pod's own
+    names changed; the others are not even computed (``dns_files_built``), and a file is not rewritten when its
+    text is what was written last."""
+    from opsmanager.sandbox import kubelet
+
+    with addresses.PodAddresses() as addrs:
+        host = kubelet.StandaloneHost(kubelet.KubeletConfig(dir=tmp_path / "node"), addrs)
+        workers = []
+        for ns, i in (("a", 0), ("a", 1), ("b", 0)):
+            pod = {"metadata": {"name": f"etcd-{i}", "namespace": ns, "uid": f"uid-{ns}-{i}",
+                                "labels": {"app": "etcd"}},
+                   "spec": {"hostname": f"etcd-{i}", "subdomain": "etcd", "containers": []}}
+            w = host._new_worker(pod, addrs.allocate(ns, f"etcd-{i}"))
+            w.etc_files["hosts"].parent.mkdir(parents=True)
+            workers.append(w)
+        host.service_records[:] = [dns.ServiceRecord("a", "etcd", {"app": "etcd"}, publish_not_ready=True)]
+
+        def texts() -> list[str]:
+            return [w.etc_files["hosts"].read_text() for w in workers]
+
+        def expected() -> list[str]:
+            records = [w.record() for w in workers]
+            return [dns.hosts_file(r, records, host.service_records) for r in records]
+
+        host._write_dns()
+        assert host.dns_files_built == 3 and texts() == expected()
+        assert "etcd-1.etcd.a.svc" in texts()[2]
+        host._write_dns()
+        host.flush_dns()
+        assert host.dns_files_built == 3, "nothing changed: no file is computed again"
+
+        # a change in namespace b's labels publishes nothing new (b has no Service): recomputed, not rewritten
+        inodes = [w.etc_files["hosts"].stat().st_mtime_ns for w in workers]
+        workers[2].pod["metadata"]["labels"] = {"app": "other"}
+        host._write_dns()
+        assert host.dns_files_built == 3 and texts() == expected()
+        # etcd-1 of namespace a leaves the Service: every file changes
+        workers[1].pod["metadata"]["labels"] = {"app": "other"}
+        host._write_dns()
+        assert host.dns_files_built == 6 and texts() == expected()
+        assert "etcd-1.etcd.a.svc" not in texts()[2]
+        assert [w.etc_files["hosts"].stat().st_mtime_ns for w in workers] != inodes
+        # a file someone emptied (the pod worker does at start) is written again once its memo is reset
+        dns.write_in_place(workers[0].etc_files["hosts"], "")
+        workers[0].hosts_key, workers[0].hosts_text = None, ""
+        host._write_dns()
+        assert host.dns_files_built == 7 and texts() == expected()
+        # a new Service in namespace b: b's pod gains it, every file is recomputed
+        host.service_records.append(dns.ServiceRecord("b", "etcd", {"app": "other"}, publish_not_ready=True))
+        host._write_dns()
+        assert host.dns_files_built == 10 and texts() == expected()
+        assert "etcd.b.svc.cluster.local" in texts()[0]
+
+
 def test_write_in_place_keeps_the_inode(tmp_path: Path) -> None:
     path = tmp_path / "hosts"
     assert dns.write_in_place(path, "a long first content\n")

@@ -22,6 +22,7 @@ import builtins
 import copy
 import datetime
 import json
+import marshal
 import random
 import re
 import uuid
@@ -71,9 +72,19 @@ _EVENT_FIELDS = {"involvedObject": "regarding", "related": "related", "message":
                  "reportingInstance": "reportingInstance", "action": "action"}
 
 
+def copy_json(value: Any) -> Any:
+    """A deep copy of a JSON document (stored objects are dicts, lists and scalars): ``marshal`` copies these in C,
+    several times faster than ``copy.deepcopy`` (which was the API server's largest cost, every answer and every
+    watch event being a copy); a value marshal cannot write falls back to ``copy.deepcopy``."""
+    try:
+        return marshal.loads(marshal.dumps(value))
+    except ValueError:
+        return copy.deepcopy(value)
+
+
 def external(rt: resources.ResourceType, obj: Obj) -> Obj:
     """A deep copy of a stored object as served by ``rt`` (its apiVersion; events.k8s.io field names)."""
-    out = copy.deepcopy(obj)
+    out = copy_json(obj)
     if rt.storage is not None and rt.group == "events.k8s.io":
         converted = {"apiVersion": rt.api_version, "kind": rt.kind, "metadata": out["metadata"]}
         for core_name, v1_name in _EVENT_FIELDS.items():
@@ -449,17 +460,17 @@ class Cluster:
 
     def _merge_update(self, rt: resources.ResourceType, old: Obj, new: Obj, subresource: str | None) -> Obj:
         if subresource == "status":
-            merged = copy.deepcopy(old)
+            merged: Obj = copy_json(old)
             if "status" in new:
                 merged["status"] = new["status"]
             else:
                 merged.pop("status", None)
             return merged
-        new = copy.deepcopy(new)
+        new = copy_json(new)
         new["apiVersion"], new["kind"] = old["apiVersion"], old["kind"]
         if rt.has_status:
             if "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
+                new["status"] = copy_json(old["status"])
             else:
                 new.pop("status", None)
         meta = new["metadata"]
@@ -539,7 +550,7 @@ class Cluster:
             grace = max(0, int(requested))
             if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
                 grace = 0
-        new = copy.deepcopy(obj)
+        new = copy_json(obj)
         new_meta = new["metadata"]
         finalizers = list(new_meta.get("finalizers") or [])
         for wanted, policy_name in (("foregroundDeletion", "Foreground"), ("orphan", "Orphan")):

@@ -662,24 +662,40 @@ class APIServer:
         scope = namespace if rt.namespaced else None
         key = rt.storage_key
 
+        has_fields = bool((q.get("fieldSelector") or "").strip())
+
         def matches(obj: Obj) -> tuple[bool, Obj]:
             view = operations.external(rt, obj)
             return match_labels(obj["metadata"].get("labels") or {}) and match_fields(view), view
 
+        def old_matches(obj: Obj) -> bool:
+            """Whether the previous state matched, without copying it unless a field selector needs its view."""
+            if not match_labels(obj["metadata"].get("labels") or {}):
+                return False
+            return match_fields(operations.external(rt, obj)) if has_fields else True
+
         def translate(change: store.Change) -> tuple[str, Obj] | None:
-            new_ok, view = matches(change.obj)
+            # the labels first, on the stored object: the served copy is made only for an event that is sent (or
+            # for a field selector, which reads the served form)
+            view: Obj | None = None
+            new_ok = match_labels(change.obj["metadata"].get("labels") or {})
+            if new_ok and has_fields:
+                view = operations.external(rt, change.obj)
+                new_ok = match_fields(view)
+            kind: str | None
             if change.type == "ADDED":
-                return ("ADDED", view) if new_ok else None
-            old_ok = matches(change.old)[0] if change.old is not None else False
-            if change.type == "DELETED":
-                return ("DELETED", view) if (old_ok or new_ok) else None
-            if new_ok and old_ok:
-                return "MODIFIED", view
-            if new_ok:
-                return "ADDED", view
-            if old_ok:
-                return "DELETED", view
-            return None
+                kind = "ADDED" if new_ok else None
+            else:
+                old_ok = old_matches(change.old) if change.old is not None else False
+                if change.type == "DELETED":
+                    kind = "DELETED" if (old_ok or new_ok) else None
+                elif new_ok:
+                    kind = "MODIFIED" if old_ok else "ADDED"
+                else:
+                    kind = "DELETED" if old_ok else None
+            if kind is None:
+                return None
+            return kind, view if view is not None else operations.external(rt, change.obj)
 
         sub = self.store.subscribe(key, scope)
         try:

@@ -77,7 +77,9 @@ class Store:
 
     def list(self, key: Key, namespace: str | None = None) -> builtins.list[Obj]:
         items = self._objects[key]
-        return [items[k] for k in sorted(items) if namespace is None or k[0] == namespace]
+        if namespace is None:
+            return [items[k] for k in sorted(items)]
+        return [items[k] for k in sorted(k for k in items if k[0] == namespace)]
 
     def keys(self) -> builtins.list[Key]:
         return [k for k, v in self._objects.items() if v]
