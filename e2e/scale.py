@@ -176,6 +176,33 @@ def machine_busy() -> float:
     return parse_busy(pathlib.Path("/proc/stat").read_text(), os.sysconf("SC_CLK_TCK"))
 
 
+async def scrape(url: str, name: str) -> float:
+    """The sum of every series of the counter ``name`` on a ``/metrics`` page (0 when it has none)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with aiohttp.ClientSession() as session, session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as resp:
+        text = await resp.text()
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == name)
+
+
+OPS_PASSES = "opsmanager_opsrequest_reconciles_total"
+ETCD_PASSES = "opsmanager_etcd_reconciles_total"
+
+
+async def passes(url: str) -> tuple[float, float]:
+    """(engine passes over requests, provisioner passes over Etcds) the operator has made so far."""
+    return await scrape(url, OPS_PASSES), await scrape(url, ETCD_PASSES)
+
+
+def exited_children_cpu() -> float:
+    """CPU seconds of this process's children that have exited and been waited for (``os.times``): the etcd
+    members the sandbox's kubelet restarted. With :func:`members_cpu` of the live ones, what every member process
+    used over a phase in which members come and go."""
+    t = os.times()
+    return t.children_user + t.children_system
+
+
 def members_cpu(sc: scenario.Scenario) -> float:
     """CPU seconds the etcd processes of the scenario's namespace have used so far (from the kubelet's PIDs)."""
     total = 0.0
@@ -238,14 +265,22 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
             # One cluster alone.
             await bench_module.fresh_etcd(sc, "solo", None)
             before, cpu_before = proxy.snapshot(), read_proc(pid).cpu_seconds
+            passes_before = await passes(sc.operator.metrics_url)
+            solo_members_before, solo_own_before = exited_children_cpu() + members_cpu(sc), \
+                read_proc(os.getpid()).cpu_seconds
             started = time.monotonic()
             await sc.submit("solo-add-tls", "solo", constants.OPS_TYPE_RECONFIGURE_TLS, **ADD_TLS)
             solo = await _wait_terminal(sc, ["solo-add-tls"], started, timeout=300)
             single_phase, single_wall = solo["solo-add-tls"]
             single_requests = sum(_delta(proxy.snapshot(), before).values())
             single_cpu = read_proc(pid).cpu_seconds - cpu_before
+            single_members_cpu = exited_children_cpu() + members_cpu(sc) - solo_members_before
+            single_sandbox_cpu = read_proc(os.getpid()).cpu_seconds - solo_own_before
+            single_passes = [a - b for a, b in zip(await passes(sc.operator.metrics_url), passes_before, strict=True)]
             say(f"scale: one cluster alone: {single_phase} in {single_wall:.1f}s, {single_requests} operator API "
-                f"requests, {single_cpu:.1f} CPU s")
+                f"requests, {single_cpu:.2f} CPU s (members {single_members_cpu:.2f}, sandbox + harness "
+                f"{single_sandbox_cpu:.2f}), {single_passes[0]:.0f} engine passes, {single_passes[1]:.0f} provisioner "
+                f"passes")
             await bench_module.delete_etcd(sc, "solo")
 
             # N clusters at once.
@@ -268,6 +303,8 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
                 w_before = w.snapshot()
                 before, cpu_before = proxy.snapshot(), read_proc(pid).cpu_seconds
                 busy_before, own_before = machine_busy(), read_proc(os.getpid()).cpu_seconds
+                members_before = exited_children_cpu() + members_cpu(sc)
+                passes_before = await passes(sc.operator.metrics_url)
                 started = time.monotonic()
                 for req, name in zip(requests, names, strict=True):
                     await sc.submit(req, name, constants.OPS_TYPE_RECONFIGURE_TLS, **ADD_TLS)
@@ -276,7 +313,10 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
                 sample = read_proc(pid)
                 busy = machine_busy() - busy_before
                 harness_cpu = read_proc(os.getpid()).cpu_seconds - own_before
+                members_busy = exited_children_cpu() + members_cpu(sc) - members_before
                 counts = _delta(proxy.snapshot(), before)
+                all_passes = [a - b for a, b in zip(await passes(sc.operator.metrics_url), passes_before,
+                                                    strict=True)]
                 w_after, mres = w.snapshot(), mon.result
             moves = await sc.leader_moves(requests[0])
             healthy = await asyncio.gather(*(naive.cluster_healthy(sc, name) for name in names))
@@ -292,7 +332,14 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
     record = {
         "scenario": "scale", "strategy": bench_module.ENGINE, "operation": "add TLS", "clusters": clusters,
         "successful": successful, "healthy_after": sum(healthy), "single_wall_s": round(single_wall, 1),
-        "single_api_requests": single_requests, "single_cpu_s": round(single_cpu, 1),
+        "single_api_requests": single_requests, "single_cpu_s": round(single_cpu, 2),
+        "single_members_cpu_s": round(single_members_cpu, 2), "single_sandbox_cpu_s": round(single_sandbox_cpu, 2),
+        "members_cpu_s_per_operation": round(members_busy / clusters, 2),
+        "sandbox_cpu_s_per_operation": round(harness_cpu / clusters, 2),
+        "single_engine_passes": round(single_passes[0]), "single_provisioner_passes": round(single_passes[1]),
+        "engine_passes_per_operation": round(all_passes[0] / clusters),
+        "provisioner_passes_per_operation": round(all_passes[1] / clusters),
+        "operator_cpu_s_per_operation": round((sample.cpu_seconds - cpu_before) / clusters, 2),
         "makespan_s": round(makespan, 1), "makespan_over_single": bench_module.ratio(makespan, single_wall),
         "per_request_wall_s": {k: round(v[1], 1) for k, v in sorted(done.items())},
         "operator_peak_rss_mb": round(sample.peak_rss_kb / 1024, 1),
@@ -302,6 +349,7 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
         "machine_busy_cores": round(busy / makespan, 2),
         "operator_cores": round((sample.cpu_seconds - cpu_before) / makespan, 2),
         "sandbox_cores": round(harness_cpu / makespan, 2),
+        "members_busy_cores": round(members_busy / makespan, 2),
         "api_requests_total": total_requests, "api_requests_per_operation": round(total_requests / clusters),
         "api_requests_by_verb": dict(counts.most_common()),
         "canary_writes_failed": w_after.failed - w_before.failed,
@@ -313,7 +361,11 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
     }
     say(f"scale: {successful}/{clusters} Successful; makespan {makespan:.1f}s = {record['makespan_over_single']} × one "
         f"cluster; operator peak RSS {record['operator_peak_rss_mb']} MB, {record['operator_cpu_s']} CPU s; "
-        f"{record['api_requests_per_operation']} API requests per operation; canary writes failed "
+        f"{record['api_requests_per_operation']} API requests, {record['operator_cpu_s_per_operation']} operator CPU s, "
+        f"{record['engine_passes_per_operation']} engine and {record['provisioner_passes_per_operation']} provisioner "
+        f"passes per operation; machine busy {record['machine_busy_cores']} cores (members "
+        f"{record['members_busy_cores']}, operator {record['operator_cores']}, sandbox + harness "
+        f"{record['sandbox_cores']}); canary writes failed "
         f"{record['canary_writes_failed']}/{record['canary_writes_total']}, unplanned elections "
         f"{record['canary_unplanned_elections']}")
     return record

@@ -110,9 +110,10 @@ class ClientPool:
                 with contextlib.suppress(Exception):
                     await entry.client.close()
 
-    async def forget(self, namespace: str, db: str) -> None:
-        """Close every client of ``namespace/db`` (the Etcd is gone)."""
-        await self._close(k for k in self._entries if k[:2] == (namespace, db))
+    async def forget(self, namespace: str, db: str, *, user: str | None = None) -> None:
+        """Close every client of ``namespace/db`` (the Etcd is gone), or only ``user``'s (an ops request ended: the
+        engine's clients of that Etcd — one per identity it went through — wait for no one)."""
+        await self._close([k for k in self._entries if k[:2] == (namespace, db) and user in (None, k[3])])
 
     async def close(self) -> None:
         await self._close(list(self._entries))

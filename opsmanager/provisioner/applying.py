@@ -34,6 +34,7 @@ handlers turn into ``kopf.TemporaryError(delay=...)``; nothing here sleeps.
 
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import datetime
@@ -256,18 +257,43 @@ async def apply_statefulset(k: kube.Kube, db: etcd_api.Etcd, wiring: render.Wiri
     object. Raises ``kube.Conflict`` when the StatefulSet changed underneath (re-read and call again).
     ``before_write`` is awaited right before a create or a PUT (not when nothing changes)."""
     ns, name = db.metadata.namespace or "default", naming.statefulset(db.metadata.name or "")
-    rendered = render.render_statefulset(db, wiring)
     live = await k.get("apps/v1", "StatefulSet", ns, name)
+    inputs = _render_inputs(db, wiring, restarted_at)
+    if live is not None and _IN_SYNC.get((ns, name)) == (inputs, live["metadata"].get("uid"),
+                                                          live["metadata"].get("resourceVersion")):
+        return live  # this very live object was found equal to this very render: nothing to compare again
+    rendered = render.render_statefulset(db, wiring)
     if live is None:
         if before_write is not None:
             await before_write()
         return await k.create(desired_statefulset(rendered, None, restarted_at=restarted_at))
     body = statefulset_update(rendered, live, restarted_at=restarted_at)
     if body is None:
+        _remember_in_sync(ns, name, inputs, live)
         return live
     if before_write is not None:
         await before_write()
     return await k.replace(body)
+
+
+# (namespace, StatefulSet) → (render inputs, live uid, live resourceVersion) last found in sync. The ops engine
+# applies its pass's StatefulSet on every reconcile of the pass (the apply is its idempotent record); rendering and
+# comparing it each time was a tenth of the operator's CPU at thirty clusters at once. Any change of the Etcd, the
+# wiring, the restart token or the live object (a new resourceVersion) misses, and the full render and compare run.
+_IN_SYNC: collections.OrderedDict[tuple[str, str], tuple[str, str | None, str | None]] = collections.OrderedDict()
+_IN_SYNC_MAX = 4096
+
+
+def _render_inputs(db: etcd_api.Etcd, wiring: render.Wiring | None, restarted_at: str | None) -> str:
+    """Everything :func:`render.render_statefulset` and :func:`statefulset_update` read, as one string."""
+    return f"{db.model_dump_json()}|{wiring!r}|{restarted_at}"
+
+
+def _remember_in_sync(ns: str, name: str, inputs: str, live: Obj) -> None:
+    _IN_SYNC[(ns, name)] = (inputs, live["metadata"].get("uid"), live["metadata"].get("resourceVersion"))
+    _IN_SYNC.move_to_end((ns, name))
+    while len(_IN_SYNC) > _IN_SYNC_MAX:
+        _IN_SYNC.popitem(last=False)
 
 
 # --- reconcile -------------------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
                 await _trigger_issuing(ctx.kube, ctx.namespace, name)
             waiting.append(f"{name} at revision {_revision(live)}, waiting for > {baseline}{_why_not(live)}")
     if waiting:
-        return context.Progress("; ".join(waiting), delay=0.5)
+        return context.Progress("; ".join(waiting), delay=ctx.until_watched(0.5))
     return context.Done()
 
 

@@ -48,11 +48,12 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
         # Not "RestartPods": that reason is the step's own transition Event, when quorum is back.
         ctx.announce("RestartAllPods", f"Restarted every etcd member together onto the new CA: "
                                        f"{', '.join(deleted)}")
-        return context.Progress(f"restarted {', '.join(deleted)} together", delay=0.5)
+        return context.Progress(f"restarted {', '.join(deleted)} together", delay=ctx.until_watched(0.5))
     waiting = [n for n in names if (p := pods.get(n)) is None or members.terminating(p)
                or p["metadata"].get("uid") == record.get(n) or not members.serving(p)]
     if waiting:
-        return context.Progress(f"waiting for {', '.join(waiting)} to be recreated and Ready", delay=0.5)
+        return context.Progress(f"waiting for {', '.join(waiting)} to be recreated and Ready",
+                                delay=ctx.until_watched(0.5))
     async with await ctx.etcd(pods) as client:
         # Quorum from etcd's plain-HTTP /health on the metrics port: no TLS chain trusted for it (an expired or
         # replaced one cannot mislead it); healthy means "has a leader and a linearizable read succeeded".

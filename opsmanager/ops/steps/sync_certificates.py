@@ -32,7 +32,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
         await ctx.kube.apply(cert)
     waiting = [p for cert in certs if (p := await certificates.material_problem(ctx, cert))]
     if waiting:
-        return context.Progress(f"waiting for certificates: {'; '.join(waiting)}", delay=0.5)
+        return context.Progress(f"waiting for certificates: {'; '.join(waiting)}", delay=ctx.until_watched(0.5))
     fresh = step.trust is plan.Trust.DESIRED
     if step.release_loaded:  # CA rollover: the CAs every member has loaded (the gate's rule), not the bundle
         allowed: bytes | None = await release.loaded(ctx.kube, ctx.db)

@@ -33,7 +33,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
         return context.Progress("the StatefulSet changed while it was updated; retrying", delay=0.1)
     status = sts.get("status") or {}
     if status.get("observedGeneration", 0) < sts["metadata"].get("generation", 0) or not status.get("updateRevision"):
-        return context.Progress(WAITING_FOR_CONTROLLER, delay=0.2)
+        return context.Progress(WAITING_FOR_CONTROLLER, delay=ctx.until_watched(0.2))
     return context.Done()
 
 
