@@ -406,20 +406,39 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if scale is not None:
         out += [f"## Scale: one operator, {scale['clusters']} clusters reconfigured at once", "",
                 *_table(("clusters × members", "operation", "Successful", "one cluster alone s", "makespan s",
-                         "makespan ÷ one (target ≤ 2.5)", "operator peak RSS MB (target ≤ 150)", "operator CPU s (concurrent phase)",
+                         "makespan ÷ one (target ≤ 2.5)", "CPU floor ÷ one", "operator peak RSS MB (target ≤ 150)", "operator CPU s (concurrent phase)",
                          "API requests per operation", "canary writes failed/total", "canary unplanned elections"),
                         [(f"{scale['clusters']} × 3", scale["operation"], f"{scale['successful']}/{scale['clusters']}",
                           scale["single_wall_s"], scale["makespan_s"], scale["makespan_over_single"],
+                          scale.get("cpu_floor_over_single", "–"),
                           scale["operator_peak_rss_mb"], scale["operator_cpu_s"], scale["api_requests_per_operation"],
                           f"{scale['canary_writes_failed']}/{scale['canary_writes_total']}",
                           scale["canary_unplanned_elections"])]),
                 "", *SCALE_TEXT.strip("\n").splitlines(), ""]
         if "machine_busy_cores" in scale:
             out += ["Where the CPU goes:", "",
-                    *_table(("cores", "members idle (cores)", "machine busy, idle phase (cores)", "machine busy, concurrent "
-                             "phase (cores)", "operator (cores)", "sandbox + harness (cores)"),
-                            [(scale["cores"], scale["members_idle_cores"], scale["machine_idle_cores"],
-                              scale["machine_busy_cores"], scale["operator_cores"], scale["sandbox_cores"])]), ""]
+                    *_table(("cores", "members idle (cores)", "members idle once TLS (cores)", "machine busy, idle "
+                             "phase (cores)", "machine busy, concurrent phase (cores)", "members (cores)",
+                             "operator (cores)", "sandbox + harness (cores)"),
+                            [(scale["cores"], scale["members_idle_cores"], scale.get("members_idle_tls_cores", "–"),
+                              scale["machine_idle_cores"], scale["machine_busy_cores"],
+                              scale.get("members_busy_cores", "–"), scale["operator_cores"],
+                              scale["sandbox_cores"])]), ""]
+        if "members_cpu_s_per_operation" in scale:
+            out += ["CPU seconds and passes per operation, one cluster alone and each of the N at once (members: their "
+                    "restarts, traffic and idle share):", "",
+                    *_table(("", "operator CPU s", "members CPU s", "sandbox + harness CPU s", "engine passes",
+                             "provisioner passes"),
+                            [("one cluster alone", scale["single_cpu_s"], scale["single_members_cpu_s"],
+                              scale["single_sandbox_cpu_s"], scale["single_engine_passes"],
+                              scale["single_provisioner_passes"]),
+                             (f"each of {scale['clusters']} at once", scale["operator_cpu_s_per_operation"],
+                              scale["members_cpu_s_per_operation"], scale["sandbox_cpu_s_per_operation"],
+                              scale["engine_passes_per_operation"], scale["provisioner_passes_per_operation"])]), "",
+                    f"The machine's CPU floor for {scale['clusters']} at once (`e2e/scale.py` `cpu_floor`: N × the CPU "
+                    f"one alone used beyond its members' idle share, ÷ the cores the idle members leave): "
+                    f"**{scale['cpu_floor_s']} s = {scale['cpu_floor_over_single']} × one cluster alone**, against the "
+                    f"measured makespan {scale['makespan_s']} s = {scale['makespan_over_single']} ×.", ""]
         if scale.get("api_requests_by_verb"):
             out += ["Operator API requests in the concurrent phase, by verb and resource: " + ", ".join(
                 f"{k} {v}" for k, v in scale["api_requests_by_verb"].items()) + ".", ""]
@@ -563,13 +582,20 @@ operations; peak RSS is `VmHWM` and CPU the `utime+stime` delta of the operator 
 writer and leader monitor run on one of the N clusters as a canary.
 
 *Where the CPU goes* is measured on the same run: *members idle* is the CPU the 3 N etcd processes use in a 10 s
-window once every Etcd is Ready and before any request (stock etcd 3.5 with its 100 ms heartbeat costs about 1.3 %
-of a core per member of a 3-member cluster, TLS or not), *machine busy* the whole machine's busy time
-(`/proc/stat`, all but idle and iowait) over the concurrent phase ÷ its length, *operator* and *sandbox + harness*
-the CPU of those processes ÷ the same length (the sandbox runs in the benchmark's own process, with the canary
-writer and monitor). When the machine is busy on every core, the makespan is bound by CPU: the idle members'
-share is taken before any work starts, and the rest is shared by 3 N member restarts × passes, certificate
-issuance and the operator's reconciles.
+window once every Etcd is Ready and before any request (stock etcd 3.5, 100 ms heartbeat), *members idle once TLS*
+the same window after every request ended; *machine busy* is the whole machine's busy time (`/proc/stat`, all but
+idle and iowait) over the concurrent phase ÷ its length; *members* the CPU every etcd process used over the phase
+(the live ones from `/proc/<pid>`, the restarted ones from the sandbox process's waited-for children, `os.times`),
+*operator* and *sandbox + harness* the CPU of those processes (the sandbox runs in the benchmark's own process, with
+the canary writer and monitor), each ÷ the phase's length. The same counts, per operation, for one cluster alone and
+for each of the N, and the engine's and the provisioner's passes (`opsmanager_opsrequest_reconciles_total`,
+`opsmanager_etcd_reconciles_total`), say what grows when the N share the machine.
+
+*The machine's CPU floor* is what perfect packing would allow: each of the N needs the CPU one alone used (its
+operator, members and sandbox share, less its members' idle share), and the idle members of all N take their cores
+for as long as the phase lasts, so the phase cannot end before N × that work ÷ (cores − members idle). It is a lower
+bound on the makespan, with no contention at all; when the machine is busy on every core, the makespan sits just
+above it and is the machine's, not the operator's: the operator's own part is its CPU per operation and its passes.
 """
 
 def webhook_latency_lines(lat: Record) -> list[str]:

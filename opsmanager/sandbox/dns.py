@@ -119,12 +119,21 @@ class HostsTable:
         pods = sorted(pods, key=lambda p: (p.namespace, p.name))
         services = sorted(services, key=lambda s: (s.namespace, s.name))
         self.published = published_pods(pods, services)
-        by_namespace: dict[str, list[PodRecord]] = {}
+        # Pods by (namespace, label): a Service's endpoints are among the pods with the first label it selects
+        # (checking every pod of the namespace against every Service was most of a pass at thirty clusters).
+        by_label: dict[tuple[str, str, str], list[PodRecord]] = {}
         for pod in pods:
-            by_namespace.setdefault(pod.namespace, []).append(pod)
+            for k, v in pod.labels.items():
+                by_label.setdefault((pod.namespace, k, v), []).append(pod)
+
+        def candidates(svc: ServiceRecord) -> list[PodRecord]:
+            if not svc.selector:
+                return []
+            k, v = next(iter(svc.selector.items()))
+            return by_label.get((svc.namespace, k, v), [])
+
         # (service, its endpoint IPs in pod order): the Services' lines, viewer-independent but for the short form
-        self.endpoints = [(svc, [pod.ip for pod in by_namespace.get(svc.namespace, ()) if _endpoint(svc, pod)])
-                          for svc in services]
+        self.endpoints = [(svc, [pod.ip for pod in candidates(svc) if _endpoint(svc, pod)]) for svc in services]
         self._published_by_subdomain: dict[tuple[str, str], list[str]] = {}
         for pod in self.published:
             self._published_by_subdomain.setdefault((pod.namespace, pod.subdomain), []).append(

@@ -77,7 +77,11 @@ def test_markdown_has_machine_tables_and_every_row(tmp_path: pathlib.Path) -> No
          "operator_cpu_s": 30.2, "api_requests_per_operation": 400, "canary_writes_failed": 0,
          "canary_writes_total": 2000, "canary_unplanned_elections": 0, "api_requests_by_verb": {"GET pods": 10},
          "cores": 2, "members_idle_cores": 0.41, "machine_idle_cores": 0.52, "machine_busy_cores": 1.93,
-         "operator_cores": 0.36, "sandbox_cores": 0.27},
+         "operator_cores": 0.36, "sandbox_cores": 0.27, "members_busy_cores": 1.2, "members_idle_tls_cores": 0.45,
+         "cpu_floor_s": 31.0, "cpu_floor_over_single": 1.55, "single_cpu_s": 0.6, "single_members_cpu_s": 1.7,
+         "single_sandbox_cpu_s": 0.9, "single_engine_passes": 28, "single_provisioner_passes": 10,
+         "operator_cpu_s_per_operation": 0.7, "members_cpu_s_per_operation": 2.9, "sandbox_cpu_s_per_operation": 1.0,
+         "engine_passes_per_operation": 50, "provisioner_passes_per_operation": 20},
         {"scenario": "webhook-latency", "strategy": bench.ENGINE, "rate_per_s": 500.0, "seconds": 20.0,
          "reviews": 10000, "p50_ms": 1.5, "p99_ms": 6.2, "max_ms": 12.0, "achieved_per_s": 499.9, "errors": 0,
          "api_reads": 0, "webhook_cpu_ms_per_review": 0.45, "saturation_per_s": 1500, "saturation_step_s": 5.0,
@@ -97,8 +101,11 @@ def test_markdown_has_machine_tables_and_every_row(tmp_path: pathlib.Path) -> No
     assert "| add TLS | opsmanager EtcdOpsRequest | Successful | yes | 0/900 |" in text
     assert "| add TLS | naive: restart onto https-only, no peer-URL update | members not back" in text
     assert "**no**" in text  # healthy after: no
-    assert "| 10 × 3 | add TLS | 10/10 | 20.0 | 40.0 | 2.00 | 120.5 | 30.2 | 400 | 0/2000 | 0 |" in text
-    assert "| 2 | 0.41 | 0.52 | 1.93 | 0.36 | 0.27 |" in text  # where the scale run's CPU went
+    assert "| 10 × 3 | add TLS | 10/10 | 20.0 | 40.0 | 2.00 | 1.55 | 120.5 | 30.2 | 400 | 0/2000 | 0 |" in text
+    assert "| 2 | 0.41 | 0.45 | 0.52 | 1.93 | 1.20 | 0.36 | 0.27 |" in text  # where the scale run's CPU went
+    assert "| one cluster alone | 0.60 | 1.70 | 0.90 | 28 | 10 |" in text
+    assert "| each of 10 at once | 0.70 | 2.90 | 1.00 | 50 | 20 |" in text
+    assert "**31.0 s = 1.55 × one cluster alone**" in text
     assert "| 500 | 20 | 10000 | 1.50 | 6.20 | 12.0 | 499.9 | 0 | 0 | 0.45 | 1500 |" in text
     assert "1000/s → p99 80.0 ms, 990.0/s achieved, 0 errors, send lag p99 2.0 ms" in text
     assert "**0 HTTP 500, 0 reviews answered with code 500**" in text
@@ -262,3 +269,13 @@ def test_the_minus_move_leader_baseline_runs_for_every_operation_that_restarts()
     assert "REPEAT ?= 1" in makefile and "--repeat $(REPEAT)" in makefile
     with pytest.raises(SystemExit):
         bench.main(["--repeat", "0", "--scenario", "rotate"])
+
+
+def test_cpu_floor_is_the_work_of_n_over_the_cores_the_idle_members_leave() -> None:
+    # one alone used 3.0 CPU s in 20 s, 0.6 of them its members idling (0.9 cores for 30 clusters → 0.03 for one)
+    floor = scale.cpu_floor(clusters=30, cores=2, members_idle_cores=0.9, single_wall_s=20.0, single_cpu_s=3.0)
+    assert floor == pytest.approx(30 * (3.0 - 0.6) / (2 - 0.9))
+    assert scale.cpu_floor(clusters=30, cores=2, members_idle_cores=2.0, single_wall_s=20.0,
+                           single_cpu_s=3.0) == float("inf")
+    # more clusters: more work and fewer spare cores, so the floor grows faster than N
+    assert scale.cpu_floor(clusters=60, cores=2, members_idle_cores=1.8, single_wall_s=20.0, single_cpu_s=3.0) > 2 * floor

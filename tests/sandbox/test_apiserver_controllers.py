@@ -173,6 +173,22 @@ def test_pdb_status_follows_the_pods_of_its_namespace() -> None:
     assert (status["currentHealthy"], status["disruptionsAllowed"]) == (2, 0)
 
 
+def test_pdbs_of_one_namespace_count_only_the_pods_their_whole_selector_matches() -> None:
+    api = _api()
+    for db in ("a", "b"):
+        _put(api, PDBS, {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": db},
+                         "spec": {"maxUnavailable": 1,
+                                  "selector": {"matchLabels": {"app": "etcd", "instance": db}}}})
+        for i in range(3):
+            pod = _pod(f"{db}-{i}", ready=not (db == "b" and i == 0))
+            pod["metadata"]["labels"]["instance"] = db
+            _put(api, PODS, pod)
+    api.controllers._pass()
+    a, b = ((api.store.get(PDBS, "default", n) or {})["status"] for n in ("a", "b"))
+    assert (a["expectedPods"], a["currentHealthy"], a["disruptionsAllowed"]) == (3, 3, 1)
+    assert (b["expectedPods"], b["currentHealthy"], b["disruptionsAllowed"]) == (3, 2, 0)
+
+
 async def test_the_loop_collects_after_the_owner_is_deleted() -> None:
     api = _api()
     ctrl = api.controllers

@@ -316,3 +316,12 @@ def test_addresses_are_stable_per_pod_and_sandboxes_never_share_a_range(tmp_path
             addresses.PodAddresses(a.second_octet, lock_dir=tmp_path)
     with addresses.PodAddresses(a.second_octet, lock_dir=tmp_path) as again:  # released on close
         assert again.allocate("ns", "x").startswith(f"127.{a.second_octet}.")
+
+
+def test_a_service_selecting_on_two_labels_lists_only_pods_with_both() -> None:
+    pods = [dns.PodRecord("ns", f"{db}-{i}", f"127.0.{ord(db)}.{i + 1}", labels={"app": "etcd", "instance": db},
+                          ready=True) for db in "ab" for i in range(2)]
+    svc = dns.ServiceRecord("ns", "b-client", {"app": "etcd", "instance": "b"})
+    hosts = dns.HostsTable(pods, [svc]).for_pod(pods[0])
+    listed = [line.split("\t")[0] for line in hosts.splitlines() if line.endswith("b-client")]
+    assert listed == [p.ip for p in pods if p.labels["instance"] == "b"]

@@ -300,8 +300,14 @@ class Controllers:
             pods = self.cluster.store.list(("", "pods"), ns)
             workloads = self.cluster.store.list(("apps", "statefulsets"), ns) \
                 + self.cluster.store.list(("apps", "deployments"), ns)
+            by_label: dict[tuple[str, str], list[Obj]] = {}  # a PDB needs only the pods with one of its labels
+            for pod in pods:
+                for label in (pod["metadata"].get("labels") or {}).items():
+                    by_label.setdefault(label, []).append(pod)
             for pdb in pdbs:
-                self._one_pdb_status(key, pdb, pods, workloads)
+                match = ((pdb.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+                candidates = by_label.get(next(iter(match.items())), []) if match else pods
+                self._one_pdb_status(key, pdb, candidates, workloads)
 
     def _one_pdb_status(self, key: store.Key, pdb: Obj, pods: list[Obj], workloads: list[Obj]) -> None:
         status = disruption.status(pdb, pods, workloads)
