@@ -329,8 +329,10 @@ class CachedKube(kube_client.Kube):
         if (cached is not None and cached.synced and not field_selector and wanted is not None
                 and all(wanted.get(k) == v for k, v in cached.selector.items())):
             self.stats[f"hit list {kind}"] += 1
-            return [copy_json(o) for o in cached.informer.items(namespace)
-                    if matches(o, wanted)]
+            # Only the objects with one of the wanted labels are looked at (the informer's label index).
+            extra = [label for label in wanted.items() if cached.selector.get(label[0]) != label[1]]
+            found = cached.informer.labelled(namespace, extra[0]) if extra else cached.informer.items(namespace)
+            return [copy_json(o) for o in found if matches(o, wanted)]
         self.stats[f"miss list {kind}"] += 1
         log.debug("cache miss: LIST %s in %s (labels %s, fields %s)", kind, namespace or "every namespace",
                   label_selector, field_selector)

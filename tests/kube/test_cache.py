@@ -269,3 +269,40 @@ def test_copy_json_is_a_deep_independent_copy_and_falls_back_for_other_types() -
     odd = {"at": when, "nested": [{"at": when}]}
     odd_copy = copy_json(odd)
     assert odd_copy == odd and odd_copy["nested"] is not odd["nested"]
+
+
+async def test_a_list_by_label_follows_label_changes_and_deletions(cached: tuple[kube.CachedKube, Counter],
+                                                                   apiserver_async: sandbox_apiserver.APIServer) -> None:
+    """The informer's label index (a list by selector looks only at the objects with one of its labels) answers
+    as a scan of every object would, through relabels, deletions and relists."""
+    client, counter = cached
+    other = kube.Kube.for_url(apiserver_async.url)
+
+    async def names(selector: str) -> list[str]:
+        return sorted(o["metadata"]["name"] for o in await client.list("v1", "ConfigMap", NS,
+                                                                         label_selector=selector))
+    try:
+        for name, db in (("a-0", "a"), ("a-1", "a"), ("b-0", "b")):
+            cm = configmap(name)
+            cm["metadata"]["labels"] = {"app": "etcd", "instance": db}
+            await other.create(cm)
+
+        async def listed() -> bool:
+            return await names("app=etcd") == ["a-0", "a-1", "b-0"]
+        await aeventually(listed, timeout=5)
+        assert await names("app=etcd,instance=a") == ["a-0", "a-1"] and await names("instance=b") == ["b-0"]
+        await other.patch("v1", "ConfigMap", NS, "a-1", {"metadata": {"labels": {"instance": "b"}}})
+        await other.delete("v1", "ConfigMap", NS, "b-0")
+
+        async def moved() -> bool:
+            return await names("instance=b") == ["a-1"] and await names("instance=a") == ["a-0"]
+        await aeventually(moved, timeout=5)
+        assert await names("app=etcd,instance=b") == ["a-1"] and await names("instance=c") == []
+        informer = client.informer("v1", "ConfigMap", NS)
+        assert informer is not None
+        await informer._relist()  # the index is rebuilt with the cache
+        counter.reset()
+        assert await names("instance=b") == ["a-1"] and await names("app=etcd") == ["a-0", "a-1"]
+        assert counter.since() == [], "a list by label went to the server"
+    finally:
+        await other.aclose()
