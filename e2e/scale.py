@@ -203,6 +203,12 @@ def exited_children_cpu() -> float:
     return t.children_user + t.children_system
 
 
+def members_ever_cpu(sc: scenario.Scenario) -> float:
+    """CPU seconds every etcd member has used so far, the exited ones (:func:`exited_children_cpu`) with the live
+    ones (:func:`members_cpu`): its delta over a phase is what the members used in it."""
+    return exited_children_cpu() + members_cpu(sc)
+
+
 def members_cpu(sc: scenario.Scenario) -> float:
     """CPU seconds the etcd processes of the scenario's namespace have used so far (from the kubelet's PIDs)."""
     total = 0.0
@@ -280,15 +286,14 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
             await bench_module.fresh_etcd(sc, "solo", None)
             before, cpu_before = proxy.snapshot(), read_proc(pid).cpu_seconds
             passes_before = await passes(sc.operator.metrics_url)
-            solo_members_before, solo_own_before = exited_children_cpu() + members_cpu(sc), \
-                read_proc(os.getpid()).cpu_seconds
+            solo_members_before, solo_own_before = members_ever_cpu(sc), read_proc(os.getpid()).cpu_seconds
             started = time.monotonic()
             await sc.submit("solo-add-tls", "solo", constants.OPS_TYPE_RECONFIGURE_TLS, **ADD_TLS)
             solo = await _wait_terminal(sc, ["solo-add-tls"], started, timeout=300)
             single_phase, single_wall = solo["solo-add-tls"]
             single_requests = sum(_delta(proxy.snapshot(), before).values())
             single_cpu = read_proc(pid).cpu_seconds - cpu_before
-            single_members_cpu = exited_children_cpu() + members_cpu(sc) - solo_members_before
+            single_members_cpu = members_ever_cpu(sc) - solo_members_before
             single_sandbox_cpu = read_proc(os.getpid()).cpu_seconds - solo_own_before
             single_passes = [a - b for a, b in zip(await passes(sc.operator.metrics_url), passes_before, strict=True)]
             say(f"scale: one cluster alone: {single_phase} in {single_wall:.1f}s, {single_requests} operator API "
@@ -317,7 +322,7 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
                 w_before = w.snapshot()
                 before, cpu_before = proxy.snapshot(), read_proc(pid).cpu_seconds
                 busy_before, own_before = machine_busy(), read_proc(os.getpid()).cpu_seconds
-                members_before = exited_children_cpu() + members_cpu(sc)
+                members_before = members_ever_cpu(sc)
                 passes_before = await passes(sc.operator.metrics_url)
                 started = time.monotonic()
                 for req, name in zip(requests, names, strict=True):
@@ -327,7 +332,7 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
                 sample = read_proc(pid)
                 busy = machine_busy() - busy_before
                 harness_cpu = read_proc(os.getpid()).cpu_seconds - own_before
-                members_busy = exited_children_cpu() + members_cpu(sc) - members_before
+                members_busy = members_ever_cpu(sc) - members_before
                 counts = _delta(proxy.snapshot(), before)
                 all_passes = [a - b for a, b in zip(await passes(sc.operator.metrics_url), passes_before,
                                                     strict=True)]

@@ -156,6 +156,12 @@ class Wakeups:
                 del self._subscribers[key]
 
 
+def wakeups_of(client: kube_client.Kube) -> Wakeups | None:
+    """The client's :class:`Wakeups` — None unless it is a :class:`CachedKube` with wakeups on (without them, a loop
+    waiting for a change waits its whole bound)."""
+    return client.wakeups if isinstance(client, CachedKube) else None
+
+
 async def wait(event: asyncio.Event, timeout: float) -> bool:
     """Wait until ``event`` is set or ``timeout`` seconds passed; True when it was set."""
     if event.is_set():

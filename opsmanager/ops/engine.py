@@ -47,6 +47,7 @@ from opsmanager.api import opsrequest as ops_api
 from opsmanager.api import pause as pause_api
 from opsmanager.etcd import admin, pool
 from opsmanager.etcd import errors as etcd_errors
+from opsmanager.kube import cache as kube_cache
 from opsmanager.ops import certificates, context, plan, queue
 from opsmanager.ops.steps import (
     issue,
@@ -222,7 +223,7 @@ class Engine:
     @property
     def watched(self) -> bool:
         """Do watch events about an Etcd's objects wake its requests' reconciles (:func:`ops.handlers.drive`)?"""
-        return isinstance(self.kube, kube.CachedKube) and self.kube.wakeups is not None
+        return kube_cache.wakeups_of(self.kube) is not None
 
     # --- the reconcile ----------------------------------------------------------------------------------------
 

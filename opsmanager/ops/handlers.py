@@ -39,10 +39,10 @@ def _wakeups(client: kube.Kube, namespace: str, db_name: str, *,
     """A subscription to changes of the Etcd's objects, when the client has watch caches; else an event nobody
     sets (each wait then lasts its whole delay). The request's own changes do not wake it: it made them (a status
     write per reconcile), and waking on them would turn a step that rewrites its message into a busy loop."""
-    if isinstance(client, kube.CachedKube) and client.wakeups is not None:
+    if (wakeups := cache.wakeups_of(client)) is not None:
         def accept(_etype: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> bool:
             return not (obj.get("kind") == constants.OPS_KIND and (obj.get("metadata") or {}).get("name") == request)
-        return client.wakeups.subscribe(namespace, db_name, accept)
+        return wakeups.subscribe(namespace, db_name, accept)
     return contextlib.nullcontext(asyncio.Event())
 
 

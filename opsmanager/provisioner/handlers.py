@@ -185,10 +185,10 @@ def register(registry: kopf.OperatorRegistry, *, interval: float = DEFAULT_INTER
         operator's Certificate cache (:mod:`opsmanager.kube.cache`) wakes this loop when that happens to one of this
         Etcd's Certificates. The timer stays the backstop (and is all there is without watch caches)."""
         k = _kube(memo)
-        if not isinstance(k, kube.CachedKube) or k.wakeups is None:
+        if (wakeups := cache.wakeups_of(k)) is None:
             return
         ns, name, _generation = _ident(body)
-        with k.wakeups.subscribe(ns, name, _reissued) as changed:
+        with wakeups.subscribe(ns, name, _reissued) as changed:
             while not stopped:
                 if not await cache.wait(changed, 1.0):  # 1 s: how soon a stopped daemon notices
                     continue

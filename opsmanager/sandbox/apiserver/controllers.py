@@ -25,6 +25,7 @@ import logging
 import uuid
 from typing import Any
 
+from opsmanager.kube.cache import copy_json
 from opsmanager.sandbox.apiserver import disruption, operations, store
 
 logger = logging.getLogger(__name__)
@@ -227,7 +228,7 @@ class Controllers:
                     self._delete(key, obj)
                     continue
                 if any(a is False for a in alive):
-                    new = operations.copy_json(obj)
+                    new = copy_json(obj)
                     new["metadata"]["ownerReferences"] = [r for r, a in zip(refs, alive, strict=True)
                                                           if a is not False]
                     self.cluster.write_internal(key, obj, new)
@@ -237,7 +238,7 @@ class Controllers:
                 continue
             if "orphan" in finalizers:
                 for dep_key, current in self._dependents_of(meta["uid"]):
-                    new = operations.copy_json(current)
+                    new = copy_json(current)
                     new["metadata"]["ownerReferences"] = [
                         r for r in current["metadata"].get("ownerReferences") or [] if r.get("uid") != meta["uid"]]
                     self.cluster.write_internal(dep_key, current, new)
@@ -254,7 +255,7 @@ class Controllers:
         current = self.cluster.store.get(key, obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
         if current is None:
             return
-        new = operations.copy_json(current)
+        new = copy_json(current)
         new["metadata"]["finalizers"] = [f for f in current["metadata"].get("finalizers") or [] if f != finalizer]
         self.cluster.write_internal(key, current, new)
 
@@ -320,6 +321,6 @@ class Controllers:
             before = previous.get(cond["type"])
             cond["lastTransitionTime"] = (before or {}).get("lastTransitionTime") \
                 if before and before.get("status") == cond["status"] else operations.stamp()
-        new = operations.copy_json(pdb)
+        new = copy_json(pdb)
         new["status"] = status
         self.cluster.write_internal(key, pdb, new)

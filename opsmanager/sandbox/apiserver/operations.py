@@ -22,13 +22,15 @@ import builtins
 import copy
 import datetime
 import json
-import marshal
 import random
 import re
 import uuid
 from collections.abc import Callable
 from typing import Any
 
+# Served copies and controller writes: marshal copies JSON documents in C, several times faster than
+# ``copy.deepcopy`` (which was the API server's largest cost, every answer and watch event being a copy).
+from opsmanager.kube.cache import copy_json
 from opsmanager.sandbox.apiserver import (
     admission,
     defaults,
@@ -70,16 +72,6 @@ _EVENT_FIELDS = {"involvedObject": "regarding", "related": "related", "message":
                  "lastTimestamp": "deprecatedLastTimestamp", "count": "deprecatedCount", "eventTime": "eventTime",
                  "series": "series", "reportingComponent": "reportingController",
                  "reportingInstance": "reportingInstance", "action": "action"}
-
-
-def copy_json(value: Any) -> Any:
-    """A deep copy of a JSON document (stored objects are dicts, lists and scalars): ``marshal`` copies these in C,
-    several times faster than ``copy.deepcopy`` (which was the API server's largest cost, every answer and every
-    watch event being a copy); a value marshal cannot write falls back to ``copy.deepcopy``."""
-    try:
-        return marshal.loads(marshal.dumps(value))
-    except ValueError:
-        return copy.deepcopy(value)
 
 
 def external(rt: resources.ResourceType, obj: Obj) -> Obj:

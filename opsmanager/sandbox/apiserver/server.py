@@ -664,38 +664,33 @@ class APIServer:
 
         has_fields = bool((q.get("fieldSelector") or "").strip())
 
-        def matches(obj: Obj) -> tuple[bool, Obj]:
-            view = operations.external(rt, obj)
-            return match_labels(obj["metadata"].get("labels") or {}) and match_fields(view), view
-
-        def old_matches(obj: Obj) -> bool:
-            """Whether the previous state matched, without copying it unless a field selector needs its view."""
+        def selected(obj: Obj) -> tuple[bool, Obj | None]:
+            """Does the watch select ``obj``? Labels are read on the stored object; the served copy is made only
+            when a field selector needs it (it reads the served form), and returned for reuse."""
             if not match_labels(obj["metadata"].get("labels") or {}):
-                return False
-            return match_fields(operations.external(rt, obj)) if has_fields else True
+                return False, None
+            if not has_fields:
+                return True, None
+            view = operations.external(rt, obj)
+            return match_fields(view), view
+
+        def served(obj: Obj, view: Obj | None) -> Obj:
+            return view if view is not None else operations.external(rt, obj)
 
         def translate(change: store.Change) -> tuple[str, Obj] | None:
-            # the labels first, on the stored object: the served copy is made only for an event that is sent (or
-            # for a field selector, which reads the served form)
-            view: Obj | None = None
-            new_ok = match_labels(change.obj["metadata"].get("labels") or {})
-            if new_ok and has_fields:
-                view = operations.external(rt, change.obj)
-                new_ok = match_fields(view)
+            new_ok, view = selected(change.obj)
             kind: str | None
             if change.type == "ADDED":
                 kind = "ADDED" if new_ok else None
             else:
-                old_ok = old_matches(change.old) if change.old is not None else False
+                old_ok = selected(change.old)[0] if change.old is not None else False
                 if change.type == "DELETED":
                     kind = "DELETED" if (old_ok or new_ok) else None
                 elif new_ok:
                     kind = "MODIFIED" if old_ok else "ADDED"
                 else:
                     kind = "DELETED" if old_ok else None
-            if kind is None:
-                return None
-            return kind, view if view is not None else operations.external(rt, change.obj)
+            return (kind, served(change.obj, view)) if kind is not None else None
 
         sub = self.store.subscribe(key, scope)
         try:
@@ -703,9 +698,9 @@ class APIServer:
             expired: str | None = None
             if send_initial or rv in ("", "0"):
                 for obj in self.store.list(key, scope):
-                    ok, view = matches(obj)
+                    ok, view = selected(obj)
                     if ok:
-                        first.append(("ADDED", view))
+                        first.append(("ADDED", served(obj, view)))
             else:
                 try:
                     since = int(rv)
