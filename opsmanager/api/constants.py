@@ -173,6 +173,10 @@ COND_SUCCESSFUL: Final = "Successful"
 COND_FAILED: Final = "Failed"
 COND_ETCD_LEADER_MOVED: Final = "EtcdLeaderMoved"
 COND_SKIPPED: Final = "Skipped"  # a Pending request superseded by a newer one of the same type (never started)
+# Why a request waits (True, reason WaitingForRequest / WaitingForReady / EtcdPaused) and, once it started, how
+# (False, reason Started / StartedAsRescue): written only for a request that waited or started as a rescue.
+COND_PENDING: Final = "Pending"
+EVENT_STARTED_AS_RESCUE: Final = "StartedAsRescue"  # Warning on the request: IfReady started on an expired Etcd
 
 # Multi-pass TLS transitions (trust both CAs, flip peer URLs, drop the old CA).
 COND_TRUST_BUNDLE_WIDENED: Final = "TrustBundleWidened"

@@ -104,6 +104,8 @@ CRDS: tuple[CRDSpec, ...] = (
             {"name": "Type", "type": "string", "jsonPath": ".spec.type"},
             {"name": "Database", "type": "string", "jsonPath": ".spec.databaseRef.name", "priority": 1},
             {"name": "Status", "type": "string", "jsonPath": ".status.phase"},
+            # Why a Pending request waits (WaitingForReady, WaitingForRequest, EtcdPaused), or how it started.
+            {"name": "Reason", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Pending")].reason'},
             _AGE,
         ),
     ),

@@ -87,6 +87,10 @@ STEPS: dict[plan.StepKind, Executor] = {
 }
 
 
+# How long the engine remembers what it observed of an Etcd's expiry while a request waits (seconds): the
+# observation costs a handshake with every member, and a waiting request is looked at every second.
+EXPIRY_TTL = 5.0
+
 # Steps run at most this many times in one reconcile (each ``Done`` or immediate ``Progress`` counts one); then the
 # reconcile persists what it has and asks to be called again at once.
 MAX_ITERATIONS = 25
@@ -167,6 +171,7 @@ class Engine:
         self.delivery_timeout = delivery_timeout  # seconds the kubelet may take to deliver a changed Secret
         self.clock = clock or (lambda: datetime.datetime.now(datetime.UTC))
         self.etcd = etcd
+        self._expiry_seen: dict[tuple[str, str, str], tuple[datetime.datetime, str]] = {}
 
     # --- status writes --------------------------------------------------------------------------------------
 
@@ -199,6 +204,9 @@ class Engine:
             # resume, while no other request of the Etcd can run (the queue starts the next one after this one's
             # terminal write).
             await self.etcd_pool.forget(ctx.namespace, ctx.db_name, user=context.ENGINE_USER)
+        # What this request found expired is history once it ends (a rescue's end most of all).
+        for key in [k for k in self._expiry_seen if k[:2] == (ctx.namespace, ctx.db_name)]:
+            del self._expiry_seen[key]
         if ctx.plan.pauses:
             if await pause.resume(self.kube, ctx.namespace, ctx.db_name, ctx.name):
                 await ctx.etcd_event(pause.EVENT_RESUMED, f"Resumed by EtcdOpsRequest {ctx.name} "
@@ -251,16 +259,19 @@ class Engine:
         if lifecycle.state == "New":  # queued; written only if it has to wait (one that starts goes Progressing)
             lifecycle.enqueue()
         if lifecycle.state == constants.PHASE_PENDING:
-            outcome = await self._pending(req, db_obj, spec, lifecycle)
-            if outcome is not None:
-                return outcome
+            verdict = await self._pending(req, db_obj, spec, lifecycle)
+            if isinstance(verdict, Outcome):
+                return verdict
+            return await self._progress(req, db_obj, lifecycle, started=verdict)
         return await self._progress(req, db_obj, lifecycle)
 
     async def _pending(self, req: dict[str, Any], db_obj: dict[str, Any], spec: ops_api.EtcdOpsRequestSpec,
-                       lifecycle: Lifecycle) -> Outcome | None:
-        """The queue's verdict; None when the request starts (``lifecycle`` is then ``Progressing``, written with
-        the first step's record). A request new to the engine is written ``Pending`` when it waits (a queued
-        request that has not started is new or ``Pending`` alike for the queue: :attr:`queue.Queued.active`)."""
+                       lifecycle: Lifecycle) -> Outcome | queue.Decision:
+        """The queue's verdict: an :class:`Outcome` when the request is skipped or waits (its ``Pending`` condition
+        then says why), else the start's :class:`~opsmanager.ops.queue.Decision` (``lifecycle`` is then
+        ``Progressing``, written with the first step's record). A request new to the engine is written ``Pending``
+        when it waits (a queued request that has not started is new or ``Pending`` alike for the queue:
+        :attr:`queue.Queued.active`)."""
         ns = req["metadata"]["namespace"]
         siblings = []
         for other in await self.kube.list(constants.OPS_API_VERSION, constants.OPS_KIND, ns):
@@ -268,21 +279,58 @@ class Engine:
                 continue
             siblings.append(_queued(other))
         me = _queued(req)
-        decision = queue.decide(me, siblings, (db_obj.get("status") or {}).get("phase"))
+        etcd = _etcd_state(db_obj)
+        if queue.needs_expiry(me, siblings, etcd):
+            etcd = dataclasses.replace(etcd, expired=await self._expiry(req, db_obj))
+        decision = queue.decide(me, siblings, etcd)
         if decision.verdict is queue.Verdict.SKIP:
             lifecycle.skip()
             req = await self._set_phase(req, lifecycle.state, (constants.COND_SKIPPED, constants.TRUE,
-                                                               constants.COND_SKIPPED, decision.reason))
+                                                               constants.COND_SKIPPED, decision.message))
             _count_finished(req, lifecycle.state, self.clock())
-            await self.kube.event(req, reason=constants.COND_SKIPPED, message=decision.reason)
+            await self.kube.event(req, reason=constants.COND_SKIPPED, message=decision.message)
             return Outcome(finished=True, phase=lifecycle.state)
-        # Paused by hand (or by a request not finished yet): hands off until whoever paused it resumes it.
-        if decision.verdict is queue.Verdict.WAIT or pause_api.is_paused(db_obj.get("status")):
-            if (req.get("status") or {}).get("phase") != lifecycle.state:
-                await self._set_phase(req, lifecycle.state)
+        if decision.verdict is queue.Verdict.WAIT:
+            status = req.get("status") or {}
+            current = conditions.get_condition(status.get("conditions"), constants.COND_PENDING) or {}
+            if (status.get("phase") != lifecycle.state or current.get("status") != constants.TRUE
+                    or current.get("reason") != decision.reason or current.get("message") != decision.message):
+                req = await self._set_phase(req, lifecycle.state, (constants.COND_PENDING, constants.TRUE,
+                                                                   decision.reason, decision.message))
+                if current.get("reason") != decision.reason or current.get("status") != constants.TRUE:
+                    await self.kube.event(req, reason=decision.reason, message=decision.message)
             return Outcome(finished=False, delay=1.0, phase=lifecycle.state)
         lifecycle.start()
-        return None
+        return decision
+
+    async def _expiry(self, req: dict[str, Any], db_obj: dict[str, Any]) -> str:
+        """What expired, when the Etcd's certificates expired and nothing else keeps it from Ready (every member's
+        pod exists); ``""`` otherwise. Decided by expiry as the rescue is (:func:`certificates.observe_expiry`: the
+        leaves the members serve, read by a handshake that does not verify, and the CAs every member loaded);
+        remembered for :data:`EXPIRY_TTL` seconds per Etcd, as it costs a handshake with every member."""
+        meta = db_obj["metadata"]
+        key = (meta.get("namespace") or "default", meta["name"], meta.get("uid") or "")
+        now = self.clock()
+        cached = self._expiry_seen.get(key)
+        if cached is not None and (now - cached[0]).total_seconds() < EXPIRY_TTL:
+            return cached[1]
+        ctx = context.OpsContext(self.kube, req, db_obj, plan.Plan(constants.OPS_TYPE_RECONFIGURE_TLS, None, None, ()),
+                                 now, tls_before=(db_obj.get("spec") or {}).get("tls"), admin_factory=self.etcd,
+                                 etcd_pool=self.etcd_pool,
+                                 delivery_timeout=self.delivery_timeout, watched=self.watched)
+        found = ""
+        if ctx.db.spec.tls is not None:
+            try:
+                leaves, cas = await certificates.observe_expiry(ctx)
+            except etcd_errors.EtcdError as err:
+                log.info("EtcdOpsRequest %s/%s: reading served leaves: %s", ctx.namespace, ctx.name, err)
+                leaves, cas = (), ()
+            pods = await ctx.pods()
+            missing = [p for p in ctx.pod_names() if p not in pods or pods[p]["metadata"].get("deletionTimestamp")]
+            if (leaves or cas) and not missing:
+                found = plan.rescue_reason(plan.RotateObservation(expired_leaves=leaves, expired_cas=cas))
+        self._expiry_seen[key] = (now, found)
+        return found
 
     async def _snapshot(self, req: dict[str, Any], db_obj: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         """The Etcd's ``spec.tls`` as it was when the request started, persisted on the request (annotation), so
@@ -324,7 +372,7 @@ class Engine:
             return plan.RotateVariant.HOT_RELOAD
         raw = (ctx.request["metadata"].get("annotations") or {}).get(tlschange.ANNOTATION_PLAN)
         if raw is None:
-            if ctx.conditions or ctx.db.spec.tls is None:
+            if any(c.get("type") != constants.COND_PENDING for c in ctx.conditions) or ctx.db.spec.tls is None:
                 return plan.RotateVariant.HOT_RELOAD
             seen = await certificates.observe_rotation(self.kube, ctx.db)
             try:
@@ -345,13 +393,20 @@ class Engine:
         except ValueError:
             return plan.RotateVariant.HOT_RELOAD
 
-    async def _progress(self, req: dict[str, Any], db_obj: dict[str, Any], lifecycle: Lifecycle) -> Outcome:
+    async def _progress(self, req: dict[str, Any], db_obj: dict[str, Any], lifecycle: Lifecycle, *,
+                        started: queue.Decision | None = None) -> Outcome:
         req, tls_before = await self._snapshot(req, db_obj)
         request = ops_api.EtcdOpsRequest.model_validate(req)
         ctx = context.OpsContext(self.kube, req, db_obj, plan.Plan(request.spec.type, None, None, ()), self.clock(),
                                  tls_before=tls_before, admin_factory=self.etcd, etcd_pool=self.etcd_pool,
                                  delivery_timeout=self.delivery_timeout, watched=self.watched)
         ctx.set_phase(lifecycle.state)  # Progressing (queued: a request that just started writes it with its steps)
+        if started is not None:
+            rescue = started.reason == queue.REASON_STARTED_AS_RESCUE
+            if rescue or ctx.condition(constants.COND_PENDING) is not None:  # it waited, or started as a rescue
+                ctx.set_condition(constants.COND_PENDING, constants.FALSE, started.message, reason=started.reason)
+            if rescue:
+                ctx.announce(constants.EVENT_STARTED_AS_RESCUE, started.message, "Warning")
         try:
             variant = await self._variant(ctx)
         except (kube.Unavailable, kube.Conflict) as err:
@@ -428,11 +483,30 @@ def _count_finished(req: dict[str, Any], phase: str, now: datetime.datetime) -> 
 
 def _queued(obj: dict[str, Any]) -> queue.Queued:
     spec = obj.get("spec") or {}
+    tls = spec.get("tls") or {}
     return queue.Queued(
         name=obj["metadata"]["name"], type=spec.get("type", ""),
         phase=(obj.get("status") or {}).get("phase") or "",
         created=obj["metadata"].get("creationTimestamp") or "", apply=spec.get("apply", constants.APPLY_IF_READY),
+        rescues=spec.get("type") == constants.OPS_TYPE_RECONFIGURE_TLS and bool(
+            tls.get("rotateCertificates") or tls.get("issuerRef")) and not tls.get("remove"),
     )
+
+
+def _etcd_state(db_obj: dict[str, Any]) -> queue.EtcdState:
+    """The queue's view of the Etcd: its phase, why it is not Ready (its ``Ready`` condition's message, without the
+    phase it repeats), and who holds a pause."""
+    status = db_obj.get("status") or {}
+    ready = conditions.get_condition(status.get("conditions"), constants.COND_READY) or {}
+    not_ready = "" if ready.get("status") == constants.TRUE else str(ready.get("message") or "")
+    phase = status.get("phase")
+    if phase and not_ready.startswith(f"phase {phase}: "):
+        not_ready = not_ready[len(f"phase {phase}: "):]
+    paused_by = ""
+    if pause_api.is_paused(status):
+        by_request = pause_api.held_by_request(status)
+        paused_by = f"EtcdOpsRequest {by_request}" if by_request else (pause_api.holder(status) or "someone")
+    return queue.EtcdState(phase=phase, not_ready=not_ready, paused_by=paused_by)
 
 
 def _success_message(p: plan.Plan) -> str:
