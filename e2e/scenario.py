@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import os
 import pathlib
+import signal
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Self
@@ -109,15 +110,20 @@ class Scenario:
             await self.start_operator()
         return self
 
-    async def start_operator(self) -> None:
+    async def start_operator(self, *, crash_after: Sequence[tuple[str, str]] = ()) -> None:
         """``opsmanager run`` as a child process (so a test can SIGKILL it), logging to ``operator.log``.
-        Started from a thread: its readiness wait blocks, and this loop also serves the sandbox's API."""
+        Started from a thread: its readiness wait blocks, and this loop also serves the sandbox's API.
+        ``crash_after``: ``(request, condition)`` failpoints — the operator SIGKILLs itself right after the write
+        that records that step True (:meth:`wait_crashed`)."""
+        from opsmanager.ops import engine as ops_engine
         from opsmanager.sandbox import components as sandbox_components
 
         delivery = self.delivery_timeout
+        env = {ops_engine.FAILPOINTS_ENV: ",".join(f"crash-after:{r}:{c}" for r, c in crash_after)} \
+            if crash_after else None
         self.operator = await asyncio.to_thread(
             processes.OperatorProcess.start, self.sandbox.kubeconfig, log_path=self.dir / "operator.log",
-            interval=1.0, extra_args=self.operator_args,
+            interval=1.0, extra_args=self.operator_args, env=env,
             delivery_timeout=delivery if delivery is not None else sandbox_components.SANDBOX_CERTIFICATE_DELIVERY_TIMEOUT)
 
     async def kill_operator(self) -> None:
@@ -125,6 +131,24 @@ class Scenario:
         assert self.operator is not None
         self.operator.process.kill()
         await asyncio.to_thread(self.operator.process.wait, 10)
+        await asyncio.to_thread(self.operator.stop)
+
+    async def crashes_at(self, request: str, condition: str) -> None:
+        """Restart the operator armed to crash right after the write that records ``condition`` of ``request``
+        True (started before that boundary comes; :meth:`wait_crashed` then waits for the crash)."""
+        await self.kill_operator()
+        await self.start_operator(crash_after=[(request, condition)])
+
+    async def wait_crashed(self, *, timeout: float) -> None:
+        """Wait (polling, with a deadline) until the operator process has died by its failpoint, then clean up."""
+        assert self.operator is not None
+        process = self.operator.process
+
+        async def dead() -> bool:
+            return process.poll() is not None
+
+        await self.wait_for("the operator crashed at its failpoint", dead, timeout=timeout, interval=0.1)
+        assert process.returncode == -signal.SIGKILL, f"the operator exited with {process.returncode}"
         await asyncio.to_thread(self.operator.stop)
 
     async def __aexit__(self, *exc: object) -> None:

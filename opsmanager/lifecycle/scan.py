@@ -31,11 +31,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from opsmanager import kube, pki
-from opsmanager.api import conditions, constants, pause
+from opsmanager.api import conditions, constants, durations, pause
 from opsmanager.api import etcd as etcd_api
 from opsmanager.etcd import access
 from opsmanager.etcd import client as etcd_client
@@ -112,7 +112,21 @@ async def observe(k: kube.Kube, db: etcd_api.Etcd, *, now: datetime.datetime) ->
     finally:
         if client is not None:
             await client.close()
-    return verdict.Scan(tuple(observations), tuple(cas), tuple(db.tls_lifecycle.alert_thresholds()), now)
+    return verdict.Scan(tuple(observations), tuple(cas), tuple(db.tls_lifecycle.alert_thresholds()), now,
+                        renew_window=renew_window(db, observations))
+
+
+def renew_window(db: etcd_api.Etcd, observations: Sequence[verdict.Observation]) -> datetime.timedelta:
+    """Auto-renew's window for the earliest served leaf (zero when auto-renew is off, for user-provided Secrets, or
+    when no leaf was served)."""
+    policy = db.tls_lifecycle.auto_renew
+    tls = db.spec.tls
+    served = [o.served for o in observations if o.served is not None]
+    if not policy.enabled or tls is None or tls.external_secrets is not None or not served:
+        return datetime.timedelta(0)
+    first = min(served, key=lambda c: c.not_after)
+    before = None if policy.before is None else durations.parse(policy.before)
+    return verdict.renew_before(first.not_before, first.not_after, before)
 
 
 PATCH_ATTEMPTS: Final = 5
@@ -167,9 +181,14 @@ def due(obj: Mapping[str, Any], *, now: datetime.datetime) -> bool:
 
 async def scan_once(k: kube.Kube, obj: Mapping[str, Any], *, now: datetime.datetime | None = None,
                     delivery_grace: float = 0.0) -> verdict.Scan | None:
-    """Scan one Etcd and record what was found; None when there is nothing to scan (no TLS, or paused).
+    """Scan one Etcd and record what was found; None when there is nothing to scan (no TLS, paused, or never Ready
+    yet).
     ``delivery_grace``: seconds a member may serve another leaf than its Secret's new one before it is a mismatch."""
     if pause.is_paused(obj.get("status")):
+        return None
+    if not conditions.is_true((obj.get("status") or {}).get("conditions"), constants.COND_PROVISIONED):
+        # Never Ready yet: its members may not exist at all (a missing issuer, say) — the provisioner's own
+        # conditions say what it waits for, and "no pod address" for each would only hide that.
         return None
     db = etcd_api.Etcd.model_validate(obj)
     if db.spec.tls is None:

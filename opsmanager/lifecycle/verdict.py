@@ -99,6 +99,9 @@ class Scan:
     delivery_grace: datetime.timedelta = datetime.timedelta(0)
     # Secret leaf serial (lowercase hex) -> when the scan first saw it in the Secret (see :func:`seen_after`).
     secret_seen: Mapping[str, datetime.datetime] = dataclasses.field(default_factory=dict)
+    # Auto-renew's window for the earliest leaf (``autoRenew.before`` in effect, :func:`renew_before`); zero when
+    # auto-renew is off. A CA that ends within it is what the scan reports (:func:`ca_blocks_renewal`).
+    renew_window: datetime.timedelta = datetime.timedelta(0)
 
     @property
     def smallest_threshold(self) -> datetime.timedelta:
@@ -151,6 +154,33 @@ def _earliest(scan: Scan) -> tuple[Observation, pki.CertInfo] | None:
 
 def _earliest_ca(scan: Scan) -> pki.CertInfo | None:
     return min(scan.cas, key=lambda ca: ca.not_after) if scan.cas else None
+
+
+def renewal_ca(scan: Scan) -> pki.CertInfo | None:
+    """The CA the earliest served leaf was issued by (of the trust bundle's, the latest-ending one with the leaf's
+    issuer as its subject: a renewed CA keeps its subject); None when no leaf was served or none matches."""
+    earliest = _earliest(scan)
+    if earliest is None:
+        return None
+    issuers = [ca for ca in scan.cas if ca.subject == earliest[1].issuer]
+    return max(issuers, key=lambda ca: ca.not_after) if issuers else None
+
+
+def ca_blocks_renewal(scan: Scan) -> pki.CertInfo | None:
+    """The CA of the earliest leaf when it ends within auto-renew's window: leaves renewed from it would end with it
+    (issuers cap a leaf at its CA's notAfter), so a renewal cannot help — the CA is the problem to report."""
+    ca = renewal_ca(scan)
+    if ca is None or scan.renew_window <= datetime.timedelta(0) or ca.not_after - scan.now > scan.renew_window:
+        return None
+    return ca
+
+
+def _ca_blocks_message(ca: pki.CertInfo, scan: Scan) -> str:
+    verb = "expired" if ca.not_after <= scan.now else "expires"
+    return (f"CA {ca.subject or ca.issuer} (serial {serial_hex(ca.serial)}) {verb} at "
+            f"{conditions.rfc3339(ca.not_after)}, within autoRenew.before ({go_duration(scan.renew_window)}): "
+            "leaves renewed from it would end with it, so auto-renew files no request — replace the CA (its "
+            "Secret, or the issuer), and the operator rolls the new CA over")
 
 
 def _failed(scan: Scan) -> list[Observation]:
@@ -299,6 +329,9 @@ def condition(scan: Scan) -> tuple[str, str, str]:
         return constants.FALSE, constants.REASON_CERTS_EXPIRED, (
             f"{_where(obs)} serves a certificate (serial {serial_hex(cert.serial)}) that expired at "
             f"{conditions.rfc3339(cert.not_after)}{_more(len(expired))}")
+    blocking = ca_blocks_renewal(scan)
+    if blocking is not None:
+        return constants.FALSE, constants.REASON_CA_EXPIRING_SOON, _ca_blocks_message(blocking, scan)
     soon = [(o, c) for o, c in served if c.not_after - now <= scan.smallest_threshold]
     if soon:
         obs, cert = soon[0]
@@ -342,8 +375,9 @@ def _more(count: int) -> str:
 # --- Events and their once-only keys ----------------------------------------------------------------------------
 
 # Key grammar: ``S:<serial>:<seconds>`` (expiring-soon announced down to that threshold), ``X:<serial>`` (expired),
-# ``C:<serial>`` (CA expiring soon), ``M:<serial>`` (served serial mismatching its Secret). Serials in lowercase hex.
-_KEY = re.compile(r"^(?:S:[0-9a-f]{1,64}:[0-9]{1,12}|[XCM]:[0-9a-f]{1,64})$")
+# ``C:<serial>`` (CA expiring soon), ``B:<serial>`` (that CA ends within auto-renew's window: no renewal can help),
+# ``M:<serial>`` (served serial mismatching its Secret). Serials in lowercase hex.
+_KEY = re.compile(r"^(?:S:[0-9a-f]{1,64}:[0-9]{1,12}|[XCMB]:[0-9a-f]{1,64})$")
 _KEY_SEPARATOR: Final = ","
 
 
@@ -428,8 +462,12 @@ def events(
                              f"{_where(obs)} serves serial {serial} (notAfter {not_after}), its Secret holds "
                              f"serial {serial_hex(obs.secret_leaf.serial)}"))
     largest = scan.largest_threshold
+    blocking = ca_blocks_renewal(scan)
     for ca in sorted(scan.cas, key=lambda c: c.not_after):
         serial = serial_hex(ca.serial)
+        if ca == blocking and f"B:{serial}" not in keys:  # once more, when it is what stops a renewal
+            keys.add(f"B:{serial}")
+            out.append(Event(EVENT_TYPE_WARNING, constants.EVENT_CA_EXPIRING_SOON, _ca_blocks_message(ca, scan)))
         if ca.not_after - now <= largest and f"C:{serial}" not in keys:
             keys.add(f"C:{serial}")
             verb = "expired" if ca.not_after <= now else "expires"
@@ -467,6 +505,7 @@ class Verdict(enum.Enum):
     CREATE = "Create"  # create the EtcdOpsRequest ``request_name`` (AlreadyExists means done)
     HOLD = "Hold"  # due, but members could not be scanned: post AutoRenewHeld naming ``held_members``
     WAIT_RETRY = "WaitRetry"  # due, but the last auto-renew request failed: nothing before ``retry_at``
+    CA_EXPIRING = "CAExpiring"  # due, but the CA ends within the window: renewed leaves would end with it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -512,12 +551,15 @@ def auto_renew(
     unscanned_members: Sequence[str],
     requested_for: datetime.datetime | None,
     now: datetime.datetime,
+    ca_not_after: datetime.datetime | None = None,
 ) -> Decision:
     """Decide whether to create an auto-renew request for ``etcd``.
 
     ``not_before``/``not_after``: the earliest served leaf (None when none was seen). ``in_flight``: a request
     (any) runs for this Etcd. ``requested_for``/``last_failure_at``: the expiry the latest auto-renew request was
-    created for, and when it failed (None if it did not, or none exists).
+    created for, and when it failed (None if it did not, or none exists). ``ca_not_after``: the notAfter of the CA
+    that issued that leaf (:func:`renewal_ca`), None when unknown: when it ends within the renew window, no request
+    is filed (``CA_EXPIRING``) — the leaves it would produce end with the CA, and the scan reports the CA instead.
     """
     if not enabled:
         return Decision(Verdict.NONE, "auto-renew is disabled")
@@ -532,6 +574,11 @@ def auto_renew(
     if now < renew_at:
         return Decision(Verdict.NONE, f"the earliest certificate (notAfter {conditions.rfc3339(not_after)}) is "
                         f"due for renewal at {conditions.rfc3339(renew_at)}", renew_at=renew_at)
+    window = not_after - renew_at
+    if ca_not_after is not None and ca_not_after - now <= window:
+        return Decision(Verdict.CA_EXPIRING, f"the CA that issued the earliest certificate ends at "
+                        f"{conditions.rfc3339(ca_not_after)}, within autoRenew.before ({go_duration(window)}): "
+                        "renewed leaves would end with it; no request filed", renew_at=renew_at)
     same_expiry = requested_for is not None and _stamp(requested_for) == _stamp(not_after)
     if same_expiry and last_failure_at is None:
         return Decision(Verdict.NONE, f"already requested for notAfter {conditions.rfc3339(not_after)}",

@@ -36,6 +36,8 @@ import dataclasses
 import datetime
 import json
 import logging
+import os
+import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -85,6 +87,29 @@ STEPS: dict[plan.StepKind, Executor] = {
     plan.StepKind.RESCUE_CHOSEN: rescue_chosen.run,
     plan.StepKind.RESTART_ALL: restart_all.run,
 }
+
+
+# Failpoints, for the fault tests (as etcd's gofail): ``OPSMANAGER_FAILPOINTS="crash-after:<request>:<Condition>,…"``
+# makes the process SIGKILL itself right after the status write that records that step of that request True — a
+# crash at an exact step boundary, which a test polling the conditions can miss (a zero-restart rotate passes
+# several boundaries within one second). Unset in production: nothing is armed.
+FAILPOINTS_ENV = "OPSMANAGER_FAILPOINTS"
+
+
+def failpoints(text: str | None) -> frozenset[tuple[str, str]]:
+    """``(request, condition)`` pairs of ``crash-after`` failpoints from :data:`FAILPOINTS_ENV`'s value."""
+    out = set()
+    for part in (text or "").split(","):
+        kind, _, rest = part.strip().partition(":")
+        request, _, condition = rest.partition(":")
+        if kind == "crash-after" and request and condition:
+            out.add((request, condition))
+    return frozenset(out)
+
+
+def _crash() -> None:
+    log.warning("failpoint: crashing after a step boundary (%s)", FAILPOINTS_ENV)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 # How long the engine remembers what it observed of an Etcd's expiry while a request waits (seconds): the
@@ -172,6 +197,7 @@ class Engine:
         self.clock = clock or (lambda: datetime.datetime.now(datetime.UTC))
         self.etcd = etcd
         self._expiry_seen: dict[tuple[str, str, str], tuple[datetime.datetime, str]] = {}
+        self.crash_after = failpoints(os.environ.get(FAILPOINTS_ENV))
 
     # --- status writes --------------------------------------------------------------------------------------
 
@@ -443,6 +469,8 @@ class Engine:
                                           reason=result.reason)
             if isinstance(result, context.Done):
                 _step_done(ctx, step, result.message or step.message)
+                if (ctx.name, step.condition) in self.crash_after:
+                    ctx.on_written(_crash)
                 continue
             if result.message:
                 current = ctx.condition(step.condition) or {}

@@ -47,7 +47,7 @@ from typing import Any
 import pydantic
 
 from opsmanager import kube, pki
-from opsmanager.api import constants, pause
+from opsmanager.api import conditions, constants, pause
 from opsmanager.api import etcd as etcd_api
 from opsmanager.provisioner import gate, material, naming, ownership, release, render
 
@@ -65,6 +65,12 @@ PAUSED = "paused"
 REASON_RECONCILED = "Reconciled"
 REASON_PAUSED = "Paused"
 REASON_WAITING_FOR_CERTIFICATES = "WaitingForCertificates"
+ISSUER_API = "cert-manager.io/v1"
+# Why cert-manager has not issued (the cause named instead of "the Secret does not exist yet"): a person acts on these.
+REASON_ISSUER_NOT_FOUND = "IssuerNotFound"
+REASON_ISSUER_NOT_READY = "IssuerNotReady"
+REASON_CERTIFICATE_NOT_READY = "CertificateNotReady"
+WARNING_REASONS = (REASON_ISSUER_NOT_FOUND, REASON_ISSUER_NOT_READY, REASON_CERTIFICATE_NOT_READY)
 REASON_FOREIGN_OBJECT = "ForeignObject"
 REASON_INVALID_SPEC = "InvalidSpec"
 REASON_TLS_CHANGE = "TLSChangeNeedsOpsRequest"
@@ -382,8 +388,7 @@ async def _ensure_tls(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConfig, 
                                        dns_names=render.member_dns_names(db, alias), loaded=None, now=_now()))
         problems = tuple(p for v in verdicts for p in v.problems)
         if problems:
-            return Outcome(WAITING, REASON_WAITING_FOR_CERTIFICATES,
-                           f"{_waiting_for(tls)}: {problems[0].message}", delay=WAITING_DELAY), problems
+            return await _waiting(k, db, tls, problems[0].message), problems
         await release.write_bundle(k, db, pki.bundle(*(v.data["ca.crt"] for v in verdicts)), initial=initial)
         changed.append(f"Secret {bundle_name}")
     # 4. Release every source that passes the gate against the CAs every member has loaded.
@@ -400,9 +405,56 @@ async def _ensure_tls(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConfig, 
         if not result.verdict.passed and await k.get("v1", "Secret", ns, render.secret_name(db, tls, alias)) is None:
             missing.append(result.verdict.problems[0].message)
     if missing:  # a new cluster: etcd exits at start on a missing file, so no StatefulSet before its Secrets
-        return Outcome(WAITING, REASON_WAITING_FOR_CERTIFICATES, f"{_waiting_for(tls)}: {missing[0]}",
-                       delay=WAITING_DELAY), tuple(held)
+        return await _waiting(k, db, tls, missing[0]), tuple(held)
     return None, tuple(held)
+
+
+async def _waiting(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConfig, problem: str) -> Outcome:
+    """Waiting for certificates: the cause when cert-manager says one (:func:`issuance_blocker`), else the first
+    problem of the material itself."""
+    if tls.external_secrets is None:
+        blocker = await issuance_blocker(k, db, tls)
+        if blocker is not None:
+            reason, message = blocker
+            return Outcome(WAITING, reason, f"waiting for cert-manager: {message}", delay=WAITING_DELAY)
+    return Outcome(WAITING, REASON_WAITING_FOR_CERTIFICATES, f"{_waiting_for(tls)}: {problem}", delay=WAITING_DELAY)
+
+
+def _ready(obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The ``Ready`` condition of a cert-manager object."""
+    return conditions.get_condition(((obj or {}).get("status") or {}).get("conditions"), "Ready")
+
+
+async def issuance_blocker(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConfig) -> tuple[str, str] | None:
+    """Why cert-manager has not issued an alias's certificate, as ``(reason, message)``: its Issuer or
+    ClusterIssuer does not exist or is not Ready, or its Certificate says it is not Ready (its own reason and
+    message). None when nothing says so (it is probably issuing now)."""
+    ns = db.metadata.namespace or "default"
+    seen: set[tuple[str, str]] = set()
+    for alias in constants.CERT_ALIASES:
+        ref = render.issuer_of(tls, alias)
+        if ref is None or (ref.kind, ref.name) in seen:
+            continue
+        seen.add((ref.kind, ref.name))
+        cluster = ref.kind == constants.CLUSTER_ISSUER_KIND
+        where = ref.name if cluster else f"{ns}/{ref.name}"
+        issuer = await k.get(ISSUER_API, ref.kind, None if cluster else ns, ref.name)
+        if issuer is None:
+            return REASON_ISSUER_NOT_FOUND, (
+                f"{ref.kind} {where} (spec.tls.issuerRef) does not exist — create it, or point spec.tls.issuerRef "
+                "at an existing Issuer or ClusterIssuer")
+        ready = _ready(issuer)
+        if ready is not None and ready.get("status") != constants.TRUE:
+            return REASON_ISSUER_NOT_READY, (f"{ref.kind} {where} is not Ready ({ready.get('reason') or 'no reason'}: "
+                                             f"{ready.get('message') or 'no message'})")
+    for alias in constants.CERT_ALIASES:
+        name = naming.certificate(db.metadata.name or "", alias)
+        ready = _ready(await k.get(ISSUER_API, "Certificate", ns, name))
+        if ready is not None and ready.get("status") == constants.FALSE and ready.get("reason") != "DoesNotExist":
+            return REASON_CERTIFICATE_NOT_READY, (f"Certificate {ns}/{name} is not Ready "
+                                                  f"({ready.get('reason') or 'no reason'}: "
+                                                  f"{ready.get('message') or 'no message'})")
+    return None
 
 
 def _waiting_for(tls: etcd_api.TLSConfig) -> str:

@@ -81,7 +81,7 @@ async def _record(k: kube.Kube, body: Mapping[str, Any], outcome: applying.Outco
         await _report_held(k, body, outcome.held, logger)
         await rollover.file_if_renewed(k, body, outcome.held)  # a renewed CA: file the CA-rollover request
     if previous is None or previous.get("reason") != outcome.reason:
-        warning = outcome.state == applying.BLOCKED
+        warning = outcome.state == applying.BLOCKED or outcome.reason in applying.WARNING_REASONS
         (logger.warning if warning else logger.info)("Etcd %s/%s: %s", ns, name, outcome.message)
         await k.event(dict(body), reason=outcome.reason, message=outcome.message,
                       type_="Warning" if warning else "Normal")

@@ -199,6 +199,61 @@ class _Fetched:
 
 
 async def decide(endpoint: Endpoint, request: AdmissionRequest, lookup: validation.EtcdLookup) -> validation.Verdict:
+    """:func:`rule_verdict`, and for an object it allows that names a cert-manager issuer not named before, a
+    warning for each issuer that does not exist yet (:func:`issuer_warnings`)."""
+    verdict = await rule_verdict(endpoint, request, lookup)
+    if not verdict.allowed or endpoint.mutating:
+        return verdict
+    warnings = await issuer_warnings(endpoint, request, lookup)
+    return dataclasses.replace(verdict, warnings=(*verdict.warnings, *warnings)) if warnings else verdict
+
+
+def _issuer_refs(endpoint: Endpoint, obj: Mapping[str, Any] | None) -> dict[tuple[str, str], str]:
+    """``(kind, name) -> field`` of the cert-manager issuers an Etcd's ``spec.tls`` or an EtcdOpsRequest's
+    ``spec.tls`` names (the first field naming each)."""
+    tls = ((obj or {}).get("spec") or {}).get("tls")
+    if not isinstance(tls, Mapping):
+        return {}
+    refs: dict[tuple[str, str], str] = {}
+    candidates = [("spec.tls.issuerRef", tls.get("issuerRef"))]
+    certificates = tls.get("certificates")
+    if isinstance(certificates, list):
+        candidates += [(f"spec.tls.certificates[{i}].issuerRef", c.get("issuerRef"))
+                       for i, c in enumerate(certificates) if isinstance(c, Mapping)]
+    for field, ref in candidates:
+        if isinstance(ref, Mapping) and isinstance(ref.get("name"), str) and ref.get("name"):
+            kind = ref.get("kind") if ref.get("kind") in constants.ISSUER_KINDS else constants.ISSUER_KIND
+            refs.setdefault((str(kind), str(ref["name"])), field)
+    return refs
+
+
+async def issuer_warnings(endpoint: Endpoint, request: AdmissionRequest, lookup: Any) -> list[str]:
+    """Admission warnings (kubectl prints them) for each issuer a created or updated object names anew that does
+    not exist yet: allowed — it may be created next — but an Etcd waits in Provisioning and a request waits for
+    cert-manager until it does. An issuer that cannot be read (no rights, API down) gives no warning."""
+    aissuer = getattr(lookup, "aissuer", None)
+    if aissuer is None or request.operation not in ("CREATE", "UPDATE"):
+        return []
+    refs = _issuer_refs(endpoint, request.object)
+    for key in _issuer_refs(endpoint, request.old_object):
+        refs.pop(key, None)
+    waits = ("the Etcd waits in Provisioning until cert-manager can issue from it"
+             if endpoint.kind == constants.ETCD_KIND else
+             "the request waits for cert-manager until it does, and fails after spec.timeout")
+    out = []
+    for (kind, name), field in refs.items():
+        try:
+            found = await aissuer(kind, request.namespace, name)
+        except validation.EtcdLookupError:
+            continue
+        if found is None:
+            where = name if kind == constants.CLUSTER_ISSUER_KIND else f"{request.namespace}/{name}"
+            out.append(f"{field}: {kind} {where} does not exist yet; {waits}")
+    return out
+
+
+async def rule_verdict(endpoint: Endpoint, request: AdmissionRequest,
+                       lookup: validation.EtcdLookup) -> validation.Verdict:
     """``endpoint.decide`` on the caller's event loop: the rules run inline and read ``lookup`` from memory.
 
     When the lookup does not have an object (:class:`~opsmanager.webhook.validation.NotCached`), its ``afetch``

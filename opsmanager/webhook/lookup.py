@@ -36,6 +36,7 @@ from opsmanager.webhook import validation
 
 log = logging.getLogger("opsmanager.webhook.lookup")
 
+ISSUER_API: Final = "cert-manager.io/v1"
 _KINDS: Final[dict[str, tuple[str, str]]] = {  # kind → (apiVersion, plural)
     constants.ETCD_KIND: (constants.ETCD_API_VERSION, constants.ETCD_PLURAL),
     constants.OPS_KIND: (constants.OPS_API_VERSION, constants.OPS_PLURAL),
@@ -71,11 +72,11 @@ class KubernetesEtcdLookup:
             self._client = kube.Kube.from_kubeconfig(self._kubeconfig, context=self._context)
         return self._client
 
-    async def _aget(self, api_version: str, kind: str, plural: str, namespace: str,
+    async def _aget(self, api_version: str, kind: str, plural: str, namespace: str | None,
                     name: str) -> dict[str, Any] | None:
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-        where = f"GET {plural} {namespace}/{name}"
+        where = f"GET {plural} {namespace}/{name}" if namespace else f"GET {plural} {name}"
         try:
             async with asyncio.timeout(self._timeout):
                 return await self._kube().get(api_version, kind, namespace, name)
@@ -127,6 +128,13 @@ class KubernetesEtcdLookup:
         """The Etcd or EtcdOpsRequest (by ``kind``), one GET; None when it does not exist."""
         api_version, plural = _KINDS[kind]
         return await self._aget(api_version, kind, plural, namespace, name)
+
+    async def aissuer(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """A cert-manager ``Issuer`` (in ``namespace``) or ``ClusterIssuer``, one GET; None when it does not exist
+        (for the admission warning about an issuer that does not exist yet)."""
+        cluster = kind == constants.CLUSTER_ISSUER_KIND
+        return await self._aget(ISSUER_API, kind, "clusterissuers" if cluster else "issuers",
+                                None if cluster else namespace, name)
 
     async def aclose(self) -> None:
         """Close the client (only when this lookup created it)."""
@@ -205,6 +213,10 @@ class CachedEtcdLookup:
                  "not in the cache" if synced else "not cached yet (the cache has not synced)")
         self.fallbacks += 1
         return await self._api.afetch(kind, namespace, name)
+
+    async def aissuer(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """One GET of a cert-manager Issuer or ClusterIssuer (not cached: only a new issuerRef asks)."""
+        return await self._api.aissuer(kind, namespace, name)
 
     async def aget_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Etcd from the cache, else one GET; None when it does not exist."""

@@ -360,12 +360,12 @@ def test_the_operator_has_exactly_its_listed_rights() -> None:
     assert bundle.granted(bundle.objects(), bundle.OPERATOR_SA) == expected
 
 
-def test_the_webhook_may_read_etcds_and_opsrequests_and_nothing_else(docs: list[Obj]) -> None:
+def test_the_webhook_may_read_etcds_and_opsrequests_get_issuers_and_nothing_else(docs: list[Obj]) -> None:
     assert bundle.granted(docs, bundle.WEBHOOK_SA) == {
         (group, resource, verb)
         for group, resource in (("opsmanager.dev", "etcds"), ("ops.opsmanager.dev", "etcdopsrequests"))
         for verb in ("get", "list", "watch")
-    }
+    } | {("cert-manager.io", "issuers", "get"), ("cert-manager.io", "clusterissuers", "get")}
 
 
 def test_cluster_roles_hold_cluster_scoped_needs_apart(docs: list[Obj]) -> None:

@@ -27,7 +27,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 ISSUER = {"apiGroup": "cert-manager.io", "kind": "Issuer"}
 Conds = list[dict[str, Any]]
-Trigger = tuple[str, Callable[[Conds], bool]]
+# (label, what): a step's condition (a failpoint: crash right after the write that records it True), or a predicate
+# on the request's conditions (an in-flight state that lasts long enough to poll).
+Trigger = tuple[str, "str | Callable[[Conds], bool]"]
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
@@ -36,10 +38,6 @@ async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
         await s.ca_issuer("ca-a")
         await s.ca_issuer("ca-b")
         yield s
-
-
-def true(type_: str) -> Callable[[Conds], bool]:
-    return lambda conds: conditions.is_true(conds, type_)
 
 
 def restarting_in(pass_condition: str, after: str | None = None) -> Callable[[Conds], bool]:
@@ -56,32 +54,55 @@ def restarting_in(pass_condition: str, after: str | None = None) -> Callable[[Co
 
 async def operate_with_kills(sc: scenario.Scenario, request: str, db: str, spec: dict[str, Any],
                              triggers: Sequence[Trigger]) -> tuple[dict[str, Any], list[str], scenario.OpResult]:
-    """Submit the request with the live writer running; SIGKILL the operator (and start it again) the first time
-    each trigger's predicate holds on the request's conditions. Returns the finished request, the boundaries the
-    operator was killed at, and the writer's numbers."""
+    """Submit the request with the live writer running and crash the operator (then start it again) at each
+    trigger in turn: a step's name is a failpoint — the operator, started armed for it, SIGKILLs itself right after
+    the write that records that step True, so no boundary is missed however fast the steps pass; a predicate is an
+    in-flight state (a member restarting, seconds long) that a poll sees, and the test SIGKILLs the operator then.
+    Returns the finished request, the triggers the operator was killed at, and the writer's numbers."""
     killed: list[str] = []
     pending = list(triggers)
+
+    async def start_for_next() -> None:
+        """Start the operator armed for the next trigger when that one is a step, else unarmed."""
+        nxt = pending[0][1] if pending else None
+        await sc.start_operator(crash_after=[(request, nxt)] if isinstance(nxt, str) else ())
+
     async with sc.live(db) as (w, mon):
         before = w.snapshot()
         started = time.monotonic()
+        await sc.kill_operator()
+        await start_for_next()
         await sc.submit(request, db, "ReconfigureTLS", **spec)
 
         async def finished_killing_at_triggers() -> dict[str, Any] | None:
+            assert sc.operator is not None
+            if pending and isinstance(pending[0][1], str) and sc.operator.process.poll() is not None:
+                await sc.wait_crashed(timeout=10)
+                killed.append(pending.pop(0)[0])
+                await start_for_next()
+                return None
             req = await sc.request(request) or {}
             status = req.get("status") or {}
             if status.get("phase") in constants.TERMINAL_OPS_PHASES:
+                if pending and isinstance(pending[0][1], str):  # armed for the step the terminal write recorded:
+                    try:  # the crash follows that write at once
+                        await sc.wait_crashed(timeout=5)
+                        killed.append(pending.pop(0)[0])
+                        await start_for_next()
+                    except TimeoutError:
+                        pass
                 return req
-            conds = status.get("conditions") or []
-            for trigger in list(pending):
-                if trigger[1](conds):
-                    pending.remove(trigger)
-                    await sc.kill_operator()
-                    killed.append(trigger[0])
-                    await sc.start_operator()
-                    break
+            if pending and not isinstance(pending[0][1], str) and pending[0][1](status.get("conditions") or []):
+                label = pending.pop(0)[0]
+                await sc.kill_operator()
+                killed.append(label)
+                await start_for_next()
             return None
 
         req = await aeventually(finished_killing_at_triggers, timeout=400, interval=0.05, what=f"{request} finished")
+        if pending and isinstance(pending[0][1], str):  # a failpoint that never fired: leave the operator unarmed
+            await sc.kill_operator()
+            await sc.start_operator()
         status = req["status"]
         after, mres = w.snapshot(), mon.result
     result = scenario.OpResult(
@@ -94,27 +115,27 @@ async def operate_with_kills(sc: scenario.Scenario, request: str, db: str, spec:
 
 OPERATIONS: list[tuple[str, dict[str, Any], int, list[Trigger]]] = [
     ("add-tls", {"tls": {"issuerRef": {**ISSUER, "name": "ca-a"}}}, 2, [
-        ("CertificateSynced", true(constants.COND_CERTIFICATE_SYNCED)),
+        ("CertificateSynced", constants.COND_CERTIFICATE_SYNCED),
         ("mid-roll of TLSListenersAdded", restarting_in("TLSListenersAdded")),
-        ("PeerURLsUpdated", true(constants.COND_PEER_URLS_UPDATED)),
-        # Not RestartPods=True: UpdateDatabase and Successful follow it within milliseconds, so a poll may never
-        # see that boundary before the request is terminal. UpdateStatefulSet is followed by a whole roll.
-        ("UpdateStatefulSet", true(constants.COND_UPDATE_STATEFULSET)),
+        ("PeerURLsUpdated", constants.COND_PEER_URLS_UPDATED),
+        ("UpdateStatefulSet", constants.COND_UPDATE_STATEFULSET),
+        ("RestartPods", constants.COND_RESTART_PODS),
     ]),
-    # Zero-restart: no member is restarted at all (0 passes), killed or not.
+    # Zero-restart: no member is restarted at all (0 passes), killed or not — its boundaries pass within a second.
     ("rotate", {"tls": {"rotateCertificates": True}}, 0, [
-        ("IssueCertificatesSucceeded", true(constants.COND_ISSUE_CERTIFICATES_SUCCEEDED)),
-        ("CertificateSynced", true(constants.COND_CERTIFICATE_SYNCED)),
+        ("IssueCertificatesSucceeded", constants.COND_ISSUE_CERTIFICATES_SUCCEEDED),
+        ("CertificateSynced", constants.COND_CERTIFICATE_SYNCED),
+        ("ServedCertificatesVerified", constants.COND_SERVED_CERTIFICATES_VERIFIED),
     ]),
     ("change-issuer", {"tls": {"issuerRef": {**ISSUER, "name": "ca-b"}}}, 3, [
-        ("TrustBundleWidened", true(constants.COND_TRUST_BUNDLE_WIDENED)),
-        ("CertificateSynced", true(constants.COND_CERTIFICATE_SYNCED)),
+        ("TrustBundleWidened", constants.COND_TRUST_BUNDLE_WIDENED),
+        ("CertificateSynced", constants.COND_CERTIFICATE_SYNCED),
         ("mid-roll of TrustBundleNarrowed",
          restarting_in(constants.COND_TRUST_BUNDLE_NARROWED, after=constants.COND_RESTART_PODS)),
     ]),
     ("remove-tls", {"tls": {"remove": True}}, 2, [
-        ("PlaintextListenersAdded", true("PlaintextListenersAdded")),
-        ("PeerURLsUpdated", true(constants.COND_PEER_URLS_UPDATED)),
+        ("PlaintextListenersAdded", "PlaintextListenersAdded"),
+        ("PeerURLsUpdated", constants.COND_PEER_URLS_UPDATED),
     ]),
 ]
 

@@ -17,6 +17,7 @@ authenticated as their ServiceAccount and authorized by the bundle's RBAC. The t
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import signal
@@ -174,6 +175,58 @@ async def test_active_operator_deleted_during_restart_pods_standby_takes_over(sc
     # once, because a killed replica leaves no farewell keep-alive
     assert 1.0 < takeover < 60, takeover
     assert "Operator is stopping" not in sc.sandbox.logs(install.NAMESPACE, active, "operator")
+    await sc.drop_etcd(db)
+
+
+async def test_an_etcd_naming_a_missing_issuer_is_warned_at_admission_and_says_what_it_waits_for(
+        sc: scenario.Scenario) -> None:
+    """kubectl prints the installed webhook's warnings (an Issuer that does not exist yet, an even member count);
+    the Etcd's Reconciled condition and a Warning Event name the missing Issuer (not "Secret … does not exist
+    yet"), and no scan failure is reported for members that were never created; once the Issuer exists the Etcd
+    comes up."""
+    db, issuer = "noissuer", "nowhere"
+    manifest = yaml.safe_dump({
+        "apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
+        "metadata": {"name": db, "namespace": sc.namespace},
+        "spec": {"version": constants.DEFAULT_ETCD_VERSION, "replicas": 2, "deletionPolicy": "WipeOut",
+                 "tls": {"issuerRef": {**ISSUER, "name": issuer}}}})
+    # kubectl in a subprocess of this loop's own: the sandbox's API server is served by this loop.
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl", "--kubeconfig", str(sc.sandbox.kubeconfig), "apply", "-f", "-", stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(manifest.encode()), timeout=60)
+    assert proc.returncode == 0, err.decode()
+    stderr = err.decode()
+    assert f"Warning: spec.tls.issuerRef: Issuer {sc.namespace}/{issuer} does not exist yet" in stderr, stderr
+    assert "Warning: even replica count buys no extra fault tolerance" in stderr, stderr
+    # A ClusterIssuer is looked up cluster-wide (server-side dry run: admission runs, nothing is stored).
+    cluster_manifest = manifest.replace(f"name: {db}\n", "name: noissuer-cluster\n", 1).replace(
+        "kind: Issuer", "kind: ClusterIssuer")
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl", "--kubeconfig", str(sc.sandbox.kubeconfig), "apply", "--dry-run=server", "-f", "-",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(cluster_manifest.encode()), timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert f"Warning: spec.tls.issuerRef: ClusterIssuer {issuer} does not exist yet" in err.decode(), err.decode()
+    assert await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, "noissuer-cluster") is None
+
+    async def waiting() -> dict[str, Any] | None:
+        obj = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db) or {}
+        cond = conditions.get_condition((obj.get("status") or {}).get("conditions"), "Reconciled")
+        return cond if cond and cond.get("reason") == "IssuerNotFound" else None
+
+    cond = await aeventually(waiting, timeout=60, interval=0.5, what="Reconciled=False/IssuerNotFound")
+    assert f"Issuer {sc.namespace}/{issuer} (spec.tls.issuerRef) does not exist" in cond["message"], cond
+    events = [e for e in await sc.k.list("v1", "Event", sc.namespace)
+              if e.get("reason") == "IssuerNotFound" and (e.get("involvedObject") or {}).get("name") == db]
+    assert events and events[0]["type"] == "Warning", events
+    obj = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db) or {}
+    scanned = conditions.get_condition((obj.get("status") or {}).get("conditions"), constants.COND_CERTIFICATES_VALID)
+    assert scanned is None, f"a scan of members that were never created: {scanned}"
+    await sc.k.apply({"apiVersion": "cert-manager.io/v1", "kind": "Issuer",
+                      "metadata": {"name": issuer, "namespace": sc.namespace},
+                      "spec": {"ca": {"secretName": "ca-a-keypair"}}})
+    await sc.wait_ready(db, timeout=120)
     await sc.drop_etcd(db)
 
 

@@ -16,6 +16,7 @@ We test these aspects:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 
 from hypothesis import given, settings
@@ -507,3 +508,52 @@ def test_auto_renew_state_round_trips_and_tolerates_garbage() -> None:
     assert verdict.AutoRenewState.decode(verdict.AutoRenewState().encode()) == verdict.AutoRenewState()
     for garbage in (None, 42, "", "{", "[]", '{"for": "yesterday", "held": "db-1", "request": 7}'):
         assert verdict.AutoRenewState.decode(garbage) == verdict.AutoRenewState()
+
+
+# --- a CA that ends within the renew window: reported, not renewed ----------------------------------------------
+
+SHORT_CA = cert(0xCB, T0 + 10 * MIN, is_ca=True, name="etcd-ca")  # the leaves' issuer, ending with them
+
+
+def test_a_ca_ending_within_the_renew_window_is_the_reason_before_the_leaves_expiring_soon() -> None:
+    s = verdict.Scan(tuple(healthy()), (SHORT_CA,), (9 * MIN,), T0 + 8 * MIN, renew_window=3 * MIN)
+    assert verdict.ca_blocks_renewal(s) == SHORT_CA
+    status, reason, message = verdict.condition(s)
+    assert (status, reason) == ("False", "CAExpiringSoon")
+    assert "within autoRenew.before (3m)" in message and "auto-renew files no request" in message
+    assert "replace the CA" in message
+    # The same scan without auto-renew (no window): the leaves' expiry comes first, as before.
+    plain = verdict.Scan(tuple(healthy()), (SHORT_CA,), (9 * MIN,), T0 + 8 * MIN)
+    assert verdict.ca_blocks_renewal(plain) is None and verdict.condition(plain)[1] == "ExpiringSoon"
+    # A CA far from its end does not block a renewal.
+    far = verdict.Scan(tuple(healthy()), (CA,), (9 * MIN,), T0 + 8 * MIN, renew_window=3 * MIN)
+    assert verdict.ca_blocks_renewal(far) is None and verdict.condition(far)[1] == "ExpiringSoon"
+
+
+def test_a_ca_blocking_the_renewal_is_announced_once_saying_so() -> None:
+    s = verdict.Scan(tuple(healthy()), (SHORT_CA,), (), T0 + 8 * MIN, renew_window=3 * MIN)
+    events, keys = verdict.events(frozenset(), s)
+    ca_events = [e for e in events if e.reason == "CAExpiringSoon"]
+    assert len(ca_events) == 1 and "auto-renew files no request" in ca_events[0].message
+    again, _ = verdict.events(keys, dataclasses.replace(s, now=T0 + 9 * MIN))
+    assert not [e for e in again if e.reason == "CAExpiringSoon"]
+    # Announced before by its alert threshold (a short CA crosses it at once): told again, now saying why.
+    after_alert, _ = verdict.events(frozenset({f"C:{SHORT_CA.serial:x}"}), s)
+    assert [e.message for e in after_alert if e.reason == "CAExpiringSoon"] == [ca_events[0].message]
+
+
+def test_no_auto_renew_request_when_the_ca_ends_within_the_renew_window() -> None:
+    common = {"etcd": "db", "not_before": T0, "not_after": T0 + 10 * MIN, "enabled": True, "before": 3 * MIN,
+              "retry_after_failure": HOUR, "in_flight": False, "last_failure_at": None, "unscanned_members": (),
+              "requested_for": None, "now": T0 + 8 * MIN}
+    d = verdict.auto_renew(**common, ca_not_after=T0 + 10 * MIN)  # type: ignore[arg-type]
+    assert d.verdict is verdict.Verdict.CA_EXPIRING and d.request_name is None
+    assert "within autoRenew.before (3m)" in d.reason
+    # The CA ends a second after the leaf: still within the window (renewed leaves would be due again at once).
+    d = verdict.auto_renew(**common, ca_not_after=T0 + 10 * MIN + datetime.timedelta(seconds=1))  # type: ignore[arg-type]
+    assert d.verdict is verdict.Verdict.CA_EXPIRING
+    # A CA that outlives the window: the request is filed.
+    d = verdict.auto_renew(**common, ca_not_after=T0 + 30 * MIN)  # type: ignore[arg-type]
+    assert d.verdict is verdict.Verdict.CREATE
+    # Unknown CA (no leaf matched a trust-bundle CA): decided as before.
+    assert verdict.auto_renew(**common).verdict is verdict.Verdict.CREATE  # type: ignore[arg-type]
