@@ -352,10 +352,13 @@ async def observe_expiry(ctx: context.OpsContext) -> tuple[tuple[str, ...], tupl
     pods = await ctx.pods()
     status_current: bool | None = None
     async with await ctx.etcd(pods) as client:
+        reachable = {ep.name for ep in client.endpoints}
         for member in ctx.pod_names():
             for port in constants.TLS_PORTS:
                 not_after: datetime.datetime | None
                 try:
+                    if member not in reachable:  # no pod, or no address yet: judged like a member not answering
+                        raise etcd_errors.MemberUnreachable(f"{member}: no pod address")
                     not_after = (await client.served_certificate(member, port=port, timeout=2.0)).not_after
                 except etcd_errors.EtcdError:
                     if status_current is None:

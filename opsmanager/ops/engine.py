@@ -345,15 +345,15 @@ class Engine:
                                  etcd_pool=self.etcd_pool,
                                  delivery_timeout=self.delivery_timeout, watched=self.watched)
         found = ""
-        if ctx.db.spec.tls is not None:
+        pods = await ctx.pods()
+        missing = [p for p in ctx.pod_names() if p not in pods or pods[p]["metadata"].get("deletionTimestamp")]
+        if ctx.db.spec.tls is not None and not missing:  # a member missing is more than expiry
             try:
                 leaves, cas = await certificates.observe_expiry(ctx)
             except etcd_errors.EtcdError as err:
                 log.info("EtcdOpsRequest %s/%s: reading served leaves: %s", ctx.namespace, ctx.name, err)
                 leaves, cas = (), ()
-            pods = await ctx.pods()
-            missing = [p for p in ctx.pod_names() if p not in pods or pods[p]["metadata"].get("deletionTimestamp")]
-            if (leaves or cas) and not missing:
+            if leaves or cas:
                 found = plan.rescue_reason(plan.RotateObservation(expired_leaves=leaves, expired_cas=cas))
         self._expiry_seen[key] = (now, found)
         return found

@@ -133,3 +133,16 @@ async def test_paused_by_hand_and_queued_behind_another_request_each_say_so(worl
     second = await reconcile(world, "second", 1)
     assert pending(second)["reason"] == queue.REASON_WAITING_FOR_REQUEST
     assert "waiting for the older request first (Restart)" in pending(second)["message"]
+
+
+async def test_expired_but_a_member_missing_is_not_only_expiry_and_the_rotate_waits(world: w.World) -> None:
+    await world.etcd("db", tls_issuer="ca-a")
+    await rescue.expire_leaves(world)
+    await set_etcd_status(world, "NotReady", "0/3 members healthy; db-2: pod does not exist")
+    await rescue.rotate(world)
+    await world.kube.delete("v1", "Pod", w.NS, "db-2")  # gone until the next settle
+    await world.engine().reconcile(w.NS, "rotate")
+    req = await world.get_request("rotate")
+    assert req["status"]["phase"] == constants.PHASE_PENDING, req["status"]
+    assert pending(req)["reason"] == queue.REASON_WAITING_FOR_READY
+    assert "db-2: pod does not exist" in pending(req)["message"]
