@@ -99,7 +99,7 @@ async def after_scan(k: kube.Kube, obj: Mapping[str, Any], scan: verdict.Scan) -
         etcd=name, not_before=not_before, not_after=not_after, enabled=True, before=before,
         retry_after_failure=policy.retry_after_failure_delta, in_flight=bool(in_flight),
         last_failure_at=state.failed_at, unscanned_members=unscanned(scan), requested_for=state.requested_for,
-        now=now, ca_not_after=ca.not_after if (ca := verdict.renewal_ca(scan)) is not None else None)
+        now=now, ca_blocks=ca.not_after if (ca := verdict.ca_blocks_renewal(scan)) is not None else None)
     if decision.verdict is verdict.Verdict.HOLD:
         if state.held != decision.held_members:
             state = verdict.AutoRenewState(state.request, state.requested_for, state.failed_at,

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from opsmanager import kube, pki
-from opsmanager.api import conditions, constants, durations, pause
+from opsmanager.api import conditions, constants, durations, lifecycle, pause
 from opsmanager.api import etcd as etcd_api
 from opsmanager.etcd import access
 from opsmanager.etcd import client as etcd_client
@@ -117,16 +117,26 @@ async def observe(k: kube.Kube, db: etcd_api.Etcd, *, now: datetime.datetime) ->
 
 
 def renew_window(db: etcd_api.Etcd, observations: Sequence[verdict.Observation]) -> datetime.timedelta:
-    """Auto-renew's window for the earliest served leaf (zero when auto-renew is off, for user-provided Secrets, or
-    when no leaf was served)."""
+    """Auto-renew's window for the earliest served leaf, as a renewal would have it: ``autoRenew.before`` when set,
+    else the default for the lifetime its Certificate asks for (``duration``, cert-manager's 2160h when unset) — not
+    the served leaf's, which an issuer caps at its CA's notAfter: near a CA's end the leaves get shorter and so
+    would the window, until a renewal that cannot help looked due only in its last seconds. Zero when auto-renew is
+    off, for user-provided Secrets, or when no leaf was served."""
     policy = db.tls_lifecycle.auto_renew
     tls = db.spec.tls
-    served = [o.served for o in observations if o.served is not None]
+    served = [(o.port, o.served) for o in observations if o.served is not None]
     if not policy.enabled or tls is None or tls.external_secrets is not None or not served:
         return datetime.timedelta(0)
-    first = min(served, key=lambda c: c.not_after)
-    before = None if policy.before is None else durations.parse(policy.before)
-    return verdict.renew_before(first.not_before, first.not_after, before)
+    if policy.before is not None:
+        return durations.parse(policy.before)
+    port, first = min(served, key=lambda pair: pair[1].not_after)
+    spec = tls.certificate(constants.PORT_ALIAS[port])
+    asked = durations.parse(spec.duration) if spec is not None and spec.duration else CERT_MANAGER_DEFAULT_DURATION
+    return lifecycle.default_renew_before(max(asked, first.not_after - first.not_before))
+
+
+# What cert-manager issues for when a Certificate sets no ``duration``.
+CERT_MANAGER_DEFAULT_DURATION: Final = datetime.timedelta(hours=2160)
 
 
 PATCH_ATTEMPTS: Final = 5

@@ -99,7 +99,8 @@ class Scan:
     delivery_grace: datetime.timedelta = datetime.timedelta(0)
     # Secret leaf serial (lowercase hex) -> when the scan first saw it in the Secret (see :func:`seen_after`).
     secret_seen: Mapping[str, datetime.datetime] = dataclasses.field(default_factory=dict)
-    # Auto-renew's window for the earliest leaf (``autoRenew.before`` in effect, :func:`renew_before`); zero when
+    # Auto-renew's window for the earliest leaf as a renewal would have it (``autoRenew.before``, else the default
+    # for the lifetime its Certificate asks for: :func:`opsmanager.lifecycle.scan.renew_window`); zero when
     # auto-renew is off. A CA that ends within it is what the scan reports (:func:`ca_blocks_renewal`).
     renew_window: datetime.timedelta = datetime.timedelta(0)
 
@@ -551,15 +552,15 @@ def auto_renew(
     unscanned_members: Sequence[str],
     requested_for: datetime.datetime | None,
     now: datetime.datetime,
-    ca_not_after: datetime.datetime | None = None,
+    ca_blocks: datetime.datetime | None = None,
 ) -> Decision:
     """Decide whether to create an auto-renew request for ``etcd``.
 
     ``not_before``/``not_after``: the earliest served leaf (None when none was seen). ``in_flight``: a request
     (any) runs for this Etcd. ``requested_for``/``last_failure_at``: the expiry the latest auto-renew request was
-    created for, and when it failed (None if it did not, or none exists). ``ca_not_after``: the notAfter of the CA
-    that issued that leaf (:func:`renewal_ca`), None when unknown: when it ends within the renew window, no request
-    is filed (``CA_EXPIRING``) — the leaves it would produce end with the CA, and the scan reports the CA instead.
+    created for, and when it failed (None if it did not, or none exists). ``ca_blocks``: the notAfter of the CA that
+    issued that leaf when it ends within the renew window (:func:`ca_blocks_renewal`): then no request is filed
+    (``CA_EXPIRING``) — the leaves it would produce end with the CA, and the scan reports the CA instead.
     """
     if not enabled:
         return Decision(Verdict.NONE, "auto-renew is disabled")
@@ -574,11 +575,10 @@ def auto_renew(
     if now < renew_at:
         return Decision(Verdict.NONE, f"the earliest certificate (notAfter {conditions.rfc3339(not_after)}) is "
                         f"due for renewal at {conditions.rfc3339(renew_at)}", renew_at=renew_at)
-    window = not_after - renew_at
-    if ca_not_after is not None and ca_not_after - now <= window:
+    if ca_blocks is not None:
         return Decision(Verdict.CA_EXPIRING, f"the CA that issued the earliest certificate ends at "
-                        f"{conditions.rfc3339(ca_not_after)}, within autoRenew.before ({go_duration(window)}): "
-                        "renewed leaves would end with it; no request filed", renew_at=renew_at)
+                        f"{conditions.rfc3339(ca_blocks)}, within the renew window: renewed leaves would end with it; "
+                        "no request filed", renew_at=renew_at)
     same_expiry = requested_for is not None and _stamp(requested_for) == _stamp(not_after)
     if same_expiry and last_failure_at is None:
         return Decision(Verdict.NONE, f"already requested for notAfter {conditions.rfc3339(not_after)}",

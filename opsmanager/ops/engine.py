@@ -471,6 +471,7 @@ class Engine:
                 _step_done(ctx, step, result.message or step.message)
                 if (ctx.name, step.condition) in self.crash_after:
                     ctx.on_written(_crash)
+                    await ctx.flush()  # the write that records exactly this step, then the crash
                 continue
             if result.message:
                 current = ctx.condition(step.condition) or {}

@@ -545,15 +545,32 @@ def test_a_ca_blocking_the_renewal_is_announced_once_saying_so() -> None:
 def test_no_auto_renew_request_when_the_ca_ends_within_the_renew_window() -> None:
     common = {"etcd": "db", "not_before": T0, "not_after": T0 + 10 * MIN, "enabled": True, "before": 3 * MIN,
               "retry_after_failure": HOUR, "in_flight": False, "last_failure_at": None, "unscanned_members": (),
-              "requested_for": None, "now": T0 + 8 * MIN}
-    d = verdict.auto_renew(**common, ca_not_after=T0 + 10 * MIN)  # type: ignore[arg-type]
+              "requested_for": None}
+    d = verdict.auto_renew(**common, now=T0 + 8 * MIN, ca_blocks=T0 + 10 * MIN)  # type: ignore[arg-type]
     assert d.verdict is verdict.Verdict.CA_EXPIRING and d.request_name is None
-    assert "within autoRenew.before (3m)" in d.reason
-    # The CA ends a second after the leaf: still within the window (renewed leaves would be due again at once).
-    d = verdict.auto_renew(**common, ca_not_after=T0 + 10 * MIN + datetime.timedelta(seconds=1))  # type: ignore[arg-type]
-    assert d.verdict is verdict.Verdict.CA_EXPIRING
-    # A CA that outlives the window: the request is filed.
-    d = verdict.auto_renew(**common, ca_not_after=T0 + 30 * MIN)  # type: ignore[arg-type]
-    assert d.verdict is verdict.Verdict.CREATE
-    # Unknown CA (no leaf matched a trust-bundle CA): decided as before.
-    assert verdict.auto_renew(**common).verdict is verdict.Verdict.CREATE  # type: ignore[arg-type]
+    assert "within the renew window" in d.reason
+    # Not due yet: nothing to decide about the CA.
+    assert verdict.auto_renew(**common, now=T0, ca_blocks=T0 + 10 * MIN).verdict is verdict.Verdict.NONE  # type: ignore[arg-type]
+    # No CA in the way: the request is filed.
+    assert verdict.auto_renew(**common, now=T0 + 8 * MIN).verdict is verdict.Verdict.CREATE  # type: ignore[arg-type]
+
+
+def _etcd(tls: dict[str, object], lifecycle: dict[str, object] | None = None) -> object:
+    from opsmanager.api import etcd as etcd_api
+    return etcd_api.Etcd.model_validate({
+        "metadata": {"name": "db", "namespace": "ns"},
+        "spec": {"version": "3.5.1", "replicas": 3, "tls": tls, **({"tlsLifecycle": lifecycle} if lifecycle else {})}})
+
+
+def test_the_renew_window_is_the_one_a_renewal_would_have_not_the_capped_leafs() -> None:
+    from opsmanager.lifecycle import scan as scan_shell
+    issuer = {"issuerRef": {"apiGroup": "cert-manager.io", "kind": "Issuer", "name": "ca"}}
+    # A leaf cut short by its CA (47 s left of a 3-minute CA): a renewal would ask for cert-manager's 2160h.
+    capped = [verdict.Observation("db-0", "client", cert(1, T0 + datetime.timedelta(seconds=47)), None)]
+    assert scan_shell.renew_window(_etcd(issuer), capped) == 540 * HOUR  # type: ignore[arg-type]
+    sized = {**issuer, "certificates": [{"alias": "server", "duration": "10m"}]}
+    assert scan_shell.renew_window(_etcd(sized), capped) == datetime.timedelta(seconds=150)  # type: ignore[arg-type]
+    explicit = _etcd(issuer, {"autoRenew": {"before": "1m"}})
+    assert scan_shell.renew_window(explicit, capped) == MIN  # type: ignore[arg-type]
+    off = _etcd(issuer, {"autoRenew": {"enabled": False}})
+    assert scan_shell.renew_window(off, capped) == datetime.timedelta(0)  # type: ignore[arg-type]
