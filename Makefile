@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint demo bench crds venv clean
+.PHONY: test lint demo bench crds venv clean controlplane
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,7 +25,13 @@ PYTEST_ARGS ?=
 # promtool (tests/deploy/test_alert_rules.py, never skipped) comes from Debian's prometheus package, shellcheck
 # (tests/deploy/test_kind_scripts.py, never skipped) from Debian's shellcheck package. kubectl (tests/deploy/
 # test_bundle.py renders deploy/ with `kubectl kustomize`, offline) must be on the machine.
-test: $(STAMP)
+# The real control plane (kube-apiserver, kube-controller-manager, kube-scheduler, etcd 3.5 and 3.6) built from Go
+# modules into a cache keyed by version (~/.cache/opsmanager/controlplane): nothing present is rebuilt. Needs Go; a
+# cold build takes about 12 minutes on 2 cores (sandbox/controlplane/build.py, docs/sandbox.md).
+controlplane:
+	$(PY) sandbox/controlplane/build.py build
+
+test: $(STAMP) controlplane
 	@command -v promtool >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null)
 	@command -v shellcheck >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends shellcheck >/dev/null)
 	$(BIN)/opsmanager crds --check
@@ -34,7 +40,7 @@ test: $(STAMP)
 # ruff on everything; mypy (strict for api, ops, provisioner, webhook, pki: see [tool.mypy] in pyproject.toml);
 # the import contracts ([tool.importlinter]: pure modules import no I/O, no harness imports, layers).
 lint: $(STAMP)
-	$(BIN)/ruff check opsmanager tests e2e
+	$(BIN)/ruff check opsmanager tests e2e sandbox
 	$(BIN)/mypy opsmanager
 	$(BIN)/lint-imports
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import dataclasses
 import os
 import signal
@@ -29,6 +30,11 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def product_argv(*args: str) -> list[str]:
@@ -51,13 +57,15 @@ class Child:
 
     @classmethod
     async def start(cls, name: str, argv: Sequence[str], *, log_path: Path,
-                    env: Mapping[str, str] | None = None) -> Child:
+                    env: Mapping[str, str] | None = None, die_with_parent: bool = False) -> Child:
+        """``die_with_parent``: the kernel SIGKILLs the child when this process dies (``PR_SET_PDEATHSIG``), so a
+        killed sandbox leaves no control-plane process behind."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_file = log_path.open("ab")
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=asyncio.subprocess.STDOUT,
-                env={**os.environ, **(env or {})})
+                env={**os.environ, **(env or {})}, preexec_fn=_die_with_parent if die_with_parent else None)
         except BaseException:
             log_file.close()
             raise
