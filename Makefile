@@ -47,8 +47,16 @@ lint: $(STAMP)
 crds: $(STAMP)
 	$(BIN)/opsmanager crds --out crds/
 
+# `make demo CONTROL_PLANE=kubernetes`: the same four operations on the real control plane (builds it first; the
+# operator and the webhook then run as child processes, not from the bundle).
+CONTROL_PLANE ?= embedded
 demo: $(STAMP)
+ifeq ($(CONTROL_PLANE),kubernetes)
+	$(MAKE) controlplane
+	$(BIN)/python -m e2e.demo --control-plane kubernetes --no-install --dir .sandbox/demo-kubernetes
+else
 	$(BIN)/python -m e2e.demo
+endif
 
 # `make bench REPEAT=3`: each operation's strategies 3 times, "median (worst)" per figure (scale/webhook/soak once).
 REPEAT ?= 1

@@ -60,11 +60,14 @@ async def check_served(sc: scenario.Scenario, db: str) -> str | None:
     return f"members serving another certificate: {wrong}" if wrong else None
 
 
-async def run(workdir: pathlib.Path, db: str = "demo", *, bundle: pathlib.Path | None = BUNDLE) -> int:
+async def run(workdir: pathlib.Path, db: str = "demo", *, bundle: pathlib.Path | None = BUNDLE,
+              control_plane: str = "embedded") -> int:
     say = print
     started = time.monotonic()
-    async with scenario.Scenario(workdir, printer=say, install=bundle) as sc:
-        say(f"sandbox up in {time.monotonic() - started:.1f}s; kubeconfig: {sc.sandbox.kubeconfig}")
+    async with scenario.Scenario(workdir, printer=say, install=bundle, control_plane=control_plane) as sc:
+        say(f"sandbox up in {time.monotonic() - started:.1f}s ({control_plane} control plane"
+            f"{', ' + str(await sc.server_version()) if control_plane == 'kubernetes' else ''}); kubeconfig: "
+            f"{sc.sandbox.kubeconfig}")
         if bundle is not None:
             pods = await sc.k.list("v1", "Pod", sandbox_install.NAMESPACE)
             say(f"installed with `kubectl apply -k {bundle.name}/`: "
@@ -112,8 +115,13 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--dir", default=".sandbox/demo", help="working directory of the sandbox (default %(default)s)")
     parser.add_argument("--no-install", action="store_true",
                         help="run the operator and the webhook as child processes instead of installing deploy/")
+    parser.add_argument("--control-plane", choices=("embedded", "kubernetes"), default="embedded",
+                        help="embedded: the emulated control plane; kubernetes: kube-apiserver, "
+                             "kube-controller-manager and kube-scheduler built by `make controlplane` (default "
+                             "%(default)s)")
     args = parser.parse_args(list(argv))
-    return asyncio.run(run(pathlib.Path(args.dir), bundle=None if args.no_install else BUNDLE))
+    return asyncio.run(run(pathlib.Path(args.dir), bundle=None if args.no_install else BUNDLE,
+                           control_plane=args.control_plane))
 
 
 if __name__ == "__main__":

@@ -74,12 +74,14 @@ class Scenario:
 
     def __init__(self, workdir: str | os.PathLike[str], *, printer: Printer | None = None,
                  namespace: str = NAMESPACE, delivery_timeout: float | None = None,
-                 operator_args: Sequence[str] = (), install: str | os.PathLike[str] | None = None) -> None:
+                 operator_args: Sequence[str] = (), install: str | os.PathLike[str] | None = None,
+                 control_plane: str = "embedded") -> None:
         """``delivery_timeout``: the operator's ``--certificate-delivery-timeout`` (None: the sandbox's 15 s);
         ``operator_args``: extra ``opsmanager run`` flags; ``install``: the bundle's directory (``deploy/``) —
         the sandbox then runs in RBAC mode and the product comes from ``kubectl apply -k`` of it (two operator
         and two webhook pods under their own ServiceAccounts) instead of child processes."""
         self.install = pathlib.Path(install) if install is not None else None
+        self.control_plane = control_plane  # "embedded" or "kubernetes" (the sandbox's, docs/sandbox.md)
         self.dir = pathlib.Path(workdir)
         self.delivery_timeout = delivery_timeout
         self.operator_args = tuple(operator_args)
@@ -98,11 +100,13 @@ class Scenario:
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.install is not None:  # the product from its bundle, as pods (docs/sandbox.md)
             self.sandbox = sandbox_cluster.Sandbox(dir=self.dir, authorization="RBAC",
-                                                   components=[sandbox_install.install(self.install)])
+                                                   components=[sandbox_install.install(self.install)],
+                                                   control_plane=self.control_plane)
         else:
             # The admission webhook runs as a child process of the sandbox, as on a real cluster; the operator is
             # a child process of the scenario's own, so that a test can SIGKILL it.
-            self.sandbox = sandbox_cluster.Sandbox(dir=self.dir, components=[sandbox_components.webhook])
+            self.sandbox = sandbox_cluster.Sandbox(dir=self.dir, components=[sandbox_components.webhook],
+                                                   control_plane=self.control_plane)
         await self.sandbox.__aenter__()
         self.kube = kube.Kube.from_kubeconfig(str(self.sandbox.kubeconfig))
         await self.ensure_namespace(self.namespace)
@@ -158,6 +162,11 @@ class Scenario:
             await self.kube.close()
         if self.sandbox is not None:
             await self.sandbox.__aexit__(*exc)
+
+    async def server_version(self) -> str:
+        """The API server's ``gitVersion`` (``/version``)."""
+        answer: dict[str, Any] = await self.k.request("GET", "/version")
+        return str(answer.get("gitVersion"))
 
     @property
     def k(self) -> kube.Kube:

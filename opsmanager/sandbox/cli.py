@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from opsmanager.sandbox import cluster, process
+from opsmanager.sandbox import cluster, process, realcp
 from opsmanager.sandbox import components as sandbox_components
 from opsmanager.sandbox import install as sandbox_install
 
@@ -56,6 +56,10 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--authorization", choices=("AlwaysAllow", "RBAC"), default="AlwaysAllow",
                     help="the API server's authorization mode: RBAC enforces Roles and bindings and serves HTTPS; "
                          "the kubeconfig's admin token keeps full rights either way (default %(default)s)")
+    up.add_argument("--control-plane", choices=cluster.CONTROL_PLANES, default=cluster.EMBEDDED,
+                    help="embedded: the emulated API server and controllers (no Go needed); kubernetes: "
+                         "kube-apiserver, kube-controller-manager and kube-scheduler built from their Go modules "
+                         "(`make controlplane` first) with this project's node agent (default %(default)s)")
     up.add_argument("-v", "--verbose", action="store_true", help="log the controllers' work")
     return parser
 
@@ -89,6 +93,9 @@ def main(argv: Sequence[str]) -> int:
     except sandbox_install.InstallError as exc:
         print(f"opsmanager sandbox up: --install: {exc}", file=sys.stderr)
         return 1
+    except realcp.NotBuilt as exc:
+        print(f"opsmanager sandbox up: --control-plane kubernetes: {exc}", file=sys.stderr)
+        return 1
 
 
 async def _up(args: argparse.Namespace) -> int:
@@ -105,7 +112,8 @@ async def _up(args: argparse.Namespace) -> int:
         components = [sandbox_install.install(args.install)]
     crds = Path(args.crds) if args.crds else cluster.MODEL_CRDS
     async with cluster.Sandbox(dir=args.dir, port=args.port, speed=args.speed, components=components,
-                               crds_dir=crds, authorization=args.authorization) as sb:
+                               crds_dir=crds, authorization=args.authorization,
+                               control_plane=args.control_plane) as sb:
         for path in args.apply:
             await sb.apply(Path(path))
         metrics_url = sandbox_components.recorded_endpoints(sb.dir).get("operatorMetrics")

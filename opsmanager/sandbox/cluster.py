@@ -41,7 +41,9 @@ from opsmanager.sandbox import (
     containers,
     deployment,
     kubelet,
+    node,
     process,
+    realcp,
     statefulset,
 )
 from opsmanager.sandbox import apiserver as sandbox_apiserver
@@ -50,6 +52,10 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 Component = Callable[["Sandbox"], contextlib.AbstractAsyncContextManager[Any]]
+
+EMBEDDED: Final = "embedded"
+KUBERNETES: Final = "kubernetes"
+CONTROL_PLANES: Final = (EMBEDDED, KUBERNETES)
 
 # Extra components `opsmanager sandbox up` starts besides the admission webhook and the operator
 # (opsmanager.sandbox.components.DEFAULTS), unless --no-operator is given.
@@ -72,7 +78,16 @@ class Sandbox:
                  speed: float = 1.0, volume_refresh_delay: float = 0.5, shutdown_grace: float = 2.0,
                  crds_dir: str | Path | None = MODEL_CRDS, components: Sequence[Component] = (),
                  issuance_delay: float = 0.0, cluster_domain: str = "cluster.local",
-                 bookmark_interval: float = 5.0, authorization: str = "AlwaysAllow") -> None:
+                 bookmark_interval: float = 5.0, authorization: str = "AlwaysAllow",
+                 control_plane: str = EMBEDDED) -> None:
+        if control_plane not in CONTROL_PLANES:
+            raise ValueError(f"control_plane must be one of {', '.join(CONTROL_PLANES)}, not {control_plane!r}")
+        self.control_plane = control_plane
+        """``embedded`` (the emulated API server and controllers) or ``kubernetes`` (kube-apiserver,
+        kube-controller-manager, kube-scheduler built from their Go modules: :mod:`.realcp`, :mod:`.node`)."""
+        self.kubernetes: realcp.KubernetesControlPlane | None = None
+        self.node: node.NodeAgent | None = None
+        self.proxy: node.ServiceProxy | None = None
         self.dir = Path(dir).resolve()
         self.authorization = authorization
         """The API server's mode: ``AlwaysAllow`` or ``RBAC`` (see docs/sandbox.md); the sandbox's own client
@@ -100,8 +115,19 @@ class Sandbox:
 
     @property
     def url(self) -> str:
+        if self.kubernetes is not None:
+            return self.kubernetes.url
         assert self.apiserver is not None, "the sandbox is not started"
         return self.apiserver.url
+
+    def register_service_address(self, namespace: str, service: str, port: int, host: str, target: int) -> None:
+        """Where connections to a Service without pods go (the sandbox's own webhook process): the emulated API
+        server dials it directly; on the real control plane the node agent's proxy listens on the ClusterIP."""
+        if self.proxy is not None:
+            self.proxy.register(namespace, service, port, host, target)
+        else:
+            assert self.apiserver is not None, "the sandbox is not started"
+            self.apiserver.register_service_address(namespace, service, port, host, target)
 
     @property
     def kubeconfig(self) -> Path:
@@ -122,6 +148,13 @@ class Sandbox:
             shutil.rmtree(self.dir / sub, ignore_errors=True)
         stack = contextlib.AsyncExitStack()
         self._stack = stack
+        if self.control_plane == KUBERNETES:
+            try:
+                await self._start_kubernetes(stack)
+            except BaseException:
+                await self.stop()
+                raise
+            return
         try:
             self.apiserver = sandbox_apiserver.APIServer(self.host, self.port,
                                                          bookmark_interval=self.bookmark_interval,
@@ -171,6 +204,62 @@ class Sandbox:
         except BaseException:
             await self.stop()
             raise
+
+    async def _start_kubernetes(self, stack: contextlib.AsyncExitStack) -> None:
+        """The real control plane, its node agent (kubelet, Node, Service proxy) and this project's cert-manager."""
+        self.kubernetes = realcp.KubernetesControlPlane(self.dir / "controlplane", host=self.host, port=self.port)
+        await self.kubernetes.start()
+        stack.push_async_callback(self.kubernetes.stop)
+        self.client = kube.Kube.for_url(self.kubernetes.url, token=self.kubernetes.admin_token,
+                                        ca_path=str(self.kubernetes.ca_file), pool_size=64)
+        stack.push_async_callback(self.client.aclose)
+        cert_manager = [d for path in sorted(realcp.cert_manager_crds().glob("*.yaml"))
+                        for d in yaml.safe_load_all(path.read_text()) if d]
+        docs = [*cert_manager, *self._crd_docs()]
+        for doc in docs:
+            with contextlib.suppress(kube.AlreadyExists):  # a plain create: no last-applied annotation to outgrow
+                await self.client.create(doc)
+            self.client.resources.add_crd(doc)
+        self.crds = [d["metadata"]["name"] for d in docs]
+        await self._wait_established(self.crds)
+        await self._ensure_namespace("cert-manager")
+        self.kubernetes.write_kubeconfig(self.kubeconfig)
+        self.addresses = addresses.PodAddresses()
+        stack.callback(self.addresses.close)
+        config = kubelet.KubeletConfig(
+            dir=self.dir, speed=self.speed, volume_refresh_delay=self.volume_refresh_delay,
+            cluster_domain=self.cluster_domain, shutdown_grace=self.shutdown_grace, scheduler=True,
+            api_host=self.kubernetes.host, api_port=self.kubernetes.port, api_ca_pem=self.kubernetes.ca_pem)
+        self.node = node.NodeAgent(self.client, config.node_name, config.host_ip)
+        await self.node.start()
+        stack.push_async_callback(self.node.stop)
+        self.kubelet = kubelet.Kubelet(self.client, config, self.addresses)
+        stack.push_async_callback(self.kubelet.stop)
+        await self.kubelet.start()
+        self.proxy = node.ServiceProxy(self.client, self.kubelet.service_target)
+        stack.push_async_callback(self.proxy.stop)
+        await self.proxy.start()
+        self.certmanager = certmanager.Controller(self.client, issuance_delay=self.issuance_delay)
+        stack.push_async_callback(self.certmanager.stop)
+        await self.certmanager.start()
+        self.cainjector = cainjector.Controller(self.client)
+        stack.push_async_callback(self.cainjector.stop)
+        await self.cainjector.start()
+        for component in self.components:
+            await stack.enter_async_context(component(self))
+
+    async def _wait_established(self, names: list[str], timeout: float = 60.0) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        for name in names:
+            while True:
+                crd = await self.client.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, name)
+                conds = ((crd or {}).get("status") or {}).get("conditions") or ()
+                if any(c.get("type") == "Established" and c.get("status") == "True" for c in conds):
+                    break
+                if loop.time() > deadline:
+                    raise TimeoutError(f"CRD {name} not Established within {timeout}s")
+                await asyncio.sleep(0.1)  # the poll interval
 
     async def stop(self) -> None:
         stack, self._stack = self._stack, None

@@ -93,8 +93,12 @@ async def webhook(sb: Any) -> AsyncIterator[children.Child]:
     try:
         trust = ssl.create_default_context(cadata=ca.cert_pem.decode())
         await child.wait_ready(lambda: _answers(f"https://127.0.0.1:{port}/healthz", trust), timeout=READY_TIMEOUT)
-        sb.apiserver.register_service_address(namespace, service, webhook_config.PORT, "127.0.0.1", port)
         await sb.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}])
+        if sb.control_plane == "kubernetes":  # the real API server dials the Service's ClusterIP: it must exist
+            await sb.apply([{"apiVersion": "v1", "kind": "Service", "metadata": {"name": service,
+                                                                                 "namespace": namespace},
+                             "spec": {"ports": [{"port": webhook_config.PORT, "targetPort": port}]}}])
+        sb.register_service_address(namespace, service, webhook_config.PORT, "127.0.0.1", port)
         await sb.apply(webhook_config.render_webhook_configurations(namespace, service, ca_bundle=ca.cert_pem))
         yield child
     finally:

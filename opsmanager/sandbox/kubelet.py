@@ -64,6 +64,7 @@ from opsmanager.sandbox import (
     process,
     volumes,
 )
+from opsmanager.sandbox import node as node_agent
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,9 @@ class KubeletConfig:
     """The API server's CA (``ca.crt`` of the service-account directory)."""
     token_expiration: int = 3607
     """``expirationSeconds`` of the projected token (the real kube-api-access volume's 3607)."""
+    scheduler: bool = False
+    """A real kube-scheduler binds pods (the real control plane): pods without ``nodeName`` wait for it, and a claim
+    gets a pre-bound PersistentVolume for the PV controller to bind, instead of the kubelet binding both itself."""
 
     @property
     def logs_dir(self) -> Path:
@@ -1229,8 +1233,8 @@ class Kubelet(_HostBase):
         if phase in ("Succeeded", "Failed"):
             return
         node = (pod.get("spec") or {}).get("nodeName")
-        if node and node != self.config.node_name:
-            return
+        if (node and node != self.config.node_name) or (not node and self.config.scheduler):
+            return  # another node's, or not scheduled yet (its binding comes back as an update)
         ip = self.addresses.allocate(meta.get("namespace") or "default", meta["name"])
         worker = self._new_worker(pod, ip)
         if node:
@@ -1296,6 +1300,8 @@ class Kubelet(_HostBase):
 
     def _on_pvc(self, etype: str, pvc: Obj, old: Obj | None) -> None:
         meta = pvc.get("metadata") or {}
+        if self.config.scheduler and etype == "DELETED":
+            self._spawn(self._delete_pv(pvc))
         if etype == "DELETED":
             path = self.pvc_dir(pvc)
             if any(str(meta.get("uid")) in w.pvc_uids for w in self.workers.values() if not w.stopped.is_set()):
@@ -1310,6 +1316,9 @@ class Kubelet(_HostBase):
             self._spawn(self._bind_pvc(pvc))
 
     async def _bind_pvc(self, pvc: Obj) -> None:
+        if self.config.scheduler:
+            await self._provide_pv(pvc)
+            return
         meta = pvc["metadata"]
         spec = pvc.get("spec") or {}
         status = {"phase": "Bound", "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
@@ -1330,6 +1339,46 @@ class Kubelet(_HostBase):
             log.warning("binding pvc %s/%s: %s", meta.get("namespace"), meta["name"], exc)
         finally:
             self._binding_pvcs.discard(str(meta.get("uid")))
+
+    async def _provide_pv(self, pvc: Obj) -> None:
+        """The real control plane: a hostPath PersistentVolume pre-bound to the claim; the PV controller binds."""
+        meta = pvc["metadata"]
+        path = self.pvc_dir(pvc)
+        path.mkdir(parents=True, exist_ok=True)
+        self.client.resources.add(node_agent.PERSISTENT_VOLUMES)
+        try:
+            await self.client.create(node_agent.persistent_volume(pvc, str(path)))
+        except kube.AlreadyExists:
+            pass
+        except kube.KubeError as exc:
+            log.warning("volume for pvc %s/%s: %s", meta.get("namespace"), meta["name"], exc)
+        finally:
+            self._binding_pvcs.discard(str(meta.get("uid")))
+
+    async def _delete_pv(self, pvc: Obj) -> None:
+        self.client.resources.add(node_agent.PERSISTENT_VOLUMES)
+        with contextlib.suppress(kube.NotFound):
+            await self.client.delete("v1", "PersistentVolume", None, f"pvc-{pvc['metadata'].get('uid')}")
+
+    def service_target(self, svc: Obj, port: Obj) -> tuple[str, int] | None:
+        """A Ready pod of ``svc`` (by its selector) and the port ``port`` targets on it: what kube-proxy would
+        pick (:class:`opsmanager.sandbox.node.ServiceProxy`)."""
+        meta, selector = svc["metadata"], (svc.get("spec") or {}).get("selector") or {}
+        if not selector:
+            return None
+        target = port.get("targetPort", port.get("port"))
+        for worker in self.workers.values():
+            labels = (worker.pod.get("metadata") or {}).get("labels") or {}
+            if worker.namespace != (meta.get("namespace") or "default") or not worker.ready or \
+                    any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            if isinstance(target, int) or (isinstance(target, str) and target.isdigit()):
+                return worker.ip, int(target)
+            for container in (worker.pod.get("spec") or {}).get("containers") or ():
+                for p in container.get("ports") or ():
+                    if p.get("name") == target:
+                        return worker.ip, int(p["containerPort"])
+        return None
 
     def _release_pvcs(self, worker: PodWorker) -> None:
         for uid in worker.pvc_uids:
