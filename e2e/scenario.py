@@ -69,19 +69,23 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
+CONTROL_PLANE_ENV = "OPSMANAGER_CONTROL_PLANE"
+
+
 class Scenario:
     """A sandbox with the operator running, helpers to make CAs, Etcds and requests, and the live measurements."""
 
     def __init__(self, workdir: str | os.PathLike[str], *, printer: Printer | None = None,
                  namespace: str = NAMESPACE, delivery_timeout: float | None = None,
                  operator_args: Sequence[str] = (), install: str | os.PathLike[str] | None = None,
-                 control_plane: str = "embedded") -> None:
+                 control_plane: str | None = None) -> None:
         """``delivery_timeout``: the operator's ``--certificate-delivery-timeout`` (None: the sandbox's 15 s);
         ``operator_args``: extra ``opsmanager run`` flags; ``install``: the bundle's directory (``deploy/``) —
         the sandbox then runs in RBAC mode and the product comes from ``kubectl apply -k`` of it (two operator
         and two webhook pods under their own ServiceAccounts) instead of child processes."""
         self.install = pathlib.Path(install) if install is not None else None
-        self.control_plane = control_plane  # "embedded" or "kubernetes" (the sandbox's, docs/sandbox.md)
+        # "embedded" or "kubernetes" (the sandbox's, docs/sandbox.md); unset: $OPSMANAGER_CONTROL_PLANE, else embedded
+        self.control_plane = control_plane or os.environ.get(CONTROL_PLANE_ENV) or "embedded"
         self.dir = pathlib.Path(workdir)
         self.delivery_timeout = delivery_timeout
         self.operator_args = tuple(operator_args)

@@ -388,13 +388,13 @@ async def _ensure_tls(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConfig, 
                                        dns_names=render.member_dns_names(db, alias), loaded=None, now=_now()))
         problems = tuple(p for v in verdicts for p in v.problems)
         if problems:
-            return await _waiting(k, db, tls, problems[0].message), problems
+            return await _waiting(k, db, tls, problems[0]), problems
         await release.write_bundle(k, db, pki.bundle(*(v.data["ca.crt"] for v in verdicts)), initial=initial)
         changed.append(f"Secret {bundle_name}")
     # 4. Release every source that passes the gate against the CAs every member has loaded.
     allowed = await release.loaded(k, db)
     held: list[gate.Problem] = []
-    missing: list[str] = []
+    missing: list[gate.Problem] = []
     for alias in constants.CERT_ALIASES:
         result = await release.release(k, db, tls, alias, allowed=allowed)
         if result.blocked:
@@ -403,21 +403,22 @@ async def _ensure_tls(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConfig, 
             changed.append(f"Secret {render.secret_name(db, tls, alias)} (released)")
         held += result.verdict.problems
         if not result.verdict.passed and await k.get("v1", "Secret", ns, render.secret_name(db, tls, alias)) is None:
-            missing.append(result.verdict.problems[0].message)
+            missing.append(result.verdict.problems[0])
     if missing:  # a new cluster: etcd exits at start on a missing file, so no StatefulSet before its Secrets
         return await _waiting(k, db, tls, missing[0]), tuple(held)
     return None, tuple(held)
 
 
-async def _waiting(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConfig, problem: str) -> Outcome:
-    """Waiting for certificates: the cause when cert-manager says one (:func:`issuance_blocker`), else the first
-    problem of the material itself."""
-    if tls.external_secrets is None:
+async def _waiting(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConfig, problem: gate.Problem) -> Outcome:
+    """Waiting for certificates: for a source cert-manager has not written, the cause it gives
+    (:func:`issuance_blocker`); else the problem of the material itself (the gate's words say more)."""
+    if tls.external_secrets is None and problem.code == gate.SOURCE_MISSING:
         blocker = await issuance_blocker(k, db, tls)
         if blocker is not None:
             reason, message = blocker
             return Outcome(WAITING, reason, f"waiting for cert-manager: {message}", delay=WAITING_DELAY)
-    return Outcome(WAITING, REASON_WAITING_FOR_CERTIFICATES, f"{_waiting_for(tls)}: {problem}", delay=WAITING_DELAY)
+    return Outcome(WAITING, REASON_WAITING_FOR_CERTIFICATES, f"{_waiting_for(tls)}: {problem.message}",
+                   delay=WAITING_DELAY)
 
 
 def _ready(obj: Mapping[str, Any] | None) -> dict[str, Any] | None:

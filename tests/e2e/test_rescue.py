@@ -315,6 +315,13 @@ async def test_an_expired_ca_comes_back_by_itself_and_with_a_plain_rotate_filed_
     assert pods_by_hand.restarts() == {p: 1 for p in naming.pods(by_hand, 3)}, pods_by_hand.uids
     for db in dbs:
         await read_keys(sc, db, written[db])
+    # Once rescued, the members count as having loaded the new CA (they started after it entered the bundle): a
+    # rotate now is the zero-restart one, not another rescue.
+    await sc.submit("after-rescue", alone, constants.OPS_TYPE_RECONFIGURE_TLS, tls={"rotateCertificates": True})
+    after = await sc.watch_request("after-rescue", timeout=120)
+    assert after["status"]["phase"] == constants.PHASE_SUCCESSFUL, after["status"]
+    assert after["metadata"]["annotations"][tlschange.ANNOTATION_PLAN] == plan.RotateVariant.HOT_RELOAD.value
+    assert conditions.get_condition(after["status"]["conditions"], constants.COND_RESTART_PODS) is None
 
 
 async def test_a_valid_cluster_whose_members_are_all_stopped_is_never_rescued(sc: scenario.Scenario) -> None:

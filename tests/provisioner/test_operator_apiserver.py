@@ -114,9 +114,10 @@ async def test_tls_waits_for_complete_material_then_bundle_then_statefulset(env:
     assert db is not None
     assert {c["metadata"]["name"] for c in certs} == {"tls-server", "tls-client", "tls-peer"}
     assert all(c["metadata"]["ownerReferences"][0]["uid"] == db["metadata"]["uid"] for c in certs)
-    reason, message = await aeventually(lambda: _reason_is(k, "tls", applying.REASON_WAITING_FOR_CERTIFICATES),
-                                        timeout=WAIT, what="Reconciled: waiting for certificates")
-    assert reason == applying.REASON_WAITING_FOR_CERTIFICATES, message
+    # No Issuer "ca" exists: the wait names it, not the Secret cert-manager could not write.
+    reason, message = await aeventually(lambda: _reason_is(k, "tls", applying.REASON_ISSUER_NOT_FOUND),
+                                        timeout=WAIT, what="Reconciled: waiting for a missing Issuer")
+    assert f"Issuer {NS}/ca (spec.tls.issuerRef) does not exist" in message, message
 
     ca1, ca2 = pki.make_ca("ca-one"), pki.make_ca("ca-two")
     members = [f"*.tls-pods.{NS}.svc"]

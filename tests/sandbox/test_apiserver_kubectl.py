@@ -54,10 +54,10 @@ def test_apply_get_describe_delete_with_the_project_crds(apiserver: SandboxAPI, 
     result = kubectl("get", "etcdops")
     assert result.returncode == 0, result.stderr
     header, row = result.stdout.splitlines()
-    assert header.split() == ["NAME", "TYPE", "STATUS", "AGE"]
+    assert header.split() == ["NAME", "TYPE", "STATUS", "REASON", "AGE"]
     assert re.fullmatch(r"rotate-tls\s+ReconfigureTLS\s+Progressing\s+\d+s", row.strip()), row
     wide = kubectl("get", "etcdops", "-o", "wide")
-    assert wide.stdout.splitlines()[0].split() == ["NAME", "TYPE", "DATABASE", "STATUS", "AGE"]
+    assert wide.stdout.splitlines()[0].split() == ["NAME", "TYPE", "DATABASE", "STATUS", "REASON", "AGE"]
     result = kubectl("get", "etcdops", "rotate-tls", "-o", "yaml")
     obj = yaml.safe_load(result.stdout)
     assert obj["spec"]["apply"] == "IfReady" and obj["spec"]["timeout"] == "10m", "schema defaults applied"

@@ -98,7 +98,7 @@ def test_kubectl_sees_kubedb_messages_at_once(wired: server.WebhookServer, kubec
                                         "tls: {rotateCertificates: true}}"))
     assert good.returncode == 0, good.stderr
     listing = kubectl("get", "etcdops", check=True).stdout
-    assert listing.split("\n")[0].split() == ["NAME", "TYPE", "STATUS", "AGE"]
+    assert listing.split("\n")[0].split() == ["NAME", "TYPE", "STATUS", "REASON", "AGE"]
     assert listing.split("\n")[1].split()[:2] == ["rotate", "ReconfigureTLS"]
     stored = json.loads(kubectl("get", "etcdops", "rotate", "-o", "json", check=True).stdout)
     assert stored["spec"]["timeout"] == "10m" and stored["spec"]["apply"] == "IfReady"

@@ -14,12 +14,13 @@ a leader and a linearizable read; no TLS chain trusted), bounded by the request'
 
 from __future__ import annotations
 
+import datetime
 import json
 
 from opsmanager import metrics
 from opsmanager.api import conditions, constants
 from opsmanager.ops import context, plan
-from opsmanager.provisioner import gate, health, members
+from opsmanager.provisioner import gate, health, members, naming, release
 
 
 def _record(ctx: context.OpsContext) -> dict[str, str] | None:
@@ -28,11 +29,34 @@ def _record(ctx: context.OpsContext) -> dict[str, str] | None:
         constants.ANNOTATION_RESCUE_RESTARTED))
 
 
+async def _bundle_settled(ctx: context.OpsContext) -> float:
+    """Seconds to wait before the restart so that every member's new container starts in a later second than the
+    bundle's newest CA entered it (0: now). Start and entry times have one-second resolution, and a member started
+    in the same second as an entry does not count as having loaded that CA (:func:`gate.loaded_cas`): restarted at
+    once, the members would count as still on the expired CA, and the next rotate would rescue them again."""
+    live, _ = await release.read_bundle(ctx.kube, ctx.db)
+    entries = gate.decode_record(((live or {}).get("metadata") or {}).get("annotations", {}).get(
+        naming.ANNOTATION_CA_ENTERED)) or {}
+    times = []
+    for raw in entries.values():
+        try:
+            times.append(conditions.parse_rfc3339(raw))
+        except ValueError:
+            continue
+    if not times:
+        return 0.0
+    return max(0.0, (max(times) + datetime.timedelta(seconds=1) - ctx.now).total_seconds())
+
+
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     pods = await ctx.pods()
     names = ctx.pod_names()
     record = _record(ctx)
     if record is None:
+        wait = await _bundle_settled(ctx)
+        if wait > 0:
+            return context.Progress("waiting for the second the new CA entered the trust bundle to pass",
+                                    delay=wait)
         record = {n: str(pods[n]["metadata"].get("uid") or "") for n in names if n in pods}
         await ctx.annotate({constants.ANNOTATION_RESCUE_RESTARTED: json.dumps(record, sort_keys=True)})
     await ctx.flush()  # the step in flight is on record before any member is deleted
