@@ -224,8 +224,9 @@ class Scenario:
 
     # --- Etcd ----------------------------------------------------------------------------------------------
 
-    async def create_etcd(self, name: str, *, issuer: str | None = None, replicas: int = 3) -> None:
-        spec: dict[str, Any] = {"version": constants.DEFAULT_ETCD_VERSION, "replicas": replicas,
+    async def create_etcd(self, name: str, *, issuer: str | None = None, replicas: int = 3,
+                          version: str = constants.DEFAULT_ETCD_VERSION) -> None:
+        spec: dict[str, Any] = {"version": version, "replicas": replicas,
                                 "storageType": "Durable", "deletionPolicy": "WipeOut"}
         if issuer is not None:
             spec["tls"] = {"issuerRef": {"apiGroup": "cert-manager.io", "kind": "Issuer", "name": issuer}}
@@ -243,9 +244,10 @@ class Scenario:
             await asyncio.sleep(interval)
         raise TimeoutError(f"{what}: not reached within {timeout:.0f}s")
 
-    async def fresh_etcd(self, name: str, *, issuer: str | None = None, timeout: float = 90.0) -> None:
-        """Create a 3-member Etcd and wait until it is Ready."""
-        await self.create_etcd(name, issuer=issuer)
+    async def fresh_etcd(self, name: str, *, issuer: str | None = None, timeout: float = 90.0,
+                         version: str = constants.DEFAULT_ETCD_VERSION) -> None:
+        """Create a 3-member Etcd (etcd ``version``) and wait until it is Ready."""
+        await self.create_etcd(name, issuer=issuer, version=version)
         await self.wait_ready(name, timeout=timeout)
 
     async def drop_etcd(self, name: str) -> None:
@@ -406,6 +408,21 @@ class Scenario:
             except etcd_errors.TLSHandshakeFailed as err:
                 last = err
         raise RuntimeError(f"no identity of the writer is accepted by every member: {last}")
+
+
+    async def served_version(self, db: str) -> set[str]:
+        """The etcd versions the members report (Status), over plain HTTP or with the writer's identities."""
+        eps = await self.endpoints(db)
+        for ident in [None, *self.writer_identities()]:
+            try:
+                async with etcd_client.EtcdClient(eps, tls=ident) as client:
+                    answers = await client.statuses(timeout=5.0)
+            except (etcd_errors.EtcdError, ValueError):  # ValueError: an https endpoint and no identity
+                continue
+            versions = {a.version for a in answers.values() if isinstance(a, etcd_client.MemberStatus)}
+            if len(versions) and all(isinstance(a, etcd_client.MemberStatus) for a in answers.values()):
+                return versions
+        raise RuntimeError(f"the members of {db} did not all answer Status")
 
 
 class _MemberTracker:

