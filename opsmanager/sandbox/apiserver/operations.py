@@ -305,8 +305,11 @@ class Cluster:
     def _validate(self, rt: resources.ResourceType, obj: Obj, old: Obj | None) -> None:
         causes = _validate_name(rt, obj["metadata"]["name"]) if old is None else []
         if rt.custom and rt.schema:
-            causes += schema.validate(rt.schema, obj)
-            if old is not None:
+            invalid = schema.validate(rt.schema, obj)
+            causes += invalid
+            if invalid and schema.has_rules(rt.schema):
+                causes.append(schema.RULES_NOT_CHECKED)  # kube-apiserver runs no CEL rule on an invalid object
+            elif old is not None:
                 causes += schema.transition_rules(rt.schema, obj, old)
         if rt.storage_key == CRD_KEY:
             causes += _crd_validate(obj)

@@ -177,6 +177,34 @@ def _walk(value: Any, dotted: str) -> tuple[bool, Any]:
     return True, value
 
 
+# What kube-apiserver adds to the schema's errors when the schema has CEL rules: they are not run on an invalid object.
+RULES_NOT_CHECKED: Cause = {
+    "reason": "FieldValueInvalid", "field": "<nil>",
+    "message": "Invalid value: null: some validation rules were not checked because the object was invalid; "
+               "correct the existing errors to complete validation"}
+
+
+def has_rules(schema: Any) -> bool:
+    """Whether the schema has an ``x-kubernetes-validations`` rule anywhere."""
+    if isinstance(schema, dict):
+        return bool(schema.get("x-kubernetes-validations")) or any(has_rules(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(has_rules(v) for v in schema)
+    return False
+
+
+def _rule_value(value: Any) -> str:
+    """The value in a rule's ``Invalid value: …`` as kube-apiserver 1.37 writes it (Go's field.Invalid): a string
+    quoted, a number or boolean as it is, an object or a list not at all."""
+    if isinstance(value, (dict, list)):
+        return ""
+    if isinstance(value, bool):
+        return f"{str(value).lower()}: "
+    if isinstance(value, str):
+        return f"{json.dumps(value)}: "
+    return f"{value}: "
+
+
 def transition_rules(schema: dict[str, Any], new: Any, old: Any, path: str = "") -> list[Cause]:
     """Check ``self == oldSelf``-shaped x-kubernetes-validations where both old and new values exist.
 
@@ -194,7 +222,7 @@ def transition_rules(schema: dict[str, Any], new: Any, old: Any, path: str = "")
         if has_new and has_old and new_value != old_value:
             message = rule.get("message") or f"failed rule: {rule['rule'].strip()}"
             causes.append({"reason": rule.get("reason", "FieldValueInvalid"), "field": path or "<nil>",
-                           "message": f'Invalid value: "{_type_of(new)}": {message}'})
+                           "message": f"Invalid value: {_rule_value(new_value)}{message}"})
     if isinstance(new, dict) and isinstance(old, dict):
         for key, sub in (schema.get("properties") or {}).items():
             if key in new and key in old:
