@@ -41,7 +41,7 @@ def forget(namespace: str, etcd: str) -> None:
     remove_series(RECONCILES, namespace, etcd)
 
 
-# --- the ops engine (issue 15): requests, steps, restarts, leader moves, reconcile errors -----------------------
+# --- the ops engine: requests, steps, restarts, leader moves, reconcile errors -----------------------
 # Labels are request types, phases, step (condition) names and error kinds only: never an object's name, never
 # anything from a Secret. Buckets: seconds to an hour (a step takes from under a second — a MoveLeader — to minutes
 # — a rolling restart of a large member; a request up to its timeout, 10 min by default, more when it queued).

@@ -85,8 +85,8 @@ COND_READY: Final = "Ready"
 COND_PROVISIONED: Final = "Provisioned"
 COND_PAUSED: Final = "Paused"  # set by the ops engine while a request owns the cluster; the provisioner keeps off
 COND_HALTED: Final = "Halted"
-COND_CERTIFICATES_VALID: Final = "CertificatesValid"  # the certificate-lifecycle scan (issue 11)
-# The material gate (issue 12): True when every mounted Secret holds its source's released material; False with
+COND_CERTIFICATES_VALID: Final = "CertificatesValid"  # the certificate-lifecycle scan
+# The material gate: True when every mounted Secret holds its source's released material; False with
 # the gate's reason (UntrustedCA, KeyMismatch, SANMismatch, Expired, …) while a source is held back.
 COND_TLS_MATERIAL_READY: Final = "TLSMaterialReady"
 
@@ -186,7 +186,7 @@ COND_PEER_URLS_UPDATED: Final = "PeerURLsUpdated"
 COND_TRUST_BUNDLE_NARROWED: Final = "TrustBundleNarrowed"
 COND_TLS_LISTENERS_ADDED: Final = "TLSListenersAdded"  # add TLS, pass 1: http and https listeners, peer URLs http
 COND_PLAINTEXT_LISTENERS_ADDED: Final = "PlaintextListenersAdded"  # remove TLS, pass 1: https and http listeners
-# Rescue (issue 13): the rotate's observation found expired served leaves or an expired loaded CA; the message says
+# Rescue: the rotate's observation found expired served leaves or an expired loaded CA; the message says
 # what expired (member, port, notAfter) and which rescue plan runs.
 COND_RESCUE_PLAN_CHOSEN: Final = "RescuePlanChosen"
 ANNOTATION_RESCUE_REASON: Final = "ops.opsmanager.dev/rescue-reason"  # on the request: why the rescue was chosen

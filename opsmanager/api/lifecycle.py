@@ -1,4 +1,4 @@
-"""Certificate lifecycle of a TLS Etcd (issue 11): the policy ``spec.tlsLifecycle`` and the scan's ``status.tls``.
+"""Certificate lifecycle of a TLS Etcd: the policy ``spec.tlsLifecycle`` and the scan's ``status.tls``.
 
 The policy's durations are Go duration strings in the CRD (``720h``, ``90s``); the helper methods return
 timedeltas, so the scanner and the auto-renewer never parse text themselves. The models reject an unparsable or

@@ -73,7 +73,7 @@ def _first_certificate(stream: bytes) -> bytes | None:
 
 async def _certificate_in_the_clear(host: str, port: int, server_name: str | None, *, timeout: float) -> bytes | None:
     """The leaf a TLS 1.2 server sends in its first flight, before it asks for (and judges) a client certificate:
-    read from the raw records, nothing sent but a ClientHello, nothing verified. For rescue (issue 13): when leaves
+    read from the raw records, nothing sent but a ClientHello, nothing verified. For rescue: when leaves
     have expired, the member refuses our (equally expired) client certificate, yet what it serves must be read."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False

@@ -1,4 +1,4 @@
-"""Auto-renew: after each scan, file a rotate request when the earliest served leaf is due (issue 11, part 6).
+"""Auto-renew: after each scan, file a rotate request when the earliest served leaf is due.
 
 The decision is :func:`opsmanager.lifecycle.verdict.auto_renew` (pure). This shell gathers its inputs and carries
 it out:
@@ -81,7 +81,7 @@ async def after_scan(k: kube.Kube, obj: Mapping[str, Any], scan: verdict.Scan) -
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     remembered = verdict.AutoRenewState.decode(annotations.get(ANNOTATION_AUTO_RENEW))
     if not policy.enabled or (db.spec.tls is not None and db.spec.tls.external_secrets is not None):
-        return None  # user-provided Secrets (issue 12): renewing them is the user's, a rotate request is refused
+        return None  # user-provided Secrets: renewing them is the user's, a rotate request is refused
     now = scan.now
     leaf = earliest_leaf(scan)
     not_before, not_after = leaf if leaf is not None else (None, None)

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the certificate lifecycle (issue 11), in a registry of their own.
+"""Prometheus metrics of the certificate lifecycle, in a registry of their own.
 
 Published from an Etcd's ``status.tls`` (:func:`publish`), removed when the Etcd goes (:func:`forget`)::
 

@@ -1,4 +1,4 @@
-"""Certificate verdicts: the pure decisions behind the wire-truth scan, its alerts and auto-renew (issue 11).
+"""Certificate verdicts: the pure decisions behind the wire-truth scan, its alerts and auto-renew.
 
 A TLS etcd cluster fails on the day a certificate expires, and nobody is told in advance: etcd exports no expiry
 metric, cert-manager knows only its Secrets, not what each etcd process serves. The scan shell handshakes with

@@ -172,7 +172,7 @@ async def trust_for(ctx: context.OpsContext, step: plan.Step) -> bytes | context
 
 
 async def handover_same_ca(ctx: context.OpsContext, step: plan.Step) -> bool | context.Progress | context.Fail:
-    """Handover (issue 12): is the CA of the new issuer (learned from a probe) the CA of the user's Secrets? Both are
+    """Handover: is the CA of the new issuer (learned from a probe) the CA of the user's Secrets? Both are
     stable through the handover (the user's Secrets are never written), so the answer survives an operator crash."""
     assert step.tls is not None and step.handover_from is not None
     new = await probe_cas(ctx, step.tls)
@@ -297,7 +297,7 @@ async def entry_settling(ctx: context.OpsContext) -> float:
         return 0.0
     settled = max(times) + datetime.timedelta(seconds=1)
     return max(0.0, (settled - ctx.now).total_seconds())
-# --- rescue (issue 13): what has expired — by expiry, never by reachability -----------------------------------
+# --- rescue: what has expired — by expiry, never by reachability -----------------------------------
 
 
 def _status_not_after(db_obj: dict[str, Any], member: str, port: str) -> datetime.datetime | None:

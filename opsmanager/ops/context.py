@@ -28,7 +28,7 @@ recorded and does not repeat it); one killed before the write repeats the work a
 for one recorded transition. The steps one write records done are one transition of the request: they are
 announced in **one** Event (reason the last of them, the message naming each), and those the terminal write
 records are folded into the ``Successful``/``Failed`` Event (:meth:`OpsContext.take_steps`) — the API budget of
-issue 14 counts every Event.
+the API request budget counts every Event.
 
 Everything else a step does is idempotent and observed again on the next reconcile, so losing the queued record of
 it (an operator killed before the flush) only repeats work: the step, and any step before it in the same

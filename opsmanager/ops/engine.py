@@ -19,7 +19,7 @@ Errors: a transient failure (etcd unreachable, API conflict) is retried on the n
 timeout (and counted: ``opsmanager_reconcile_errors_total{kind}``); a step's own ``Fail`` ends the request. Either
 way the Etcd is resumed.
 
-Events and metrics (issue 15; the table is in docs/operations.md): a step's condition going ``True`` is announced
+Events and metrics (the table is in docs/operations.md): a step's condition going ``True`` is announced
 by an Event on the request, reason the condition, message the condition's (what was done), after the write that
 records it — one Event for the steps one write records, the terminal write's folded into ``Successful``/``Failed``
 (:meth:`~opsmanager.ops.context.OpsContext.announce_step`); ``Running``'s Event is the Etcd's ``Paused`` — and

@@ -31,7 +31,7 @@ The TLS plans are the product. Each exists because the naive order fails on a li
   verify by handshake that every member serves them; then narrow the bundle to the CAs still in use and roll.
   The provisioner files such a request itself (``ops.opsmanager.dev/trigger: ca-rollover``).
 - **certificate fields under the same issuer** — one pass.
-- **handover** (user-provided Secrets → cert-manager, issue 12) — the issuer change's widen / new leaves / narrow,
+- **handover** (user-provided Secrets → cert-manager) — the issuer change's widen / new leaves / narrow,
   without the roll in the middle; widen and narrow are skipped when the issuer's CA is the user's CA (no restart).
 """
 
@@ -52,7 +52,7 @@ class TLSChange(enum.Enum):
     ROTATE = "RotateCertificates"
     UPDATE = "UpdateCertificates"  # certificate fields change, same issuer(s)
     ISSUER = "ChangeIssuer"  # a different issuer for at least one certificate
-    HANDOVER = "HandoverToIssuer"  # user-provided Secrets (externalSecrets) → cert-manager (issue 12)
+    HANDOVER = "HandoverToIssuer"  # user-provided Secrets (externalSecrets) → cert-manager
 
 
 class StepKind(enum.Enum):
@@ -100,7 +100,7 @@ class RotateObservation:
 
     untrusted: tuple[str, ...] = ()
     issuer_ca_unloaded: bool = False
-    # Rescue (issue 13) — EXPIRY, never reachability: ``expired_leaves``: the leaves members serve whose notAfter is
+    # Rescue — EXPIRY, never reachability: ``expired_leaves``: the leaves members serve whose notAfter is
     # past ("<member> <port> notAfter <time>", read by a handshake that does not verify, or from status.tls when a
     # member does not answer); ``expired_cas``: the CAs every member has loaded whose notAfter is past, when *all*
     # of them are (the members then trust nothing valid).
@@ -156,7 +156,7 @@ class Step:
     verify_served_certificates: bool = False  # after each member's restart (ROLL / ROLL_PASS)
     peer_scheme: str | None = None  # for UPDATE_PEER_URLS
     tls: etcd_api.TLSConfig | None = None  # the certificates this step works with
-    # Handover (issue 12): the user-provided TLS being handed over. A pass with it is skipped (no bundle write, no
+    # Handover: the user-provided TLS being handed over. A pass with it is skipped (no bundle write, no
     # roll) when the new issuer's CA is the CA of the user's Secrets — a fact that survives an operator crash.
     handover_from: etcd_api.TLSConfig | None = None
     # CA rollover: release the sources through the gate against the CAs every member has loaded (the pass: on
@@ -264,7 +264,7 @@ def _ca_rollover_steps(current: etcd_api.TLSConfig) -> list[Step]:
 
 
 def _rescue_steps(current: etcd_api.TLSConfig, variant: RotateVariant) -> list[Step]:
-    """The rescue plans (issue 13). Leaves: every certificate re-issued at once, every leaf released at once
+    """The rescue plans. Leaves: every certificate re-issued at once, every leaf released at once
     through the gate against the trust bundle (the gate judges the *source*: a fresh valid leaf passes whatever
     the mounted one is), verified by handshake on both ports; etcd re-reads leaves per handshake, so no restart.
     CA: the leaves released against any CA and the bundle rewritten from the released CAs, then every member

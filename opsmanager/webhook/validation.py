@@ -5,11 +5,11 @@ Transport-free (no HTTP, no Kubernetes client): each function takes plain object
 EtcdOpsRequest holding this Etcd paused still running, and what will it write" — comes through the
 :class:`EtcdLookup` protocol; :class:`InMemoryEtcdLookup` serves unit tests, ``opsmanager.webhook.lookup`` the real API.
 
-Ours, beyond KubeDB (issue 11): on an Etcd update, while an EtcdOpsRequest holds the Etcd paused, ``spec.tls`` may
+Ours, beyond KubeDB: on an Etcd update, while an EtcdOpsRequest holds the Etcd paused, ``spec.tls`` may
 change only to exactly what that request's ``UpdateDatabase`` step writes (:func:`paused_tls_errors`); anything else
 is ``spec.tls: Forbidden: Etcd <db> is paused by EtcdOpsRequest <req>; ...``.
 
-Ours (issue 12), bring-your-own Secrets: ``spec.tls.externalSecrets`` excludes ``issuerRef`` and ``certificates``
+Ours, bring-your-own Secrets: ``spec.tls.externalSecrets`` excludes ``issuerRef`` and ``certificates``
 (``spec.tls.externalSecrets: Forbidden: spec.tls.issuerRef and spec.tls.externalSecrets are mutually exclusive:
 ...``) and names all three Secrets; a ``ReconfigureTLS`` with ``rotateCertificates`` on such an Etcd is refused (the
 user rotates their own Secrets), one with ``tls.issuerRef`` is the handover to cert-manager and is allowed.
@@ -83,14 +83,14 @@ MSG_DO_NOT_TERMINATE: Final = 'can not delete as deletionPolicy is set to "DoNot
 MSG_EVEN_REPLICAS: Final = (
     "even replica count buys no extra fault tolerance for a Raft quorum; an odd number is recommended"
 )
-# Ours (issue 11): the certificate-lifecycle policy, spec.tlsLifecycle.
+# Ours: the certificate-lifecycle policy, spec.tlsLifecycle.
 MSG_DURATION_INVALID: Final = (
     'not a duration: write a Go duration such as "90s", "10m", "1h30m" or "720h" (units ns, us, ms, s, m, h)'
 )
 MSG_DURATION_NOT_POSITIVE: Final = 'must be greater than zero: write a positive Go duration such as "24h"'
 MSG_ALERT_DUPLICATE: Final = "the same duration as {other} ({value}); list each threshold once"
-# Ours (issue 11): spec.tls of an Etcd that an EtcdOpsRequest holds paused belongs to that request.
-# Ours (issue 12): bring-your-own Secrets, spec.tls.externalSecrets (the texts shared with the CRD live in the model).
+# Ours: spec.tls of an Etcd that an EtcdOpsRequest holds paused belongs to that request.
+# Ours: bring-your-own Secrets, spec.tls.externalSecrets (the texts shared with the CRD live in the model).
 MSG_TLS_ISSUER_AND_EXTERNAL: Final = etcd.MSG_TLS_ISSUER_AND_EXTERNAL
 MSG_TLS_EXTERNAL_CERTIFICATES: Final = etcd.MSG_TLS_EXTERNAL_CERTIFICATES
 MSG_TLS_EXTERNAL_ALIAS_MISSING: Final = (
@@ -489,7 +489,7 @@ def reconfigure_tls_error(tls: Any, db: Mapping[str, Any]) -> str | None:
     if remove:
         return None
     if rotate:
-        if _db_has_external_secrets(db):  # ours (issue 12): the user rotates their own Secrets
+        if _db_has_external_secrets(db):  # ours: the user rotates their own Secrets
             return MSG_TLS_ROTATE_EXTERNAL.format(db=_name(db))
         return None if _db_has_issuer(db) else MSG_TLS_ROTATE_NO_ISSUER
     if tls.get("issuerRef") is None and not _db_has_issuer(db):
@@ -618,7 +618,7 @@ _SECRET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[
 
 
 def external_secrets_errors(tls: Mapping[str, Any], *, db: str = "") -> list[FieldError]:
-    """Ours (issue 12): ``spec.tls.externalSecrets`` — not with ``issuerRef``, not with ``certificates``, and a
+    """Ours: ``spec.tls.externalSecrets`` — not with ``issuerRef``, not with ``certificates``, and a
     Secret name for each of ``server``, ``peer`` and ``client`` that is none of the Secrets the operator writes
     for the Etcd ``db`` (mounted, sources, trust bundle: the operator never writes a user's Secret, so the names
     must differ). Empty when ``externalSecrets`` is not set."""
@@ -664,7 +664,7 @@ def _duration_error(path: str, value: Any) -> FieldError | None:
 
 
 def tls_lifecycle_errors(policy: Any) -> list[FieldError]:
-    """Ours (issue 11): the durations of ``spec.tlsLifecycle`` parse and are positive, ``alertBefore`` has no two
+    """Ours: the durations of ``spec.tlsLifecycle`` parse and are positive, ``alertBefore`` has no two
     equal thresholds (``24h`` and ``1440m`` are equal). In field order; a wrong shape is left to the schema check."""
     if not isinstance(policy, dict):
         return []
@@ -735,7 +735,7 @@ def _held_by_request(obj: Mapping[str, Any]) -> str | None:
 
 
 def paused_tls_errors(obj: Mapping[str, Any], old: Mapping[str, Any], lookup: EtcdLookup) -> list[FieldError]:
-    """Ours (issue 11): while an EtcdOpsRequest holds the Etcd paused (``pause.held_by_request``), ``spec.tls``
+    """Ours: while an EtcdOpsRequest holds the Etcd paused (``pause.held_by_request``), ``spec.tls``
     changes only to exactly what that request's ``UpdateDatabase`` step writes (:func:`engine_tls_write`): the
     request owns the TLS until it has finished. A pause held by anyone else is not this rule's business, and a
     request that no longer exists, is being deleted or has finished holds nothing (``pause.request_holds``; the

@@ -1,4 +1,4 @@
-"""``RescuePlanChosen`` (rescue, issue 13): say that the rescue plan runs and why.
+"""``RescuePlanChosen`` (rescue): say that the rescue plan runs and why.
 
 The reason is what the engine observed when the request started (expired served leaves, member/port/notAfter, or
 an expired loaded CA; :func:`opsmanager.ops.plan.rescue_reason`), persisted on the request

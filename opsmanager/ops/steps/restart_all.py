@@ -1,4 +1,4 @@
-"""``RestartPods`` of the CA rescue (issue 13): restart every member together, once, and wait for quorum.
+"""``RestartPods`` of the CA rescue: restart every member together, once, and wait for quorum.
 
 Members loaded their CA at start; once it has expired (or the new leaves chain to a CA they never loaded) they
 cannot talk to each other. A rolling restart would only lose members: the restarted one trusts the new CA, the

@@ -22,7 +22,7 @@ from opsmanager.provisioner import render
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     if step.handover_from is not None:
-        # Handover (issue 12): fail closed on a foreign Certificate before any member restarts; no pass at all
+        # Handover: fail closed on a foreign Certificate before any member restarts; no pass at all
         # when the issuer's CA is the user's CA.
         if problem := await certificates.check_ownership(ctx, render.render_certificates(ctx.db, step.tls)):
             return context.Fail(problem, reason="ForeignObject")

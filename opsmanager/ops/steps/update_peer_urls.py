@@ -8,7 +8,7 @@ member already listening on both schemes, a ``member update`` moves one member's
 scheme; the others dial it there from their next connection. One member at a time, with every member healthy
 before the next (``UpdatePeerURL--<pod>``: False written before the update, True once every member is healthy
 after it; an update whose record was lost with the operator is found in the member list). No Event per member:
-the step's one transition Event names the members it updated (the API budget of issue 14).
+the step's one transition Event names the members it updated (the API request budget).
 """
 
 from __future__ import annotations
