@@ -28,7 +28,7 @@ import logging
 import shutil
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol, TypeVar
 
 import yaml  # type: ignore[import-untyped,unused-ignore]
 
@@ -69,6 +69,22 @@ MODEL_CRDS: Final = "models"
 def model_crds() -> list[Obj]:
     """The CustomResourceDefinitions of the API models, as ``opsmanager crds`` renders them."""
     return [crdgen.crd(spec) for spec in crdgen.CRDS]
+
+
+class _Startable(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+_S = TypeVar("_S", bound=_Startable)
+
+
+async def _started(stack: contextlib.AsyncExitStack, part: _S) -> _S:
+    """Start ``part``, its ``stop`` on ``stack`` first (a start that fails half-way is stopped too)."""
+    stack.push_async_callback(part.stop)
+    await part.start()
+    return part
 
 
 class Sandbox:
@@ -184,21 +200,10 @@ class Sandbox:
             if self.apiserver.ca_pem:  # pods of the operator's image reach it in-cluster (https, as client-go)
                 kubelet_config.api_host, kubelet_config.api_port = self.apiserver.host, self.apiserver.port
                 kubelet_config.api_ca_pem = self.apiserver.ca_pem
-            self.kubelet = kubelet.Kubelet(self.client, kubelet_config, self.addresses)
-            stack.push_async_callback(self.kubelet.stop)
-            await self.kubelet.start()
-            self.statefulsets = statefulset.Controller(self.client)
-            stack.push_async_callback(self.statefulsets.stop)
-            await self.statefulsets.start()
-            self.certmanager = certmanager.Controller(self.client, issuance_delay=self.issuance_delay)
-            stack.push_async_callback(self.certmanager.stop)
-            await self.certmanager.start()
-            self.cainjector = cainjector.Controller(self.client)
-            stack.push_async_callback(self.cainjector.stop)
-            await self.cainjector.start()
-            self.deployments = deployment.Controller(self.client)
-            stack.push_async_callback(self.deployments.stop)
-            await self.deployments.start()
+            self.kubelet = await _started(stack, kubelet.Kubelet(self.client, kubelet_config, self.addresses))
+            self.statefulsets = await _started(stack, statefulset.Controller(self.client))
+            await self._start_cert_manager(stack)
+            self.deployments = await _started(stack, deployment.Controller(self.client))
             for component in self.components:
                 await stack.enter_async_context(component(self))
         except BaseException:
@@ -230,23 +235,18 @@ class Sandbox:
             dir=self.dir, speed=self.speed, volume_refresh_delay=self.volume_refresh_delay,
             cluster_domain=self.cluster_domain, shutdown_grace=self.shutdown_grace, scheduler=True,
             api_host=self.kubernetes.host, api_port=self.kubernetes.port, api_ca_pem=self.kubernetes.ca_pem)
-        self.node = node.NodeAgent(self.client, config.node_name, config.host_ip)
-        await self.node.start()
-        stack.push_async_callback(self.node.stop)
-        self.kubelet = kubelet.Kubelet(self.client, config, self.addresses)
-        stack.push_async_callback(self.kubelet.stop)
-        await self.kubelet.start()
-        self.proxy = node.ServiceProxy(self.client, self.kubelet.service_target)
-        stack.push_async_callback(self.proxy.stop)
-        await self.proxy.start()
-        self.certmanager = certmanager.Controller(self.client, issuance_delay=self.issuance_delay)
-        stack.push_async_callback(self.certmanager.stop)
-        await self.certmanager.start()
-        self.cainjector = cainjector.Controller(self.client)
-        stack.push_async_callback(self.cainjector.stop)
-        await self.cainjector.start()
+        self.node = await _started(stack, node.NodeAgent(self.client, config.node_name, config.host_ip))
+        self.kubelet = await _started(stack, kubelet.Kubelet(self.client, config, self.addresses))
+        self.proxy = await _started(stack, node.ServiceProxy(self.client, self.kubelet.service_target))
+        await self._start_cert_manager(stack)
         for component in self.components:
             await stack.enter_async_context(component(self))
+
+    async def _start_cert_manager(self, stack: contextlib.AsyncExitStack) -> None:
+        """This project's cert-manager issuance and CA injection (either control plane)."""
+        self.certmanager = await _started(stack, certmanager.Controller(self.client,
+                                                                        issuance_delay=self.issuance_delay))
+        self.cainjector = await _started(stack, cainjector.Controller(self.client))
 
     async def _wait_established(self, names: list[str], timeout: float = 60.0) -> None:
         loop = asyncio.get_running_loop()
