@@ -111,7 +111,7 @@ async def create_etcd(sc: scenario.Scenario, db: str, config: SoakConfig) -> Non
            "certificates": [{"alias": a, "duration": lifetime} for a in constants.CERT_ALIASES]}
     await sc.k.create({"apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
                        "metadata": {"name": db, "namespace": sc.namespace},
-                       "spec": {"version": constants.DEFAULT_ETCD_VERSION, "replicas": 3, "storageType": "Durable",
+                       "spec": {"version": sc.etcd_version, "replicas": 3, "storageType": "Durable",
                                 "deletionPolicy": "WipeOut", "tls": tls}})
 
 

@@ -47,6 +47,7 @@ from opsmanager.sandbox import (
     statefulset,
 )
 from opsmanager.sandbox import apiserver as sandbox_apiserver
+from opsmanager.sandbox.apiserver.audit import AuditLog
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +136,30 @@ class Sandbox:
             return self.kubernetes.url
         assert self.apiserver is not None, "the sandbox is not started"
         return self.apiserver.url
+
+    @property
+    def ca_file(self) -> Path | None:
+        """The API server's serving CA (None: the embedded one over plain HTTP)."""
+        if self.kubernetes is not None:
+            return self.kubernetes.ca_file
+        assert self.apiserver is not None, "the sandbox is not started"
+        return self.apiserver.ca_file
+
+    @property
+    def audit(self) -> AuditLog:
+        """Every request the API server answered: the embedded one's records, or kube-apiserver's audit log."""
+        if self.kubernetes is not None:
+            return self.kubernetes.audit
+        assert self.apiserver is not None, "the sandbox is not started"
+        return self.apiserver.audit
+
+    async def service_account_token(self, namespace: str, service_account: str) -> str:
+        """A token of an existing ServiceAccount, from the TokenRequest API (an hour)."""
+        answer = await self.client.request(
+            "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                  "spec": {"expirationSeconds": 3600}})
+        return str(answer["status"]["token"])
 
     def register_service_address(self, namespace: str, service: str, port: int, host: str, target: int) -> None:
         """Where connections to a Service without pods go (the sandbox's own webhook process): the emulated API

@@ -42,7 +42,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from opsmanager import pki
-from opsmanager.sandbox import children
+from opsmanager.sandbox import children, realaudit
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,8 @@ class KubernetesControlPlane:
         self.ca: pki.KeyPair | None = None
         self.children: list[children.Child] = []
         self.etcd_url = ""
+        self.audit = realaudit.KubeAuditLog(self.dir / "audit.log")
+        """Every request kube-apiserver answered (its own audit log; ``realaudit.py``)."""
 
     # -- the shape the sandbox reads from its API server ---------------------------------------------------------
 
@@ -238,6 +240,8 @@ class KubernetesControlPlane:
                 f"--service-account-key-file={f['sa_pub']}", f"--service-account-signing-key-file={f['sa_key']}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}", "--authorization-mode=Node,RBAC",
                 "--allow-privileged=true", "--profiling=false",
+                f"--audit-policy-file={_write(self.dir / 'audit-policy.yaml', realaudit.POLICY.encode(), 0o644)}",
+                f"--audit-log-path={self.audit.path}", "--audit-log-format=json", "--audit-log-maxsize=4000",
                 f"--kubelet-client-certificate={f['kubelet-client']}", f"--kubelet-client-key={f['kubelet-client_key']}"]
         await self._start("kube-apiserver", argv, lambda: self._readyz(), self.ready_timeout)
 

@@ -45,7 +45,7 @@ def etcd_body(sc: scenario.Scenario, name: str, issuer: str, auto_renew: dict[st
     return {
         "apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
         "metadata": {"name": name, "namespace": sc.namespace},
-        "spec": {"version": constants.DEFAULT_ETCD_VERSION, "replicas": 3, "deletionPolicy": "WipeOut",
+        "spec": {"version": sc.etcd_version, "replicas": 3, "deletionPolicy": "WipeOut",
                  "tls": {"issuerRef": {"apiGroup": "cert-manager.io", "kind": "Issuer", "name": issuer},
                          "certificates": short},
                  "tlsLifecycle": {"scanInterval": "2s", "alertBefore": ["20s"], "autoRenew": auto_renew}},

@@ -87,7 +87,7 @@ async def byo_etcd(sc: scenario.Scenario, db: str, *, ready: bool = True,
         await put_user_secret(sc, names[alias], (override or {}).get(alias) or user_data(sc, db, alias))
     await sc.k.create({"apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
                        "metadata": {"name": db, "namespace": sc.namespace},
-                       "spec": {"version": constants.DEFAULT_ETCD_VERSION, "replicas": 3, "storageType": "Durable",
+                       "spec": {"version": sc.etcd_version, "replicas": 3, "storageType": "Durable",
                                 "deletionPolicy": "WipeOut", "tls": {"externalSecrets": names}}})
     if ready:
         await sc.wait_ready(db, timeout=90)

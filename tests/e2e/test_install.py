@@ -22,6 +22,7 @@ import dataclasses
 import os
 import signal
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ async def _peering(sc: scenario.Scenario) -> dict[str, Any]:
 
 
 def audit(sc: scenario.Scenario) -> Any:
-    return sc.sandbox.apiserver.audit
+    return sc.sandbox.audit
 
 
 async def test_the_bundle_brings_up_two_operator_and_two_webhook_pods_under_their_service_accounts(
@@ -188,7 +189,7 @@ async def test_an_etcd_naming_a_missing_issuer_is_warned_at_admission_and_says_w
     manifest = yaml.safe_dump({
         "apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
         "metadata": {"name": db, "namespace": sc.namespace},
-        "spec": {"version": constants.DEFAULT_ETCD_VERSION, "replicas": 2, "deletionPolicy": "WipeOut",
+        "spec": {"version": sc.etcd_version, "replicas": 2, "deletionPolicy": "WipeOut",
                  "tls": {"issuerRef": {**ISSUER, "name": issuer}}}})
     # kubectl in a subprocess of this loop's own: the sandbox's API server is served by this loop.
     proc = await asyncio.create_subprocess_exec(
@@ -286,24 +287,41 @@ async def _refused(client: kube.Kube, call: Call) -> bool:
     return False
 
 
+async def _authorizer_sees(client: kube.Kube, calls: Iterable[Call], *, allowed: bool) -> None:
+    """Poll the ServiceAccount's own SelfSubjectAccessReviews until the authorizer answers ``allowed`` for every
+    call: kube-apiserver's RBAC authorizer reads roles from an informer, so an edit takes effect a moment later."""
+    async def settled() -> bool:
+        for call in calls:
+            resource, _, sub = call.resource.partition("/")
+            review = await client.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body={
+                "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": {"namespace": call.namespace, "verb": call.verb,
+                                                "group": call.api_group, "resource": resource,
+                                                "subresource": sub, "name": call.name}}})
+            if bool(review.get("status", {}).get("allowed")) != allowed:
+                return False
+        return True
+    await aeventually(settled, timeout=20, what=f"the authorizer to answer allowed={allowed}")
+
+
 async def test_every_rule_of_the_bundle_is_needed(sc: scenario.Scenario) -> None:
     """For each rule: what the ServiceAccount did in this module under that rule (the audit log), replayed with the
     rule removed from the live ClusterRole, is refused (403 in the audit log). The rest of the module (install,
     four operations, HA) is the traffic: run alone, rules it did not exercise fail the test."""
-    srv = sc.sandbox.apiserver
+    sandbox = sc.sandbox
     roles = _bundle_roles()
     assert set(roles) == set(ROLES)
     # Answered, or 404 (authorized: the object did not exist — the webhook's look-up of an issuer not created yet).
     made = {user: [Call(r.verb, r.api_group, r.resource, r.namespace, r.name)
-                   for r in srv.audit.records(user=user) if r.code < 400 or r.code == 404]
+                   for r in sandbox.audit.records(user=user) if r.code < 400 or r.code == 404]
             for user in set(ROLES.values())}
-    tokens = {user: srv.issue_token("opsmanager-system", user.rsplit(":", 1)[1]).token
+    tokens = {user: await sandbox.service_account_token("opsmanager-system", user.rsplit(":", 1)[1])
               for user in set(ROLES.values())}
     unused: list[str] = []
     unneeded: list[str] = []
     for role_name, user in ROLES.items():
         role = roles[role_name]
-        client = kube.Kube.for_url(srv.url, token=tokens[user], ca_path=str(srv.ca_file))
+        client = kube.Kube.for_url(sandbox.url, token=tokens[user], ca_path=str(sandbox.ca_file or "") or None)
         try:
             for i, rule in enumerate(role["rules"]):
                 calls = {c for c in made[user] if _granted_by(rule, c)}
@@ -316,18 +334,21 @@ async def test_every_rule_of_the_bundle_is_needed(sc: scenario.Scenario) -> None
                 live = await sc.k.get("rbac.authorization.k8s.io/v1", "ClusterRole", None, role_name)
                 assert live is not None
                 without = dict(live, rules=[r for j, r in enumerate(live["rules"]) if j != i])
+                # one call per verb the ServiceAccount used under this rule
+                samples = {c.verb: c for c in sorted(calls, key=lambda c: (c.verb, c.name))}
                 await sc.k.replace(without)
                 since = time.monotonic()
                 try:
-                    # one call per verb the ServiceAccount used under this rule
-                    samples = {c.verb: c for c in sorted(calls, key=lambda c: (c.verb, c.name))}
+                    await _authorizer_sees(client, samples.values(), allowed=False)
                     results = {verb: await _refused(client, c) for verb, c in samples.items()}
                 finally:
                     restored = await sc.k.get("rbac.authorization.k8s.io/v1", "ClusterRole", None, role_name)
                     assert restored is not None
                     await sc.k.replace(dict(restored, rules=live["rules"]))
+                    await _authorizer_sees(client, samples.values(), allowed=True)
                 assert all(results.values()), (role_name, rule, results)
-                denied = {(r.verb, r.resource) for r in srv.audit.records(user=user, since=since) if r.code == 403}
+                denied = {(r.verb, r.resource) for r in sandbox.audit.records(user=user, since=since)
+                          if r.code == 403}
                 assert {(c.verb, c.resource) for c in samples.values()} <= denied, (rule, denied)
         finally:
             await client.close()
@@ -336,18 +357,18 @@ async def test_every_rule_of_the_bundle_is_needed(sc: scenario.Scenario) -> None
 
 
 async def test_a_service_account_without_a_binding_is_refused(sc: scenario.Scenario) -> None:
-    srv = sc.sandbox.apiserver
-    await sc.sandbox.apply({"apiVersion": "v1", "kind": "ServiceAccount",
-                            "metadata": {"name": "nobody", "namespace": "opsmanager-system"}})
-    token = srv.issue_token("opsmanager-system", "nobody").token
+    sandbox = sc.sandbox
+    await sandbox.apply({"apiVersion": "v1", "kind": "ServiceAccount",
+                         "metadata": {"name": "nobody", "namespace": "opsmanager-system"}})
+    token = await sandbox.service_account_token("opsmanager-system", "nobody")
     since = time.monotonic()
-    client = kube.Kube.for_url(srv.url, token=token, ca_path=str(srv.ca_file))
+    client = kube.Kube.for_url(sandbox.url, token=token, ca_path=str(sandbox.ca_file or "") or None)
     try:
         with pytest.raises(kube.Forbidden):
             await client.list(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace)
     finally:
         await client.close()
-    refused = [r for r in srv.audit.records(user="system:serviceaccount:opsmanager-system:nobody", since=since)
+    refused = [r for r in sandbox.audit.records(user="system:serviceaccount:opsmanager-system:nobody", since=since)
                if r.code == 403]
     assert [(r.verb, r.resource) for r in refused] == [("list", "etcds")]
 

@@ -64,7 +64,7 @@ async def test_expiring_leaves_are_flagged_once_per_certificate_and_match_the_wi
     await sc.k.create({
         "apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
         "metadata": {"name": DB, "namespace": sc.namespace},
-        "spec": {"version": constants.DEFAULT_ETCD_VERSION, "replicas": 3, "deletionPolicy": "WipeOut",
+        "spec": {"version": sc.etcd_version, "replicas": 3, "deletionPolicy": "WipeOut",
                  "tls": {"issuerRef": ISSUER, "certificates": short},
                  "tlsLifecycle": {"scanInterval": "2s", "alertBefore": ["9m"]}},
     })

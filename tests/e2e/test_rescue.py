@@ -132,7 +132,7 @@ async def test_expired_leaves_are_rescued_by_auto_renew_without_a_restart_and_wi
     await sc.k.create({
         "apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
         "metadata": {"name": db, "namespace": sc.namespace},
-        "spec": {"version": constants.DEFAULT_ETCD_VERSION, "replicas": 3, "deletionPolicy": "WipeOut",
+        "spec": {"version": sc.etcd_version, "replicas": 3, "deletionPolicy": "WipeOut",
                  "tls": {"issuerRef": {"apiGroup": "cert-manager.io", "kind": "Issuer", "name": issuer},
                          "certificates": [{"alias": a, "duration": "2m"} for a in constants.CERT_ALIASES]},
                  "tlsLifecycle": {"scanInterval": "2s", "alertBefore": ["20s"],
@@ -230,7 +230,7 @@ async def test_an_expired_ca_comes_back_by_itself_and_with_a_plain_rotate_filed_
         await sc.k.create({
             "apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
             "metadata": {"name": db, "namespace": sc.namespace},
-            "spec": {"version": constants.DEFAULT_ETCD_VERSION, "replicas": 3, "deletionPolicy": "WipeOut",
+            "spec": {"version": sc.etcd_version, "replicas": 3, "deletionPolicy": "WipeOut",
                      "tls": {"issuerRef": {"apiGroup": "cert-manager.io", "kind": "Issuer", "name": issuer}},
                      "tlsLifecycle": {"scanInterval": "5s"}},
         })

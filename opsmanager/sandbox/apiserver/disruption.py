@@ -7,6 +7,8 @@ counts matching pods that are Ready and not being deleted.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 from typing import Any
 
@@ -71,3 +73,45 @@ def status(pdb: Obj, pods: list[Obj], workloads: list[Obj]) -> Obj:
             "observedGeneration": pdb["metadata"].get("generation", 1),
         }],
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """An eviction the budget refuses (429): the ``DisruptionBudget`` cause's message, and Retry-After (0: none)."""
+    message: str
+    retry_after: int = 0
+
+
+def unhealthy_evictable(pdb: Obj, pod: Obj) -> bool:
+    """A pod that is not Ready is evicted without touching the budget when the policy is ``AlwaysAllow``, or
+    (``IfHealthyBudget``, the default) when the stored status has its desired healthy pods."""
+    if is_ready(pod):
+        return False
+    if (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
+        return True
+    status = pdb.get("status") or {}
+    return bool(status.get("currentHealthy", 0) >= status.get("desiredHealthy", 0) > 0)
+
+
+def decrement(pdb: Obj, pod_name: str, now: str) -> Obj | Refusal:
+    """kube-apiserver's check-and-decrement on the budget's stored status: the updated budget (one disruption
+    fewer, the pod in ``disruptedPods``), or why not."""
+    name = pdb["metadata"]["name"]
+    status = pdb.get("status") or {}
+    if status.get("observedGeneration", 0) < pdb["metadata"].get("generation", 1):
+        return Refusal(f"The disruption budget {name} is still being processed by the server.", 10)
+    allowed = int(status.get("disruptionsAllowed", 0))
+    if allowed <= 0:
+        if status.get("currentHealthy", 0) <= status.get("desiredHealthy", 0):
+            return Refusal(f"The disruption budget {name} needs {status.get('desiredHealthy', 0)} healthy pods and "
+                           f"has {status.get('currentHealthy', 0)} currently")
+        return Refusal(f"The disruption budget {name} does not allow evicting pods currently")
+    new = copy.deepcopy(pdb)
+    new_status = new.setdefault("status", {})
+    new_status["disruptionsAllowed"] = allowed - 1
+    new_status.setdefault("disruptedPods", {})[pod_name] = now
+    if allowed - 1 == 0:
+        for cond in new_status.get("conditions") or []:
+            if cond.get("type") == "DisruptionAllowed":
+                cond.update(status="False", reason="InsufficientPods", message="", lastTransitionTime=now)
+    return new

@@ -505,14 +505,16 @@ class Cluster:
                      options: Obj) -> tuple[int, Obj]:
         obj = self.lookup(rt, namespace, name)
         pre = options.get("preconditions") or {}
+        # kube-apiserver's rest.BeforeDelete: the kind (not the plural) names the object in these two messages
         if pre.get("uid") and pre["uid"] != obj["metadata"]["uid"]:
-            raise errors.conflict(rt.group, rt.plural, name,
-                                  f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: "
-                                  f"{obj['metadata']['uid']}")
+            raise errors.conflict(rt.group, rt.kind, name,
+                                  f"the UID in the precondition ({pre['uid']}) does not match the UID in record "
+                                  f"({obj['metadata']['uid']}). The object might have been deleted and then recreated")
         if pre.get("resourceVersion") and pre["resourceVersion"] != obj["metadata"]["resourceVersion"]:
-            raise errors.conflict(rt.group, rt.plural, name,
-                                  f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
-                                  f"ResourceVersion in object meta: {obj['metadata']['resourceVersion']}")
+            raise errors.conflict(rt.group, rt.kind, name,
+                                  f"the ResourceVersion in the precondition ({pre['resourceVersion']}) does not match "
+                                  f"the ResourceVersion in record ({obj['metadata']['resourceVersion']}). The object "
+                                  "might have been modified")
         if rt.kind == "Namespace" and rt.group == "" and name in _PROTECTED_NAMESPACES:
             raise errors.forbidden("", "namespaces", name, "this namespace may not be deleted")
         dry_run = bool(options.get("dryRun"))
@@ -620,6 +622,8 @@ class Cluster:
         return mutate
 
     async def evict(self, namespace: str, name: str, body: Any) -> Obj:
+        """kube-apiserver's eviction: decided from the budget's *stored* status (as the disruption controller last
+        wrote it), which it then decrements, naming the pod in ``disruptedPods`` — not from the live pods."""
         pods_rt = self.registry.get("", "v1", "pods")
         assert pods_rt is not None
         pod = self.lookup(pods_rt, namespace, name)
@@ -630,21 +634,18 @@ class Cluster:
             if len(budgets) > 1:
                 raise errors.internal("This pod has more than one PodDisruptionBudget, which the eviction "
                                       "subresource does not support.")
-            if budgets:
+            if budgets and not disruption.unhealthy_evictable(budgets[0], pod):
                 pdb = budgets[0]
-                pods = self.store.list(("", "pods"), namespace)
-                owners = self.store.list(("apps", "statefulsets"), namespace) + \
-                    self.store.list(("apps", "deployments"), namespace)
-                status = disruption.status(pdb, pods, owners)
-                healthy_enough = status["currentHealthy"] >= status["desiredHealthy"]
-                if (disruption.is_ready(pod) and status["disruptionsAllowed"] < 1) or \
-                        (not disruption.is_ready(pod) and not healthy_enough):
+                decremented = disruption.decrement(pdb, name, stamp())
+                if isinstance(decremented, disruption.Refusal):
+                    wait = decremented.retry_after
+                    details: Obj = {"causes": [{"reason": "DisruptionBudget", "message": decremented.message}]}
+                    if wait:
+                        details["retryAfterSeconds"] = wait
                     raise errors.StatusError(
                         429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
-                        {"causes": [{"reason": "DisruptionBudget",
-                                     "message": f"The disruption budget {pdb['metadata']['name']} needs "
-                                                f"{status['desiredHealthy']} healthy pods and has "
-                                                f"{status['currentHealthy']} currently"}]})
+                        details, headers={"Retry-After": str(wait)} if wait else None)
+                self.write_internal(("policy", "poddisruptionbudgets"), pdb, decremented)
         await self.delete(pods_rt, namespace, name, options)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
