@@ -61,6 +61,7 @@ endif
 # `make bench REPEAT=3`: each operation's strategies 3 times, "median (worst)" per figure (scale/webhook/soak once).
 REPEAT ?= 1
 bench: $(STAMP)
+	$(MAKE) controlplane
 	$(BIN)/python -m e2e.bench --json docs/benchmarks.json --repeat $(REPEAT)
 
 clean:

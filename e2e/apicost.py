@@ -28,6 +28,9 @@ class Cost:
     counts: collections.Counter[str]
     seconds: float
     paths: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    audited: collections.Counter[str] | None = None
+    """On the real control plane: the same window as kube-apiserver's audit log counted it for the operator's
+    user (``"get secrets"`` …), the check on the proxy's count."""
 
     @property
     def total(self) -> int:
@@ -42,7 +45,22 @@ class Cost:
                                "per_second": round(self.rate, 3), "by_verb_and_resource": dict(self.counts.most_common())}
         if self.paths:
             out["by_path"] = dict(self.paths.most_common())
+        if self.audited is not None:
+            out["audit_log_total"] = sum(self.audited.values())
+            out["audit_log_by_verb_and_resource"] = dict(self.audited.most_common())
         return out
+
+
+def audited(sc: scenario.Scenario, since: float, until: float) -> collections.Counter[str] | None:
+    """The operator's requests in ``[since, until]`` (``time.monotonic()``) by kube-apiserver's audit log; None on
+    the embedded control plane."""
+    if sc.sandbox.kubernetes is None:
+        return None
+    from opsmanager.sandbox import realcp
+
+    return collections.Counter(f"{r.verb} {r.resource}" for r in sc.sandbox.audit.records(user=realcp.OPERATOR_USER,
+                                                                                         since=since)
+                               if r.at <= until)
 
 
 @contextlib.asynccontextmanager
@@ -51,9 +69,9 @@ async def counted_operator(sc: scenario.Scenario, workdir: pathlib.Path, interva
     """Restart ``sc``'s operator behind a counting proxy; yields the proxy. ``cached=False``: the operator reads
     every object from the API server (``--no-watch-cache``), the baseline the caches are measured against."""
     await asyncio.to_thread(sc.operator.stop)  # type: ignore[union-attr]
-    proxy = scale.CountingProxy(sc.sandbox.url)
+    proxy = scale.CountingProxy(sc.sandbox.url, ca_file=sc.sandbox.ca_file)
     await proxy.start()
-    kubeconfig = scale.write_proxied_kubeconfig(sc.sandbox.kubeconfig, workdir / "kubeconfig-counted", proxy.url)
+    kubeconfig = scale.write_proxied_kubeconfig(sc.sandbox.operator_kubeconfig, workdir / "kubeconfig-counted", proxy.url)
     sc.operator = await asyncio.to_thread(processes.OperatorProcess.start, kubeconfig,
                                           log_path=workdir / "operator-counted.log", interval=interval,
                                           extra_args=() if cached else ("--no-watch-cache",))
@@ -65,10 +83,11 @@ async def counted_operator(sc: scenario.Scenario, workdir: pathlib.Path, interva
         await proxy.stop()
 
 
-async def measure(proxy: scale.CountingProxy, seconds: float) -> Cost:
+async def measure(sc: scenario.Scenario, proxy: scale.CountingProxy, seconds: float) -> Cost:
     before, started = proxy.snapshot(), time.monotonic()
     await asyncio.sleep(seconds)  # measuring a rate over a window, not synchronising
-    return Cost(scale._delta(proxy.snapshot(), before), time.monotonic() - started)
+    ended = time.monotonic()
+    return Cost(scale._delta(proxy.snapshot(), before), ended - started, audited=audited(sc, started, ended))
 
 
 async def add_tls_cost(sc: scenario.Scenario, proxy: scale.CountingProxy, db: str) -> tuple[Cost, str]:
@@ -77,7 +96,8 @@ async def add_tls_cost(sc: scenario.Scenario, proxy: scale.CountingProxy, db: st
     await sc.submit(f"{db}-add-tls", db, constants.OPS_TYPE_RECONFIGURE_TLS, **scale.ADD_TLS)
     req = await sc.watch_request(f"{db}-add-tls", timeout=300)
     phase = (req.get("status") or {}).get("phase", "")
-    cost = Cost(scale._delta(proxy.snapshot(), before), time.monotonic() - started)
+    ended = time.monotonic()
+    cost = Cost(scale._delta(proxy.snapshot(), before), ended - started, audited=audited(sc, started, ended))
     cost.paths = scale._delta(collections.Counter(proxy.paths), paths_before)
     return cost, phase
 
@@ -88,10 +108,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         await sc.ca_issuer("ca-a")
         async with counted_operator(sc, workdir, interval=args.interval) as proxy:
             await sc.fresh_etcd("c1")
-            idle_plain = await measure(proxy, args.idle)
+            idle_plain = await measure(sc, proxy, args.idle)
             add, phase = await add_tls_cost(sc, proxy, "c1")
             await sc.wait_ready("c1")
-            idle_tls = await measure(proxy, args.idle)
+            idle_tls = await measure(sc, proxy, args.idle)
     return {"add_tls": add.as_dict(), "add_tls_phase": phase, "idle_plain": idle_plain.as_dict(),
             "idle_tls": idle_tls.as_dict()}
 
@@ -109,10 +129,12 @@ if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
 
 
-async def one(workdir: pathlib.Path, *, cached: bool, idle_window: float) -> dict[str, Any]:
+async def one(workdir: pathlib.Path, *, cached: bool, idle_window: float,
+              control_plane: str | None = None) -> dict[str, Any]:
     """Two idle 3-member Etcds (plaintext, TLS) and then one add-TLS, counted; the operator with or without its
     watch caches."""
-    async with scenario.Scenario(workdir, namespace="cost", printer=lambda _line: None) as sc:
+    async with scenario.Scenario(workdir, namespace="cost", printer=lambda _line: None,
+                                 control_plane=control_plane) as sc:
         await sc.ca_issuer("ca-a")
         async with counted_operator(sc, workdir, cached=cached) as proxy:
             await sc.create_etcd("plain")
@@ -120,7 +142,7 @@ async def one(workdir: pathlib.Path, *, cached: bool, idle_window: float) -> dic
             await sc.wait_ready("plain", timeout=180)
             await sc.wait_ready("tls", timeout=180)
             await sc.wait_for("the first TLS scan", lambda: _scanned(sc, "tls"), timeout=120)
-            idle = await measure(proxy, idle_window)
+            idle = await measure(sc, proxy, idle_window)
             add, phase = await add_tls_cost(sc, proxy, "plain")
     return {"idle": idle, "add": add, "phase": phase}
 
@@ -134,13 +156,15 @@ STRATEGY_CACHED = "opsmanager (watch caches)"
 STRATEGY_UNCACHED = "baseline: the same operator with --no-watch-cache (every read a GET)"
 
 
-async def bench(workdir: pathlib.Path, say: Any, *, idle_window: float = 30.0) -> list[dict[str, Any]]:
+async def bench(workdir: pathlib.Path, say: Any, *, idle_window: float = 30.0,
+                control_plane: str = "embedded") -> list[dict[str, Any]]:
     """The ``api-cost`` records of ``make bench``: ours and the baseline, measured at the same time in two
     sandboxes (the counts do not depend on the machine's load; the wall times do)."""
     from e2e import bench as bench_module
 
-    results = await asyncio.gather(one(workdir / "cached", cached=True, idle_window=idle_window),
-                                   one(workdir / "uncached", cached=False, idle_window=idle_window))
+    results = await asyncio.gather(
+        one(workdir / "cached", cached=True, idle_window=idle_window, control_plane=control_plane),
+        one(workdir / "uncached", cached=False, idle_window=idle_window, control_plane=control_plane))
     records = []
     for strategy, result in zip((STRATEGY_CACHED, STRATEGY_UNCACHED), results, strict=True):
         idle, add = result["idle"], result["add"]
@@ -151,10 +175,16 @@ async def bench(workdir: pathlib.Path, say: Any, *, idle_window: float = 30.0) -
             "add_tls_by_verb_and_resource": dict(add.counts.most_common()),
             "idle_requests_per_s_per_etcd": round(idle.rate / 2, 3), "idle_window_s": round(idle.seconds, 1),
             "idle_by_verb_and_resource": dict(idle.counts.most_common()),
-            "measured_at": bench_module.now_text(),
+            "control_plane": control_plane, "measured_at": bench_module.now_text(),
         }
-        say(f"api cost, {strategy}: add TLS {add.total} requests ({result['phase']}), idle "
-            f"{record['idle_requests_per_s_per_etcd']} requests/s per Etcd")
+        if add.audited is not None and idle.audited is not None:
+            record.update(add_tls_audit_log_requests=sum(add.audited.values()),
+                          idle_audit_log_requests_per_s_per_etcd=round(
+                              sum(idle.audited.values()) / idle.seconds / 2, 3) if idle.seconds > 0 else None,
+                          add_tls_audit_log_by_verb_and_resource=dict(add.audited.most_common()))
+        say(f"api cost ({control_plane}), {strategy}: add TLS {add.total} requests ({result['phase']}"
+            + (f"; kube-apiserver's audit log: {record['add_tls_audit_log_requests']}" if add.audited is not None
+               else "") + f"), idle {record['idle_requests_per_s_per_etcd']} requests/s per Etcd")
         records.append(record)
         bench_module.drop_volumes(workdir / ("cached" if strategy == STRATEGY_CACHED else "uncached"))
     return records

@@ -236,18 +236,29 @@ def now_text() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+EMBEDDED = "embedded"
+KUBERNETES = "kubernetes"
+
+
+def control_plane_of(record: Record) -> str:
+    """Which control plane a record was measured on (records from before there were two: the embedded one)."""
+    return str(record.get("control_plane") or EMBEDDED)
+
+
 def merge_records(old: Sequence[Record], new: Sequence[Record]) -> list[Record]:
-    """``old`` with every (scenario, strategy) found in ``new`` replaced, new ones appended in their order."""
-    keys = {(r["scenario"], r["strategy"]) for r in new}
-    kept = [r for r in old if (r.get("scenario"), r.get("strategy")) not in keys]
+    """``old`` with every (scenario, strategy, control plane) found in ``new`` replaced, new ones appended in
+    their order."""
+    keys = {(r["scenario"], r["strategy"], control_plane_of(r)) for r in new}
+    kept = [r for r in old if (r.get("scenario"), r.get("strategy"), control_plane_of(r)) not in keys]
     return [*kept, *new]
 
 
-def order_key(record: Record) -> tuple[int, int, str]:
+def order_key(record: Record) -> tuple[int, int, str, int]:
     order = ["bare-restart", *OPERATION_KEYS, "api-cost", "scale", "webhook-latency", "webhook-fuzz", "soak"]
     scen = record.get("scenario", "")
     rank = {ENGINE: 0, NO_MOVE_LEADER: 1}.get(record.get("strategy", ""), 2)
-    return (order.index(scen) if scen in order else len(order), rank, record.get("strategy", ""))
+    return (order.index(scen) if scen in order else len(order), rank, record.get("strategy", ""),
+            int(control_plane_of(record) != EMBEDDED))
 
 
 def machine() -> dict[str, Any]:
@@ -312,14 +323,14 @@ def figure(record: Record, field: str, fmt: Callable[[Any], str] = lambda v: _ce
 def ops_table(records: Sequence[Record]) -> list[str]:
     rows = []
     for r in sorted((r for r in records if r.get("scenario") in OPERATION_KEYS), key=order_key):
-        rows.append((r["operation"], r["method"], r["outcome"], figure(r, "healthy_after"),
+        rows.append((r["operation"], r["method"], control_plane_of(r), r["outcome"], figure(r, "healthy_after"),
                      f"{figure(r, 'writes_failed')}/{r['writes_total']}",
                      figure(r, "max_write_stall_s", lambda v: f"{v:.3f}"),
                      figure(r, "unplanned_elections"), r["leader_moves"], figure(r, "wall_s"), r["member_restarts"],
                      figure(r, "wall_over_bare_restarts"), figure(r, "wall_per_pass_over_bare_restarts"),
                      figure(r, "writer_failovers"), figure(r, "read_back_ok"), figure(r, "missing_writes"),
                      figure(r, "hashkv_agree")))
-    head = ("operation", "strategy", "outcome", "healthy after", "writes failed/total", "max write stall s",
+    head = ("operation", "strategy", "control plane", "outcome", "healthy after", "writes failed/total", "max write stall s",
             "unplanned elections", "MoveLeader", "wall s", "member restarts", "wall ÷ Σ bare restarts",
             "wall ÷ (passes × Σ bare restarts)", "writer fail-overs", "all writes read back", "missing writes",
             "HashKV agrees")
@@ -348,6 +359,8 @@ and scanned; *idle* is the requests in a 30 s window divided by two; then one `R
 plaintext one, counted from its submission to `Successful` (Events included). The baseline is the same operator
 started with `--no-watch-cache`: it reads every object from the API server, as it did before issue 14; both run
 at the same time in two sandboxes. The budget is tested in `make test` (`tests/e2e/test_api_budget.py`).
+Both run on each control plane. On the real one the operator has its own user, so kube-apiserver's audit log
+(`Metadata` level; a watch counted when it opens) counts the same window independently of the proxy.
 """
 
 
@@ -376,11 +389,11 @@ def render_markdown(doc: dict[str, Any]) -> str:
         *ops_table(records),
         "",
     ]
-    bare = next((r for r in records if r.get("scenario") == "bare-restart"), None)
-    if bare is not None:
-        out += [f"Bare member restart (pod deleted on an idle cluster until its replacement is Ready), measured in "
-                f"the same run: {', '.join(bare.get('steps', []))}; sum **{bare['bare_restart_sum_s']:.2f} s**.", ""]
-    notes = [f"- {r['operation']} / {r['method']}: " + "; ".join(r["steps"]) for r in
+    for bare in sorted((r for r in records if r.get("scenario") == "bare-restart"), key=order_key):
+        out += [f"Bare member restart on the {control_plane_of(bare)} control plane (pod deleted on an idle cluster "
+                f"until its replacement is Ready), measured in the same run: {', '.join(bare.get('steps', []))}; "
+                f"sum **{bare['bare_restart_sum_s']:.2f} s**.", ""]
+    notes = [f"- {r['operation']} / {r['method']} ({control_plane_of(r)}): " + "; ".join(r["steps"]) for r in
              sorted((r for r in records if r.get("scenario") in OPERATION_KEYS and r.get("steps")), key=order_key)]
     if notes:
         out += ["Member steps of each run (naive: time until each member was back, or the bounded wait ran out):",
@@ -392,13 +405,16 @@ def render_markdown(doc: dict[str, Any]) -> str:
     costs = sorted((r for r in records if r.get("scenario") == "api-cost"), key=order_key)
     if costs:
         out += ["## API cost: requests the operator makes", "",
-                *_table(("strategy", "add TLS outcome", "API requests per add TLS (budget 80)",
-                         "idle requests/s per Etcd (budget 0.1)", "add TLS wall s"),
-                        [(r["strategy"], r["outcome"], r["add_tls_requests"], r["idle_requests_per_s_per_etcd"],
-                          r["add_tls_wall_s"]) for r in costs]),
+                *_table(("strategy", "control plane", "add TLS outcome", "API requests per add TLS (budget 80)",
+                         "the same, by kube-apiserver's audit log", "idle requests/s per Etcd (budget 0.1)",
+                         "the same, by the audit log", "add TLS wall s"),
+                        [(r["strategy"], control_plane_of(r), r["outcome"], r["add_tls_requests"],
+                          r.get("add_tls_audit_log_requests", "–"), r["idle_requests_per_s_per_etcd"],
+                          r.get("idle_audit_log_requests_per_s_per_etcd", "–"), r["add_tls_wall_s"])
+                         for r in costs]),
                 "", *API_COST_TEXT.strip("\n").splitlines(), ""]
         for r in costs:
-            out += [f"- {r['strategy']}, add TLS by verb and resource: " + ", ".join(
+            out += [f"- {r['strategy']} ({control_plane_of(r)}), add TLS by verb and resource: " + ", ".join(
                 f"{k} {v}" for k, v in r["add_tls_by_verb_and_resource"].items()) + "; idle: " + (", ".join(
                 f"{k} {v}" for k, v in r["idle_by_verb_and_resource"].items()) or "nothing") + "."]
         out += [""]
@@ -504,9 +520,12 @@ the leaves with no restart, narrow with a second roll) — held to the bar (`mak
 METHOD_TEXT = """
 ## What is measured, and how
 
-Everything runs in the embedded sandbox (`opsmanager/sandbox/`: an in-memory Kubernetes API server, a StatefulSet
-controller, a kubelet running **real etcd 3.5.1 processes**, cert-manager's CA issuer) with the operator running
-as a separate process (`opsmanager run`). Every run starts from a **fresh 3-member Etcd** (plaintext, or TLS from
+Everything runs in the sandbox with the operator as a separate process (`opsmanager run`), on two control
+planes side by side (the *control plane* column): **embedded** (`opsmanager/sandbox/`: an in-memory Kubernetes API
+server and controllers) and **kubernetes** (kube-apiserver, kube-controller-manager and kube-scheduler built from
+their Go modules; `docs/sandbox.md`). On both the node agent runs real **etcd 3.5.35** processes (the build of
+`make controlplane`) and cert-manager's CA issuer is the sandbox's own. On the real control plane only our
+request runs; the naive strategies measure etcd's behaviour, which the control plane does not change. Every run starts from a **fresh 3-member Etcd** (plaintext, or TLS from
 the CA Issuer `ca-a`) and deletes it afterwards, so a naive run that breaks its cluster cannot touch the next run.
 
 - **Live writer** (`e2e/writer.py`): one Put every 20 ms (no catch-up), each op to **its own key**
@@ -817,11 +836,15 @@ def _line(r: Record) -> str:
 
 
 async def run_operations(workdir: pathlib.Path, keys: Sequence[str], say: Printer, *,
-                         repeat: int = 1) -> list[Record]:
+                         repeat: int = 1, control_plane: str = EMBEDDED) -> list[Record]:
     """Every strategy of each operation in ``keys``, ``repeat`` times (a fresh Etcd each time; the repetitions
-    interleave, so a slow minute of the machine does not land on one strategy), aggregated per strategy."""
+    interleave, so a slow minute of the machine does not land on one strategy), aggregated per strategy. On the
+    real control plane only our request runs (the naive strategies measure etcd, not the API server)."""
     records: list[Record] = []
-    async with scenario.Scenario(workdir / "ops", printer=lambda _line: None, namespace="bench") as sc:
+    engine_only = control_plane != EMBEDDED
+    async with scenario.Scenario(workdir / ("ops" if control_plane == EMBEDDED else f"ops-{control_plane}"),
+                                 printer=lambda _line: None, namespace="bench", control_plane=control_plane) as sc:
+        sc.etcd_version = scenario.BUILT_ETCD_VERSION  # the same etcd on both control planes
         await sc.ca_issuer("ca-a")
         await sc.ca_issuer("ca-b")
         bare = await bare_restarts(sc, say)
@@ -835,6 +858,8 @@ async def run_operations(workdir: pathlib.Path, keys: Sequence[str], say: Printe
                 if repeat > 1:
                     say(f"\n-- {op.label}: run {run_index + 1} of {repeat}")
                 runs.setdefault(ENGINE, []).append(await run_engine(sc, op, bare_sum, say, run_index=run_index))
+                if engine_only:
+                    continue
                 if op.no_move_leader_baseline:
                     runs.setdefault(NO_MOVE_LEADER, []).append(await run_engine(
                         sc, op, bare_sum, say, strategy=NO_MOVE_LEADER, run_index=run_index))
@@ -842,7 +867,9 @@ async def run_operations(workdir: pathlib.Path, keys: Sequence[str], say: Printe
                     runs.setdefault(variant.strategy, []).append(
                         await run_naive(sc, op, variant, index, bare_sum, say, run_index=run_index))
             records += [aggregate(group) for group in runs.values()]
-    drop_volumes(workdir / "ops")
+    drop_volumes(workdir / ("ops" if control_plane == EMBEDDED else f"ops-{control_plane}"))
+    for record in records:
+        record.update(control_plane=control_plane, etcd_version=scenario.BUILT_ETCD_VERSION)
     return records
 
 
@@ -867,23 +894,30 @@ def select(name: str) -> tuple[list[str], bool, bool]:
     return [], name == "scale", name == "webhook"
 
 
+def control_planes(choice: str) -> list[str]:
+    """``--control-plane`` → the control planes the operation and API-cost scenarios run on."""
+    return [EMBEDDED, KUBERNETES] if choice == "both" else [choice]
+
+
 async def run(args: argparse.Namespace, say: Printer) -> list[Record]:
     keys, with_scale, with_webhook = select(args.scenario)
     workdir = pathlib.Path(args.dir)
     records: list[Record] = []
+    planes = control_planes(args.control_plane)
     if args.scenario in ("all", "soak"):
         config = soak.SoakConfig(args.soak_duration, args.soak_ca, args.soak_leaf)
         records += await soak.soak_concurrently(workdir / "soak", config, say)
     if args.scenario in ("all", "api-cost"):
         from e2e import apicost
 
-        records += await apicost.bench(workdir / "api-cost", say)
+        for plane in planes:
+            records += await apicost.bench(workdir / f"api-cost-{plane}", say, control_plane=plane)
     if with_webhook:
         from e2e import webhook_load
 
         records += await webhook_load.bench(say)
-    if keys:
-        records += await run_operations(workdir, keys, say, repeat=args.repeat)
+    for plane in planes if keys else ():
+        records += await run_operations(workdir, keys, say, repeat=args.repeat, control_plane=plane)
     if with_scale:
         from e2e import scale
 
@@ -958,6 +992,9 @@ def main(argv: Sequence[str]) -> int:
                         help="the markdown page to regenerate (default: the JSON path with .md)")
     parser.add_argument("--dir", default=".sandbox/bench", help="working directory of the sandboxes (%(default)s)")
     parser.add_argument("--clusters", type=int, default=30, help="clusters in the scale scenario (%(default)s)")
+    parser.add_argument("--control-plane", choices=(EMBEDDED, KUBERNETES, "both"), default="both",
+                        help="where the operation and API-cost scenarios run: the embedded API server, the real "
+                             "one (make controlplane builds it) or both, side by side (%(default)s)")
     parser.add_argument("--repeat", type=int, default=1, metavar="N",
                         help="run each operation's strategies N times, fresh Etcd each time, and report median and "
                              "worst per figure (scale, webhook and soak run once; %(default)s)")

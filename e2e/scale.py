@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import os
 import pathlib
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any
@@ -64,8 +65,9 @@ class CountingProxy:
     """A reverse proxy in front of the API server that counts requests by :func:`request_key` and streams
     responses (watches) through unchanged."""
 
-    def __init__(self, upstream: str, host: str = "127.0.0.1") -> None:
+    def __init__(self, upstream: str, host: str = "127.0.0.1", *, ca_file: str | os.PathLike[str] | None = None) -> None:
         self.upstream = upstream.rstrip("/")
+        self.ca_file = ca_file  # the upstream's serving CA (kube-apiserver's), None for a plain-HTTP one
         self.host = host
         self.counts: collections.Counter[str] = collections.Counter()
         self.paths: collections.Counter[str] = collections.Counter()  # "METHOD /path" without the query: diagnostics
@@ -75,7 +77,10 @@ class CountingProxy:
         self.url = ""
 
     async def start(self) -> str:
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False)
+        connector = aiohttp.TCPConnector(ssl=ssl.create_default_context(cafile=str(self.ca_file))) \
+            if self.ca_file else None
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False,
+                                              connector=connector)
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -274,9 +279,9 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
         try:
             # Route the operator through the counting proxy (same operator, default --interval).
             await asyncio.to_thread(sc.operator.stop)
-            proxy = CountingProxy(sc.sandbox.url)
+            proxy = CountingProxy(sc.sandbox.url, ca_file=sc.sandbox.ca_file)
             await proxy.start()
-            kubeconfig = write_proxied_kubeconfig(sc.sandbox.kubeconfig, workdir / "kubeconfig-proxied", proxy.url)
+            kubeconfig = write_proxied_kubeconfig(sc.sandbox.operator_kubeconfig, workdir / "kubeconfig-proxied", proxy.url)
             sc.operator = await asyncio.to_thread(processes.OperatorProcess.start, kubeconfig,
                                                   log_path=workdir / "operator.log")
             pid = sc.operator.pid

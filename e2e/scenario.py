@@ -137,7 +137,7 @@ class Scenario:
         env = {ops_engine.FAILPOINTS_ENV: ",".join(f"crash-after:{r}:{c}" for r, c in crash_after)} \
             if crash_after else None
         self.operator = await asyncio.to_thread(
-            processes.OperatorProcess.start, self.sandbox.kubeconfig, log_path=self.dir / "operator.log",
+            processes.OperatorProcess.start, self.sandbox.operator_kubeconfig, log_path=self.dir / "operator.log",
             interval=1.0, extra_args=self.operator_args, env=env,
             delivery_timeout=delivery if delivery is not None else sandbox_components.SANDBOX_CERTIFICATE_DELIVERY_TIMEOUT)
 

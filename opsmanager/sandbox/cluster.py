@@ -174,6 +174,12 @@ class Sandbox:
     def kubeconfig(self) -> Path:
         return self.dir / "kubeconfig"
 
+    @property
+    def operator_kubeconfig(self) -> Path:
+        """The kubeconfig for an operator run beside the sandbox: on the real control plane its own admin user
+        (``realcp.OPERATOR_USER``, so the audit log separates its requests), else the sandbox's."""
+        return self.dir / "kubeconfig-operator" if self.kubernetes is not None else self.kubeconfig
+
     async def __aenter__(self) -> Sandbox:
         await self.start()
         return self
@@ -254,6 +260,7 @@ class Sandbox:
         await self._wait_established(self.crds)
         await self._ensure_namespace("cert-manager")
         self.kubernetes.write_kubeconfig(self.kubeconfig)
+        self.kubernetes.write_kubeconfig(self.operator_kubeconfig, token=self.kubernetes.operator_token)
         self.addresses = addresses.PodAddresses()
         stack.callback(self.addresses.close)
         config = kubelet.KubeletConfig(

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 SERVICE_CIDR: Final = "127.200.0.0/16"
 KUBERNETES_SERVICE_IP: Final = "127.200.0.1"  # the first address of the range: the `kubernetes` Service
 CLUSTER_DOMAIN: Final = "cluster.local"
+OPERATOR_USER: Final = "opsmanager-operator"
 BUILD_SCRIPT: Final = Path(__file__).resolve().parents[2] / "sandbox" / "controlplane" / "build.py"
 
 
@@ -117,6 +118,9 @@ class KubernetesControlPlane:
         self.controllers = controllers
         self.ready_timeout = ready_timeout
         self.admin_token = secrets.token_urlsafe(24)
+        self.operator_token = secrets.token_urlsafe(24)
+        """A second admin (``OPERATOR_USER``, ``system:masters``) for the operator a test or benchmark runs beside
+        the sandbox: kube-apiserver's audit log then tells its requests from the sandbox's own."""
         self.ca: pki.KeyPair | None = None
         self.children: list[children.Child] = []
         self.etcd_url = ""
@@ -146,8 +150,8 @@ class KubernetesControlPlane:
     def kubeconfig(self) -> Path:
         return self.dir / "kubeconfig"
 
-    def write_kubeconfig(self, path: Path) -> None:
-        path.write_text(yaml.safe_dump(kubeconfig(self.url, self.ca_pem, token=self.admin_token)))
+    def write_kubeconfig(self, path: Path, *, token: str | None = None) -> None:
+        path.write_text(yaml.safe_dump(kubeconfig(self.url, self.ca_pem, token=token or self.admin_token)))
         path.chmod(0o600)
 
     def pids(self) -> dict[str, int]:
@@ -208,7 +212,9 @@ class KubernetesControlPlane:
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
         files["sa_pub"] = _write(d / "sa.pub", signer.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo), 0o644)
-        files["tokens"] = _write(d / "tokens.csv", f"{self.admin_token},admin,admin-uid,system:masters\n".encode())
+        files["tokens"] = _write(d / "tokens.csv", (
+            f"{self.admin_token},admin,admin-uid,system:masters\n"
+            f"{self.operator_token},{OPERATOR_USER},operator-uid,system:masters\n").encode())
         return files
 
     async def _start(self, name: str, argv: list[str], probe: Any, timeout: float) -> children.Child:

@@ -67,6 +67,8 @@ async def test_no_secret_appears_in_logs_events_statuses_annotations_or_metrics(
             secrets[f"CA key of issuer {name}"] = ca.key_pem
         secrets.update(leaks.kubeconfig_secrets(yaml.safe_load(Path(sc.sandbox.kubeconfig).read_text()),
                                                 "sandbox kubeconfig"))
+        secrets.update(leaks.kubeconfig_secrets(yaml.safe_load(Path(sc.sandbox.operator_kubeconfig).read_text()),
+                                                "operator kubeconfig"))
         await sc.create_etcd("born-tls", issuer="ca-a")
         await sc.wait_ready("born-tls", timeout=120)
         await sc.fresh_etcd("plain")
