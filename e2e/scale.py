@@ -265,17 +265,50 @@ def cpu_floor(*, clusters: int, cores: int, members_idle_cores: float, single_wa
     return clusters * work / spare
 
 
+def machine_floor(*, clusters: int, cores: int, single_busy_s: float, single_idle_cores: float, single_wall_s: float,
+                  idle_cores: float) -> float:
+    """Pure: the same lower bound measured on the whole machine (every process: operator, members, API server,
+    controllers, node agent, harness, kernel): one alone cost ``single_busy_s`` of machine CPU over
+    ``single_wall_s``, of which ``single_idle_cores`` × the wall was the idle load it ran on; N at once leave the
+    cores that the idle load of N clusters (``idle_cores``) does not take. Infinite when that load fills the
+    machine."""
+    spare = cores - idle_cores
+    if spare <= 0:
+        return float("inf")
+    work = max(0.0, single_busy_s - single_idle_cores * single_wall_s)
+    return clusters * work / spare
+
+
+def control_plane_cpu(sc: scenario.Scenario) -> float:
+    """CPU seconds the real control plane's processes (etcd, kube-apiserver, kube-controller-manager,
+    kube-scheduler) have used so far; 0 on the embedded one (its API server is the harness process)."""
+    kubernetes = sc.sandbox.kubernetes
+    total = 0.0
+    for pid in (kubernetes.pids().values() if kubernetes is not None else ()):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            total += read_proc(pid).cpu_seconds
+    return total
+
+
+async def machine_idle(seconds: float) -> float:
+    """The cores the whole machine keeps busy over a window of ``seconds`` (a measurement, not a wait)."""
+    busy, started = machine_busy(), time.monotonic()
+    await asyncio.sleep(seconds)
+    return (machine_busy() - busy) / (time.monotonic() - started)
+
+
 IDLE_WINDOW = 10.0  # seconds over which the idle members' CPU is measured
 
 ADD_TLS = {"tls": {"issuerRef": {"apiGroup": "cert-manager.io", "kind": "Issuer", "name": "ca-a"}}}
 
 
-async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: int = 10) -> dict[str, Any]:
+async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: int = 10,
+                control_plane: str = "embedded") -> dict[str, Any]:
     """One cluster alone, then ``clusters`` at once, add TLS on each; the ``scale`` record of the benchmark."""
     from e2e import bench as bench_module
 
     proxy: CountingProxy | None = None
-    async with scenario.Scenario(workdir, namespace="scale") as sc:
+    async with scenario.Scenario(workdir, namespace="scale", control_plane=control_plane) as sc:
         try:
             # Route the operator through the counting proxy (same operator, default --interval).
             await asyncio.to_thread(sc.operator.stop)
@@ -289,6 +322,8 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
 
             # One cluster alone.
             await bench_module.fresh_etcd(sc, "solo", None)
+            single_idle_cores = await machine_idle(IDLE_WINDOW)
+            solo_busy_before, solo_cp_before = machine_busy(), control_plane_cpu(sc)
             before, cpu_before = proxy.snapshot(), read_proc(pid).cpu_seconds
             passes_before = await passes(sc.operator.metrics_url)
             solo_members_before, solo_own_before = members_ever_cpu(sc), read_proc(os.getpid()).cpu_seconds
@@ -300,6 +335,8 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
             single_cpu = read_proc(pid).cpu_seconds - cpu_before
             single_members_cpu = members_ever_cpu(sc) - solo_members_before
             single_sandbox_cpu = read_proc(os.getpid()).cpu_seconds - solo_own_before
+            single_busy = machine_busy() - solo_busy_before
+            single_cp_cpu = control_plane_cpu(sc) - solo_cp_before
             single_passes = [a - b for a, b in zip(await passes(sc.operator.metrics_url), passes_before, strict=True)]
             say(f"scale: one cluster alone: {single_phase} in {single_wall:.1f}s, {single_requests} operator API "
                 f"requests, {single_cpu:.2f} CPU s (members {single_members_cpu:.2f}, sandbox + harness "
@@ -327,7 +364,7 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
                 w_before = w.snapshot()
                 before, cpu_before = proxy.snapshot(), read_proc(pid).cpu_seconds
                 busy_before, own_before = machine_busy(), read_proc(os.getpid()).cpu_seconds
-                members_before = members_ever_cpu(sc)
+                members_before, cp_before = members_ever_cpu(sc), control_plane_cpu(sc)
                 passes_before = await passes(sc.operator.metrics_url)
                 started = time.monotonic()
                 for req, name in zip(requests, names, strict=True):
@@ -338,6 +375,7 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
                 busy = machine_busy() - busy_before
                 harness_cpu = read_proc(os.getpid()).cpu_seconds - own_before
                 members_busy = members_ever_cpu(sc) - members_before
+                cp_busy = control_plane_cpu(sc) - cp_before
                 counts = _delta(proxy.snapshot(), before)
                 all_passes = [a - b for a, b in zip(await passes(sc.operator.metrics_url), passes_before,
                                                     strict=True)]
@@ -345,9 +383,10 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
             moves = await sc.leader_moves(requests[0])
             healthy = await asyncio.gather(*(naive.cluster_healthy(sc, name) for name in names))
             # The same idle window once every member serves TLS (peer traffic and probes over the new listeners).
-            idle_from, idle_cpu = time.monotonic(), members_cpu(sc)
+            idle_from, idle_cpu, idle_busy = time.monotonic(), members_cpu(sc), machine_busy()
             await asyncio.sleep(IDLE_WINDOW)  # a measurement window, not a synchronisation
             members_idle_tls_cores = (members_cpu(sc) - idle_cpu) / (time.monotonic() - idle_from)
+            machine_idle_tls_cores = (machine_busy() - idle_busy) / (time.monotonic() - idle_from)
         finally:
             if proxy is not None:
                 # the operator first (its watches go through the proxy), then the proxy
@@ -358,9 +397,22 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
     successful = sum(1 for phase, _ in done.values() if phase == constants.PHASE_SUCCESSFUL)
     floor = cpu_floor(clusters=clusters, cores=os.cpu_count() or 1, members_idle_cores=members_idle_cores,
                       single_wall_s=single_wall, single_cpu_s=single_cpu + single_members_cpu + single_sandbox_cpu)
+    # The N go from plaintext to TLS during the phase, so its idle load is taken between the two windows.
+    phase_idle_cores = (machine_idle_cores + machine_idle_tls_cores) / 2
+    floor_machine = machine_floor(clusters=clusters, cores=os.cpu_count() or 1, single_busy_s=single_busy,
+                                  single_idle_cores=single_idle_cores, single_wall_s=single_wall,
+                                  idle_cores=phase_idle_cores)
     total_requests = sum(counts.values())
     record = {
         "scenario": "scale", "strategy": bench_module.ENGINE, "operation": "add TLS", "clusters": clusters,
+        "control_plane": control_plane, "etcd_version": sc.etcd_version,
+        "single_machine_cpu_s": round(single_busy, 2), "single_machine_idle_cores": round(single_idle_cores, 2),
+        "single_control_plane_cpu_s": round(single_cp_cpu, 2),
+        "control_plane_cpu_s_per_operation": round(cp_busy / clusters, 2),
+        "control_plane_cores": round(cp_busy / makespan, 2),
+        "machine_idle_tls_cores": round(machine_idle_tls_cores, 2),
+        "machine_floor_s": round(floor_machine, 1),
+        "makespan_over_machine_floor": bench_module.ratio(makespan, floor_machine),
         "successful": successful, "healthy_after": sum(healthy), "single_wall_s": round(single_wall, 1),
         "single_api_requests": single_requests, "single_cpu_s": round(single_cpu, 2),
         "single_members_cpu_s": round(single_members_cpu, 2), "single_sandbox_cpu_s": round(single_sandbox_cpu, 2),
@@ -391,8 +443,10 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
         "operator_interval_s": provisioner_handlers.DEFAULT_INTERVAL,
         "measured_at": bench_module.now_text(),
     }
-    say(f"scale: {successful}/{clusters} Successful; makespan {makespan:.1f}s = {record['makespan_over_single']} × one "
-        f"cluster (the machine's CPU floor: {record['cpu_floor_s']}s = {record['cpu_floor_over_single']} ×); operator peak RSS {record['operator_peak_rss_mb']} MB, {record['operator_cpu_s']} CPU s; "
+    say(f"scale ({control_plane}): {successful}/{clusters} Successful; makespan {makespan:.1f}s = "
+        f"{record['makespan_over_single']} × one cluster (the whole machine's CPU floor {record['machine_floor_s']}s: "
+        f"makespan ÷ floor {record['makespan_over_machine_floor']}; the processes' floor {record['cpu_floor_s']}s = "
+        f"{record['cpu_floor_over_single']} ×); operator peak RSS {record['operator_peak_rss_mb']} MB, {record['operator_cpu_s']} CPU s; "
         f"{record['api_requests_per_operation']} API requests, {record['operator_cpu_s_per_operation']} operator CPU s, "
         f"{record['engine_passes_per_operation']} engine and {record['provisioner_passes_per_operation']} provisioner "
         f"passes per operation; machine busy {record['machine_busy_cores']} cores (members "

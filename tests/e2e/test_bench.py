@@ -82,6 +82,21 @@ def test_markdown_has_machine_tables_and_every_row(tmp_path: pathlib.Path) -> No
          "single_sandbox_cpu_s": 0.9, "single_engine_passes": 28, "single_provisioner_passes": 10,
          "operator_cpu_s_per_operation": 0.7, "members_cpu_s_per_operation": 2.9, "sandbox_cpu_s_per_operation": 1.0,
          "engine_passes_per_operation": 50, "provisioner_passes_per_operation": 20},
+        _engine(control_plane="kubernetes"),
+        {"scenario": "scale", "strategy": bench.ENGINE, "operation": "add TLS", "clusters": 20, "successful": 20,
+         "control_plane": "kubernetes", "single_wall_s": 20.0, "makespan_s": 48.0, "makespan_over_single": 2.4,
+         "makespan_over_machine_floor": 1.2, "machine_floor_s": 40.0, "single_machine_cpu_s": 5.0,
+         "single_machine_idle_cores": 0.3, "machine_idle_tls_cores": 0.6, "control_plane_cores": 0.2,
+         "control_plane_cpu_s_per_operation": 0.5, "single_control_plane_cpu_s": 0.4,
+         "operator_peak_rss_mb": 120.5,
+         "operator_cpu_s": 30.2, "api_requests_per_operation": 400, "canary_writes_failed": 0,
+         "canary_writes_total": 2000, "canary_unplanned_elections": 0, "api_requests_by_verb": {"GET pods": 10},
+         "cores": 2, "members_idle_cores": 0.41, "machine_idle_cores": 0.52, "machine_busy_cores": 1.93,
+         "operator_cores": 0.36, "sandbox_cores": 0.27, "members_busy_cores": 1.2, "members_idle_tls_cores": 0.45,
+         "cpu_floor_s": 31.0, "cpu_floor_over_single": 1.55, "single_cpu_s": 0.6, "single_members_cpu_s": 1.7,
+         "single_sandbox_cpu_s": 0.9, "single_engine_passes": 28, "single_provisioner_passes": 10,
+         "operator_cpu_s_per_operation": 0.7, "members_cpu_s_per_operation": 2.9, "sandbox_cpu_s_per_operation": 1.0,
+         "engine_passes_per_operation": 50, "provisioner_passes_per_operation": 20},
         {"scenario": "webhook-latency", "strategy": bench.ENGINE, "rate_per_s": 500.0, "seconds": 20.0,
          "reviews": 10000, "p50_ms": 1.5, "p99_ms": 6.2, "max_ms": 12.0, "achieved_per_s": 499.9, "errors": 0,
          "api_reads": 0, "webhook_cpu_ms_per_review": 0.45, "saturation_per_s": 1500, "saturation_step_s": 5.0,
@@ -98,13 +113,18 @@ def test_markdown_has_machine_tables_and_every_row(tmp_path: pathlib.Path) -> No
     assert json.loads(path.read_text())["runs"] == doc["runs"]
     text = (tmp_path / "benchmarks.md").read_text()
     assert f"{doc['machine']['nproc']} CPUs" in text
-    assert "| add TLS | opsmanager EtcdOpsRequest | Successful | yes | 0/900 |" in text
-    assert "| add TLS | naive: restart onto https-only, no peer-URL update | members not back" in text
+    assert "| add TLS | opsmanager EtcdOpsRequest | embedded | Successful | yes | 0/900 |" in text
+    assert "| add TLS | opsmanager EtcdOpsRequest | kubernetes | Successful | yes | 0/900 |" in text
+    assert "| add TLS | naive: restart onto https-only, no peer-URL update | embedded | members not back" in text
     assert "**no**" in text  # healthy after: no
-    assert "| 10 × 3 | add TLS | 10/10 | 20.0 | 40.0 | 2.00 | 1.55 | 120.5 | 30.2 | 400 | 0/2000 | 0 |" in text
-    assert "| 2 | 0.41 | 0.45 | 0.52 | 1.93 | 1.20 | 0.36 | 0.27 |" in text  # where the scale run's CPU went
-    assert "| one cluster alone | 0.60 | 1.70 | 0.90 | 28 | 10 |" in text
-    assert "| each of 10 at once | 0.70 | 2.90 | 1.00 | 50 | 20 |" in text
+    assert "| embedded | 10 × 3 | add TLS | 10/10 | 20.0 | 40.0 | 2.00 | – | 120.5 | 30.2 | 400 | 0/2000 | 0 |" in text
+    assert "| kubernetes | 20 × 3 | add TLS | 20/20 | 20.0 | 48.0 | 2.40 | 1.20 | 120.5 | 30.2 | 400 | 0/2000 | 0 |" \
+        in text
+    assert "| 2 | 0.41 | 0.45 | 0.52 | – | 1.93 | 1.20 | 0.36 | 0.27 | – |" in text  # where the scale run's CPU went
+    assert "| one cluster alone | 0.60 | 1.70 | 0.90 | – | 28 | 10 |" in text
+    assert "| each of 10 at once | 0.70 | 2.90 | 1.00 | – | 50 | 20 |" in text
+    assert "**40.0 s**, against the measured makespan 48.0 s = **1.20 × the floor**" in text
+    assert text.index("| kubernetes | 20 × 3") < text.index("| embedded | 10 × 3")
     assert "**31.0 s = 1.55 × one cluster alone**" in text
     assert "| 500 | 20 | 10000 | 1.50 | 6.20 | 12.0 | 499.9 | 0 | 0 | 0.45 | 1500 |" in text
     assert "1000/s → p99 80.0 ms, 990.0/s achieved, 0 errors, send lag p99 2.0 ms" in text
@@ -269,6 +289,28 @@ def test_the_minus_move_leader_baseline_runs_for_every_operation_that_restarts()
     assert "REPEAT ?= 1" in makefile and "--repeat $(REPEAT)" in makefile
     with pytest.raises(SystemExit):
         bench.main(["--repeat", "0", "--scenario", "rotate"])
+
+
+def test_the_machine_floor_is_the_work_beyond_the_idle_load_of_n_over_the_cores_that_load_leaves() -> None:
+    # one alone: 5 CPU s over 20 s on an idle load of 0.25 cores is no work beyond that load (5 - 0.25 × 20)
+    assert scale.machine_floor(clusters=20, cores=2, single_busy_s=5.0, single_idle_cores=0.25, single_wall_s=20.0,
+                               idle_cores=0.5) == 0.0
+    floor = scale.machine_floor(clusters=20, cores=2, single_busy_s=9.0, single_idle_cores=0.25, single_wall_s=20.0,
+                                idle_cores=0.5)
+    assert floor == pytest.approx(20 * 4.0 / 1.5)
+    assert scale.machine_floor(clusters=20, cores=2, single_busy_s=9.0, single_idle_cores=0.25, single_wall_s=20.0,
+                               idle_cores=2.0) == float("inf")
+
+
+def test_records_are_kept_per_control_plane_and_per_scale_size() -> None:
+    old = [_engine(), {"scenario": "scale", "strategy": bench.ENGINE, "clusters": 30},
+           {"scenario": "scale", "strategy": bench.ENGINE, "clusters": 20}]
+    new = [_engine(control_plane="kubernetes", wall=1.0), {"scenario": "scale", "strategy": bench.ENGINE,
+                                                           "clusters": 20, "makespan_s": 1.0}]
+    merged = bench.merge_records(old, new)
+    assert len(merged) == 4  # the kubernetes engine row is added, the 20-cluster scale row replaced
+    assert [r.get("makespan_s") for r in merged if r.get("clusters") == 20] == [1.0]
+    assert {bench.control_plane_of(r) for r in merged if r["scenario"] == "add-tls"} == {"embedded", "kubernetes"}
 
 
 def test_cpu_floor_is_the_work_of_n_over_the_cores_the_idle_members_leave() -> None:
