@@ -20,6 +20,20 @@ def _engine(**over: object) -> dict[str, object]:
     return bench.run_record(**base)  # type: ignore[arg-type]
 
 
+def _scale(**over: object) -> dict[str, object]:
+    """A scale record as e2e/scale.py writes one (the figures a test does not set are fixed)."""
+    return {"scenario": "scale", "strategy": bench.ENGINE, "operation": "add TLS", "single_wall_s": 20.0,
+            "operator_peak_rss_mb": 120.5,
+            "operator_cpu_s": 30.2, "api_requests_per_operation": 400, "canary_writes_failed": 0,
+            "canary_writes_total": 2000, "canary_unplanned_elections": 0, "api_requests_by_verb": {"GET pods": 10},
+            "cores": 2, "members_idle_cores": 0.41, "machine_idle_cores": 0.52, "machine_busy_cores": 1.93,
+            "operator_cores": 0.36, "sandbox_cores": 0.27, "members_busy_cores": 1.2, "members_idle_tls_cores": 0.45,
+            "cpu_floor_s": 31.0, "cpu_floor_over_single": 1.55, "single_cpu_s": 0.6, "single_members_cpu_s": 1.7,
+            "single_sandbox_cpu_s": 0.9, "single_engine_passes": 28, "single_provisioner_passes": 10,
+            "operator_cpu_s_per_operation": 0.7, "members_cpu_s_per_operation": 2.9, "sandbox_cpu_s_per_operation": 1.0,
+            "engine_passes_per_operation": 50, "provisioner_passes_per_operation": 20, **over}
+
+
 def test_run_record_derives_totals_ratio_and_unplanned_elections() -> None:
     rec = _engine(writes_failed=3, writes_ok=97, elections=5, leader_moves=2, wall=25.0, bare_restart_sum=10.0)
     assert rec["writes_total"] == 100
@@ -72,31 +86,12 @@ def test_markdown_has_machine_tables_and_every_row(tmp_path: pathlib.Path) -> No
          "steps": ["bare-0 3.20s"], "bare_restart_sum_s": 9.6, "measured_at": "2026-11-29T15:00:00Z"},
         _engine(), _engine(strategy="naive-https-only-restart", outcome="members not back within 30s: x-2",
                            ok=False, healthy_after=False, writes_failed=29, steps=["x-2 delete: not back within 30s"]),
-        {"scenario": "scale", "strategy": bench.ENGINE, "operation": "add TLS", "clusters": 10, "successful": 10,
-         "single_wall_s": 20.0, "makespan_s": 40.0, "makespan_over_single": 2.0, "operator_peak_rss_mb": 120.5,
-         "operator_cpu_s": 30.2, "api_requests_per_operation": 400, "canary_writes_failed": 0,
-         "canary_writes_total": 2000, "canary_unplanned_elections": 0, "api_requests_by_verb": {"GET pods": 10},
-         "cores": 2, "members_idle_cores": 0.41, "machine_idle_cores": 0.52, "machine_busy_cores": 1.93,
-         "operator_cores": 0.36, "sandbox_cores": 0.27, "members_busy_cores": 1.2, "members_idle_tls_cores": 0.45,
-         "cpu_floor_s": 31.0, "cpu_floor_over_single": 1.55, "single_cpu_s": 0.6, "single_members_cpu_s": 1.7,
-         "single_sandbox_cpu_s": 0.9, "single_engine_passes": 28, "single_provisioner_passes": 10,
-         "operator_cpu_s_per_operation": 0.7, "members_cpu_s_per_operation": 2.9, "sandbox_cpu_s_per_operation": 1.0,
-         "engine_passes_per_operation": 50, "provisioner_passes_per_operation": 20},
+        _scale(clusters=10, successful=10, makespan_s=40.0, makespan_over_single=2.0),
         _engine(control_plane="kubernetes"),
-        {"scenario": "scale", "strategy": bench.ENGINE, "operation": "add TLS", "clusters": 20, "successful": 20,
-         "control_plane": "kubernetes", "single_wall_s": 20.0, "makespan_s": 48.0, "makespan_over_single": 2.4,
-         "makespan_over_machine_floor": 1.2, "machine_floor_s": 40.0, "single_machine_cpu_s": 5.0,
-         "single_machine_idle_cores": 0.3, "machine_idle_tls_cores": 0.6, "control_plane_cores": 0.2,
-         "control_plane_cpu_s_per_operation": 0.5, "single_control_plane_cpu_s": 0.4,
-         "operator_peak_rss_mb": 120.5,
-         "operator_cpu_s": 30.2, "api_requests_per_operation": 400, "canary_writes_failed": 0,
-         "canary_writes_total": 2000, "canary_unplanned_elections": 0, "api_requests_by_verb": {"GET pods": 10},
-         "cores": 2, "members_idle_cores": 0.41, "machine_idle_cores": 0.52, "machine_busy_cores": 1.93,
-         "operator_cores": 0.36, "sandbox_cores": 0.27, "members_busy_cores": 1.2, "members_idle_tls_cores": 0.45,
-         "cpu_floor_s": 31.0, "cpu_floor_over_single": 1.55, "single_cpu_s": 0.6, "single_members_cpu_s": 1.7,
-         "single_sandbox_cpu_s": 0.9, "single_engine_passes": 28, "single_provisioner_passes": 10,
-         "operator_cpu_s_per_operation": 0.7, "members_cpu_s_per_operation": 2.9, "sandbox_cpu_s_per_operation": 1.0,
-         "engine_passes_per_operation": 50, "provisioner_passes_per_operation": 20},
+        _scale(clusters=20, successful=20, control_plane="kubernetes", makespan_s=48.0, makespan_over_single=2.4,
+               makespan_over_machine_floor=1.2, machine_floor_s=40.0, single_machine_cpu_s=5.0,
+               single_machine_idle_cores=0.3, machine_idle_tls_cores=0.6, control_plane_cores=0.2,
+               control_plane_cpu_s_per_operation=0.5, single_control_plane_cpu_s=0.4),
         {"scenario": "webhook-latency", "strategy": bench.ENGINE, "rate_per_s": 500.0, "seconds": 20.0,
          "reviews": 10000, "p50_ms": 1.5, "p99_ms": 6.2, "max_ms": 12.0, "achieved_per_s": 499.9, "errors": 0,
          "api_reads": 0, "webhook_cpu_ms_per_review": 0.45, "saturation_per_s": 1500, "saturation_step_s": 5.0,
