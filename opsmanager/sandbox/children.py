@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -32,9 +32,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+def _die_with_parent(argv: Sequence[str]) -> list[str]:
+    """``argv`` run under util-linux's ``setpriv --pdeathsig KILL`` (``PR_SET_PDEATHSIG``, kept across its exec).
+    Not a ``preexec_fn``: that makes Python fork() instead of vfork(), which runs grpc's fork handlers in the child
+    of a process that uses grpc (the harness's etcd clients), and they abort it before it execs."""
+    setpriv = shutil.which("setpriv") or shutil.which("setpriv", path="/usr/sbin:/usr/bin:/sbin:/bin")
+    if setpriv is None:
+        raise RuntimeError("a child that dies with the sandbox needs `setpriv` (util-linux) on PATH")
+    return [setpriv, "--pdeathsig", "KILL", *argv]
 
 
 def product_argv(*args: str) -> list[str]:
@@ -64,8 +69,8 @@ class Child:
         log_file = log_path.open("ab")
         try:
             process = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=asyncio.subprocess.STDOUT,
-                env={**os.environ, **(env or {})}, preexec_fn=_die_with_parent if die_with_parent else None)
+                *(_die_with_parent(argv) if die_with_parent else argv), stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_file, stderr=asyncio.subprocess.STDOUT, env={**os.environ, **(env or {})})
         except BaseException:
             log_file.close()
             raise

