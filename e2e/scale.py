@@ -16,6 +16,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import datetime
 import os
 import pathlib
 import ssl
@@ -245,6 +246,24 @@ async def _wait_terminal(sc: scenario.Scenario, names: list[str], started: float
     return done
 
 
+def slowest_transitions(request: dict[str, Any], count: int = 4) -> list[str]:
+    """Pure: the ``count`` longest waits of a finished request — between one condition transition and the next
+    (``lastTransitionTime``, whole seconds), each named by the condition it ended on and its message — to say
+    where a straggler of the concurrent phase spent its time."""
+    conds = sorted((c.get("lastTransitionTime") or "", c.get("type", ""), c.get("status", ""),
+                     (c.get("message") or "")[:120]) for c in (request.get("status") or {}).get("conditions") or []
+                    if c.get("lastTransitionTime"))
+    created = (request.get("metadata") or {}).get("creationTimestamp") or (conds[0][0] if conds else "")
+    stamps = [created, *(c[0] for c in conds)]
+
+    def seconds(stamp: str) -> float:
+        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+    gaps = [(seconds(stamps[i + 1]) - seconds(stamps[i]), conds[i]) for i in range(len(conds))]
+    return [f"{gap:.0f}s until {type_}={status}" + (f" ({message})" if message else "")
+            for gap, (_at, type_, status, message) in sorted(gaps, key=lambda g: -g[0])[:count]]
+
+
 def _delta(after: collections.Counter[str], before: collections.Counter[str]) -> collections.Counter[str]:
     out = collections.Counter(after)
     out.subtract(before)
@@ -265,20 +284,6 @@ def cpu_floor(*, clusters: int, cores: int, members_idle_cores: float, single_wa
     return clusters * work / spare
 
 
-def machine_floor(*, clusters: int, cores: int, single_busy_s: float, single_idle_cores: float, single_wall_s: float,
-                  idle_cores: float) -> float:
-    """Pure: the same lower bound measured on the whole machine (every process: operator, members, API server,
-    controllers, node agent, harness, kernel): one alone cost ``single_busy_s`` of machine CPU over
-    ``single_wall_s``, of which ``single_idle_cores`` × the wall was the idle load it ran on; N at once leave the
-    cores that the idle load of N clusters (``idle_cores``) does not take. Infinite when that load fills the
-    machine."""
-    spare = cores - idle_cores
-    if spare <= 0:
-        return float("inf")
-    work = max(0.0, single_busy_s - single_idle_cores * single_wall_s)
-    return clusters * work / spare
-
-
 def control_plane_cpu(sc: scenario.Scenario) -> float:
     """CPU seconds the real control plane's processes (etcd, kube-apiserver, kube-controller-manager,
     kube-scheduler) have used so far; 0 on the embedded one (its API server is the harness process)."""
@@ -288,13 +293,6 @@ def control_plane_cpu(sc: scenario.Scenario) -> float:
         with contextlib.suppress(OSError, IndexError, ValueError):
             total += read_proc(pid).cpu_seconds
     return total
-
-
-async def machine_idle(seconds: float) -> float:
-    """The cores the whole machine keeps busy over a window of ``seconds`` (a measurement, not a wait)."""
-    busy, started = machine_busy(), time.monotonic()
-    await asyncio.sleep(seconds)
-    return (machine_busy() - busy) / (time.monotonic() - started)
 
 
 IDLE_WINDOW = 10.0  # seconds over which the idle members' CPU is measured
@@ -322,8 +320,7 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
 
             # One cluster alone.
             await bench_module.fresh_etcd(sc, "solo", None)
-            single_idle_cores = await machine_idle(IDLE_WINDOW)
-            solo_busy_before, solo_cp_before = machine_busy(), control_plane_cpu(sc)
+            solo_cp_before = control_plane_cpu(sc)
             before, cpu_before = proxy.snapshot(), read_proc(pid).cpu_seconds
             passes_before = await passes(sc.operator.metrics_url)
             solo_members_before, solo_own_before = members_ever_cpu(sc), read_proc(os.getpid()).cpu_seconds
@@ -335,7 +332,6 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
             single_cpu = read_proc(pid).cpu_seconds - cpu_before
             single_members_cpu = members_ever_cpu(sc) - solo_members_before
             single_sandbox_cpu = read_proc(os.getpid()).cpu_seconds - solo_own_before
-            single_busy = machine_busy() - solo_busy_before
             single_cp_cpu = control_plane_cpu(sc) - solo_cp_before
             single_passes = [a - b for a, b in zip(await passes(sc.operator.metrics_url), passes_before, strict=True)]
             say(f"scale: one cluster alone: {single_phase} in {single_wall:.1f}s, {single_requests} operator API "
@@ -381,12 +377,13 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
                                                     strict=True)]
                 w_after, mres = w.snapshot(), mon.result
             moves = await sc.leader_moves(requests[0])
+            slowest = max(done, key=lambda name: done[name][1])
+            straggler = slowest_transitions(await sc.request(slowest) or {})
             healthy = await asyncio.gather(*(naive.cluster_healthy(sc, name) for name in names))
             # The same idle window once every member serves TLS (peer traffic and probes over the new listeners).
-            idle_from, idle_cpu, idle_busy = time.monotonic(), members_cpu(sc), machine_busy()
+            idle_from, idle_cpu = time.monotonic(), members_cpu(sc)
             await asyncio.sleep(IDLE_WINDOW)  # a measurement window, not a synchronisation
             members_idle_tls_cores = (members_cpu(sc) - idle_cpu) / (time.monotonic() - idle_from)
-            machine_idle_tls_cores = (machine_busy() - idle_busy) / (time.monotonic() - idle_from)
         finally:
             if proxy is not None:
                 # the operator first (its watches go through the proxy), then the proxy
@@ -396,23 +393,16 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
     bench_module.drop_volumes(workdir)
     successful = sum(1 for phase, _ in done.values() if phase == constants.PHASE_SUCCESSFUL)
     floor = cpu_floor(clusters=clusters, cores=os.cpu_count() or 1, members_idle_cores=members_idle_cores,
-                      single_wall_s=single_wall, single_cpu_s=single_cpu + single_members_cpu + single_sandbox_cpu)
-    # The N go from plaintext to TLS during the phase, so its idle load is taken between the two windows.
-    phase_idle_cores = (machine_idle_cores + machine_idle_tls_cores) / 2
-    floor_machine = machine_floor(clusters=clusters, cores=os.cpu_count() or 1, single_busy_s=single_busy,
-                                  single_idle_cores=single_idle_cores, single_wall_s=single_wall,
-                                  idle_cores=phase_idle_cores)
+                      single_wall_s=single_wall,
+                      single_cpu_s=single_cpu + single_members_cpu + single_sandbox_cpu + single_cp_cpu)
     total_requests = sum(counts.values())
     record = {
         "scenario": "scale", "strategy": bench_module.ENGINE, "operation": "add TLS", "clusters": clusters,
         "control_plane": control_plane, "etcd_version": sc.etcd_version,
-        "single_machine_cpu_s": round(single_busy, 2), "single_machine_idle_cores": round(single_idle_cores, 2),
         "single_control_plane_cpu_s": round(single_cp_cpu, 2),
         "control_plane_cpu_s_per_operation": round(cp_busy / clusters, 2),
         "control_plane_cores": round(cp_busy / makespan, 2),
-        "machine_idle_tls_cores": round(machine_idle_tls_cores, 2),
-        "machine_floor_s": round(floor_machine, 1),
-        "makespan_over_machine_floor": bench_module.ratio(makespan, floor_machine),
+        "makespan_over_cpu_floor": bench_module.ratio(makespan, floor),
         "successful": successful, "healthy_after": sum(healthy), "single_wall_s": round(single_wall, 1),
         "single_api_requests": single_requests, "single_cpu_s": round(single_cpu, 2),
         "single_members_cpu_s": round(single_members_cpu, 2), "single_sandbox_cpu_s": round(single_sandbox_cpu, 2),
@@ -425,6 +415,7 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
         "makespan_s": round(makespan, 1), "makespan_over_single": bench_module.ratio(makespan, single_wall),
         "cpu_floor_s": round(floor, 1), "cpu_floor_over_single": bench_module.ratio(floor, single_wall),
         "per_request_wall_s": {k: round(v[1], 1) for k, v in sorted(done.items())},
+        "slowest_request": slowest, "slowest_request_waits": straggler,
         "operator_peak_rss_mb": round(sample.peak_rss_kb / 1024, 1),
         "operator_cpu_s": round(sample.cpu_seconds - cpu_before, 1),
         "cores": os.cpu_count(), "members_idle_cores": round(members_idle_cores, 2),
@@ -444,14 +435,14 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
         "measured_at": bench_module.now_text(),
     }
     say(f"scale ({control_plane}): {successful}/{clusters} Successful; makespan {makespan:.1f}s = "
-        f"{record['makespan_over_single']} × one cluster (the whole machine's CPU floor {record['machine_floor_s']}s: "
-        f"makespan ÷ floor {record['makespan_over_machine_floor']}; the processes' floor {record['cpu_floor_s']}s = "
-        f"{record['cpu_floor_over_single']} ×); operator peak RSS {record['operator_peak_rss_mb']} MB, {record['operator_cpu_s']} CPU s; "
+        f"{record['makespan_over_single']} × one cluster (the machine's CPU floor {record['cpu_floor_s']}s = "
+        f"{record['cpu_floor_over_single']} ×: makespan ÷ floor {record['makespan_over_cpu_floor']}); operator peak RSS {record['operator_peak_rss_mb']} MB, {record['operator_cpu_s']} CPU s; "
         f"{record['api_requests_per_operation']} API requests, {record['operator_cpu_s_per_operation']} operator CPU s, "
         f"{record['engine_passes_per_operation']} engine and {record['provisioner_passes_per_operation']} provisioner "
         f"passes per operation; machine busy {record['machine_busy_cores']} cores (members "
         f"{record['members_busy_cores']}, operator {record['operator_cores']}, sandbox + harness "
         f"{record['sandbox_cores']}); canary writes failed "
         f"{record['canary_writes_failed']}/{record['canary_writes_total']}, unplanned elections "
-        f"{record['canary_unplanned_elections']}")
+        f"{record['canary_unplanned_elections']}; the slowest request, {slowest} "
+        f"({done[slowest][1]:.1f}s), waited longest: {'; '.join(straggler)}")
     return record

@@ -89,9 +89,9 @@ def test_markdown_has_machine_tables_and_every_row(tmp_path: pathlib.Path) -> No
         _scale(clusters=10, successful=10, makespan_s=40.0, makespan_over_single=2.0),
         _engine(control_plane="kubernetes"),
         _scale(clusters=20, successful=20, control_plane="kubernetes", makespan_s=48.0, makespan_over_single=2.4,
-               makespan_over_machine_floor=1.2, machine_floor_s=40.0, single_machine_cpu_s=5.0,
-               single_machine_idle_cores=0.3, machine_idle_tls_cores=0.6, control_plane_cores=0.2,
-               control_plane_cpu_s_per_operation=0.5, single_control_plane_cpu_s=0.4),
+               makespan_over_cpu_floor=1.2, cpu_floor_s=40.0, control_plane_cores=0.2,
+               control_plane_cpu_s_per_operation=0.5, single_control_plane_cpu_s=0.4, slowest_request="s03",
+               per_request_wall_s={"s03": 48.0}, slowest_request_waits=["14s until MoveLeader--s03-1=True"]),
         {"scenario": "webhook-latency", "strategy": bench.ENGINE, "rate_per_s": 500.0, "seconds": 20.0,
          "reviews": 10000, "p50_ms": 1.5, "p99_ms": 6.2, "max_ms": 12.0, "achieved_per_s": 499.9, "errors": 0,
          "api_reads": 0, "webhook_cpu_ms_per_review": 0.45, "saturation_per_s": 1500, "saturation_step_s": 5.0,
@@ -112,13 +112,14 @@ def test_markdown_has_machine_tables_and_every_row(tmp_path: pathlib.Path) -> No
     assert "| add TLS | opsmanager EtcdOpsRequest | kubernetes | Successful | yes | 0/900 |" in text
     assert "| add TLS | naive: restart onto https-only, no peer-URL update | embedded | members not back" in text
     assert "**no**" in text  # healthy after: no
-    assert "| embedded | 10 × 3 | add TLS | 10/10 | 20.0 | 40.0 | 2.00 | – | 120.5 | 30.2 | 400 | 0/2000 | 0 |" in text
+    assert "| embedded | 10 × 3 | add TLS | 10/10 | 20.0 | 40.0 | 2.00 | 1.29 | 120.5 | 30.2 | 400 | 0/2000 | 0 |" in text
     assert "| kubernetes | 20 × 3 | add TLS | 20/20 | 20.0 | 48.0 | 2.40 | 1.20 | 120.5 | 30.2 | 400 | 0/2000 | 0 |" \
         in text
-    assert "| 2 | 0.41 | 0.45 | 0.52 | – | 1.93 | 1.20 | 0.36 | 0.27 | – |" in text  # where the scale run's CPU went
+    assert "| 2 | 0.41 | 0.45 | 0.52 | 1.93 | 1.20 | 0.36 | 0.27 | – |" in text  # where the scale run's CPU went
     assert "| one cluster alone | 0.60 | 1.70 | 0.90 | – | 28 | 10 |" in text
     assert "| each of 10 at once | 0.70 | 2.90 | 1.00 | – | 50 | 20 |" in text
-    assert "**40.0 s**, against the measured makespan 48.0 s = **1.20 × the floor**" in text
+    assert "(makespan ÷ floor **1.20**)" in text
+    assert "The slowest request, s03 (48.0 s), waited longest: 14s until MoveLeader--s03-1=True." in text
     assert text.index("| kubernetes | 20 × 3") < text.index("| embedded | 10 × 3")
     assert "**31.0 s = 1.55 × one cluster alone**" in text
     assert "| 500 | 20 | 10000 | 1.50 | 6.20 | 12.0 | 499.9 | 0 | 0 | 0.45 | 1500 |" in text
@@ -286,17 +287,6 @@ def test_the_minus_move_leader_baseline_runs_for_every_operation_that_restarts()
         bench.main(["--repeat", "0", "--scenario", "rotate"])
 
 
-def test_the_machine_floor_is_the_work_beyond_the_idle_load_of_n_over_the_cores_that_load_leaves() -> None:
-    # one alone: 5 CPU s over 20 s on an idle load of 0.25 cores is no work beyond that load (5 - 0.25 × 20)
-    assert scale.machine_floor(clusters=20, cores=2, single_busy_s=5.0, single_idle_cores=0.25, single_wall_s=20.0,
-                               idle_cores=0.5) == 0.0
-    floor = scale.machine_floor(clusters=20, cores=2, single_busy_s=9.0, single_idle_cores=0.25, single_wall_s=20.0,
-                                idle_cores=0.5)
-    assert floor == pytest.approx(20 * 4.0 / 1.5)
-    assert scale.machine_floor(clusters=20, cores=2, single_busy_s=9.0, single_idle_cores=0.25, single_wall_s=20.0,
-                               idle_cores=2.0) == float("inf")
-
-
 def test_records_are_kept_per_control_plane_and_per_scale_size() -> None:
     old = [_engine(), {"scenario": "scale", "strategy": bench.ENGINE, "clusters": 30},
            {"scenario": "scale", "strategy": bench.ENGINE, "clusters": 20}]
@@ -316,3 +306,13 @@ def test_cpu_floor_is_the_work_of_n_over_the_cores_the_idle_members_leave() -> N
                            single_cpu_s=3.0) == float("inf")
     # more clusters: more work and fewer spare cores, so the floor grows faster than N
     assert scale.cpu_floor(clusters=60, cores=2, members_idle_cores=1.8, single_wall_s=20.0, single_cpu_s=3.0) > 2 * floor
+
+
+def test_the_slowest_transitions_of_a_request_name_what_it_waited_for() -> None:
+    request = {"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}, "status": {"conditions": [
+        {"type": "Running", "status": "True", "lastTransitionTime": "2026-01-01T00:00:01Z"},
+        {"type": "EvictPod--x-0", "status": "True", "lastTransitionTime": "2026-01-01T00:01:41Z",
+         "message": "eviction not allowed yet"},
+        {"type": "RestartPods", "status": "True", "lastTransitionTime": "2026-01-01T00:01:51Z"}]}}
+    assert scale.slowest_transitions(request, count=2) == [
+        "100s until EvictPod--x-0=True (eviction not allowed yet)", "10s until RestartPods=True"]
