@@ -130,11 +130,12 @@ if __name__ == "__main__":
 
 
 async def one(workdir: pathlib.Path, *, cached: bool, idle_window: float,
-              control_plane: str | None = None) -> dict[str, Any]:
+              control_plane: str | None = None, etcd_version: str | None = None) -> dict[str, Any]:
     """Two idle 3-member Etcds (plaintext, TLS) and then one add-TLS, counted; the operator with or without its
     watch caches."""
     async with scenario.Scenario(workdir, namespace="cost", printer=lambda _line: None,
                                  control_plane=control_plane) as sc:
+        sc.etcd_version = etcd_version or sc.etcd_version
         await sc.ca_issuer("ca-a")
         async with counted_operator(sc, workdir, cached=cached) as proxy:
             await sc.create_etcd("plain")
@@ -157,14 +158,16 @@ STRATEGY_UNCACHED = "baseline: the same operator with --no-watch-cache (every re
 
 
 async def bench(workdir: pathlib.Path, say: Any, *, idle_window: float = 30.0,
-                control_plane: str = "embedded") -> list[dict[str, Any]]:
+                control_plane: str = "embedded", etcd_version: str | None = None) -> list[dict[str, Any]]:
     """The ``api-cost`` records of ``make bench``: ours and the baseline, measured at the same time in two
     sandboxes (the counts do not depend on the machine's load; the wall times do)."""
     from e2e import bench as bench_module
 
     results = await asyncio.gather(
-        one(workdir / "cached", cached=True, idle_window=idle_window, control_plane=control_plane),
-        one(workdir / "uncached", cached=False, idle_window=idle_window, control_plane=control_plane))
+        one(workdir / "cached", cached=True, idle_window=idle_window, control_plane=control_plane,
+            etcd_version=etcd_version),
+        one(workdir / "uncached", cached=False, idle_window=idle_window, control_plane=control_plane,
+            etcd_version=etcd_version))
     records = []
     for strategy, result in zip((STRATEGY_CACHED, STRATEGY_UNCACHED), results, strict=True):
         idle, add = result["idle"], result["add"]
@@ -175,7 +178,7 @@ async def bench(workdir: pathlib.Path, say: Any, *, idle_window: float = 30.0,
             "add_tls_by_verb_and_resource": dict(add.counts.most_common()),
             "idle_requests_per_s_per_etcd": round(idle.rate / 2, 3), "idle_window_s": round(idle.seconds, 1),
             "idle_by_verb_and_resource": dict(idle.counts.most_common()),
-            "control_plane": control_plane, "measured_at": bench_module.now_text(),
+            "control_plane": control_plane, "etcd_version": etcd_version, "measured_at": bench_module.now_text(),
         }
         if add.audited is not None and idle.audited is not None:
             record.update(add_tls_audit_log_requests=sum(add.audited.values()),

@@ -6,8 +6,8 @@ token), the ``RequestReceived`` stage omitted. :class:`KubeAuditLog` reads the n
 them into the same :class:`~.apiserver.audit.AuditRecord` the embedded API server keeps, so the RBAC proof and
 the API budget count the same way against either control plane:
 
-- a watch (and any long-running request) is counted at ``ResponseStarted``, when its stream opens; every other
-  request at ``ResponseComplete``;
+- a watch (and a pod's ``exec``, ``log`` or ``portforward`` stream) is counted at ``ResponseStarted``, when its
+  stream opens; every other request at ``ResponseComplete``;
 - ``at`` is the event's ``stageTimestamp`` moved to ``time.monotonic()``;
 - ``resource`` is ``resource/subresource``; a non-resource request is its path (``/version``).
 """
@@ -36,7 +36,9 @@ class KubeAuditLog(audit.AuditLog):
     """The records of kube-apiserver's JSON audit file, read incrementally (a partly written last line waits)."""
 
     def __init__(self, path: str | Path) -> None:
-        super().__init__()
+        # every record: kube-apiserver's log also holds the controllers' and the node agent's traffic, and an RBAC
+        # proof reads what an identity did from the start of its module
+        super().__init__(size=None)
         self.path = Path(path)
         self._offset = 0
         self._partial = b""
@@ -57,6 +59,9 @@ class KubeAuditLog(audit.AuditLog):
                     f.seek(self._offset)
                     chunk = f.read()
             except FileNotFoundError:
+                return
+            if not chunk and self.path.stat().st_size < self._offset:  # truncated or replaced: start over
+                self._offset, self._partial = 0, b""
                 return
             self._offset += len(chunk)
             *lines, self._partial = (self._partial + chunk).split(b"\n")

@@ -22,7 +22,7 @@ import dataclasses
 import os
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -287,7 +287,7 @@ async def _refused(client: kube.Kube, call: Call) -> bool:
     return False
 
 
-async def _authorizer_sees(client: kube.Kube, calls: Iterable[Call], *, allowed: bool) -> None:
+async def _authorizer_sees(client: kube.Kube, calls: Collection[Call], *, allowed: bool) -> None:
     """Poll the ServiceAccount's own SelfSubjectAccessReviews until the authorizer answers ``allowed`` for every
     call: kube-apiserver's RBAC authorizer reads roles from an informer, so an edit takes effect a moment later."""
     async def settled() -> bool:
@@ -301,7 +301,8 @@ async def _authorizer_sees(client: kube.Kube, calls: Iterable[Call], *, allowed:
             if bool(review.get("status", {}).get("allowed")) != allowed:
                 return False
         return True
-    await aeventually(settled, timeout=20, what=f"the authorizer to answer allowed={allowed}")
+    await aeventually(settled, timeout=20, what=f"the authorizer to answer allowed={allowed} for "
+                                                f"{sorted((c.verb, c.resource) for c in calls)}")
 
 
 async def test_every_rule_of_the_bundle_is_needed(sc: scenario.Scenario) -> None:

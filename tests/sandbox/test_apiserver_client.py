@@ -440,6 +440,10 @@ def test_eviction_honours_pod_disruption_budgets(apiserver: SandboxAPI) -> None:
     policy.patch_namespaced_pod_disruption_budget("pdb", "default", {"spec": {"minAvailable": 1}})
     # decided from the stored status, as kube-apiserver does: the new generation must be processed first
     eventually(lambda: policy.read_namespaced_pod_disruption_budget("pdb", "default").status.observed_generation == 2)
+    allowed = policy.read_namespaced_pod_disruption_budget("pdb", "default").status.disruptions_allowed
+    core.create_namespaced_pod_eviction("m0", "default", eviction, dry_run="All")  # decided, nothing touched
+    assert core.read_namespaced_pod("m0", "default").metadata.deletion_timestamp is None
+    assert policy.read_namespaced_pod_disruption_budget("pdb", "default").status.disruptions_allowed == allowed == 1
     core.create_namespaced_pod_eviction("m0", "default", eviction)
     raises(404, core.read_namespaced_pod, "m0", "default")
     eventually(lambda: policy.read_namespaced_pod_disruption_budget(

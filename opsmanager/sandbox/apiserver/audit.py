@@ -49,9 +49,10 @@ class AuditRecord:
 
 
 class AuditLog:
-    """The last ``size`` records, oldest first; safe to read from another thread (a ThreadedAPIServer's test)."""
+    """The last ``size`` records (all of them: None), oldest first; safe to read from another thread (a
+    ThreadedAPIServer's test)."""
 
-    def __init__(self, size: int = 100000) -> None:
+    def __init__(self, size: int | None = 100000) -> None:
         self._records: collections.deque[AuditRecord] = collections.deque(maxlen=size)
         self._lock = threading.Lock()
 

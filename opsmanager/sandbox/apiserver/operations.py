@@ -621,13 +621,17 @@ class Cluster:
             return current
         return mutate
 
-    async def evict(self, namespace: str, name: str, body: Any) -> Obj:
+    async def evict(self, namespace: str, name: str, body: Any, *, dry_run: bool = False) -> Obj:
         """kube-apiserver's eviction: decided from the budget's *stored* status (as the disruption controller last
         wrote it), which it then decrements, naming the pod in ``disruptedPods`` — not from the live pods."""
         pods_rt = self.registry.get("", "v1", "pods")
         assert pods_rt is not None
         pod = self.lookup(pods_rt, namespace, name)
-        options = (body or {}).get("deleteOptions") or {} if isinstance(body, dict) else {}
+        options = dict((body or {}).get("deleteOptions") or {} if isinstance(body, dict) else {})
+        # ?dryRun=All on the eviction, or dryRun in its deleteOptions: decided, but the budget and the pod untouched
+        dry_run = dry_run or bool(options.get("dryRun"))
+        if dry_run:
+            options["dryRun"] = ["All"]
         if not pod["metadata"].get("deletionTimestamp"):
             budgets = [p for p in self.store.list(("policy", "poddisruptionbudgets"), namespace)
                        if disruption.covered_pods(p, [pod])]
@@ -645,7 +649,8 @@ class Cluster:
                     raise errors.StatusError(
                         429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
                         details, headers={"Retry-After": str(wait)} if wait else None)
-                self.write_internal(("policy", "poddisruptionbudgets"), pdb, decremented)
+                if not dry_run:
+                    self.write_internal(("policy", "poddisruptionbudgets"), pdb, decremented)
         await self.delete(pods_rt, namespace, name, options)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 

@@ -429,7 +429,8 @@ class APIServer:
                                                       validation=validation)
             return _json(obj, 201, warnings)
         if method == "POST" and sub == "eviction":
-            return _json(await self.cluster.evict(ns, name, await self._body(request)), 201)  # type: ignore[arg-type]
+            return _json(await self.cluster.evict(ns, name, await self._body(request),  # type: ignore[arg-type]
+                                                  dry_run=dry_run), 201)
         if method == "POST" and sub == "token":
             return _json(self.authn.token_request(ns, name, await self._body(request)), 201)  # type: ignore[arg-type]
         if method == "POST" and sub == "binding":
