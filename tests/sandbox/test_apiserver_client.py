@@ -449,6 +449,14 @@ def test_eviction_honours_pod_disruption_budgets(apiserver: SandboxAPI) -> None:
     eventually(lambda: policy.read_namespaced_pod_disruption_budget(
         "pdb", "default").status.disruptions_allowed == 0)
     raises(429, core.create_namespaced_pod_eviction, "m1", "default", dict(eviction, metadata={"name": "m1"}))
+    # a budget short of healthy pods refuses even an unready pod, but not a Pending one: it is not asked
+    policy.patch_namespaced_pod_disruption_budget("pdb", "default", {"spec": {"minAvailable": 2}})
+    eventually(lambda: policy.read_namespaced_pod_disruption_budget("pdb", "default").status.observed_generation == 3)
+    core.create_namespaced_pod("default", pod("m2", {"app": "m"}))
+    core.patch_namespaced_pod_status("m2", "default", {"status": {"phase": "Running"}})
+    raises(429, core.create_namespaced_pod_eviction, "m2", "default", dict(eviction, metadata={"name": "m2"}))
+    core.patch_namespaced_pod_status("m2", "default", {"status": {"phase": "Pending"}})
+    core.create_namespaced_pod_eviction("m2", "default", dict(eviction, metadata={"name": "m2"}))
     core.create_namespaced_pod_eviction("free", "default", dict(eviction, metadata={"name": "free"}))
     raises(404, core.read_namespaced_pod, "free", "default")
 

@@ -632,7 +632,10 @@ class Cluster:
         dry_run = dry_run or bool(options.get("dryRun"))
         if dry_run:
             options["dryRun"] = ["All"]
-        if not pod["metadata"].get("deletionTimestamp"):
+        # a pod that is not running (or already going) is deleted without asking a budget, as kube-apiserver does
+        ignores_budgets = bool(pod["metadata"].get("deletionTimestamp")) or \
+            (pod.get("status") or {}).get("phase") in ("Pending", "Succeeded", "Failed")
+        if not ignores_budgets:
             budgets = [p for p in self.store.list(("policy", "poddisruptionbudgets"), namespace)
                        if disruption.covered_pods(p, [pod])]
             if len(budgets) > 1:
