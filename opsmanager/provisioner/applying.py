@@ -115,10 +115,13 @@ def is_subset(want: Any, have: Any) -> bool:
     """True when every field of ``want`` is in ``have`` with the same value (lists: same length, item by item).
 
     Fields the API server adds (defaults, status, metadata) are ignored, so a rendered object compares equal to
-    its live, defaulted copy.
+    its live, defaulted copy; so is an empty list or map the render has and the live object lacks (kube-apiserver
+    omits empty ``omitempty`` fields such as ``volumes: []``, and a render that kept one would be rewritten on
+    every pass).
     """
     if isinstance(want, Mapping):
-        return isinstance(have, Mapping) and all(k in have and is_subset(v, have[k]) for k, v in want.items())
+        return isinstance(have, Mapping) and all(
+            is_subset(v, have[k]) if k in have else v in ([], {}, None) for k, v in want.items())
     if isinstance(want, list):
         return (isinstance(have, list) and len(want) == len(have)
                 and all(is_subset(w, h) for w, h in zip(want, have, strict=True)))

@@ -44,6 +44,13 @@ def test_is_subset_ignores_added_fields_but_not_changed_or_removed_items() -> No
     assert not applying.is_subset({"a": {"b": 1}}, {"a": None})
 
 
+def test_an_empty_field_the_api_server_omits_is_not_a_difference() -> None:
+    # kube-apiserver drops `volumes: []` (omitempty): without this, a plaintext StatefulSet was PUT on every pass
+    assert applying.is_subset({"spec": {"volumes": [], "env": {}, "x": 1}}, {"spec": {"x": 1}})
+    assert not applying.is_subset({"spec": {"volumes": [{"name": "a"}]}}, {"spec": {}})
+    assert not applying.is_subset({"spec": {"volumes": []}}, {"spec": {"volumes": [{"name": "a"}]}})
+
+
 def test_unchanged_render_against_a_defaulted_live_object_writes_nothing() -> None:
     db = make_db(tls=True)
     assert applying.statefulset_update(render.render_statefulset(db), live_sts(db)) is None
