@@ -243,7 +243,11 @@ class Sandbox:
 
     async def _start_kubernetes(self, stack: contextlib.AsyncExitStack) -> None:
         """The real control plane, its node agent (kubelet, Node, Service proxy) and this project's cert-manager."""
-        self.kubernetes = realcp.KubernetesControlPlane(self.dir / "controlplane", host=self.host, port=self.port)
+        # a /16 of its own for the ClusterIPs, reserved as the pods' range is (the proxy listens on them)
+        services = addresses.PodAddresses()
+        stack.callback(services.close)
+        self.kubernetes = realcp.KubernetesControlPlane(self.dir / "controlplane", host=self.host, port=self.port,
+                                                        service_cidr=f"{services.prefix}0.0/16")
         await self.kubernetes.start()
         stack.push_async_callback(self.kubernetes.stop)
         self.client = kube.Kube.for_url(self.kubernetes.url, token=self.kubernetes.admin_token,

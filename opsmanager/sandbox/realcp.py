@@ -14,7 +14,7 @@ What is set, and why (``docs/sandbox.md`` has the whole list of what the real AP
   ``system:masters`` (``--token-auth-file``) — what the sandbox's clients and kubeconfig already carry.
 - **kube-apiserver**: RBAC and Node authorization, the default admission plugins, ``--advertise-address=127.0.0.1``
   with ``--endpoint-reconciler-type=none`` (1.37 refuses a loopback advertise address for the ``kubernetes``
-  Service's endpoints otherwise), the Service range inside 127.0.0.0/8 (accepted: ``127.200.0.0/16``), so nothing
+  Service's endpoints otherwise), the Service range inside 127.0.0.0/8 (accepted: ``127.200.0.0/16``, or a /16 the sandbox reserved), so nothing
   ever dials an address off this machine.
 - **kube-controller-manager** with every controller (StatefulSet, Deployment/ReplicaSet, garbage collector,
   disruption, EndpointSlice, ServiceAccount token, namespace, node lifecycle …), **kube-scheduler**; both without
@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import datetime
 import importlib.util
+import ipaddress
 import logging
 import secrets
 import ssl
@@ -47,7 +48,8 @@ from opsmanager.sandbox import children, realaudit
 log = logging.getLogger(__name__)
 
 SERVICE_CIDR: Final = "127.200.0.0/16"
-KUBERNETES_SERVICE_IP: Final = "127.200.0.1"  # the first address of the range: the `kubernetes` Service
+"""The default Service range; a sandbox passes one it reserved, so that two running side by side (test workers,
+the API-cost bench) never hand out the same ClusterIP, where the node agent's proxy listens."""
 CLUSTER_DOMAIN: Final = "cluster.local"
 OPERATOR_USER: Final = "opsmanager-operator"
 BUILD_SCRIPT: Final = Path(__file__).resolve().parents[2] / "sandbox" / "controlplane" / "build.py"
@@ -111,12 +113,15 @@ class KubernetesControlPlane:
     """etcd + kube-apiserver + kube-controller-manager + kube-scheduler (see the module docstring)."""
 
     def __init__(self, dir: str | Path, *, host: str = "127.0.0.1", port: int = 0,
-                 controllers: bool = True, ready_timeout: float = 120.0) -> None:
+                 controllers: bool = True, ready_timeout: float = 120.0, service_cidr: str = SERVICE_CIDR) -> None:
         self.dir = Path(dir).resolve()
         self.host = host
         self.port = port
         self.controllers = controllers
         self.ready_timeout = ready_timeout
+        self.service_cidr = service_cidr
+        # the first address of the range is the `kubernetes` Service's
+        self.kubernetes_service_ip = str(ipaddress.ip_network(service_cidr)[1])
         self.admin_token = secrets.token_urlsafe(24)
         self.operator_token = secrets.token_urlsafe(24)
         """A second admin (``OPERATOR_USER``, ``system:masters``) for the operator a test or benchmark runs beside
@@ -198,7 +203,7 @@ class KubernetesControlPlane:
         names = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
                  f"kubernetes.default.svc.{CLUSTER_DOMAIN}"]
         serving = pki.make_leaf(self.ca, "kube-apiserver", dns_names=names,
-                                ip_addresses=[self.host, KUBERNETES_SERVICE_IP], usages=("server",),
+                                ip_addresses=[self.host, self.kubernetes_service_ip], usages=("server",),
                                 duration=datetime.timedelta(days=30))
         files["serving"] = _write(d / "apiserver.crt", serving.cert_pem, 0o644)
         files["serving_key"] = _write(d / "apiserver.key", serving.key_pem)
@@ -244,7 +249,7 @@ class KubernetesControlPlane:
                 f"--client-ca-file={f['ca']}", f"--token-auth-file={f['tokens']}",
                 f"--service-account-issuer=https://kubernetes.default.svc.{CLUSTER_DOMAIN}",
                 f"--service-account-key-file={f['sa_pub']}", f"--service-account-signing-key-file={f['sa_key']}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}", "--authorization-mode=Node,RBAC",
+                f"--service-cluster-ip-range={self.service_cidr}", "--authorization-mode=Node,RBAC",
                 "--allow-privileged=true", "--profiling=false",
                 f"--audit-policy-file={_write(self.dir / 'audit-policy.yaml', realaudit.POLICY.encode(), 0o644)}",
                 f"--audit-log-path={self.audit.path}", "--audit-log-format=json", "--audit-log-maxsize=4000",
@@ -266,7 +271,7 @@ class KubernetesControlPlane:
                f"--bind-address={self.host}", f"--secure-port={kcm_port}", f"--root-ca-file={f['ca']}",
                f"--service-account-private-key-file={f['sa_key']}", "--use-service-account-credentials=true",
                f"--cluster-signing-cert-file={f['ca']}", f"--cluster-signing-key-file={f['ca_key']}",
-               f"--service-cluster-ip-range={SERVICE_CIDR}", f"--flex-volume-plugin-dir={self.dir / 'flexvolume'}",
+               f"--service-cluster-ip-range={self.service_cidr}", f"--flex-volume-plugin-dir={self.dir / 'flexvolume'}",
                "--controllers=*", "--leader-elect=false", "--profiling=false"]
         scheduler = [str(binary("kubernetes", "kube-scheduler")), f"--kubeconfig={configs['scheduler']}",
                      f"--authentication-kubeconfig={configs['scheduler']}",
