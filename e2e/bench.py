@@ -616,7 +616,11 @@ at once to one operator. *One cluster alone* is the same request on a cluster al
 just before the N are created. The operator talks to the API server through a counting proxy, so *API requests* are
 the operator's own (provisioner and engine, watches included), over the concurrent phase, divided by the number of
 operations; peak RSS is `VmHWM` and CPU the `utime+stime` delta of the operator process (`/proc/<pid>`). A live
-writer and leader monitor run on one of the N clusters as a canary.
+writer and leader monitor run on one of the N clusters as a canary. *The slowest request* lists its longest waits
+(from its conditions' transition times). On the real control plane a wait of about 100 s for `EvictPod` is
+kube-controller-manager keeping a recreated member in the budget's `disruptedPods` for its two-minute timeout when
+it never saw the old pod terminating (`docs/operations.md`, the rolling restart): the makespan is then that one
+request's, not the fleet's.
 
 *Where the CPU goes* is measured on the same run: *members idle* is the CPU the 3 N etcd processes use in a 10 s
 window once every Etcd is Ready and before any request (stock etcd 3.5, 100 ms heartbeat), *members idle once TLS*

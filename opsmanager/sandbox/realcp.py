@@ -30,6 +30,7 @@ import importlib.util
 import ipaddress
 import logging
 import secrets
+import shutil
 import ssl
 import sys
 import urllib.error
@@ -175,6 +176,9 @@ class KubernetesControlPlane:
         apiserver_bin = binary("kubernetes", "kube-apiserver")
         etcd_bin = binary("etcd-3.6", "etcd")
         self.dir.mkdir(parents=True, exist_ok=True)
+        # a fresh cluster each start: a previous run's objects (and its Service range) must not come back
+        shutil.rmtree(self.dir / "etcd", ignore_errors=True)
+        self.audit.path.unlink(missing_ok=True)
         (self.dir / "etcd").mkdir(exist_ok=True)
         try:
             files = self._pki()
