@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 
 import aiohttp
 
+from opsmanager import mergepatch
 from opsmanager.kube import config, errors, resources
 
 Obj = dict[str, Any]
@@ -63,21 +64,6 @@ class _Closing:
     def __await__(self) -> Generator[Any, None, None]:
         if self._pending:
             yield from asyncio.gather(*self._pending, return_exceptions=True).__await__()
-
-
-def merge_patch_changes(current: Any, patch: Any) -> bool:
-    """Would the JSON merge patch ``patch`` (RFC 7386) change ``current``? Maps merge key by key (``null``
-    deletes); anything else replaces — a list counts as unchanged when it has the same length and each item is
-    unchanged by its counterpart, so fields the API server defaults inside items do not make a no-op a write."""
-    if isinstance(patch, Mapping):
-        if not isinstance(current, Mapping):
-            return True
-        return any((key in current) if value is None else (key not in current or merge_patch_changes(
-            current[key], value)) for key, value in patch.items())
-    if isinstance(patch, builtins.list):
-        return (not isinstance(current, builtins.list) or len(current) != len(patch)
-                or any(merge_patch_changes(c, p) for c, p in zip(current, patch, strict=True)))
-    return bool(current != patch)
 
 
 class Kube:
@@ -297,7 +283,7 @@ class Kube:
         for key in ("spec", "data", "stringData", "type"):
             if key in obj:
                 patch[key] = obj[key]
-        if "stringData" not in patch and not merge_patch_changes(current, patch):
+        if "stringData" not in patch and not mergepatch.changes(current, patch):
             return current  # what the operator owns is as wanted: no write
         return await self.patch(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"], patch)
 

@@ -53,6 +53,7 @@ from typing import Any, Final, Literal, Protocol
 
 import pydantic
 
+from opsmanager import mergepatch
 from opsmanager.api import common, constants, durations, etcd, opsrequest, pause, tlschange
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
@@ -427,19 +428,6 @@ def schema_errors(model: type[pydantic.BaseModel], obj: Mapping[str, Any]) -> li
     return []
 
 
-def merge_patch(old: Any, new: Any) -> Any:
-    """An RFC 7386 merge patch turning ``old`` into ``new`` (removed keys map to None)."""
-    if not isinstance(old, dict) or not isinstance(new, dict):
-        return copy.deepcopy(new)
-    patch: dict[str, Any] = {key: None for key in old if key not in new}
-    for key, value in new.items():
-        if key not in old:
-            patch[key] = copy.deepcopy(value)
-        elif old[key] != value:
-            patch[key] = merge_patch(old[key], value)
-    return patch
-
-
 def precondition_error(old: Mapping[str, Any], new: Mapping[str, Any], chains: Sequence[str]) -> str | None:
     """KubeDB's ``CreateStrategicPatch`` precondition: apiVersion, kind, metadata name/namespace and ``chains``
     (dotted paths such as ``spec`` or ``spec.storageType``) must be unchanged. Returns its message or None.
@@ -457,7 +445,7 @@ def precondition_error(old: Mapping[str, Any], new: Mapping[str, Any], chains: S
     if all(at(old, k) == at(new, k) for k in keys):
         return None
     names = sorted({"apiVersion", "kind", "name", "namespace", *chains})
-    return MSG_PRECONDITION.format(patch=go_value(merge_patch(dict(old), dict(new))), keys="\n\t".join(names))
+    return MSG_PRECONDITION.format(patch=go_value(mergepatch.diff(dict(old), dict(new))), keys="\n\t".join(names))
 
 
 # --- EtcdOpsRequest --------------------------------------------------------------------------------------------

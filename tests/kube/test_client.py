@@ -2,7 +2,7 @@
 
 We test these aspects: create/get/list (one namespace and all)/merge-patch/replace/delete (with a uid
 precondition that protects a successor) and ``apply`` (create, then patch only what it owns, and only when that
-changes something: :func:`~opsmanager.kube.client.merge_patch_changes`); ``transact_status``
+changes something: :func:`opsmanager.mergepatch.changes`); ``transact_status``
 writes nothing for a no-op and drops keys a mutation removed; a kind from a CRD is usable once its CRD is added
 to the client's table, an unknown kind is a ``ValueError``; the informer lists, then follows ADDED, MODIFIED and
 DELETED; ``close()`` works from synchronous code after the loop that used the client has ended.
@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from opsmanager import kube
-from opsmanager.kube import client as kube_client
 from opsmanager.sandbox import apiserver as sandbox_apiserver
 from tests.polling import aeventually
 
@@ -59,21 +58,6 @@ async def test_verbs(k: kube.Kube) -> None:
     assert await k.delete("v1", "ConfigMap", "default", "a", uid=created["metadata"]["uid"]) is True
     assert await k.delete("v1", "ConfigMap", "default", "a") is False
     assert await k.get("v1", "ConfigMap", "default", "a") is None
-
-
-@pytest.mark.parametrize(("current", "patch", "changes"), [
-    ({"a": 1, "b": {"c": 2}}, {"b": {"c": 2}}, False),  # maps merge: keys the patch leaves out stay
-    ({"a": 1}, {"a": 2}, True),
-    ({"a": 1}, {"b": None}, False),  # null deletes: nothing to delete
-    ({"a": 1}, {"a": None}, True),
-    ({"a": 1}, {"b": {}}, True),  # a new key, even empty
-    ({"l": [{"x": 1, "defaulted": True}]}, {"l": [{"x": 1}]}, False),  # items with server defaults
-    ({"l": [{"x": 1}]}, {"l": [{"x": 1}, {"x": 2}]}, True),
-    ({"l": [1, 2]}, {"l": [2, 1]}, True),
-    ({"a": "s"}, {"a": {"b": 1}}, True),
-])
-def test_merge_patch_changes(current: dict[str, Any], patch: dict[str, Any], changes: bool) -> None:
-    assert kube_client.merge_patch_changes(current, patch) is changes
 
 
 async def test_transact_status(k: kube.Kube) -> None:

@@ -11,7 +11,6 @@ finalizers as a merged set. Directives ``$patch: delete|replace|merge``, ``$reta
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import jsonpatch
@@ -47,19 +46,6 @@ _BY_KIND: dict[str, dict[str, dict[str, tuple[str, str | None]]]] = {
     "Deployment": {"spec.template.spec": _POD_SPEC},
     "Service": {"spec": {"ports": ("merge", "port")}},
 }
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: objects merge recursively, ``null`` deletes, anything else replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 def json_patch(target: dict[str, Any], operations: Any) -> dict[str, Any]:

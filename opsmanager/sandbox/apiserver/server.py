@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from opsmanager import pki
+from opsmanager import mergepatch, pki
 from opsmanager.sandbox.apiserver import (
     admission,
     audit,
@@ -569,7 +569,7 @@ class APIServer:
                 return patching.json_patch(current, patch)
         elif ctype == "application/merge-patch+json":
             def apply(current: Obj) -> Obj:
-                return patching.merge_patch(current, patch)  # type: ignore[no-any-return]
+                return mergepatch.apply(current, patch)  # type: ignore[no-any-return]
         elif ctype == "application/strategic-merge-patch+json":
             if rt.custom:
                 raise errors.unsupported_media_type(ctype)
@@ -586,7 +586,7 @@ class APIServer:
 
             def apply(current: Obj) -> Obj:
                 if rt.custom:
-                    return patching.merge_patch(current, patch)  # type: ignore[no-any-return]
+                    return mergepatch.apply(current, patch)  # type: ignore[no-any-return]
                 return patching.strategic_merge_patch(current, patch, rt.kind)
         else:
             raise errors.unsupported_media_type(ctype)
