@@ -16,13 +16,14 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-import shutil
 import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
+
+from opsmanager.sandbox import process
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -36,10 +37,7 @@ def _die_with_parent(argv: Sequence[str]) -> list[str]:
     """``argv`` run under util-linux's ``setpriv --pdeathsig KILL`` (``PR_SET_PDEATHSIG``, kept across its exec).
     Not a ``preexec_fn``: that makes Python fork() instead of vfork(), which runs grpc's fork handlers in the child
     of a process that uses grpc (the harness's etcd clients), and they abort it before it execs."""
-    setpriv = shutil.which("setpriv") or shutil.which("setpriv", path="/usr/sbin:/usr/bin:/sbin:/bin")
-    if setpriv is None:
-        raise RuntimeError("a child that dies with the sandbox needs `setpriv` (util-linux) on PATH")
-    return [setpriv, "--pdeathsig", "KILL", *argv]
+    return [process.find_tool("setpriv"), "--pdeathsig", "KILL", *argv]
 
 
 def product_argv(*args: str) -> list[str]:

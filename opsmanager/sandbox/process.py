@@ -46,10 +46,10 @@ class SandboxUnsupported(RuntimeError):
     """The machine cannot run sandbox pods (no private mount namespaces, no etcd binary, ...)."""
 
 
-def _tool(name: str) -> str:
+def find_tool(name: str) -> str:
     path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin:/sbin:/bin")
     if path is None:
-        raise SandboxUnsupported(f"the sandbox kubelet needs `{name}` (util-linux/coreutils) on PATH")
+        raise SandboxUnsupported(f"the sandbox needs `{name}` (util-linux/coreutils) on PATH")
     return path
 
 
@@ -145,10 +145,10 @@ def check_isolation() -> None:
         raise SandboxUnsupported("the sandbox kubelet must run as root: each pod's processes get a private mount "
                                  "namespace (unshare -m) with bind mounts, which needs CAP_SYS_ADMIN")
     for tool in ("unshare", "setpriv", "mount", "chroot", "hostname", "nsenter"):
-        _tool(tool)
+        find_tool(tool)
     probe = subprocess.run(
-        [_tool("unshare"), "-m", "-u", "--propagation", "private", "/bin/sh", "-c",
-         f"{_tool('mount')} --bind /tmp /mnt && {_tool('hostname')} sandbox-probe"],
+        [find_tool("unshare"), "-m", "-u", "--propagation", "private", "/bin/sh", "-c",
+         f"{find_tool('mount')} --bind /tmp /mnt && {find_tool('hostname')} sandbox-probe"],
         capture_output=True, text=True, timeout=10)
     if probe.returncode != 0:
         raise SandboxUnsupported(
@@ -225,7 +225,7 @@ def _clean(path: str) -> str:
 def setup_script(spec: ProcessSpec) -> str:
     """The shell script run inside the new mount namespace, ending in ``exec chroot``."""
     q = shlex.quote
-    mount, chroot, hostname = _tool("mount"), _tool("chroot"), _tool("hostname")
+    mount, chroot, hostname = find_tool("mount"), find_tool("chroot"), find_tool("hostname")
     root = str(spec.root)
     lines = ["set -e"]
     for d in SYSTEM_DIRS:
@@ -273,7 +273,7 @@ class ContainerProcess:
     async def start(self) -> int:
         check_isolation()
         _prepare_root(self.spec)
-        argv = [_tool("setpriv"), "--pdeathsig", "KILL", _tool("unshare"), "-m", "-u", "--propagation", "private",
+        argv = [find_tool("setpriv"), "--pdeathsig", "KILL", find_tool("unshare"), "-m", "-u", "--propagation", "private",
                 "/bin/sh", "-c", setup_script(self.spec)]
         if self.spec.log_path is not None:
             self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -349,7 +349,7 @@ class ContainerProcess:
 async def exec_in(pid: int, argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int, bytes]:
     """Run ``argv`` inside the mount namespace and root of process ``pid`` (an exec probe)."""
     proc = await asyncio.create_subprocess_exec(
-        _tool("nsenter"), "--target", str(pid), "--mount", "--uts", "--root", "--wd", "--", *argv,
+        find_tool("nsenter"), "--target", str(pid), "--mount", "--uts", "--root", "--wd", "--", *argv,
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(env),
         start_new_session=True)
     try:

@@ -85,14 +85,23 @@ async def test_the_controller_manager_and_the_scheduler_run(k: kube.Kube) -> Non
     await aeventually(unschedulable, timeout=60, what="a Deployment's pod, judged by the scheduler (no node)")
 
 
-async def test_cert_managers_crds_and_ours_are_established(cp: realcp.KubernetesControlPlane) -> None:
+CRD_NAMES = ["certificates.cert-manager.io", "issuers.cert-manager.io", "clusterissuers.cert-manager.io",
+             f"{constants.ETCD_PLURAL}.{constants.ETCD_GROUP}", f"{constants.OPS_PLURAL}.{constants.OPS_GROUP}"]
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def crds(cp: realcp.KubernetesControlPlane) -> list[str]:
+    """cert-manager's CRDs and ours, applied with kubectl (server-side: the largest exceed the annotation limit)."""
     for path in (realcp.cert_manager_crds(), REPO / "crds"):
         code, _, err = await kubectl(cp, "apply", "--server-side", "-f", str(path))
         assert code == 0, err
-    names = ["certificates.cert-manager.io", "issuers.cert-manager.io", "clusterissuers.cert-manager.io",
-             f"{constants.ETCD_PLURAL}.{constants.ETCD_GROUP}", f"{constants.OPS_PLURAL}.{constants.OPS_GROUP}"]
+    return CRD_NAMES
+
+
+async def test_cert_managers_crds_and_ours_are_established(cp: realcp.KubernetesControlPlane,
+                                                           crds: list[str]) -> None:
     code, _, err = await kubectl(cp, "wait", "--for=condition=Established", "--timeout=60s",
-                                 *[f"crd/{n}" for n in names])
+                                 *[f"crd/{n}" for n in crds])
     assert code == 0, err
 
 
@@ -147,8 +156,11 @@ async def test_every_cel_rule_of_the_crds_has_a_case() -> None:
 
 @pytest.mark.parametrize(("message", "obj", "patch"), CEL_CASES, ids=[c[0][:40] for c in CEL_CASES])
 async def test_the_real_api_server_evaluates_each_cel_rule(cp: realcp.KubernetesControlPlane, k: kube.Kube,
-                                                           message: str, obj: dict[str, Any],
+                                                           crds: list[str], message: str, obj: dict[str, Any],
                                                            patch: dict[str, Any] | None) -> None:
+    code, _, err = await kubectl(cp, "wait", "--for=condition=Established", "--timeout=60s",
+                                 *[f"crd/{n}" for n in crds])
+    assert code == 0, err
     if await k.get("v1", "Namespace", None, NS) is None:
         await k.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     k.resources.add_crd(yaml.safe_load((REPO / "crds" / "opsmanager.dev_etcds.yaml").read_text()))
