@@ -6,10 +6,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: test lint demo bench crds venv clean controlplane
 
-$(STAMP): pyproject.toml
+# The product (editable, with its test tools) and the sandbox, a distribution of its own (sandbox/pyproject.toml).
+$(STAMP): pyproject.toml sandbox/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test]' -e ./sandbox
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -41,7 +42,7 @@ test: $(STAMP) controlplane
 # the import contracts ([tool.importlinter]: pure modules import no I/O, no harness imports, layers).
 lint: $(STAMP)
 	$(BIN)/ruff check opsmanager tests e2e sandbox
-	$(BIN)/mypy opsmanager
+	$(BIN)/mypy opsmanager sandbox/opsmanager_sandbox
 	$(BIN)/lint-imports
 
 crds: $(STAMP)

@@ -56,7 +56,7 @@ def audited(sc: scenario.Scenario, since: float, until: float) -> collections.Co
     the embedded control plane."""
     if sc.sandbox.kubernetes is None:
         return None
-    from opsmanager.sandbox import realcp
+    from opsmanager_sandbox import realcp
 
     return collections.Counter(f"{r.verb} {r.resource}" for r in sc.sandbox.audit.records(user=realcp.OPERATOR_USER,
                                                                                          since=since)

@@ -539,7 +539,7 @@ METHOD_TEXT = """
 ## What is measured, and how
 
 Everything runs in the sandbox with the operator as a separate process (`opsmanager run`), on two control
-planes side by side (the *control plane* column): **embedded** (`opsmanager/sandbox/`: an in-memory Kubernetes API
+planes side by side (the *control plane* column): **embedded** (`sandbox/opsmanager_sandbox/`: an in-memory Kubernetes API
 server and controllers) and **kubernetes** (kube-apiserver, kube-controller-manager and kube-scheduler built from
 their Go modules; `docs/sandbox.md`). On both the node agent runs real **etcd 3.5.35** processes (the build of
 `make controlplane`) and cert-manager's CA issuer is the sandbox's own. On the real control plane only our

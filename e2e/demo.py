@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from e2e import scenario
 from opsmanager import kube, pki
-from opsmanager.sandbox import install as sandbox_install
+from opsmanager_sandbox import install as sandbox_install
 
 BUNDLE = pathlib.Path(__file__).resolve().parent.parent / "deploy"
 

@@ -7,7 +7,7 @@ process is stopped by its PID in :meth:`LocalEtcdCluster.close` (also on interpr
 
 Each member gets its own loopback address ``127.x.y.z`` (z = 1..N) and etcd's standard ports on it — client 2379,
 peer 2380, metrics 2381 — so flags look like production. ``127.x.0.0/16`` is reserved for the cluster's life with
-the sandbox's own lock (:class:`opsmanager.sandbox.addresses.PodAddresses`), so clusters and sandbox pods started
+the sandbox's own lock (:class:`opsmanager_sandbox.addresses.PodAddresses`), so clusters and sandbox pods started
 in parallel (pytest-xdist workers, other checkouts' tests, a demo) never get the same address; y is random. Certificates come from :mod:`opsmanager.pki`: a CA per cluster, per member a server leaf and a peer
 leaf (serverAuth + clientAuth, SANs: ``<name>``, ``<name>.<domain>``, ``localhost`` and the member's IP), and one
 client identity for the operator.
@@ -48,7 +48,7 @@ from collections.abc import Iterable, Mapping
 from e2e import processes
 from opsmanager import pki
 from opsmanager.etcd import access
-from opsmanager.sandbox import addresses
+from opsmanager_sandbox import addresses
 
 MODES = ("plain", "server-tls", "mtls")
 CLIENT_PORT, PEER_PORT, METRICS_PORT = 2379, 2380, 2381

@@ -1,6 +1,6 @@
 """Child processes of the harness: ``opsmanager run`` against a kubeconfig, and the one way to stop a child.
 
-The product's own sandbox starts the operator asynchronously (``opsmanager.sandbox.children``); the harness needs
+The product's own sandbox starts the operator asynchronously (``opsmanager_sandbox.children``); the harness needs
 a synchronous handle it can SIGKILL at a step boundary and restart, and that outlives any one event loop — hence
 this small class here, in the checkout, not in the installed package.
 """
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from opsmanager.sandbox import children
+from opsmanager_sandbox import children
 
 
 def stop(process: subprocess.Popen[bytes], timeout: float) -> int | None:

@@ -104,9 +104,9 @@ class Scenario:
         self.cas: dict[str, pki.KeyPair] = {}
 
     async def __aenter__(self) -> Scenario:
-        from opsmanager.sandbox import cluster as sandbox_cluster
-        from opsmanager.sandbox import components as sandbox_components
-        from opsmanager.sandbox import install as sandbox_install
+        from opsmanager_sandbox import cluster as sandbox_cluster
+        from opsmanager_sandbox import components as sandbox_components
+        from opsmanager_sandbox import install as sandbox_install
 
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.install is not None:  # the product from its bundle, as pods (docs/sandbox.md)
@@ -131,7 +131,7 @@ class Scenario:
         ``crash_after``: ``(request, condition)`` failpoints — the operator SIGKILLs itself right after the write
         that records that step True (:meth:`wait_crashed`)."""
         from opsmanager.ops import engine as ops_engine
-        from opsmanager.sandbox import components as sandbox_components
+        from opsmanager_sandbox import components as sandbox_components
 
         delivery = self.delivery_timeout
         env = {ops_engine.FAILPOINTS_ENV: ",".join(f"crash-after:{r}:{c}" for r, c in crash_after)} \

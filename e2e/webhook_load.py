@@ -35,9 +35,9 @@ import aiohttp
 
 from opsmanager import pki
 from opsmanager.api import crdgen, pause
-from opsmanager.sandbox import children
-from opsmanager.sandbox.apiserver import server as apiserver_server
 from opsmanager.webhook import admission, server, validation
+from opsmanager_sandbox import children
+from opsmanager_sandbox.apiserver import server as apiserver_server
 
 API_VERSION = "admission.k8s.io/v1"
 NAMESPACE = "demo"

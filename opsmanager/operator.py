@@ -38,7 +38,7 @@ API's pod name). ``--standalone`` (the sandbox, the tests) runs without peering.
 Secret into a running member: the scan and the zero-restart rotation wait that long before they call a member that
 still serves its previous leaf stuck (:data:`opsmanager.api.constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT`).
 
-The sandbox (``opsmanager.sandbox.components``) and the e2e harness (``e2e/processes.py``) start it as a child
+The sandbox (``opsmanager_sandbox.components``) and the e2e harness (``e2e/processes.py``) start it as a child
 process (``python -m opsmanager run --kubeconfig K ...``, ready when its liveness endpoint answers, stopped by
 PID); tests may run it in-process with :func:`run_async` and a ``stop_flag``.
 """

@@ -38,8 +38,10 @@ def _flat(text: str) -> str:
 
 @pytest.fixture
 def tree(tmp_path: pathlib.Path) -> pathlib.Path:
-    """A copy of the package and of the contracts."""
+    """A copy of the product package, of the sandbox's and of the contracts."""
     shutil.copytree(ROOT / "opsmanager", tmp_path / "opsmanager", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "sandbox" / "opsmanager_sandbox", tmp_path / "opsmanager_sandbox",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     return tmp_path
 
@@ -82,9 +84,11 @@ def test_the_untouched_package_keeps_every_contract(tree: pathlib.Path) -> None:
     # the harness
     ("opsmanager/ops/queue.py", "import e2e.scenario", "no-harness", "opsmanager.ops.queue -> e2e"),
     ("opsmanager/kube/client.py", "from tests import polling", "no-harness", "opsmanager.kube.client -> tests"),
-    # the sandbox and the webhook stay out of the operator's internals
-    ("opsmanager/sandbox/cluster.py", "from opsmanager.ops import engine", "sandbox-boundary",
-     "opsmanager.sandbox.cluster -> opsmanager.ops.engine"),
+    # the product never imports the sandbox; the sandbox and the webhook stay out of the operator's internals
+    ("opsmanager/operator.py", "import opsmanager_sandbox.cluster", "product",
+     "opsmanager.operator -> opsmanager_sandbox.cluster"),
+    ("opsmanager_sandbox/cluster.py", "from opsmanager.ops import engine", "sandbox-boundary",
+     "opsmanager_sandbox.cluster -> opsmanager.ops.engine"),
     ("opsmanager/webhook/server.py", "from opsmanager.provisioner import naming", "webhook-boundary",
      "opsmanager.webhook.server -> opsmanager.provisioner.naming"),
     # layers: the provisioner may not import the ops engine, nor the etcd client the provisioner

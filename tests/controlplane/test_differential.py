@@ -18,8 +18,8 @@ import yaml
 
 from opsmanager import kube
 from opsmanager.api import constants
-from opsmanager.sandbox import apiserver as sandbox_apiserver
-from opsmanager.sandbox import realcp
+from opsmanager_sandbox import apiserver as sandbox_apiserver
+from opsmanager_sandbox import realcp
 from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]

@@ -5,7 +5,7 @@ How each object is checked (``test_every_object_is_valid``; an object of any oth
 - built-in kinds: ``kubernetes-validate``, strict (unknown fields rejected), Kubernetes 1.32 (the sandbox's);
 - our CRD kinds and kopf's peering kinds: the openAPIV3Schema of the CRD the bundle itself installs;
 - cert-manager's Certificate and Issuer: the CRD schemas the sandbox serves
-  (opsmanager/sandbox/apiserver/certmanager-crds.yaml, the subset of cert-manager's fields the project uses), a
+  (sandbox/opsmanager_sandbox/apiserver/certmanager-crds.yaml, the subset of cert-manager's fields the project uses), a
   field they do not declare rejected (as the API server's strict field validation would with cert-manager's own);
 - PrometheusRule (no schema here): apiVersion, kind, and every rule's required fields; promtool checks the rules
   themselves (tests/deploy/test_alert_rules.py).

@@ -33,7 +33,7 @@ import yaml
 from e2e import scenario
 from opsmanager import kube
 from opsmanager.api import conditions, constants
-from opsmanager.sandbox import install
+from opsmanager_sandbox import install
 from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]

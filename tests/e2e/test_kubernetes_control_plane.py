@@ -24,7 +24,7 @@ from e2e import scenario
 from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.provisioner import naming
-from opsmanager.sandbox import realcp
+from opsmanager_sandbox import realcp
 from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]

@@ -22,7 +22,7 @@ import pytest_asyncio
 from e2e import scenario
 from opsmanager import pki
 from opsmanager.api import conditions, constants
-from opsmanager.sandbox import kubelet as sandbox_kubelet
+from opsmanager_sandbox import kubelet as sandbox_kubelet
 from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]

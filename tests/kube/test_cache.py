@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from opsmanager import kube
-from opsmanager.sandbox import apiserver as sandbox_apiserver
+from opsmanager_sandbox import apiserver as sandbox_apiserver
 from tests.polling import aeventually
 
 NS = "default"

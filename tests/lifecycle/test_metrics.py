@@ -11,7 +11,7 @@ import prometheus_client
 import pytest
 
 from opsmanager.lifecycle import metrics
-from opsmanager.sandbox import children
+from opsmanager_sandbox import children
 
 NOT_AFTER = "2027-03-01T12:00:00Z"
 CA_NOT_AFTER = "2036-01-01T00:00:00+00:00"

@@ -1,7 +1,7 @@
 """The world the fast engine tests run the ops engine in: the sandbox API server in-process, no kubelet, no etcd.
 
 What is real: the engine (every step module, the plan, the queue, the status writes), the operator's
-``kube.Kube`` client talking HTTP over loopback to the sandbox :class:`~opsmanager.sandbox.apiserver.APIServer`
+``kube.Kube`` client talking HTTP over loopback to the sandbox :class:`~opsmanager_sandbox.apiserver.APIServer`
 (objects, status subresources, optimistic locks, the Eviction API), certificates made by :mod:`opsmanager.pki`.
 
 What is played, by :meth:`World.settle` — called after every reconcile, so it is deterministic and never sleeps:
@@ -40,9 +40,9 @@ from opsmanager.api import etcd as etcd_api
 from opsmanager.etcd import access, client, fake
 from opsmanager.ops import engine
 from opsmanager.provisioner import applying, material, naming, release, render
-from opsmanager.sandbox import apiserver as sandbox_apiserver
-from opsmanager.sandbox import kubelet as sandbox_kubelet
-from opsmanager.sandbox import statefulset as sandbox_statefulset
+from opsmanager_sandbox import apiserver as sandbox_apiserver
+from opsmanager_sandbox import kubelet as sandbox_kubelet
+from opsmanager_sandbox import statefulset as sandbox_statefulset
 
 NS = "ops"
 CERT_API = "cert-manager.io/v1"

@@ -51,7 +51,7 @@ class Env:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
-    from opsmanager.sandbox import cluster, components  # tests may import the sandbox; the package never does
+    from opsmanager_sandbox import cluster, components  # tests may import the sandbox; the package never does
 
     tmp = tmp_path_factory.mktemp("e2e-gate")
     # The provisioner's gate alone (--no-ops): the CA-rollover request it files for a new CA (issue 12) is not run

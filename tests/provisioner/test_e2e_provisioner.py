@@ -62,7 +62,7 @@ class Env:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
-    from opsmanager.sandbox import (  # the tests may import the sandbox; the package never does
+    from opsmanager_sandbox import (  # the tests may import the sandbox; the package never does
         cluster,
         components,
     )

@@ -31,7 +31,7 @@ from opsmanager import kube, pki
 from opsmanager.api import conditions, constants
 from opsmanager.provisioner import applying, naming
 from opsmanager.provisioner import status as prov_status
-from opsmanager.sandbox.apiserver import threaded
+from opsmanager_sandbox.apiserver import threaded
 from tests import operator_metrics
 from tests.polling import aeventually
 

@@ -18,7 +18,7 @@ import yaml
 from e2e import processes
 from opsmanager import kube
 from opsmanager.api import constants
-from opsmanager.sandbox.apiserver import threaded
+from opsmanager_sandbox.apiserver import threaded
 from tests.polling import aeventually, eventually
 
 pytestmark = pytest.mark.slow

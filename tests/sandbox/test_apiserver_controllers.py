@@ -9,7 +9,7 @@ import copy
 import uuid
 from typing import Any
 
-from opsmanager.sandbox.apiserver import server
+from opsmanager_sandbox.apiserver import server
 from tests.fixtures.sandbox import WIDGET_CRD
 from tests.polling import aeventually
 

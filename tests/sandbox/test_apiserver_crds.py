@@ -18,7 +18,7 @@ import kubernetes.client as k
 import pytest
 from kubernetes.client.rest import ApiException
 
-from opsmanager.sandbox.apiserver import apply_crd_files
+from opsmanager_sandbox.apiserver import apply_crd_files
 from tests.fixtures.sandbox import WIDGET_CRD, SandboxAPI
 from tests.polling import eventually
 

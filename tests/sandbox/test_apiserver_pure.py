@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from opsmanager.sandbox.apiserver import disruption, errors, patching, schema, selectors, store, tables
+from opsmanager_sandbox.apiserver import disruption, errors, patching, schema, selectors, store, tables
 
 
 def test_strategic_merge_directives() -> None:

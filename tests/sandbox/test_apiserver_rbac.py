@@ -27,7 +27,7 @@ import pytest
 from opsmanager import kube
 from opsmanager.kube import config as kube_config
 from opsmanager.kube import errors as kube_errors
-from opsmanager.sandbox.apiserver import ThreadedAPIServer
+from opsmanager_sandbox.apiserver import ThreadedAPIServer
 from tests.fixtures.sandbox import webhook_configuration
 from tests.polling import aeventually, eventually
 

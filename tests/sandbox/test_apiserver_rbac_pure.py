@@ -1,4 +1,4 @@
-"""The sandbox's RBAC authorizer and request attributes, as pure logic (``opsmanager.sandbox.apiserver.rbac``).
+"""The sandbox's RBAC authorizer and request attributes, as pure logic (``opsmanager_sandbox.apiserver.rbac``).
 
 We test these aspects: HTTP → verb/resource/subresource/name/namespace exactly as kube-apiserver's RequestInfo
 (list vs get, watch, deletecollection, ``metadata.name`` field selector, namespaces and their subresources,
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from opsmanager.sandbox.apiserver import rbac
+from opsmanager_sandbox.apiserver import rbac
 
 Obj = dict[str, Any]
 G = rbac.GROUP

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from opsmanager import kube
-from opsmanager.sandbox import apiserver as sandbox_apiserver
+from opsmanager_sandbox import apiserver as sandbox_apiserver
 
 NS = "default"
 

@@ -20,7 +20,7 @@ import pytest
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
-from opsmanager.sandbox.apiserver import ThreadedAPIServer
+from opsmanager_sandbox.apiserver import ThreadedAPIServer
 from tests.fixtures.sandbox import SandboxAPI, make_api_client
 from tests.polling import eventually
 from tests.timing import allowance, baseline

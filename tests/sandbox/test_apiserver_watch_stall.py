@@ -9,7 +9,7 @@ import json
 import aiohttp
 import pytest
 
-from opsmanager.sandbox.apiserver import APIServer
+from opsmanager_sandbox.apiserver import APIServer
 
 pytestmark = pytest.mark.slow
 

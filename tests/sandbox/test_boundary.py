@@ -12,15 +12,15 @@ import pkgutil
 import subprocess
 import sys
 
-import opsmanager.sandbox
+import opsmanager_sandbox
 
 FORBIDDEN = ("opsmanager.operator", "opsmanager.ops", "opsmanager.provisioner", "opsmanager.webhook.server",
              "opsmanager.webhook.lookup")
 
 
 def test_sandbox_modules_load_no_operator_internals() -> None:
-    modules = sorted(m.name for m in pkgutil.walk_packages(opsmanager.sandbox.__path__, "opsmanager.sandbox."))
-    assert "opsmanager.sandbox.components" in modules and "opsmanager.sandbox.cli" in modules
+    modules = sorted(m.name for m in pkgutil.walk_packages(opsmanager_sandbox.__path__, "opsmanager_sandbox."))
+    assert "opsmanager_sandbox.components" in modules and "opsmanager_sandbox.cli" in modules
     script = ("import importlib, json, sys\n"
               f"for name in {modules!r}: importlib.import_module(name)\n"
               "print(json.dumps(sorted(sys.modules)))")

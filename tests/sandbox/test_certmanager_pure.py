@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from opsmanager import pki
-from opsmanager.sandbox import certmanager as cm
+from opsmanager_sandbox import certmanager as cm
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 

@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 
 from opsmanager import pki
-from opsmanager.sandbox import cluster
+from opsmanager_sandbox import cluster
 from tests.fixtures.sandbox_controllers import plain_etcd_statefulset
 from tests.polling import aeventually
 

@@ -26,8 +26,8 @@ import pytest
 
 from opsmanager import kube, pki
 from opsmanager.api import conditions
-from opsmanager.sandbox import apiserver as sandbox_apiserver
-from opsmanager.sandbox import certmanager as cm
+from opsmanager_sandbox import apiserver as sandbox_apiserver
+from opsmanager_sandbox import certmanager as cm
 from tests.polling import aeventually
 
 S = datetime.timedelta(seconds=1)

@@ -19,7 +19,7 @@ import pytest
 
 from opsmanager import kube
 from opsmanager.api import constants
-from opsmanager.sandbox import children, cluster, components
+from opsmanager_sandbox import children, cluster, components
 from tests.polling import aeventually
 
 pytestmark = pytest.mark.slow

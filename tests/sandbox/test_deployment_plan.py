@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from opsmanager.sandbox import cainjector, deployment
+from opsmanager_sandbox import cainjector, deployment
 
 Obj = dict[str, Any]
 

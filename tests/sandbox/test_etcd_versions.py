@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from opsmanager.sandbox import process, realcp
+from opsmanager_sandbox import process, realcp
 
 
 @pytest.mark.parametrize(("image", "version"), [

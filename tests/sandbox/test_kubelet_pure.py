@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from opsmanager.sandbox import addresses, containers, dns, process, volumes
+from opsmanager_sandbox import addresses, containers, dns, process, volumes
 
 POD = {
     "metadata": {"name": "etcd-1", "namespace": "prod", "uid": "u-1", "labels": {"app": "etcd"},
@@ -178,7 +178,7 @@ def test_hosts_file_layout_is_exact_with_shared_ips_and_other_namespaces() -> No
     svcs = [dns.ServiceRecord("prod", "etcd", lbl, publish_not_ready=True),
             dns.ServiceRecord("prod", "client", lbl), dns.ServiceRecord("dev", "etcd", lbl)]
     head = ("# Kubernetes-managed hosts file (opsmanager sandbox): pod and Service DNS records of the cluster.\n"
-            "# Rewritten in place by the sandbox kubelet; see opsmanager/sandbox/dns.py.\n")
+            "# Rewritten in place by the sandbox kubelet; see sandbox/opsmanager_sandbox/dns.py.\n")
     table = dns.HostsTable(pods, svcs)
     assert table.for_pod(pods[1]) == head + (
         "127.9.1.2\tetcd-1.etcd.prod.svc.cluster.local etcd-1 localhost etcd-1.etcd.prod.svc etcd-1.etcd.prod "
@@ -213,7 +213,7 @@ async def test_dns_pass_writes_changed_files_and_skips_unchanged_ones(tmp_path: 
     """A pass rebuilds a pod's file only when the published records, the Services' endpoints or the pod's own
     names changed; the others are not even computed (``dns_files_built``), and a file is not rewritten when its
     text is what was written last."""
-    from opsmanager.sandbox import kubelet
+    from opsmanager_sandbox import kubelet
 
     with addresses.PodAddresses() as addrs:
         host = kubelet.StandaloneHost(kubelet.KubeletConfig(dir=tmp_path / "node"), addrs)

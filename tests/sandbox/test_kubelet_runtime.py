@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from opsmanager.sandbox import dns, kubelet, process
+from opsmanager_sandbox import dns, kubelet, process
 from tests.polling import aeventually
 from tests.timing import abaseline, allowance
 

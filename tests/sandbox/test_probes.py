@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from opsmanager import pki
-from opsmanager.sandbox import probes
+from opsmanager_sandbox import probes
 
 Obj = dict[str, Any]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from opsmanager.sandbox import process
+from opsmanager_sandbox import process
 
 
 def test_the_installation_is_mounted_after_a_volume_that_covers_it(tmp_path: Path,

@@ -1,4 +1,4 @@
-"""kube-apiserver's JSON audit log read as the embedded server's records (``opsmanager/sandbox/realaudit.py``)."""
+"""kube-apiserver's JSON audit log read as the embedded server's records (``sandbox/opsmanager_sandbox/realaudit.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from opsmanager.sandbox import realaudit
+from opsmanager_sandbox import realaudit
 
 
 def event(stage: str, verb: str, *, resource: str = "secrets", sub: str = "", code: int = 200,

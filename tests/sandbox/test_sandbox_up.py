@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from opsmanager.sandbox import cluster
+from opsmanager_sandbox import cluster
 from tests.fixtures.sandbox_controllers import plain_etcd_statefulset
 from tests.polling import aeventually, eventually
 

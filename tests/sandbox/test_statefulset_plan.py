@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from opsmanager.sandbox import statefulset as ss
+from opsmanager_sandbox import statefulset as ss
 
 
 def make_sts(replicas: int = 3, policy: str = "Parallel", strategy: dict[str, Any] | None = None,

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from opsmanager.sandbox import cluster, process
+from opsmanager_sandbox import cluster, process
 from tests.fixtures.sandbox_controllers import plain_etcd_statefulset
 from tests.polling import aeventually
 

@@ -24,9 +24,9 @@ import pytest
 
 from opsmanager import kube
 from opsmanager.api import constants, crdgen
-from opsmanager.sandbox.apiserver import server as apiserver_server
 from opsmanager.webhook import admission, server, validation
 from opsmanager.webhook import lookup as lookup_module
+from opsmanager_sandbox.apiserver import server as apiserver_server
 from tests import polling
 from tests.webhook import conftest
 

@@ -1,1 +1,0 @@
-"""opsmanager.sandbox"""

@@ -1,0 +1,135 @@
+"""``opsmanager sandbox up``: run the local sandbox until SIGINT/SIGTERM.
+
+    opsmanager sandbox up [--dir .sandbox] [--no-operator | --install DIR] [--port N] [--apply FILE ...]
+                          [--speed F] [--certificate-delivery-timeout SECONDS] [--authorization MODE]
+
+Starts the API server (with the CRDs rendered from the API models, or ``--crds DIR``, and cert-manager's kinds), the kubelet, the StatefulSet controller
+and cert-manager, writes ``<dir>/kubeconfig``, applies the ``--apply`` manifests, prints how to point kubectl at
+it, and runs until interrupted; then stops every process it started (by PID) and exits 0. The operator and the
+admission webhook (``components.DEFAULTS``) start as child processes of this CLI unless ``--no-operator`` is given;
+the operator's metrics URL is then in ``<dir>/endpoints.json`` (``{"operatorMetrics": "http://127.0.0.1:PORT/metrics"}``).
+
+``--install DIR`` runs the product as a cluster would instead: RBAC mode, then ``kubectl apply -k DIR`` (the
+bundle, ``deploy/``) with the admin kubeconfig; the sandbox's Deployment controller and kubelet bring up its two
+operator and two webhook pods under their own ServiceAccounts (:mod:`opsmanager_sandbox.install`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from opsmanager_sandbox import cluster, process, realcp
+from opsmanager_sandbox import components as sandbox_components
+from opsmanager_sandbox import install as sandbox_install
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="opsmanager sandbox", description="the local Kubernetes sandbox")
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start the sandbox and run until SIGINT/SIGTERM")
+    up.add_argument("--dir", default=".sandbox", help="state directory: kubeconfig, logs, volumes (default .sandbox)")
+    up.add_argument("--no-operator", action="store_true",
+                    help="do not start the operator and the admission webhook inside the sandbox")
+    up.add_argument("--install", metavar="DIR", default=None,
+                    help="install the product from its kustomize bundle (kubectl apply -k DIR, e.g. deploy/) as "
+                         "pods under their own ServiceAccounts, in RBAC mode, instead of the child processes")
+    up.add_argument("--port", type=int, default=0, help="API server port on 127.0.0.1 (default: a free one)")
+    up.add_argument("--apply", action="append", default=[], metavar="FILE",
+                    help="YAML manifests to apply once the sandbox is up (repeatable)")
+    up.add_argument("--speed", type=float, default=1.0,
+                    help="multiply probe periods and restart back-off by this factor (default 1.0 = real time)")
+    up.add_argument("--crds", default=None, metavar="DIR",
+                    help="apply the CRD files of DIR (default: the CRDs rendered from the installed API models)")
+    up.add_argument("--certificate-delivery-timeout", type=float, metavar="SECONDS",
+                    default=sandbox_components.SANDBOX_CERTIFICATE_DELIVERY_TIMEOUT,
+                    help="the operator's --certificate-delivery-timeout (default %(default)s: the sandbox kubelet "
+                         "delivers a changed Secret after 0.5 s)")
+    up.add_argument("--authorization", choices=("AlwaysAllow", "RBAC"), default="AlwaysAllow",
+                    help="the API server's authorization mode: RBAC enforces Roles and bindings and serves HTTPS; "
+                         "the kubeconfig's admin token keeps full rights either way (default %(default)s)")
+    up.add_argument("--control-plane", choices=cluster.CONTROL_PLANES, default=cluster.EMBEDDED,
+                    help="embedded: the emulated API server and controllers (no Go needed); kubernetes: "
+                         "kube-apiserver, kube-controller-manager and kube-scheduler built from their Go modules "
+                         "(`make controlplane` first) with this project's node agent (default %(default)s)")
+    up.add_argument("-v", "--verbose", action="store_true", help="log the controllers' work")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        logging.getLogger("aiohttp").setLevel(logging.CRITICAL)  # disconnects of watches at shutdown
+    if args.install is not None:
+        if args.no_operator:
+            print("opsmanager sandbox up: --install and --no-operator exclude each other (the bundle installs the "
+                  "operator)", file=sys.stderr)
+            return 2
+        if not (Path(args.install) / "kustomization.yaml").is_file():
+            print(f"opsmanager sandbox up: --install {args.install}: no kustomization.yaml there; give the "
+                  "bundle's directory, e.g. --install deploy/", file=sys.stderr)
+            return 2
+        if args.authorization != "RBAC":
+            args.authorization = "RBAC"  # the product runs under its own ServiceAccounts
+    for path in args.apply:
+        if not Path(path).is_file():
+            print(f"opsmanager sandbox up: --apply {path}: no such file", file=sys.stderr)
+            return 2
+    try:
+        return asyncio.run(_up(args))
+    except process.SandboxUnsupported as exc:
+        print(f"opsmanager sandbox up: this machine cannot run the sandbox: {exc}", file=sys.stderr)
+        return 1
+    except sandbox_install.InstallError as exc:
+        print(f"opsmanager sandbox up: --install: {exc}", file=sys.stderr)
+        return 1
+    except realcp.NotBuilt as exc:
+        print(f"opsmanager sandbox up: --control-plane kubernetes: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _up(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    components: list[Any] = [] if args.no_operator else [
+        *cluster.DEFAULT_COMPONENTS,
+        *(functools.partial(c, delivery_timeout=args.certificate_delivery_timeout)
+          if c is sandbox_components.operator else c for c in sandbox_components.DEFAULTS)]
+    if args.install is not None:
+        components = [sandbox_install.install(args.install)]
+    crds = Path(args.crds) if args.crds else cluster.MODEL_CRDS
+    async with cluster.Sandbox(dir=args.dir, port=args.port, speed=args.speed, components=components,
+                               crds_dir=crds, authorization=args.authorization,
+                               control_plane=args.control_plane) as sb:
+        for path in args.apply:
+            await sb.apply(Path(path))
+        metrics_url = sandbox_components.recorded_endpoints(sb.dir).get("operatorMetrics")
+        endpoints = (f"  operator metrics: {metrics_url} (in {sb.dir / sandbox_components.ENDPOINTS_FILE})\n"
+                     if metrics_url else "")
+        extras = "none" if not components else ", ".join(
+            getattr(getattr(c, "func", c), "__name__", repr(c)) for c in components)
+        print(f"sandbox up in {time.monotonic() - started:.2f}s: API server {sb.url} (state in {sb.dir})\n"
+              f"  CRDs: {', '.join(sb.crds) or 'none'}; extra components: {extras}\n"
+              f"  point kubectl at it with:\n"
+              f"    export KUBECONFIG={sb.kubeconfig}\n"
+              f"    kubectl get pods -A\n"
+              f"  container logs: {sb.dir / 'logs'}/<namespace>/<pod>/<container>.log\n"
+              f"{endpoints}"
+              f"  stop with Ctrl-C (SIGINT) or SIGTERM", flush=True)
+        await stop.wait()
+        print("stopping the sandbox ...", flush=True)
+    print("sandbox stopped", flush=True)
+    return 0
