@@ -49,7 +49,7 @@ from typing import Any
 from e2e import consistency, naive, scenario, soak
 from opsmanager import kube
 from opsmanager.api import constants
-from opsmanager.provisioner import naming
+from opsmanager.cluster import naming
 
 ENGINE = "opsmanager"
 NO_MOVE_LEADER = "opsmanager-no-moveleader"  # our steps minus MoveLeader (the bench-only annotation)

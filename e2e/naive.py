@@ -37,7 +37,8 @@ from e2e import scenario
 from opsmanager import kube, pki
 from opsmanager.api import conditions, constants, pause
 from opsmanager.api import etcd as etcd_api
-from opsmanager.provisioner import material, naming, render
+from opsmanager.cluster import naming, render
+from opsmanager.tls import material
 
 PAUSE_REASON = "bench-naive"
 MEMBER_TIMEOUT = 30.0  # how long a naive roll waits for a member before it goes on

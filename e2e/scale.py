@@ -30,8 +30,8 @@ from aiohttp import web
 
 from e2e import naive, processes, scenario
 from opsmanager.api import constants
+from opsmanager.cluster import naming
 from opsmanager.provisioner import handlers as provisioner_handlers
-from opsmanager.provisioner import naming
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host",
               "proxy-connection", "te", "trailer", "upgrade"}

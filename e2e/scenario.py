@@ -26,10 +26,10 @@ from typing import Any, Self
 from e2e import consistency, monitor, processes, writer
 from opsmanager import kube, pki
 from opsmanager.api import constants, pause
+from opsmanager.cluster import naming
 from opsmanager.etcd import access
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
-from opsmanager.provisioner import naming
 
 NAMESPACE = "demo"
 Printer = Callable[[str], None]

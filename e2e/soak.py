@@ -53,10 +53,10 @@ from e2e import consistency, monitor, naive, scenario, writer
 from opsmanager import kube, pki
 from opsmanager.api import constants
 from opsmanager.api import etcd as etcd_api
+from opsmanager.cluster import naming, render
 from opsmanager.etcd import access
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.etcd import probes as etcd_probes
-from opsmanager.provisioner import naming, render
 
 Printer = Callable[[str], None]
 DB = "soak"

@@ -50,9 +50,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from opsmanager import kube
+from opsmanager.cluster import naming
 from opsmanager.etcd import access, errors
 from opsmanager.etcd import client as etcd_client
-from opsmanager.provisioner import naming
 
 
 @dataclasses.dataclass(frozen=True)

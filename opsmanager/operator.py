@@ -60,12 +60,12 @@ import kopf
 
 from opsmanager import kube
 from opsmanager.api import constants
+from opsmanager.cluster import naming
 from opsmanager.etcd import pool as etcd_pool
 from opsmanager.kube import config as kube_config
 from opsmanager.lifecycle import handlers as lifecycle_handlers
 from opsmanager.lifecycle import metrics
 from opsmanager.provisioner import handlers as provisioner_handlers
-from opsmanager.provisioner import naming
 
 log = logging.getLogger("opsmanager.operator")
 

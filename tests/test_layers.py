@@ -76,7 +76,7 @@ def test_the_untouched_package_keeps_every_contract(tree: pathlib.Path) -> None:
      "opsmanager.ops.rollout -> opsmanager.etcd.client"),
     ("opsmanager/webhook/validation.py", "import aiohttp", "pure", "opsmanager.webhook.validation -> aiohttp"),
     ("opsmanager/webhook/admission.py", "import kubernetes", "pure", "opsmanager.webhook.admission -> kubernetes"),
-    ("opsmanager/provisioner/render.py", "import subprocess", "pure", "opsmanager.provisioner.render -> subprocess"),
+    ("opsmanager/cluster/render.py", "import subprocess", "pure", "opsmanager.cluster.render -> subprocess"),
     ("opsmanager/pki.py", "import socket", "pure", "opsmanager.pki -> socket"),
     # ... and indirectly, through an I/O module of ours that imports kopf and the Kubernetes client
     ("opsmanager/api/etcd.py", "from opsmanager.provisioner import applying", "pure",
@@ -90,12 +90,12 @@ def test_the_untouched_package_keeps_every_contract(tree: pathlib.Path) -> None:
     ("opsmanager_sandbox/cluster.py", "from opsmanager.ops import engine", "sandbox-boundary",
      "opsmanager_sandbox.cluster -> opsmanager.ops.engine"),
     ("opsmanager/webhook/server.py", "from opsmanager.provisioner import naming", "webhook-boundary",
-     "opsmanager.webhook.server -> opsmanager.provisioner.naming"),
+     "opsmanager.webhook.server -> opsmanager.cluster.naming"),
     # layers: the provisioner may not import the ops engine, nor the etcd client the provisioner
-    ("opsmanager/provisioner/naming.py", "from opsmanager.ops import queue", "layers",
-     "opsmanager.provisioner.naming -> opsmanager.ops.queue"),
+    ("opsmanager/cluster/naming.py", "from opsmanager.ops import queue", "layers",
+     "opsmanager.cluster.naming -> opsmanager.ops.queue"),
     ("opsmanager/etcd/access.py", "from opsmanager.provisioner import naming", "layers",
-     "opsmanager.etcd.access -> opsmanager.provisioner.naming"),
+     "opsmanager.etcd.access -> opsmanager.cluster.naming"),
 ])
 def test_a_forbidden_import_breaks_its_contract(
     tree: pathlib.Path, module: str, statement: str, contract: str, offence: str,

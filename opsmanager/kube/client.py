@@ -36,8 +36,7 @@ from typing import Any, NamedTuple
 
 import aiohttp
 
-from opsmanager import mergepatch
-from opsmanager.kube import config, errors, resources
+from opsmanager.kube import config, errors, mergepatch, resources
 
 Obj = dict[str, Any]
 

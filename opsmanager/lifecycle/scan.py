@@ -37,11 +37,13 @@ from typing import Any, Final
 from opsmanager import kube, pki
 from opsmanager.api import conditions, constants, durations, lifecycle, pause
 from opsmanager.api import etcd as etcd_api
+from opsmanager.cluster import members, naming, render
 from opsmanager.etcd import access
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.lifecycle import metrics, verdict
-from opsmanager.provisioner import material, members, naming, render
+from opsmanager.tls import identity as tls_identity
+from opsmanager.tls import material
 
 ANNOTATION_EVENT_KEYS: Final = "opsmanager.dev/tls-announced"  # which Events were posted (verdict's keys)
 ANNOTATION_SCAN_REQUESTED: Final = "opsmanager.dev/tls-scan-requested"  # RFC 3339: scan once this time has come
@@ -98,7 +100,7 @@ async def observe(k: kube.Kube, db: etcd_api.Etcd, *, now: datetime.datetime) ->
               for port, alias in constants.PORT_ALIAS.items()}
     cas = _cas(await k.get("v1", "Secret", ns, naming.trust_bundle_secret(name)))
     pods = await members.pods(k, ns, name)
-    identity, _ = await members.client_identity(k, ns, name, [tls])
+    identity, _ = await tls_identity.client_identity(k, ns, name, [tls])
     eps = {ep.name: ep for ep in members.endpoints(name, ns, pods, expected, schemes=("https",), peer_scheme="https")}
     observations = []
     client = etcd_client.EtcdClient(list(eps.values()), tls=identity, timeout=HANDSHAKE_TIMEOUT) if eps else None

@@ -30,8 +30,8 @@ from typing import Any, Final
 
 from opsmanager import kube
 from opsmanager.api import conditions, constants
+from opsmanager.cluster import naming
 from opsmanager.lifecycle import scan, verdict
-from opsmanager.provisioner import naming
 
 log = logging.getLogger(__name__)
 

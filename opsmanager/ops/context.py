@@ -47,9 +47,11 @@ from opsmanager import kube
 from opsmanager.api import conditions, constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
+from opsmanager.cluster import members, naming
 from opsmanager.etcd import access, admin, pool
 from opsmanager.ops import plan as plan_mod
-from opsmanager.provisioner import members, naming
+from opsmanager.tls import identity as tls_identity
+from opsmanager.tls import trust
 
 log = logging.getLogger("opsmanager.ops")
 
@@ -74,6 +76,13 @@ class Fail:
 
 
 StepResult = Done | Progress | Fail
+
+
+def from_tls(answer: trust.Waiting | trust.Refused) -> Progress | Fail:
+    """A step's result from the TLS layer's "not yet" or "cannot work"."""
+    if isinstance(answer, trust.Waiting):
+        return Progress(answer.message, delay=answer.delay)
+    return Fail(answer.message, reason=answer.reason)
 
 # The longest a wait for a watched change (:meth:`OpsContext.until_watched`) lasts without an event. Polling
 # instead (0.2–0.5 s) made the passes over a request grow with the wall time of its restarts: at thirty clusters
@@ -327,7 +336,7 @@ class OpsContext:
         tls_configs = [t for t in (self.plan.desired_tls, self.db.spec.tls) if t is not None]
         if not tls_configs:
             return None
-        identity, _ = await members.client_identity(self.kube, self.namespace, self.db_name, tls_configs)
+        identity, _ = await tls_identity.client_identity(self.kube, self.namespace, self.db_name, tls_configs)
         return identity
 
     async def etcd(self, pods: dict[str, dict[str, Any]] | None = None, *,

@@ -50,7 +50,7 @@ from opsmanager.api import pause as pause_api
 from opsmanager.etcd import admin, pool
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.kube import cache as kube_cache
-from opsmanager.ops import certificates, context, plan, queue
+from opsmanager.ops import context, observe, plan, queue
 from opsmanager.ops.steps import (
     issue,
     move_leader,
@@ -331,7 +331,7 @@ class Engine:
 
     async def _expiry(self, req: dict[str, Any], db_obj: dict[str, Any]) -> str:
         """What expired, when the Etcd's certificates expired and nothing else keeps it from Ready (every member's
-        pod exists); ``""`` otherwise. Decided by expiry as the rescue is (:func:`certificates.observe_expiry`: the
+        pod exists); ``""`` otherwise. Decided by expiry as the rescue is (:func:`observe.observe_expiry`: the
         leaves the members serve, read by a handshake that does not verify, and the CAs every member loaded);
         remembered for :data:`EXPIRY_TTL` seconds per Etcd, as it costs a handshake with every member."""
         meta = db_obj["metadata"]
@@ -349,7 +349,7 @@ class Engine:
         missing = [p for p in ctx.pod_names() if p not in pods or pods[p]["metadata"].get("deletionTimestamp")]
         if ctx.db.spec.tls is not None and not missing:  # a member missing is more than expiry
             try:
-                leaves, cas = await certificates.observe_expiry(ctx)
+                leaves, cas = await observe.observe_expiry(ctx)
             except etcd_errors.EtcdError as err:
                 log.info("EtcdOpsRequest %s/%s: reading served leaves: %s", ctx.namespace, ctx.name, err)
                 leaves, cas = (), ()
@@ -400,9 +400,9 @@ class Engine:
         if raw is None:
             if any(c.get("type") != constants.COND_PENDING for c in ctx.conditions) or ctx.db.spec.tls is None:
                 return plan.RotateVariant.HOT_RELOAD
-            seen = await certificates.observe_rotation(self.kube, ctx.db)
+            seen = await observe.observe_rotation(self.kube, ctx.db)
             try:
-                leaves, cas = await certificates.observe_expiry(ctx)
+                leaves, cas = await observe.observe_expiry(ctx)
             except etcd_errors.EtcdError as err:  # no member to ask at all: judged by status.tls alone
                 log.info("EtcdOpsRequest %s/%s: reading served leaves: %s", ctx.namespace, ctx.name, err)
                 leaves, cas = (), ()

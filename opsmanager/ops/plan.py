@@ -43,7 +43,7 @@ import enum
 from opsmanager.api import common, constants, tlschange
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
-from opsmanager.provisioner import render
+from opsmanager.cluster import render
 
 
 class TLSChange(enum.Enum):

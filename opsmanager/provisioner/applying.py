@@ -49,7 +49,8 @@ import pydantic
 from opsmanager import kube, pki
 from opsmanager.api import conditions, constants, pause
 from opsmanager.api import etcd as etcd_api
-from opsmanager.provisioner import gate, material, naming, ownership, release, render
+from opsmanager.cluster import naming, render
+from opsmanager.tls import gate, material, ownership, release
 
 Obj = dict[str, Any]
 

@@ -33,9 +33,11 @@ import kopf
 
 from opsmanager import kube, metrics
 from opsmanager.api import conditions, constants, pause
+from opsmanager.cluster import naming
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.kube import cache
-from opsmanager.provisioner import applying, gate, naming, observe, rollover, status
+from opsmanager.provisioner import applying, observe, status
+from opsmanager.tls import gate, rollover
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 RESOURCE = (constants.ETCD_GROUP, constants.ETCD_VERSION, constants.ETCD_PLURAL)

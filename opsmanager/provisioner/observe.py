@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from opsmanager import kube
 from opsmanager.api import etcd as etcd_api
+from opsmanager.cluster import health, members, naming
 from opsmanager.etcd import access, pool
-from opsmanager.provisioner import applying, health, members, naming
+from opsmanager.provisioner import applying
+from opsmanager.tls import identity as tls_identity
 
 TIMEOUT = 2.0  # per member and call: a status pass stays well inside the timer interval
 
@@ -36,7 +38,7 @@ async def observe(k: kube.Kube, db: etcd_api.Etcd) -> health.Verdict:
     identity: access.TLSIdentity | None = None
     blocked = ""
     if "https" in schemes:
-        identity, why = await members.client_identity(k, ns, name, [db.spec.tls])
+        identity, why = await tls_identity.client_identity(k, ns, name, [db.spec.tls])
         if identity is None or why:
             schemes = tuple(s for s in schemes if s != "https")
             if not schemes:

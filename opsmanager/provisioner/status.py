@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from opsmanager.api import conditions, constants, pause
-from opsmanager.provisioner import health
+from opsmanager.cluster import health
 
 Status = dict[str, Any]
 Mutation = Callable[[Status], Status]

@@ -24,8 +24,8 @@ import pytest_asyncio
 
 from e2e import scenario
 from opsmanager.api import conditions, constants
+from opsmanager.cluster import naming
 from opsmanager.lifecycle import scan, verdict
-from opsmanager.provisioner import naming
 from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]

@@ -20,9 +20,9 @@ import pytest
 from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.api import etcd as etcd_api
+from opsmanager.cluster import render
 from opsmanager.ops import context, plan
 from opsmanager.ops.steps import update_statefulset
-from opsmanager.provisioner import render
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ import pytest_asyncio
 from e2e import scenario
 from opsmanager import pki
 from opsmanager.api import constants
-from opsmanager.provisioner import rollover
+from opsmanager.tls import rollover
 from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]

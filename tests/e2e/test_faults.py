@@ -20,7 +20,7 @@ import pytest_asyncio
 
 from e2e import naive, scenario
 from opsmanager.api import conditions, constants
-from opsmanager.provisioner import naming
+from opsmanager.cluster import naming
 from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]

@@ -23,7 +23,7 @@ import pytest_asyncio
 from e2e import scenario
 from opsmanager import kube
 from opsmanager.api import constants
-from opsmanager.provisioner import naming
+from opsmanager.cluster import naming
 from opsmanager_sandbox import realcp
 from tests.polling import aeventually
 

@@ -19,8 +19,8 @@ import pytest_asyncio
 from e2e import scenario
 from opsmanager import pki
 from opsmanager.api import conditions, constants
+from opsmanager.cluster import naming
 from opsmanager.etcd import client as etcd_client
-from opsmanager.provisioner import naming
 from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]

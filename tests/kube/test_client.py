@@ -2,7 +2,7 @@
 
 We test these aspects: create/get/list (one namespace and all)/merge-patch/replace/delete (with a uid
 precondition that protects a successor) and ``apply`` (create, then patch only what it owns, and only when that
-changes something: :func:`opsmanager.mergepatch.changes`); ``transact_status``
+changes something: :func:`opsmanager.kube.mergepatch.changes`); ``transact_status``
 writes nothing for a no-op and drops keys a mutation removed; a kind from a CRD is usable once its CRD is added
 to the client's table, an unknown kind is a ``ValueError``; the informer lists, then follows ADDED, MODIFIED and
 DELETED; ``close()`` works from synchronous code after the loop that used the client has ended.

@@ -2,7 +2,7 @@
 
 We test these aspects:
 - the CA behind the Issuer renewed and cert-manager issued leaves from it: the gate holds them (UntrustedCA); the
-  provisioner's :func:`~opsmanager.provisioner.rollover.file_if_renewed` files one ``ReconfigureTLS`` request
+  provisioner's :func:`~opsmanager.tls.rollover.file_if_renewed` files one ``ReconfigureTLS`` request
   (``rotateCertificates``, trigger label ``ca-rollover``, owned by the Etcd, named from the new CA) and an Event;
   called again (a restarted operator) it files nothing;
 - the engine observes the variant once (``ops.opsmanager.dev/plan: CARollover``) and runs widen → re-issue →
@@ -23,7 +23,7 @@ from opsmanager import pki
 from opsmanager.api import conditions, constants, tlschange
 from opsmanager.api import etcd as etcd_api
 from opsmanager.ops import plan
-from opsmanager.provisioner import gate, release, rollover
+from opsmanager.tls import gate, release, rollover
 from tests.ops import test_engine_operations as operations
 from tests.ops import test_engine_resume as resume
 from tests.ops import world as w

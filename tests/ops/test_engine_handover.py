@@ -25,7 +25,9 @@ import pytest
 from opsmanager import pki
 from opsmanager.api import constants
 from opsmanager.api import etcd as etcd_api
-from opsmanager.provisioner import applying, gate, naming, release, rollover
+from opsmanager.cluster import naming
+from opsmanager.provisioner import applying
+from opsmanager.tls import gate, release, rollover
 from tests.ops import test_engine_operations as operations
 from tests.ops import test_engine_resume as resume
 from tests.ops import world as w

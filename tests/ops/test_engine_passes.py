@@ -20,9 +20,10 @@ from typing import Any
 from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.api import etcd as etcd_api
+from opsmanager.cluster import naming, render
 from opsmanager.etcd import access, pool
 from opsmanager.ops import context, engine
-from opsmanager.provisioner import applying, naming, render
+from opsmanager.provisioner import applying
 from tests.ops import world as w
 
 

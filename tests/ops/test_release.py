@@ -18,7 +18,8 @@ from typing import Any
 from opsmanager import pki
 from opsmanager.api import constants
 from opsmanager.api import etcd as etcd_api
-from opsmanager.provisioner import gate, naming, release
+from opsmanager.cluster import naming
+from opsmanager.tls import gate, release
 from tests.ops import world as w
 
 SOURCE, MOUNTED = "db-server-issued", "db-server-cert"

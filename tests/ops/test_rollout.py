@@ -8,8 +8,8 @@ import dataclasses
 from hypothesis import given
 from hypothesis import strategies as st
 
+from opsmanager.cluster.health import MemberView
 from opsmanager.ops.rollout import ActionKind, next_action
-from opsmanager.provisioner.health import MemberView
 
 
 def member(pod: str, member_id: int, *, up_to_date: bool, leader_id: int = 0, **fields: object) -> MemberView:

@@ -37,9 +37,11 @@ from typing import Any
 from opsmanager import kube, pki
 from opsmanager.api import conditions, constants, crdgen
 from opsmanager.api import etcd as etcd_api
+from opsmanager.cluster import naming, render
 from opsmanager.etcd import access, client, fake
 from opsmanager.ops import engine
-from opsmanager.provisioner import applying, material, naming, release, render
+from opsmanager.provisioner import applying
+from opsmanager.tls import material, release
 from opsmanager_sandbox import apiserver as sandbox_apiserver
 from opsmanager_sandbox import kubelet as sandbox_kubelet
 from opsmanager_sandbox import statefulset as sandbox_statefulset

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from opsmanager.api import etcd as etcd_api
-from opsmanager.provisioner import applying, naming, render
+from opsmanager.cluster import naming, render
+from opsmanager.provisioner import applying
 
 
 def make_db(tls: bool = False, **spec: Any) -> etcd_api.Etcd:

@@ -25,8 +25,9 @@ import pytest_asyncio
 
 from opsmanager import kube, pki
 from opsmanager.api import conditions, constants
+from opsmanager.cluster import naming
 from opsmanager.etcd import access, client
-from opsmanager.provisioner import gate, naming
+from opsmanager.tls import gate
 from tests import operator_metrics
 from tests.polling import aeventually
 

@@ -26,8 +26,9 @@ import yaml
 
 from opsmanager import kube, pki
 from opsmanager.api import conditions, constants
+from opsmanager.cluster import naming
 from opsmanager.etcd import access, client, errors
-from opsmanager.provisioner import applying, naming
+from opsmanager.provisioner import applying
 from opsmanager.provisioner import status as prov_status
 from tests import operator_metrics
 from tests.polling import aeventually

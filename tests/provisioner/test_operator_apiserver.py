@@ -29,7 +29,8 @@ import yaml
 from e2e import processes
 from opsmanager import kube, pki
 from opsmanager.api import conditions, constants
-from opsmanager.provisioner import applying, naming
+from opsmanager.cluster import naming
+from opsmanager.provisioner import applying
 from opsmanager.provisioner import status as prov_status
 from opsmanager_sandbox.apiserver import threaded
 from tests import operator_metrics

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from opsmanager.api import conditions, constants, pause
-from opsmanager.provisioner import health, status
+from opsmanager.cluster import health
+from opsmanager.provisioner import status
 
 T0 = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
 T1 = T0 + datetime.timedelta(minutes=5)

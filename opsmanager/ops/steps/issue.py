@@ -14,8 +14,9 @@ from typing import Any
 
 from opsmanager import kube
 from opsmanager.api import conditions, constants
-from opsmanager.ops import certificates, context, plan
-from opsmanager.provisioner import render
+from opsmanager.cluster import render
+from opsmanager.ops import context, plan
+from opsmanager.tls import trust
 
 ANNOTATION_ROTATION = "ops.opsmanager.dev/rotation"  # "<request uid>/<baseline revision>" on a Certificate
 
@@ -30,14 +31,14 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     waiting = []
     for desired in render.render_certificates(ctx.db, step.tls):
         name = desired["metadata"]["name"]
-        live = await ctx.kube.get(certificates.CERT_API, "Certificate", ctx.namespace, name)
+        live = await ctx.kube.get(trust.CERT_API, "Certificate", ctx.namespace, name)
         if live is None:
             return context.Fail(f"Certificate {ctx.namespace}/{name} does not exist; rotateCertificates needs the "
                                 "certificates the Etcd was set up with", reason="CertificateMissing")
         mark = (live["metadata"].get("annotations") or {}).get(ANNOTATION_ROTATION, "")
         if not mark.startswith(f"{uid}/"):
             baseline = _revision(live)
-            await ctx.kube.patch(certificates.CERT_API, "Certificate", ctx.namespace, name,
+            await ctx.kube.patch(trust.CERT_API, "Certificate", ctx.namespace, name,
                                  {"metadata": {"annotations": {ANNOTATION_ROTATION: f"{uid}/{baseline}"}}})
             await _trigger_issuing(ctx.kube, ctx.namespace, name)
             waiting.append(f"{name} re-issue requested")
@@ -87,4 +88,4 @@ async def _trigger_issuing(client: kube.Kube, namespace: str, name: str) -> None
             message="Certificate re-issuance manually triggered")
         return st
 
-    await client.transact_status(certificates.CERT_API, "Certificate", namespace, name, mutate)
+    await client.transact_status(trust.CERT_API, "Certificate", namespace, name, mutate)

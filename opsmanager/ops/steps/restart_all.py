@@ -19,8 +19,9 @@ import json
 
 from opsmanager import metrics
 from opsmanager.api import conditions, constants
+from opsmanager.cluster import health, members, naming
 from opsmanager.ops import context, plan
-from opsmanager.provisioner import gate, health, members, naming, release
+from opsmanager.tls import gate, release
 
 
 def _record(ctx: context.OpsContext) -> dict[str, str] | None:

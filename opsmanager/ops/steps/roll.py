@@ -28,10 +28,11 @@ from typing import Any
 
 from opsmanager import kube, metrics
 from opsmanager.api import constants
+from opsmanager.cluster import members
 from opsmanager.etcd import admin
 from opsmanager.etcd import errors as etcd_errors
-from opsmanager.ops import certificates, context, plan, rollout
-from opsmanager.provisioner import members
+from opsmanager.ops import context, plan, rollout
+from opsmanager.tls import serials
 
 T, F = constants.TRUE, constants.FALSE
 POST_CHECKS = (constants.STEP_CHECK_POD_READY, constants.STEP_ETCD_CLUSTER_HEALTHY,
@@ -100,7 +101,7 @@ async def _check(ctx: context.OpsContext, step: plan.Step, client: admin.EtcdAdm
             return context.Progress(f"waiting for the cluster to recover after {name}: {err}", delay=0.3)
     else:
         assert step.tls is not None
-        problem = await certificates.served_problem(client, name, await certificates.expected_serials(
+        problem = await serials.served_problem(client, name, await serials.expected_serials(
             ctx, step.tls))
         if problem is not None:
             return context.Progress(problem, delay=0.5)

@@ -5,7 +5,7 @@ only after it; and the same two for a CA rollover, :class:`~opsmanager.ops.plan.
 ``IN_USE``, releasing on every reconcile the sources every member can already trust), and Restart's
 ``RestartPods``.
 
-A pass is: the trust bundle the pass needs (:func:`opsmanager.ops.certificates.trust_for`), the StatefulSet for
+A pass is: the trust bundle the pass needs (:func:`trust_for`), the StatefulSet for
 the pass's wiring (:mod:`~opsmanager.ops.steps.update_statefulset`), then the rolling restart
 (:mod:`~opsmanager.ops.steps.roll`) — in that order on every reconcile, each part a no-op once done, so the pass
 is one condition. Failure prevented: members restarted onto listeners or a CA their peers cannot talk to (a
@@ -15,36 +15,56 @@ is one condition. Failure prevented: members restarted onto listeners or a CA th
 
 from __future__ import annotations
 
-from opsmanager.ops import certificates, context, plan
+from opsmanager import pki
+from opsmanager.cluster import render
+from opsmanager.ops import context, plan
 from opsmanager.ops.steps import roll, update_statefulset
-from opsmanager.provisioner import render
+from opsmanager.tls import trust
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     if step.handover_from is not None:
         # Handover: fail closed on a foreign Certificate before any member restarts; no pass at all
         # when the issuer's CA is the user's CA.
-        if problem := await certificates.check_ownership(ctx, render.render_certificates(ctx.db, step.tls)):
+        assert step.tls is not None
+        if problem := await trust.check_ownership(ctx, render.render_certificates(ctx.db, step.tls), step.tls):
             return context.Fail(problem, reason="ForeignObject")
-        same = await certificates.handover_same_ca(ctx, step)
+        same = await trust.handover_same_ca(ctx, step.tls, step.handover_from)
         if not isinstance(same, bool):
-            return same
+            return context.from_tls(same)
         if same:
             return context.Done()
-    trust = await certificates.trust_for(ctx, step)
-    if isinstance(trust, context.Progress | context.Fail):
-        return trust
-    if trust is not None:
-        await certificates.write_bundle(ctx, trust)
-    if step.release_loaded and (wait := await certificates.entry_settling(ctx)) > 0:
+    bundle = await trust_for(ctx, step)
+    if isinstance(bundle, trust.Waiting | trust.Refused):
+        return context.from_tls(bundle)
+    if bundle is not None:
+        await trust.write_bundle(ctx, bundle)
+    if step.release_loaded and (wait := await trust.entry_settling(ctx)) > 0:
         # CA rollover: a member must start strictly after the second its new CA entered the bundle to count as
         # having loaded it (the loaded rule works in whole seconds); restarting it within that second would hold
         # the renewed leaves back for the rest of the run.
         return context.Progress("waiting for the second the trust bundle changed to pass", delay=wait)
     if step.release_loaded and step.tls is not None:
         # CA rollover: leaves cert-manager renews meanwhile still reach the members, each once its CA is loaded.
-        await certificates.release_loaded(ctx, step.tls)
+        await trust.release_loaded(ctx, step.tls)
     applied = await update_statefulset.run(ctx, step)
     if not isinstance(applied, context.Done):
         return applied
     return await roll.run(ctx, step)
+
+
+async def trust_for(ctx: context.OpsContext, step: plan.Step) -> bytes | trust.Waiting | trust.Refused | None:
+    """The trust bundle a pass needs (None: keep it as it is)."""
+    if step.trust is plan.Trust.KEEP:
+        return None
+    assert step.tls is not None
+    if step.trust is plan.Trust.CURRENT_AND_RENEWED:
+        return await trust.renewed_bundle(ctx, step.tls)
+    if step.trust is plan.Trust.IN_USE:
+        return await trust.in_use_bundle(ctx, step.tls)
+    if step.trust is plan.Trust.CURRENT_AND_DESIRED:
+        new = await trust.probe_cas(ctx, step.tls)
+        if not isinstance(new, bytes):
+            return new
+        return pki.bundle(await trust.current_bundle(ctx), new)
+    return await trust.desired_cas(ctx, step.tls)

@@ -10,36 +10,37 @@ Failures prevented:
   the step fails closed naming the object and the way out (cozystack's rule), before anything is applied.
 
 Then it releases every source (what the Certificate wrote) into the Secret members and clients mount, through
-the material gate (:mod:`opsmanager.provisioner.release`), with the CAs the phase allows: for a fresh TLS set-up
+the material gate (:mod:`opsmanager.tls.release`), with the CAs the phase allows: for a fresh TLS set-up
 (``Trust.DESIRED``, add TLS) any CA — no member serves TLS yet — and the trust bundle is then written from the
 released CAs, before the pass that turns TLS on; otherwise (rotate, certificate update, issuer change after the
 widen pass) the CAs of the current trust bundle, which every member has restarted onto; for a CA rollover the CAs
-every member has loaded (:func:`opsmanager.provisioner.release.loaded`) — after the widen pass, old and new.
+every member has loaded (:func:`opsmanager.tls.release.loaded`) — after the widen pass, old and new.
 """
 
 from __future__ import annotations
 
-from opsmanager.ops import certificates, context, plan
-from opsmanager.provisioner import release, render
+from opsmanager.cluster import render
+from opsmanager.ops import context, plan
+from opsmanager.tls import release, trust
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     assert step.tls is not None
     certs = render.render_certificates(ctx.db, step.tls)
-    if problem := await certificates.check_ownership(ctx, certs):
+    if problem := await trust.check_ownership(ctx, certs, step.tls):
         return context.Fail(problem, reason="ForeignObject")
     for cert in certs:
         await ctx.kube.apply(cert)
-    waiting = [p for cert in certs if (p := await certificates.material_problem(ctx, cert))]
+    waiting = [p for cert in certs if (p := await trust.material_problem(ctx, cert))]
     if waiting:
         return context.Progress(f"waiting for certificates: {'; '.join(waiting)}", delay=ctx.until_watched(0.5))
     fresh = step.trust is plan.Trust.DESIRED
     if step.release_loaded:  # CA rollover: the CAs every member has loaded (the gate's rule), not the bundle
         allowed: bytes | None = await release.loaded(ctx.kube, ctx.db)
     else:
-        allowed = None if fresh else await certificates.current_bundle(ctx)
-    if held := await certificates.release_all(ctx, step.tls, allowed):
+        allowed = None if fresh else await trust.current_bundle(ctx)
+    if held := await trust.release_all(ctx, step.tls, allowed):
         return context.Progress(f"waiting for certificates that pass the gate: {held}", delay=0.5)
     if fresh:
-        await certificates.write_bundle(ctx, await certificates.desired_cas(ctx, step.tls))
+        await trust.write_bundle(ctx, await trust.desired_cas(ctx, step.tls))
     return context.Done()

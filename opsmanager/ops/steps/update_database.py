@@ -8,7 +8,8 @@ foreign one); after an issuer change, the CA probe Certificates.
 from __future__ import annotations
 
 from opsmanager.api import constants
-from opsmanager.ops import certificates, context, plan
+from opsmanager.ops import context, plan
+from opsmanager.tls import trust
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
@@ -26,7 +27,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
             # The TLS the cluster had: the plan's steps still carry it (spec.tls on the Etcd is gone by now).
             tls_before = next((s.tls for s in ctx.plan.steps if s.tls is not None), None)
             if tls_before is not None:
-                await certificates.delete_certificates(ctx, tls_before)
+                await trust.delete_certificates(ctx, tls_before)
         if ctx.plan.change in (plan.TLSChange.ISSUER, plan.TLSChange.HANDOVER):
-            await certificates.delete_probes(ctx, desired)
+            await trust.delete_probes(ctx, desired)
     return context.Done()

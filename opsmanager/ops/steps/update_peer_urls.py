@@ -14,9 +14,9 @@ the step's one transition Event names the members it updated (the API request bu
 from __future__ import annotations
 
 from opsmanager.api import constants
+from opsmanager.cluster import naming
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan
-from opsmanager.provisioner import naming
 
 
 def peer_url(ctx: context.OpsContext, pod: str, scheme: str) -> str:

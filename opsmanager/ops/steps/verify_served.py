@@ -33,9 +33,10 @@ import json
 from typing import Any
 
 from opsmanager.api import conditions, constants
-from opsmanager.ops import certificates, context, plan, rollout
+from opsmanager.cluster import members
+from opsmanager.ops import context, plan, rollout
 from opsmanager.ops.steps import roll
-from opsmanager.provisioner import members
+from opsmanager.tls import serials
 
 T, F = constants.TRUE, constants.FALSE
 # {"<pod>": {"uid": "<uid of the pod we evicted>", "after": <seconds after CertificateSynced>}} on the request
@@ -85,7 +86,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
             return in_flight
         if (checks := await roll.post_checks(ctx, step, client, pods, replaced)) is not None:
             return checks
-        expected = await certificates.expected_serials(ctx, step.tls)
+        expected = await serials.expected_serials(ctx, step.tls)
         missing = [p for p in constants.PORT_ALIAS if p not in expected]
         if missing:
             return context.Progress(f"no certificate in the Secret of the {', '.join(missing)} port", delay=0.5)
@@ -94,7 +95,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
             type_ = constants.per_pod_type(constants.STEP_VERIFY_SERVED_CERTIFICATE, name)
             if ctx.is_true(type_):
                 continue
-            problem = await certificates.served_problem(client, name, expected)
+            problem = await serials.served_problem(client, name, expected)
             if problem is None:
                 ctx.set_pod_condition(constants.STEP_VERIFY_SERVED_CERTIFICATE, name, T)
                 continue

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from opsmanager.cluster import members
 from opsmanager.etcd import fake
-from opsmanager.provisioner import members
 
 NS, DB = "demo", "db"
 NAMES = ["db-0", "db-1", "db-2"]

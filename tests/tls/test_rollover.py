@@ -11,7 +11,7 @@ import datetime
 from opsmanager import pki
 from opsmanager.api import constants
 from opsmanager.api import etcd as etcd_api
-from opsmanager.provisioner import rollover
+from opsmanager.tls import rollover
 
 
 def now() -> datetime.datetime:

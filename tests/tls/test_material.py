@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from opsmanager import pki
-from opsmanager.provisioner import material
+from opsmanager.tls import material
 
 
 def b64(data: bytes) -> str:

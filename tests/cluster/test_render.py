@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from opsmanager.api import etcd as etcd_api
-from opsmanager.provisioner import naming, render
+from opsmanager.cluster import naming, render
 
 
 def make_db(tls: bool | dict[str, Any] = False, **spec: Any) -> etcd_api.Etcd:

@@ -33,7 +33,8 @@ from typing import Any, Final
 from opsmanager import kube, pki
 from opsmanager.api import constants
 from opsmanager.api import etcd as etcd_api
-from opsmanager.provisioner import gate, material, release, render
+from opsmanager.cluster import render
+from opsmanager.tls import gate, material, release
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from opsmanager import pki
-from opsmanager.provisioner import material
+from opsmanager.tls import material
 
 KEYS: Final = ("tls.crt", "tls.key", "ca.crt")
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from opsmanager import pki
-from opsmanager.provisioner import gate
+from opsmanager.tls import gate
 
 
 def now() -> datetime.datetime:

@@ -28,7 +28,8 @@ from typing import Any
 from opsmanager import kube, pki
 from opsmanager.api import constants
 from opsmanager.api import etcd as etcd_api
-from opsmanager.provisioner import gate, material, members, naming, ownership, render
+from opsmanager.cluster import members, naming, render
+from opsmanager.tls import gate, material, ownership
 
 Obj = dict[str, Any]
 CERT_MANAGER_PREFIXES = ("cert-manager.io/", "controller.cert-manager.io/")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from opsmanager.api import constants
-from opsmanager.provisioner import health
+from opsmanager.cluster import health
 
 
 def member(i: int, healthy: bool = True, leader: int = 1, ready: bool = True) -> health.MemberView:

@@ -26,7 +26,7 @@ from opsmanager.api import constants
 @dataclasses.dataclass(frozen=True)
 class MemberView:
     """One expected member as observed now — the one view that both the health verdict here and the rolling
-    restart's decision (:mod:`opsmanager.ops.rollout`) read; built by :func:`opsmanager.provisioner.members.observe`.
+    restart's decision (:mod:`opsmanager.ops.rollout`) read; built by :func:`opsmanager.cluster.members.observe`.
 
     ``pod_ready``: the pod serves (kubelet Ready, an address, not terminating); ``healthy``: etcd's own notion (a
     linearizable read went through and Status answered); ``member_id``/``leader_id`` from its Status (0 when it did

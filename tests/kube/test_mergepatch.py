@@ -1,4 +1,4 @@
-"""JSON merge patch (RFC 7386), the one implementation (``opsmanager/mergepatch.py``): apply, diff, changes."""
+"""JSON merge patch (RFC 7386), the one implementation (``opsmanager/kube/mergepatch.py``): apply, diff, changes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from opsmanager import mergepatch
+from opsmanager.kube import mergepatch
 
 
 def test_apply_merges_maps_deletes_with_null_and_replaces_the_rest() -> None:

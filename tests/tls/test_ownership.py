@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from opsmanager.provisioner import ownership
+from opsmanager.tls import ownership
 
 
 def obj(kind: str = "Service", owner: dict[str, Any] | None = None, annotations: dict[str, str] | None = None,

@@ -6,13 +6,13 @@
   names, and a pod IP is what exists the moment a pod runs), the client port 2379, and the name the pod is known by,
   ``<pod>.<db>-pods.<ns>.svc`` as the TLS server name — exactly what a client going through the headless Service
   checks (:func:`endpoints`).
-- **As whom** (:func:`client_identity`): the operator presents the ``client`` alias Secret (``<db>-client-cert``,
+- **As whom** (:func:`opsmanager.tls.identity.client_identity`): the operator presents the ``client`` alias Secret (``<db>-client-cert``,
   CN ``root``) and trusts every CA it knows for the cluster — the trust bundle ``<db>-ca-bundle`` and the
   ``ca.crt`` of the leaf Secrets of every TLS configuration given (during a transition: the one the cluster had
   and the one it is moving to), so a member is verified whichever CA its leaf chains to right now.
 
 - **What each one says** (:func:`observe`): Status, etcd's own health and (when asked) MemberList, folded into
-  the one :class:`~opsmanager.provisioner.health.MemberView` per expected member that the provisioner's verdict
+  the one :class:`~opsmanager.cluster.health.MemberView` per expected member that the provisioner's verdict
   and the rolling restart's decision both read.
 
 Only the I/O of reading pods, Secrets and members is here; the verdicts (health, rollout) are pure modules.
@@ -24,12 +24,10 @@ import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from opsmanager import kube, pki
-from opsmanager.api import constants
-from opsmanager.api import etcd as etcd_api
+from opsmanager import kube
+from opsmanager.cluster import health, naming
 from opsmanager.etcd import access, admin, errors, probes
 from opsmanager.etcd import client as etcd_client
-from opsmanager.provisioner import health, material, naming, render
 
 Obj = dict[str, Any]
 
@@ -76,47 +74,6 @@ def endpoints(db_name: str, namespace: str, member_pods: Mapping[str, Mapping[st
             metrics_port=naming.METRICS_PORT if metrics else None, peer_port=naming.peer_port(peer_scheme),
             schemes=tuple(schemes), server_name=naming.pod_fqdn(db_name, namespace, name)))
     return out
-
-
-async def client_identity(k: kube.Kube, namespace: str, db_name: str,
-                          tls_configs: Sequence[etcd_api.TLSConfig | None]) -> tuple[access.TLSIdentity | None, str]:
-    """The operator's TLS identity for this cluster and, when it is not complete, why.
-
-    ``(None, why)`` when no CA is known at all (no trust bundle, no leaf ``ca.crt``); ``(identity without a
-    client certificate, why)`` when CAs are known but the ``client`` alias Secret is not complete (enough to
-    verify what a member serves, not for mutual TLS); ``(identity, "")`` otherwise. A configuration of ``None``
-    (no TLS, e.g. before an ops request adds it) contributes the default Secret names."""
-    configs = list(tls_configs) or [None]
-    cas: list[bytes] = []
-    bundle_name = naming.trust_bundle_secret(db_name)
-    bundle = material.secret_bytes(await k.get("v1", "Secret", namespace, bundle_name), naming.TRUST_BUNDLE_KEY)
-    if bundle:
-        cas.append(bundle)
-    client: Mapping[str, Any] | None = None
-    problem = ""
-    seen: set[str] = set()
-    for tls in configs:
-        for alias in (constants.ALIAS_CLIENT, constants.ALIAS_SERVER):
-            name = render.secret_name(db_name, tls, alias)
-            if name in seen:
-                continue
-            seen.add(name)
-            secret = await k.get("v1", "Secret", namespace, name)
-            if (ca := material.secret_bytes(secret, "ca.crt")) is not None:
-                cas.append(ca)
-            if alias == constants.ALIAS_CLIENT and client is None:
-                verdict = material.check_secret(secret, f"{namespace}/{name}")
-                if verdict.complete:
-                    client = secret
-                elif not problem:
-                    problem = verdict.problem
-    if not cas:
-        return None, f"trust bundle Secret {namespace}/{bundle_name} does not exist yet"
-    ca_pem = pki.bundle(*cas)
-    if client is None:
-        return access.TLSIdentity(ca_pem=ca_pem, name="operator-no-client-cert"), problem
-    return access.TLSIdentity(ca_pem=ca_pem, cert_pem=material.secret_bytes(client, "tls.crt"),
-                              key_pem=material.secret_bytes(client, "tls.key"), name="operator"), ""
 
 
 def revision(pod: Mapping[str, Any]) -> str | None:

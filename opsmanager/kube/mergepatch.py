@@ -2,8 +2,9 @@
 
 Maps merge key by key and ``null`` deletes a key; anything else (a list, a scalar) replaces. Used by the client (a
 PATCH that would change nothing is not sent), the webhook (KubeDB's precondition message prints the patch from the
-old object to the new) and the sandbox's API server (``application/merge-patch+json``). Pure, beside ``pki``: the
-webhook's validation may import no I/O module, and the Kubernetes layer's package brings aiohttp.
+old object to the new) and the sandbox's API server (``application/merge-patch+json``). Pure, like
+:mod:`opsmanager.kube.selectors`: the webhook's validation may import no I/O module, and the package's
+``__init__`` loads the client and the informers only when one of their names is used.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from typing import Any
 
 from opsmanager.api import common, constants
 from opsmanager.api import etcd as etcd_api
-from opsmanager.provisioner import naming
+from opsmanager.cluster import naming
 
 Manifest = dict[str, Any]
 SCHEMES = ("http", "https")
