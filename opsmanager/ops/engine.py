@@ -56,8 +56,7 @@ from opsmanager.ops.steps import (
     move_leader,
     pause,
     rescue_chosen,
-    restart_all,
-    roll,
+    restart_pods,
     roll_pass,
     sync_certificates,
     update_database,
@@ -78,14 +77,15 @@ STEPS: dict[plan.StepKind, Executor] = {
     plan.StepKind.ISSUE: issue.run,
     plan.StepKind.SYNC_CERTIFICATES: sync_certificates.run,
     plan.StepKind.APPLY_STATEFULSET: update_statefulset.run,
-    plan.StepKind.ROLL: roll.run,
+    plan.StepKind.ROLL: restart_pods.run,
+    plan.StepKind.RESTART: restart_pods.run,
     plan.StepKind.ROLL_PASS: roll_pass.run,
     plan.StepKind.UPDATE_PEER_URLS: update_peer_urls.run,
     plan.StepKind.MOVE_LEADER: move_leader.run,
     plan.StepKind.VERIFY_SERVED: verify_served.run,
     plan.StepKind.UPDATE_DATABASE: update_database.run,
     plan.StepKind.RESCUE_CHOSEN: rescue_chosen.run,
-    plan.StepKind.RESTART_ALL: restart_all.run,
+    plan.StepKind.RESTART_ALL: restart_pods.run,
 }
 
 

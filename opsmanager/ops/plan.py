@@ -61,6 +61,7 @@ class StepKind(enum.Enum):
     SYNC_CERTIFICATES = "SyncCertificates"  # apply the desired Certificates, wait for complete material
     APPLY_STATEFULSET = "ApplyStatefulSet"  # re-render the StatefulSet for the step's wiring
     ROLL = "Roll"  # leader-aware rolling restart onto the StatefulSet's update revision
+    RESTART = "Restart"  # the Restart request: stamp the template, then the rolling restart, as one step
     ROLL_PASS = "RollPass"  # trust bundle + StatefulSet + roll, as one intermediate pass
     UPDATE_PEER_URLS = "UpdatePeerURLs"  # member update of each peer URL to the step's scheme
     MOVE_LEADER = "MoveLeader"  # standalone MoveLeader request
@@ -411,7 +412,7 @@ def plan_for(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest,
         wiring = render.Wiring.steady(db.spec.tls)
         restart_steps = (
             _running("Etcd ops request is restarting the members"),
-            Step(constants.COND_RESTART_PODS, StepKind.ROLL_PASS,
+            Step(constants.COND_RESTART_PODS, StepKind.RESTART,
                  "Successfully restarted all the etcd members", wiring=wiring, tls=db.spec.tls),
         )
         return Plan(spec.type, None, db.spec.tls, restart_steps)

@@ -18,6 +18,9 @@ from opsmanager.cluster import render
 from opsmanager.ops import context, plan
 from opsmanager.tls import trust
 
+# The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
+CONDITIONS: tuple[str, ...] = (constants.COND_ISSUE_CERTIFICATES_SUCCEEDED,)
+
 ANNOTATION_ROTATION = "ops.opsmanager.dev/rotation"  # "<request uid>/<baseline revision>" on a Certificate
 
 

@@ -10,9 +10,13 @@ to a learner or lagging member (the most caught-up voter is chosen when none is 
 from __future__ import annotations
 
 from opsmanager import metrics
+from opsmanager.api import constants
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan
+
+# The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
+CONDITIONS: tuple[str, ...] = (constants.COND_ETCD_LEADER_MOVED,)
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:

@@ -18,6 +18,9 @@ from opsmanager.api import constants
 from opsmanager.api import pause as pause_api
 from opsmanager.ops import context, plan
 
+# The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
+CONDITIONS: tuple[str, ...] = (constants.COND_RUNNING,)
+
 # Events on the Etcd (the request's own Event for the pause is its ``Running`` transition).
 EVENT_PAUSED = "Paused"
 EVENT_RESUMED = "Resumed"

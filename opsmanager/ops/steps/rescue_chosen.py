@@ -11,6 +11,9 @@ from __future__ import annotations
 from opsmanager.api import constants
 from opsmanager.ops import context, plan
 
+# The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
+CONDITIONS: tuple[str, ...] = (constants.COND_RESCUE_PLAN_CHOSEN,)
+
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     reason = (ctx.request["metadata"].get("annotations") or {}).get(constants.ANNOTATION_RESCUE_REASON)

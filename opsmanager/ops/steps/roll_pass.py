@@ -1,13 +1,13 @@
-"""The intermediate passes of the TLS plans, one step each: ``TLSListenersAdded`` and ``PlaintextListenersAdded``
+"""The intermediate passes of the TLS plans, one step each.
+
+``TLSListenersAdded`` and ``PlaintextListenersAdded``
 (add/remove TLS: every member listens on both schemes before any peer URL changes scheme),
 ``TrustBundleWidened`` and ``TrustBundleNarrowed`` (issuer change: trust old+new CA before the switch, the new CA
 only after it; and the same two for a CA rollover, :class:`~opsmanager.ops.plan.Trust` ``CURRENT_AND_RENEWED`` /
-``IN_USE``, releasing on every reconcile the sources every member can already trust), and Restart's
-``RestartPods``.
+``IN_USE``, releasing on every reconcile the sources every member can already trust).
 
 A pass is: the trust bundle the pass needs (:func:`trust_for`), the StatefulSet for
-the pass's wiring (:mod:`~opsmanager.ops.steps.update_statefulset`), then the rolling restart
-(:mod:`~opsmanager.ops.steps.roll`) — in that order on every reconcile, each part a no-op once done, so the pass
+the pass's wiring, then the rolling restart (both :mod:`~opsmanager.ops.restart`) — in that order on every reconcile, each part a no-op once done, so the pass
 is one condition. Failure prevented: members restarted onto listeners or a CA their peers cannot talk to (a
 3-member cluster broken for good at the third member, or 3–8 s write stalls — measured). A handover pass
 (``step.handover_from``) is skipped when the issuer's CA is the user's CA: nothing to widen or narrow.
@@ -16,10 +16,13 @@ is one condition. Failure prevented: members restarted onto listeners or a CA th
 from __future__ import annotations
 
 from opsmanager import pki
+from opsmanager.api import constants
 from opsmanager.cluster import render
-from opsmanager.ops import context, plan
-from opsmanager.ops.steps import roll, update_statefulset
+from opsmanager.ops import context, plan, restart
 from opsmanager.tls import trust
+
+# The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
+CONDITIONS: tuple[str, ...] = (constants.COND_TLS_LISTENERS_ADDED, constants.COND_PLAINTEXT_LISTENERS_ADDED, constants.COND_TRUST_BUNDLE_WIDENED, constants.COND_TRUST_BUNDLE_NARROWED)
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
@@ -47,10 +50,10 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     if step.release_loaded and step.tls is not None:
         # CA rollover: leaves cert-manager renews meanwhile still reach the members, each once its CA is loaded.
         await trust.release_loaded(ctx, step.tls)
-    applied = await update_statefulset.run(ctx, step)
+    applied = await restart.apply_template(ctx, step)
     if not isinstance(applied, context.Done):
         return applied
-    return await roll.run(ctx, step)
+    return await restart.rolling(ctx, step)
 
 
 async def trust_for(ctx: context.OpsContext, step: plan.Step) -> bytes | trust.Waiting | trust.Refused | None:

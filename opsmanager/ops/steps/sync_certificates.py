@@ -19,9 +19,13 @@ every member has loaded (:func:`opsmanager.tls.release.loaded`) — after the wi
 
 from __future__ import annotations
 
+from opsmanager.api import constants
 from opsmanager.cluster import render
 from opsmanager.ops import context, plan
 from opsmanager.tls import release, trust
+
+# The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
+CONDITIONS: tuple[str, ...] = (constants.COND_CERTIFICATE_SYNCED,)
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:

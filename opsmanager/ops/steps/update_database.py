@@ -11,6 +11,9 @@ from opsmanager.api import constants
 from opsmanager.ops import context, plan
 from opsmanager.tls import trust
 
+# The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
+CONDITIONS: tuple[str, ...] = (constants.COND_UPDATE_DATABASE,)
+
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     desired = ctx.plan.desired_tls

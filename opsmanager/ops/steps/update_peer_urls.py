@@ -18,6 +18,9 @@ from opsmanager.cluster import naming
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan
 
+# The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
+CONDITIONS: tuple[str, ...] = (constants.COND_PEER_URLS_UPDATED,)
+
 
 def peer_url(ctx: context.OpsContext, pod: str, scheme: str) -> str:
     return f"{scheme}://{ctx.fqdn(pod)}:{naming.peer_port(scheme)}"

@@ -10,7 +10,7 @@ The kubelet delivers a changed Secret after a delay (its sync period plus its ca
 default kubelet). A member still serving the previous leaf ``delivery_timeout`` seconds after ``CertificateSynced``
 became True (``opsmanager run --certificate-delivery-timeout``, default 120 s; the clock is that condition's
 ``lastTransitionTime``, so it survives an operator restart) is **restarted alone** with the rolling restart's
-machinery (:mod:`~opsmanager.ops.steps.roll`): only when the cluster is at rest, followers before the leader,
+machinery (:mod:`~opsmanager.ops.restart`): only when the cluster is at rest, followers before the leader,
 MoveLeader off a stale leader first, through the Eviction API, then ``CheckPodReady--`` (a new pod UID, Ready),
 ``EtcdClusterHealthy--`` and ``VerifyServedCertificate--``. Only then does ``RestartPods`` appear, saying how many
 members needed a restart and why.
@@ -22,7 +22,7 @@ pod stuck on a stale volume) — it is found by the handshake and fixed by a res
 
 Crash safety: the conditions are the state. Before an eviction the member's pod UID is written on the request
 (annotation ``ops.opsmanager.dev/stale-members``, at once), then the queued conditions with ``EvictPod--<pod>``
-False (``roll.restart`` flushes before it evicts), so a member evicted just before the operator died is
+False (``restart.restart`` flushes before it evicts), so a member evicted just before the operator died is
 recognised by its new UID and never restarted twice.
 """
 
@@ -34,9 +34,11 @@ from typing import Any
 
 from opsmanager.api import conditions, constants
 from opsmanager.cluster import members
-from opsmanager.ops import context, plan, rollout
-from opsmanager.ops.steps import roll
+from opsmanager.ops import context, plan, restart, rollout
 from opsmanager.tls import serials
+
+# The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
+CONDITIONS: tuple[str, ...] = (constants.COND_SERVED_CERTIFICATES_VERIFIED,)
 
 T, F = constants.TRUE, constants.FALSE
 # {"<pod>": {"uid": "<uid of the pod we evicted>", "after": <seconds after CertificateSynced>}} on the request
@@ -55,11 +57,6 @@ def _stale_record(ctx: context.OpsContext) -> dict[str, dict[str, Any]]:
 async def _remember(ctx: context.OpsContext, name: str, uid: str, after: float) -> None:
     record = {**_stale_record(ctx), name: {"uid": uid, "after": round(after)}}
     await ctx.annotate({ANNOTATION_STALE_MEMBERS: json.dumps(record, sort_keys=True)})
-
-
-def restart_message(restarted: list[str], total: int, after: int) -> str:
-    return (f"Restarted {len(restarted)} of {total} members that still served the previous certificate {after}s "
-            f"after it was issued: {', '.join(restarted)}")
 
 
 def _since_synced(ctx: context.OpsContext, step: plan.Step) -> float:
@@ -82,9 +79,9 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     pods = await ctx.pods()
     names = ctx.pod_names()
     async with await ctx.etcd(pods) as client:
-        if (in_flight := await roll.finish_eviction(ctx, step, pods, replaced)) is not None:
+        if (in_flight := await restart.finish_eviction(ctx, step, pods, replaced)) is not None:
             return in_flight
-        if (checks := await roll.post_checks(ctx, step, client, pods, replaced)) is not None:
+        if (checks := await restart.post_checks(ctx, step, client, pods, replaced)) is not None:
             return checks
         expected = await serials.expected_serials(ctx, step.tls)
         missing = [p for p in constants.PORT_ALIAS if p not in expected]
@@ -110,8 +107,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
             if not restarted:
                 return context.Done()
             afters = [int((record.get(n) or {}).get("after") or 0) for n in restarted]
-            message = restart_message(restarted, len(names), min(afters))
-            ctx.set_condition(constants.COND_RESTART_PODS, T, message)
+            message = restart.report_stale_restarts_done(ctx, restarted, len(names), min(afters))
             return context.Done(f"{step.message}; {message[0].lower()}{message[1:]}")
         elapsed = _since_synced(ctx, step)
         bound = ctx.delivery_timeout
@@ -127,12 +123,9 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
             return context.Progress(f"{', '.join(stale)} still serve(s) the previous certificate after {bound:g}s; "
                                     f"not restarting yet: {action.reason}", delay=0.5)
         if action.kind is rollout.ActionKind.MOVE_LEADER:
-            return await roll.move_leader(ctx, client, action)
+            return await restart.move_leader(ctx, client, action)
         assert action.pod is not None
         pod = pods[action.pod]
         await _remember(ctx, action.pod, str(pod["metadata"].get("uid") or ""), elapsed)
-        ctx.set_condition(
-            constants.COND_RESTART_PODS, F,
-            f"Restarting {action.pod}: it still served the previous certificate {elapsed:.0f}s after it was issued "
-            f"({stale[action.pod]})")
-        return await roll.restart(ctx, step, pod)
+        restart.report_stale_restart(ctx, action.pod, elapsed, stale[action.pod])
+        return await restart.restart(ctx, step, pod)

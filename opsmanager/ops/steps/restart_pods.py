@@ -1,4 +1,8 @@
-"""``RestartPods`` of the CA rescue: restart every member together, once, and wait for quorum.
+"""``RestartPods``: restart the members, one at a time with the leader last, or every member together once.
+
+``ROLL`` restarts onto the template the step before applied, ``RESTART`` (the Restart request) stamps the template
+itself first — both with the rolling restart of :mod:`opsmanager.ops.restart` —, and ``RESTART_ALL`` is the CA
+rescue's restart of every member together, below.
 
 Members loaded their CA at start; once it has expired (or the new leaves chain to a CA they never loaded) they
 cannot talk to each other. A rolling restart would only lose members: the restarted one trusts the new CA, the
@@ -20,8 +24,11 @@ import json
 from opsmanager import metrics
 from opsmanager.api import conditions, constants
 from opsmanager.cluster import health, members, naming
-from opsmanager.ops import context, plan
+from opsmanager.ops import context, plan, restart
 from opsmanager.tls import gate, release
+
+# The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
+CONDITIONS: tuple[str, ...] = (constants.COND_RESTART_PODS,)
 
 
 def _record(ctx: context.OpsContext) -> dict[str, str] | None:
@@ -50,6 +57,16 @@ async def _bundle_settled(ctx: context.OpsContext) -> float:
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    if step.kind is plan.StepKind.RESTART_ALL:
+        return await _restart_all(ctx, step)
+    if step.kind is plan.StepKind.RESTART:
+        applied = await restart.apply_template(ctx, step)
+        if not isinstance(applied, context.Done):
+            return applied
+    return await restart.rolling(ctx, step)
+
+
+async def _restart_all(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     pods = await ctx.pods()
     names = ctx.pod_names()
     record = _record(ctx)

@@ -1,8 +1,12 @@
-"""``RestartPods``: the leader-aware rolling restart onto the StatefulSet's update revision — the only code that
-disrupts members. Followers first, the leader last after MoveLeader, one member at a time.
+"""The restart machinery — the only code that disrupts members through the Eviction API: stamping the StatefulSet's
+template so each pass has its own revision, the leader-aware rolling restart onto that revision (followers first,
+the leader last after MoveLeader, one member at a time), and the checks after each member's restart. Steps call it
+(:mod:`~opsmanager.ops.steps.restart_pods`, :mod:`~opsmanager.ops.steps.roll_pass`,
+:mod:`~opsmanager.ops.steps.update_statefulset`, :mod:`~opsmanager.ops.steps.verify_served`); it owns the per-pod
+conditions it writes.
 
 A member "needs a restart" exactly when its pod's ``controller-revision-hash`` differs from the StatefulSet's
-``updateRevision`` (each pass stamps its own revision, see :mod:`~opsmanager.ops.steps.update_statefulset`). That
+``updateRevision`` (each pass stamps its own revision, :func:`apply_template`). That
 fact survives an operator crash: a member restarted just before the crash is recreated on the new revision and is
 never restarted again. The decision of what to do next is the pure :func:`opsmanager.ops.rollout.next_action`;
 this module observes, acts, and writes the per-pod conditions:
@@ -15,10 +19,17 @@ pass at once go True in the same reconcile and the same write —, and ``MoveLea
 once leadership has moved; False only when the move failed). Failures prevented: quorum lost by restarting two members at once or a
 member of a degraded cluster; a 1.5–2 s write stall from killing the leader (MoveLeader takes ≈ 0.1 s).
 
-The restart machinery (:func:`restart`, :func:`finish_eviction`, :func:`post_checks`, :func:`move_leader`) is
-shared with :mod:`~opsmanager.ops.steps.verify_served`, which restarts a member alone when it still serves a
-previous certificate; it says what "recreated" means by a ``replaced`` predicate (here: the pod runs the update
-revision; there: the pod has a new UID, since the StatefulSet's revision does not change).
+:func:`restart`, :func:`finish_eviction`, :func:`post_checks` and :func:`move_leader` also serve
+:mod:`~opsmanager.ops.steps.verify_served`, which restarts a member alone when it still serves a previous
+certificate; the caller says what "recreated" means by a ``replaced`` predicate (the rolling restart: the pod runs
+the update revision; verify_served: the pod has a new UID, since the StatefulSet's revision does not change).
+
+The template (:func:`apply_template`) is replaced as a whole (the provisioner's apply: PUT only when the render or
+the restart token differs from what is live) and stamped ``opsmanager.dev/restartedAt: <request>/<pass>``. So the
+request's queued record (the step before, done in the same reconcile) is written before the template is: re-run
+after a crash, an earlier pass would otherwise re-apply its own template. Failure prevented: a roll that starts
+before the StatefulSet controller has computed the new ``updateRevision`` and so restarts members onto the old
+template.
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ from opsmanager.cluster import members
 from opsmanager.etcd import admin
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan, rollout
+from opsmanager.provisioner import applying
 from opsmanager.tls import serials
 
 T, F = constants.TRUE, constants.FALSE
@@ -179,8 +191,8 @@ def skip_move_leader(ctx: context.OpsContext) -> bool:
     return str(notes.get(constants.ANNOTATION_BENCH_SKIP_MOVE_LEADER, "")).lower() == "true"
 
 
-async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
-    """One move of the rolling restart (a ``ROLL`` or the roll part of a ``ROLL_PASS``)."""
+async def rolling(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    """One move of the rolling restart (a ``ROLL`` or ``RESTART`` step, or the roll part of a ``ROLL_PASS``)."""
     sts = await ctx.statefulset()
     if sts is None:
         return context.Fail(f"StatefulSet {ctx.namespace}/{ctx.db_name} does not exist", reason="NoStatefulSet")
@@ -212,3 +224,60 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
             return await move_leader(ctx, client, action)
         assert action.pod is not None
         return await restart(ctx, step, pods[action.pod])
+
+
+# --- the template each pass restarts onto ------------------------------------------------------------------------
+
+
+def restart_token(ctx: context.OpsContext, step: plan.Step) -> str:
+    if step.kind is plan.StepKind.ROLL_PASS:  # each pass its own revision; every other restart shares one
+        return f"{ctx.name}/{step.condition}"
+    return f"{ctx.name}/{constants.COND_RESTART_PODS}"
+
+
+async def apply_template(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    """Re-render the StatefulSet for ``step.wiring``, stamped for this pass; done once its controller saw it."""
+    assert step.wiring is not None
+    if await ctx.statefulset() is None:
+        return context.Fail(f"StatefulSet {ctx.namespace}/{ctx.db_name} does not exist", reason="NoStatefulSet")
+    try:
+        sts = await applying.apply_statefulset(ctx.kube, ctx.db, step.wiring, restarted_at=restart_token(ctx, step),
+                                               before_write=lambda: _before_write(ctx, step))
+    except kube.Conflict:
+        return context.Progress("the StatefulSet changed while it was updated; retrying", delay=0.1)
+    status = sts.get("status") or {}
+    if status.get("observedGeneration", 0) < sts["metadata"].get("generation", 0) or not status.get("updateRevision"):
+        return context.Progress(WAITING_FOR_CONTROLLER, delay=ctx.until_watched(0.2))
+    return context.Done()
+
+
+WAITING_FOR_CONTROLLER = "waiting for the StatefulSet controller to observe the new template"
+
+
+async def _before_write(ctx: context.OpsContext, step: plan.Step) -> None:
+    """Record the request before the template changes (see the module doc), saying already what the step waits for
+    next — the write that follows the template's then has nothing to add."""
+    ctx.set_condition(step.condition, constants.FALSE, WAITING_FOR_CONTROLLER)
+    await ctx.flush()
+
+
+# --- a member restarted alone because it still served a previous certificate ----------------------------------
+
+
+def stale_restart_message(restarted: list[str], total: int, after: int) -> str:
+    return (f"Restarted {len(restarted)} of {total} members that still served the previous certificate {after}s "
+            f"after it was issued: {', '.join(restarted)}")
+
+
+def report_stale_restart(ctx: context.OpsContext, pod: str, elapsed: float, problem: str) -> None:
+    """``RestartPods`` False while a member is restarted alone: which one and why."""
+    ctx.set_condition(constants.COND_RESTART_PODS, F,
+                      f"Restarting {pod}: it still served the previous certificate {elapsed:.0f}s after it was "
+                      f"issued ({problem})")
+
+
+def report_stale_restarts_done(ctx: context.OpsContext, restarted: list[str], total: int, after: int) -> str:
+    """``RestartPods`` True once every member restarted alone serves its new leaf; the message, for the caller's."""
+    message = stale_restart_message(restarted, total, after)
+    ctx.set_condition(constants.COND_RESTART_PODS, T, message)
+    return message

@@ -1,0 +1,102 @@
+"""One home per condition, checked from the code; the step table in the docs is current.
+
+We test these aspects: the generated table in ``docs/operations.md`` equals what the code gives now; no two step
+modules own the same condition; every step the plans declare (``Step(constants.COND_…, StepKind.…``) runs in the
+step module that owns its condition; a step module sets no condition it does not own; outside the step modules,
+the ops package sets no step's condition, but for the restart machinery reporting a lone restart under
+``RestartPods`` (which ``restart_pods`` owns); and the checker itself catches a module that breaks the rule.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import sys
+
+import pytest
+
+from opsmanager.api import constants
+from opsmanager.ops import engine, plan, steptable
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+OPS = ROOT / "opsmanager" / "ops"
+
+
+def owners() -> dict[str, str]:
+    """condition → the step module that owns it (asserting no condition has two owners)."""
+    out: dict[str, str] = {}
+    for run in set(engine.STEPS.values()):
+        module = sys.modules[run.__module__]
+        for condition in module.CONDITIONS:
+            assert out.get(condition, module.__name__) == module.__name__, \
+                f"{condition} is owned by {out[condition]} and {module.__name__}"
+            out[condition] = module.__name__
+    return out
+
+
+def set_conditions(source: str) -> set[str]:
+    """The ``constants.COND_*`` names a module passes to ``set_condition`` (as the first argument)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "set_condition":
+            first = node.args[0] if node.args else None
+            if isinstance(first, ast.Attribute) and first.attr.startswith("COND_"):
+                found.add(getattr(constants, first.attr))
+    return found
+
+
+def declared_steps() -> list[tuple[str, str]]:
+    """(condition, StepKind name) of every ``Step(constants.COND_…, StepKind.…`` in the plans."""
+    out = []
+    for node in ast.walk(ast.parse((OPS / "plan.py").read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Step" and \
+                len(node.args) >= 2 and isinstance(node.args[0], ast.Attribute) and \
+                isinstance(node.args[1], ast.Attribute):
+            out.append((getattr(constants, node.args[0].attr), node.args[1].attr))
+    return out
+
+
+def foreign_sets(path: pathlib.Path, owner: dict[str, str]) -> set[str]:
+    """The step conditions ``path`` sets without owning them."""
+    module = "opsmanager." + ".".join(path.relative_to(ROOT / "opsmanager").with_suffix("").parts)
+    return {c for c in set_conditions(path.read_text()) if c in owner and owner[c] != module}
+
+
+def test_the_step_table_in_the_docs_is_current() -> None:
+    text = (ROOT / steptable.DOC).read_text()
+    assert steptable.rewrite(text) == text, "docs/operations.md: run python -m opsmanager.ops.steptable"
+
+
+def test_every_step_kind_has_a_step_module_that_owns_conditions() -> None:
+    assert set(engine.STEPS) == set(plan.StepKind)
+    assert owners(), "no step module declares CONDITIONS"
+
+
+def test_every_declared_step_runs_in_the_module_that_owns_its_condition() -> None:
+    owner = owners()
+    steps = declared_steps()
+    assert len(steps) >= 15, steps  # the plans of every request type
+    for condition, kind in steps:
+        runner = engine.STEPS[plan.StepKind[kind]].__module__
+        assert owner.get(condition) == runner, f"{condition} runs as {kind} in {runner}, owned by {owner.get(condition)}"
+
+
+def test_each_condition_is_set_in_one_step_module_only() -> None:
+    owner = owners()
+    for path in sorted((OPS / "steps").glob("*.py")):
+        assert foreign_sets(path, owner) == set(), f"{path.name} sets a condition another step owns"
+    exceptions = {OPS / "restart.py": {constants.COND_RESTART_PODS}}
+    for path in sorted(OPS.glob("*.py")):
+        assert foreign_sets(path, owner) <= exceptions.get(path, set()), f"{path.name} sets a step's condition"
+
+
+@pytest.mark.parametrize("statement", [
+    "ctx.set_condition(constants.COND_RESTART_PODS, 'True', 'x')",
+    "ctx.set_condition(constants.COND_UPDATE_DATABASE, 'False')",
+])
+def test_the_check_catches_a_step_setting_another_steps_condition(tmp_path: pathlib.Path, statement: str) -> None:
+    src = (OPS / "steps" / "move_leader.py").read_text() + f"\n\ndef _broken(ctx):\n    {statement}\n"
+    path = ROOT / "opsmanager" / "ops" / "steps" / "move_leader.py"
+    assert foreign_sets(path, owners()) == set()
+    broken = set_conditions(src) - set(sys.modules["opsmanager.ops.steps.move_leader"].CONDITIONS)
+    assert broken and broken <= set(owners())
