@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from opsmanager.kube import client as kube_client
-from opsmanager.kube import errors, informer
+from opsmanager.kube import errors, informer, selectors
 
 log = logging.getLogger(__name__)
 
@@ -63,21 +63,6 @@ ABSENT_TTL = 10.0
 MAX_NAMED_WATCHES = 1000
 
 
-def parse_selector(selector: str | None) -> dict[str, str] | None:
-    """An equality label selector (``a=b,c==d``) as a dict; None when it uses anything else (``!=``, ``in``,
-    existence), which the cache then leaves to the API server. An empty selector is ``{}``."""
-    out: dict[str, str] = {}
-    for part in (selector or "").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "!=" in part or "(" in part or "=" not in part:
-            return None
-        key, _, value = part.partition("==") if "==" in part else part.partition("=")
-        out[key.strip()] = value.strip()
-    return out
-
-
 def copy_json(value: Any) -> Any:
     """A deep copy of a JSON document (dicts, lists and scalars, as the API server's answers are).
 
@@ -92,8 +77,8 @@ def copy_json(value: Any) -> Any:
 
 
 def matches(obj: Obj, selector: dict[str, str]) -> bool:
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    return all(labels.get(k) == v for k, v in selector.items())
+    """Does ``obj`` carry every label of the equality ``selector`` (:meth:`selectors.Selector.equalities`)?"""
+    return selectors.matches_set(selector, (obj.get("metadata") or {}).get("labels") or {})
 
 
 class _Cached:
@@ -195,7 +180,7 @@ class CachedKube(kube_client.Kube):
     def cache(self, api_version: str, kind: str, *, namespaces: Iterable[str | None] = (None,),
               label_selector: str | None = None, relist_delay: float = 1.0) -> list[informer.Informer]:
         """Cache ``kind`` in each of ``namespaces`` (None: all), narrowed by an equality ``label_selector``."""
-        selector = parse_selector(label_selector)
+        selector = selectors.parse(label_selector).equalities()
         if selector is None:
             raise ValueError(f"cache of {kind}: only equality label selectors are supported, got {label_selector!r}")
         made = []
@@ -330,7 +315,10 @@ class CachedKube(kube_client.Kube):
 
     async def list(self, api_version: str, kind: str, namespace: str | None, *,
                    label_selector: str | None = None, field_selector: str | None = None) -> builtins.list[Obj]:
-        wanted = parse_selector(label_selector)
+        try:
+            wanted = selectors.parse(label_selector).equalities()
+        except selectors.SelectorError:
+            wanted = None  # the API server answers why
         cached = self._covering(api_version, kind, namespace)
         if (cached is not None and cached.synced and not field_selector and wanted is not None
                 and all(wanted.get(k) == v for k, v in cached.selector.items())):

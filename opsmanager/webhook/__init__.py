@@ -1,1 +1,2 @@
-"""Admission webhooks for Etcd and EtcdOpsRequest: pure validation (validation.py) and the HTTPS server (server.py)."""
+"""Admission webhooks for Etcd and EtcdOpsRequest: the pure rules (the ``validation`` package), the review envelope
+(admission.py), the Etcd lookups over the Kubernetes API (lookup.py) and the HTTPS server (server.py)."""

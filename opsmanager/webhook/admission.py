@@ -16,7 +16,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from opsmanager.api import constants
-from opsmanager.webhook import validation
+from opsmanager.webhook.validation.defaults import mutate_etcd
+from opsmanager.webhook.validation.etcd import validate_etcd
+from opsmanager.webhook.validation.lookups import EtcdLookup, EtcdLookupError, NotCached
+from opsmanager.webhook.validation.opsrequest import validate_opsrequest
+from opsmanager.webhook.validation.verdict import Verdict
 
 API_VERSION: Final = "admission.k8s.io/v1"
 OPERATIONS: Final = ("CREATE", "UPDATE", "DELETE", "CONNECT")
@@ -48,21 +52,21 @@ class Endpoint:
     version: str
     kind: str
     mutating: bool
-    decide: Callable[[AdmissionRequest, validation.EtcdLookup], validation.Verdict]
+    decide: Callable[[AdmissionRequest, EtcdLookup], Verdict]
 
 
-def _validate_opsrequest(req: AdmissionRequest, lookup: validation.EtcdLookup) -> validation.Verdict:
-    return validation.validate_opsrequest(
+def _validate_opsrequest(req: AdmissionRequest, lookup: EtcdLookup) -> Verdict:
+    return validate_opsrequest(
         req.operation, req.object, req.old_object, namespace=req.namespace, lookup=lookup
     )
 
 
-def _validate_etcd(req: AdmissionRequest, lookup: validation.EtcdLookup) -> validation.Verdict:
-    return validation.validate_etcd(req.operation, req.object, req.old_object, lookup=lookup)
+def _validate_etcd(req: AdmissionRequest, lookup: EtcdLookup) -> Verdict:
+    return validate_etcd(req.operation, req.object, req.old_object, lookup=lookup)
 
 
-def _mutate_etcd(req: AdmissionRequest, lookup: validation.EtcdLookup) -> validation.Verdict:
-    return validation.mutate_etcd(req.operation, req.object)
+def _mutate_etcd(req: AdmissionRequest, lookup: EtcdLookup) -> Verdict:
+    return mutate_etcd(req.operation, req.object)
 
 
 ENDPOINTS: Final[dict[str, Endpoint]] = {
@@ -161,7 +165,7 @@ def parse_review(body: bytes, endpoint: Endpoint) -> AdmissionRequest:
     return AdmissionRequest(uid, operation, namespace or "default", name, obj, old, bool(dry_run))
 
 
-def response(uid: str, verdict: validation.Verdict) -> dict[str, Any]:
+def response(uid: str, verdict: Verdict) -> dict[str, Any]:
     """The AdmissionReview answering request ``uid``."""
     resp: dict[str, Any] = {"uid": uid, "allowed": verdict.allowed}
     if not verdict.allowed:
@@ -177,9 +181,9 @@ def response(uid: str, verdict: validation.Verdict) -> dict[str, Any]:
 class _Fetched:
     """``lookup`` with the answers :func:`decide` fetched for the objects it did not have in memory."""
 
-    def __init__(self, lookup: validation.EtcdLookup) -> None:
+    def __init__(self, lookup: EtcdLookup) -> None:
         self.lookup = lookup
-        self.answers: dict[tuple[str, str, str], dict[str, Any] | None | validation.EtcdLookupError] = {}
+        self.answers: dict[tuple[str, str, str], dict[str, Any] | None | EtcdLookupError] = {}
 
     def _get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         key = (kind, namespace, name)
@@ -187,7 +191,7 @@ class _Fetched:
             return (self.lookup.get_etcd(namespace, name) if kind == constants.ETCD_KIND
                     else self.lookup.get_opsrequest(namespace, name))
         answer = self.answers[key]
-        if isinstance(answer, validation.EtcdLookupError):
+        if isinstance(answer, EtcdLookupError):
             raise answer
         return answer
 
@@ -198,7 +202,7 @@ class _Fetched:
         return self._get(constants.OPS_KIND, namespace, name)
 
 
-async def decide(endpoint: Endpoint, request: AdmissionRequest, lookup: validation.EtcdLookup) -> validation.Verdict:
+async def decide(endpoint: Endpoint, request: AdmissionRequest, lookup: EtcdLookup) -> Verdict:
     """:func:`rule_verdict`, and for an object it allows that names a cert-manager issuer not named before, a
     warning for each issuer that does not exist yet (:func:`issuer_warnings`)."""
     verdict = await rule_verdict(endpoint, request, lookup)
@@ -244,7 +248,7 @@ async def issuer_warnings(endpoint: Endpoint, request: AdmissionRequest, lookup:
     for (kind, name), field in refs.items():
         try:
             found = await aissuer(kind, request.namespace, name)
-        except validation.EtcdLookupError:
+        except EtcdLookupError:
             continue
         if found is None:
             where = name if kind == constants.CLUSTER_ISSUER_KIND else f"{request.namespace}/{name}"
@@ -252,30 +256,29 @@ async def issuer_warnings(endpoint: Endpoint, request: AdmissionRequest, lookup:
     return out
 
 
-async def rule_verdict(endpoint: Endpoint, request: AdmissionRequest,
-                       lookup: validation.EtcdLookup) -> validation.Verdict:
+async def rule_verdict(endpoint: Endpoint, request: AdmissionRequest, lookup: EtcdLookup) -> Verdict:
     """``endpoint.decide`` on the caller's event loop: the rules run inline and read ``lookup`` from memory.
 
-    When the lookup does not have an object (:class:`~opsmanager.webhook.validation.NotCached`), its ``afetch``
-    reads it (a failure is kept as the answer, for the rules to report) and the rules run again with that answer;
-    a rule reads at most two objects, so this ends. A lookup without ``afetch`` that raises ``NotCached`` is a bug
-    and raises. Any other exception of a rule propagates."""
+    When the lookup does not have an object (:class:`~opsmanager.webhook.validation.lookups.NotCached`), its
+    ``afetch`` reads it (a failure is kept as the answer, for the rules to report) and the rules run again with
+    that answer; a rule reads at most two objects, so this ends. A lookup without ``afetch`` that raises
+    ``NotCached`` is a bug and raises. Any other exception of a rule propagates."""
     fetched = _Fetched(lookup)
     while True:
         try:
             return endpoint.decide(request, fetched)
-        except validation.NotCached as miss:
+        except NotCached as miss:
             key = (miss.kind, miss.namespace, miss.name)
             afetch = getattr(lookup, "afetch", None)
             if afetch is None or key in fetched.answers:
                 raise
             try:
                 fetched.answers[key] = await afetch(miss.kind, miss.namespace, miss.name)
-            except validation.EtcdLookupError as exc:
+            except EtcdLookupError as exc:
                 fetched.answers[key] = exc
 
 
-def review(path: str, body: bytes, lookup: validation.EtcdLookup) -> dict[str, Any]:
+def review(path: str, body: bytes, lookup: EtcdLookup) -> dict[str, Any]:
     """Decide one AdmissionReview body posted to ``path``; raises :class:`BadReview` or ``KeyError`` (no path)."""
     endpoint = ENDPOINTS[path]
     request = parse_review(body, endpoint)

@@ -1,4 +1,5 @@
-"""The Kubernetes-API implementations of :class:`opsmanager.webhook.validation.EtcdLookup`, on the one client.
+"""The Kubernetes-API implementations of the admission rules' lookup
+(:class:`opsmanager.webhook.validation.lookups.EtcdLookup`), on the one client.
 
 They read Etcds (the ``databaseRef`` of a new EtcdOpsRequest) and EtcdOpsRequests (the request holding an Etcd
 paused, when an update changes that Etcd's ``spec.tls``).
@@ -7,9 +8,9 @@ paused, when an update changes that Etcd's ``spec.tls``).
 (:class:`opsmanager.kube.informer.Informer`: list, then watch from the list's resourceVersion, relist on ``410
 Gone``), and the rules read it in memory on the event loop. An object not in a synced cache (an Etcd created a
 moment ago whose ADDED event is still on its way, or one that does not exist), or any object before the caches
-have synced, is a miss: ``get_*`` raises :class:`~opsmanager.webhook.validation.NotCached`, and the admission
-driver awaits :meth:`CachedEtcdLookup.afetch` — exactly one GET, logged with the kind, namespace and name — and
-decides again. A miss is not remembered: the watch, not the fallback, keeps the cache.
+have synced, is a miss: ``get_*`` raises :class:`~opsmanager.webhook.validation.lookups.NotCached`, and the
+admission driver awaits :meth:`CachedEtcdLookup.afetch` — exactly one GET, logged with the kind, namespace and
+name — and decides again. A miss is not remembered: the watch, not the fallback, keeps the cache.
 
 :class:`KubernetesEtcdLookup` is that one GET, and a lookup by itself (every lookup a GET): from a worker thread its
 ``get_*`` hands the GET to the loop it is bound to and waits; on that loop ``get_*`` raises ``NotCached`` (it
@@ -17,8 +18,8 @@ must not block) and ``aget_*`` / ``afetch`` are the same GET for async callers.
 
 404 means "no such object" (for an Etcd the webhook then denies with KubeDB's ``spec.databaseRef ... is invalid
 or not found``; a missing EtcdOpsRequest holds no pause); any other failure — API unreachable, 403, no
-kubeconfig, a timeout — raises :class:`~opsmanager.webhook.validation.EtcdLookupError`, so the webhook says it
-could not decide instead of claiming the object is missing. No client exception escapes this module.
+kubeconfig, a timeout — raises :class:`~opsmanager.webhook.validation.lookups.EtcdLookupError`, so the webhook
+says it could not decide instead of claiming the object is missing. No client exception escapes this module.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any, Final
 from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.kube import informer
-from opsmanager.webhook import validation
+from opsmanager.webhook.validation.lookups import EtcdLookupError, NotCached
 
 log = logging.getLogger("opsmanager.webhook.lookup")
 
@@ -82,28 +83,28 @@ class KubernetesEtcdLookup:
                 return await self._kube().get(api_version, kind, namespace, name)
         except kube.KubeError as exc:
             status = f"HTTP {exc.status} {exc.reason}".strip() if exc.status else "unreachable"
-            raise validation.EtcdLookupError(f"{where}: {status}: {exc}") from exc
+            raise EtcdLookupError(f"{where}: {status}: {exc}") from exc
         except TimeoutError as exc:
-            raise validation.EtcdLookupError(f"{where}: no answer within {self._timeout}s") from exc
+            raise EtcdLookupError(f"{where}: no answer within {self._timeout}s") from exc
 
     def _get(self, api_version: str, kind: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         loop = self._loop
         if loop is None or loop.is_closed():
-            raise validation.EtcdLookupError("the Etcd lookup is not bound to a running event loop")
+            raise EtcdLookupError("the Etcd lookup is not bound to a running event loop")
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is loop:
-            raise validation.NotCached(kind, namespace, name,
-                                       f"KubernetesEtcdLookup.get_* blocks (GET {plural}): call it from a worker "
-                                       "thread, or await its aget_* twin on the loop")
+            raise NotCached(kind, namespace, name,
+                            f"KubernetesEtcdLookup.get_* blocks (GET {plural}): call it from a worker "
+                            "thread, or await its aget_* twin on the loop")
         future = asyncio.run_coroutine_threadsafe(self._aget(api_version, kind, plural, namespace, name), loop)
         try:
             return future.result(self._timeout + 1.0)
         except concurrent.futures.TimeoutError as exc:
             future.cancel()
-            raise validation.EtcdLookupError(f"GET {plural} {namespace}/{name}: no answer within {self._timeout}s") \
+            raise EtcdLookupError(f"GET {plural} {namespace}/{name}: no answer within {self._timeout}s") \
                 from exc
 
     async def aget_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -192,14 +193,15 @@ class CachedEtcdLookup:
     def _cached(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
         cache = self._informers.get(kind)
         if cache is None or not cache.synced.is_set():
-            raise validation.NotCached(kind, namespace, name, "the cache has not synced yet")
+            raise NotCached(kind, namespace, name, "the cache has not synced yet")
         obj = cache.get(namespace, name)
         if obj is None:
-            raise validation.NotCached(kind, namespace, name, "not in the cache")
+            raise NotCached(kind, namespace, name, "not in the cache")
         return obj
 
     def get_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The cached Etcd; :class:`~opsmanager.webhook.validation.NotCached` on a miss (then :meth:`afetch`)."""
+        """The cached Etcd; :class:`~opsmanager.webhook.validation.lookups.NotCached` on a miss (then
+        :meth:`afetch`)."""
         return self._cached(constants.ETCD_KIND, namespace, name)
 
     def get_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -222,14 +224,14 @@ class CachedEtcdLookup:
         """The Etcd from the cache, else one GET; None when it does not exist."""
         try:
             return self.get_etcd(namespace, name)
-        except validation.NotCached:
+        except NotCached:
             return await self.afetch(constants.ETCD_KIND, namespace, name)
 
     async def aget_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The EtcdOpsRequest from the cache, else one GET; None when it does not exist."""
         try:
             return self.get_opsrequest(namespace, name)
-        except validation.NotCached:
+        except NotCached:
             return await self.afetch(constants.OPS_KIND, namespace, name)
 
     async def aclose(self) -> None:

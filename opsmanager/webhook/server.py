@@ -38,7 +38,9 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from opsmanager.webhook import admission, validation
+from opsmanager.webhook import admission
+from opsmanager.webhook.validation.lookups import EtcdLookup, InMemoryEtcdLookup
+from opsmanager.webhook.validation.verdict import Verdict
 
 log = logging.getLogger("opsmanager.webhook")
 
@@ -64,14 +66,14 @@ class WebhookServer:
         port: int = 0,
         cert_file: str | os.PathLike[str] = "tls.crt",
         key_file: str | os.PathLike[str] = "tls.key",
-        lookup: validation.EtcdLookup | None = None,
+        lookup: EtcdLookup | None = None,
         reload_interval: float = 2.0,
     ) -> None:
         self.host = host
         self._requested_port = port
         self.cert_file = os.fspath(cert_file)
         self.key_file = os.fspath(key_file)
-        self.lookup: validation.EtcdLookup = lookup if lookup is not None else validation.InMemoryEtcdLookup()
+        self.lookup: EtcdLookup = lookup if lookup is not None else InMemoryEtcdLookup()
         self.reload_interval = reload_interval
         self.reloads = 0
         self._port: int | None = None
@@ -211,7 +213,7 @@ class WebhookServer:
             verdict = await admission.decide(endpoint, req, self.lookup)
         except Exception:
             log.exception("admission rule failed for %s %s/%s", endpoint.path, req.namespace, req.name)
-            verdict = validation.Verdict.deny(
+            verdict = Verdict.deny(
                 "internal error in the opsmanager admission webhook; see its log", code=500, reason="InternalError"
             )
         if not verdict.allowed:

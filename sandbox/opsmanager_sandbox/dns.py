@@ -33,6 +33,8 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from opsmanager.kube import selectors
+
 
 @dataclasses.dataclass(frozen=True)
 class PodRecord:
@@ -61,11 +63,7 @@ class ServiceRecord:
 def _selects(svc: ServiceRecord, pod: PodRecord) -> bool:
     if svc.namespace != pod.namespace or not svc.selector:
         return False
-    labels = pod.labels
-    for key, value in svc.selector.items():
-        if labels.get(key) != value:
-            return False
-    return True
+    return selectors.matches_set(svc.selector, pod.labels)
 
 
 def _endpoint(svc: ServiceRecord, pod: PodRecord) -> bool:

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from opsmanager import kube
+from opsmanager.kube import selectors
 from opsmanager_sandbox import (
     addresses,
     dns,
@@ -336,7 +337,7 @@ class Kubelet(_HostBase):
         for worker in self.workers.values():
             labels = (worker.pod.get("metadata") or {}).get("labels") or {}
             if worker.namespace != (meta.get("namespace") or "default") or not worker.ready or \
-                    any(labels.get(k) != v for k, v in selector.items()):
+                    not selectors.matches_set(selector, labels):
                 continue
             if isinstance(target, int) or (isinstance(target, str) and target.isdigit()):
                 return worker.ip, int(target)

@@ -29,7 +29,8 @@ from typing import Any
 import aiohttp
 import jsonpatch
 
-from opsmanager_sandbox.apiserver import errors, rbac, resources, selectors, store
+from opsmanager.kube import selectors
+from opsmanager_sandbox.apiserver import errors, rbac, resources, store
 
 logger = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -138,13 +139,12 @@ class Admission:
                 ns_labels = ((ns_obj or {}).get("metadata") or {}).get("labels") or {}
             else:
                 ns_labels = None
-            if ns_labels is not None and not selectors.matches_selector_object(ns_selector, ns_labels,
-                                                                              none_matches=True):
+            if ns_labels is not None and not selectors.from_object(ns_selector, none_matches=True).matches(ns_labels):
                 return False
         obj_selector = hook.get("objectSelector")
         if obj_selector:
-            if not (selectors.matches_selector_object(obj_selector, labels_new, none_matches=True) and obj
-                    or selectors.matches_selector_object(obj_selector, labels_old, none_matches=True) and old):
+            match = selectors.from_object(obj_selector, none_matches=True)
+            if not (match.matches(labels_new) and obj or match.matches(labels_old) and old):
                 return False
         return True
 
@@ -199,7 +199,7 @@ class Admission:
             meta, status = pod.get("metadata") or {}, pod.get("status") or {}
             labels = meta.get("labels") or {}
             if meta.get("deletionTimestamp") or not status.get("podIP") or \
-                    any(labels.get(k) != v for k, v in selector.items()):
+                    not selectors.matches_set(selector, labels):
                 continue
             if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []):
                 continue

@@ -13,7 +13,7 @@ import dataclasses
 import math
 from typing import Any
 
-from opsmanager_sandbox.apiserver import selectors
+from opsmanager.kube import selectors
 
 Obj = dict[str, Any]
 
@@ -28,9 +28,8 @@ def is_ready(pod: Obj) -> bool:
 
 
 def covered_pods(pdb: Obj, pods: list[Obj]) -> list[Obj]:
-    selector = (pdb.get("spec") or {}).get("selector")
-    return [p for p in pods if selectors.matches_selector_object(
-        selector, p["metadata"].get("labels") or {}, none_matches=False)]
+    selector = selectors.from_object((pdb.get("spec") or {}).get("selector"), none_matches=False)
+    return [p for p in pods if selector.matches(p["metadata"].get("labels") or {})]
 
 
 def scaled(value: Any, total: int, round_up: bool) -> int:

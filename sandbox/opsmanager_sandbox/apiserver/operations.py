@@ -30,6 +30,7 @@ from typing import Any
 
 # Served copies and controller writes: marshal copies JSON documents in C, several times faster than
 # ``copy.deepcopy`` (which was the API server's largest cost, every answer and watch event being a copy).
+from opsmanager.kube import selectors as label_selectors
 from opsmanager.kube.cache import copy_json
 from opsmanager_sandbox.apiserver import (
     admission,
@@ -589,7 +590,7 @@ class Cluster:
         spec_replicas = selectors.lookup(obj, paths["specReplicasPath"].lstrip("."))
         status_replicas = selectors.lookup(obj, (paths.get("statusReplicasPath") or ".status.replicas").lstrip("."))
         if rt.kind in ("StatefulSet", "Deployment") and not rt.custom:
-            selector = selectors.selector_string((obj.get("spec") or {}).get("selector"))
+            selector = str(label_selectors.from_object((obj.get("spec") or {}).get("selector"), none_matches=False))
         elif paths.get("labelSelectorPath"):
             selector = selectors.lookup(obj, paths["labelSelectorPath"].lstrip(".")) or ""
         else:

@@ -29,7 +29,8 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from opsmanager import mergepatch, pki
+from opsmanager import pki
+from opsmanager.kube import mergepatch
 from opsmanager_sandbox.apiserver import (
     admission,
     audit,

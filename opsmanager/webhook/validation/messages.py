@@ -1,0 +1,79 @@
+"""Every text an admission denial or warning can carry: KubeDB's verbatim, so that a client sees what KubeDB
+would say (only the lists of types, aliases and versions are ours), and ours for the rules KubeDB does not have.
+
+The texts are constants so that the rules and the tests that check them quote the same string; ``{...}`` fields
+are filled with ``str.format``. The ones shared with the CRD's own validation live in the model
+(:mod:`opsmanager.api.etcd`) and are only named here.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from opsmanager.api import constants, etcd
+
+# EtcdOpsRequest (KubeDB's)
+MSG_TYPE_NOT_SUPPORTED: Final = "defined OpsRequestType {type} is not supported, supported types for Etcd are {types}"
+MSG_DATABASE_NOT_FOUND: Final = "spec.databaseRef {namespace}/{name} is invalid or not found"
+MSG_TLS_NIL: Final = "spec.tls is nil, not supported in ReconfigureTLS type"
+MSG_TLS_NONE: Final = "at least one of Remove, RotateCertificates, IssuerRef, or Certificates must be specified"
+MSG_TLS_MANY: Final = "only one TLS reconfiguration operation is allowed at a time"
+MSG_TLS_ROTATE_NO_ISSUER: Final = "rotateCertificates requires TLS to already be enabled with issuerRef on Etcd"
+MSG_TLS_ISSUER_REQUIRED: Final = "tls.issuerRef is required for Etcd ReconfigureTLS"
+MSG_PRECONDITION: Final = "precondition failed for: {patch}.At least one of the following was changed:\n\t{keys}"
+
+# Etcd (KubeDB's)
+MSG_VERSION_MISSING: Final = "spec.version is missing"
+# Ours: KubeDB looks the version up in its EtcdVersion catalog (StrictValidation); we have a fixed list.
+MSG_VERSION_UNKNOWN: Final = 'etcdversions "{version}" not found; supported versions are {supported}'
+MSG_REPLICAS_MISSING: Final = "spec.replicas has to be defined"
+MSG_REPLICAS_TOO_FEW: Final = "number of replicas can not be less than 1"
+MSG_STORAGE_TYPE_EMPTY: Final = "spec.storageType can not be empty"
+MSG_STORAGE_TYPE_BAD: Final = "spec.storageType should be either Durable or Ephemeral"
+MSG_DELETION_POLICY_MISSING: Final = "spec.deletionPolicy is missing"
+MSG_TLS_ISSUER_MISSING: Final = "spec.tls.issuerRef is missing"
+MSG_ALIASES: Final = "supported aliases are " + ", ".join(f'"{a}"' for a in constants.CERT_ALIASES[:-1]) + \
+    f' and "{constants.CERT_ALIASES[-1]}"'
+MSG_DO_NOT_TERMINATE: Final = 'can not delete as deletionPolicy is set to "DoNotTerminate"'
+MSG_EVEN_REPLICAS: Final = (
+    "even replica count buys no extra fault tolerance for a Raft quorum; an odd number is recommended"
+)
+# Ours: the certificate-lifecycle policy, spec.tlsLifecycle.
+MSG_DURATION_INVALID: Final = (
+    'not a duration: write a Go duration such as "90s", "10m", "1h30m" or "720h" (units ns, us, ms, s, m, h)'
+)
+MSG_DURATION_NOT_POSITIVE: Final = 'must be greater than zero: write a positive Go duration such as "24h"'
+MSG_ALERT_DUPLICATE: Final = "the same duration as {other} ({value}); list each threshold once"
+# Ours: bring-your-own Secrets, spec.tls.externalSecrets (the texts shared with the CRD live in the model).
+MSG_TLS_ISSUER_AND_EXTERNAL: Final = etcd.MSG_TLS_ISSUER_AND_EXTERNAL
+MSG_TLS_EXTERNAL_CERTIFICATES: Final = etcd.MSG_TLS_EXTERNAL_CERTIFICATES
+MSG_TLS_EXTERNAL_ALIAS_MISSING: Final = (
+    "name the Secret of the {alias} certificate (keys tls.crt, tls.key and ca.crt, in the Etcd's namespace); "
+    "externalSecrets needs all three of server, peer and client"
+)
+MSG_TLS_EXTERNAL_BAD_NAME: Final = (
+    "not a Secret name: use a lowercase RFC 1123 subdomain (letters, digits, '-' and '.'; at most 253 characters)"
+)
+MSG_TLS_EXTERNAL_OPERATOR_NAME: Final = (
+    "names a Secret the operator writes (<db>-<alias>-cert, <db>-<alias>-issued, <db>-ca-bundle); "
+    "give your own Secrets other names"
+)
+MSG_TLS_ROTATE_EXTERNAL: Final = (
+    "rotateCertificates does not apply to Etcd {db}: it runs on spec.tls.externalSecrets, which you rotate yourself "
+    "by updating tls.crt and tls.key in your Secrets; to have cert-manager rotate them, hand the Etcd over with "
+    "tls.issuerRef"
+)
+MSG_TLS_ISSUER_REQUIRED_EXTERNAL: Final = (
+    MSG_TLS_ISSUER_REQUIRED + ": Etcd {db} runs on spec.tls.externalSecrets, whose certificates cert-manager does not "
+    "issue; set tls.issuerRef to hand it over to cert-manager (tls.certificates may come with it)"
+)
+# Ours: spec.tls of an Etcd that an EtcdOpsRequest holds paused belongs to that request.
+MSG_TLS_PAUSED: Final = (
+    "Etcd {etcd} is paused by EtcdOpsRequest {request}; spec.tls can change only through an EtcdOpsRequest "
+    "once {request} has finished"
+)
+
+# Defaulting (KubeDB's Default, returned bare)
+MSG_DEFAULT_VERSION_MISSING: Final = "'spec.version' is missing"
+MSG_DEFAULT_CANT_HALT: Final = "can't halt, since deletion policy is 'DoNotTerminate'"
+MSG_DEFAULT_VERSION_UNKNOWN: Final = 'failed to get EtcdVersion "{version}": supported versions are {supported}'

@@ -1,0 +1,126 @@
+"""``/validate-etcdopsrequest``: KubeDB's checks for an ``EtcdOpsRequest``, in KubeDB's order, with its messages.
+
+The order on create:
+
+1. ``spec.type`` is supported, else ``defined OpsRequestType <t> is not supported, supported types for Etcd are
+   Restart, ReconfigureTLS, MoveLeader`` (stop);
+2. the Etcd exists, else ``spec.databaseRef <ns>/<name> is invalid or not found`` (stop);
+3. the schema (our addition: the models, strictly; KubeDB gets this from Go decoding);
+4. per type, ``ReconfigureTLS``: ``spec.tls is nil, ...``; count remove / rotate / cert-update: none → ``at least one
+   of Remove, RotateCertificates, IssuerRef, or Certificates must be specified``, more than one → ``only one TLS
+   reconfiguration operation is allowed at a time``; remove → ok; rotate without ``issuerRef`` on the Etcd →
+   ``rotateCertificates requires TLS to already be enabled with issuerRef on Etcd``; cert-update without any
+   issuer → ``tls.issuerRef is required for Etcd ReconfigureTLS``. ``Restart`` and ``MoveLeader``: nothing more.
+
+On update only the precondition runs (:func:`~.objects.precondition_error`): ``spec`` must not change. As in
+KubeDB, the "value" of an ops-request error is the request's name.
+
+Ours, bring-your-own Secrets: a ``ReconfigureTLS`` with ``rotateCertificates`` on an Etcd that runs on
+``spec.tls.externalSecrets`` is refused (the user rotates their own Secrets); one with ``tls.issuerRef`` is the
+handover to cert-manager and is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from opsmanager.api import constants
+from opsmanager.api.opsrequest import EtcdOpsRequest
+from opsmanager.webhook.validation import messages
+from opsmanager.webhook.validation.fielderrors import FieldError, go_value, invalid, schema_errors
+from opsmanager.webhook.validation.lookups import EtcdLookup, EtcdLookupError
+from opsmanager.webhook.validation.objects import as_dict, name_of, precondition_error
+from opsmanager.webhook.validation.verdict import Verdict
+
+
+def _db_has_issuer(db: Mapping[str, Any]) -> bool:
+    tls = as_dict(db.get("spec")).get("tls")
+    return isinstance(tls, dict) and tls.get("issuerRef") is not None
+
+
+def _db_has_external_secrets(db: Mapping[str, Any]) -> bool:
+    tls = as_dict(db.get("spec")).get("tls")
+    return isinstance(tls, dict) and tls.get("externalSecrets") is not None
+
+
+def reconfigure_tls_error(tls: Any, db: Mapping[str, Any]) -> str | None:
+    """KubeDB's ``validateEtcdReconfigureTLSOpsRequest`` on a (schema-valid) ``spec.tls`` and the Etcd object."""
+    if tls is None:
+        return messages.MSG_TLS_NIL
+    tls = as_dict(tls)
+    cert_update = tls.get("issuerRef") is not None or bool(tls.get("certificates"))
+    remove = tls.get("remove") is True
+    rotate = tls.get("rotateCertificates") is True
+    count = int(remove) + int(rotate) + int(cert_update)
+    if count == 0:
+        return messages.MSG_TLS_NONE
+    if count > 1:
+        return messages.MSG_TLS_MANY
+    if remove:
+        return None
+    if rotate:
+        if _db_has_external_secrets(db):  # ours: the user rotates their own Secrets
+            return messages.MSG_TLS_ROTATE_EXTERNAL.format(db=name_of(db))
+        return None if _db_has_issuer(db) else messages.MSG_TLS_ROTATE_NO_ISSUER
+    if tls.get("issuerRef") is None and not _db_has_issuer(db):
+        if _db_has_external_secrets(db):
+            return messages.MSG_TLS_ISSUER_REQUIRED_EXTERNAL.format(db=name_of(db))
+        return messages.MSG_TLS_ISSUER_REQUIRED
+    return None  # an issuerRef on an externalSecrets Etcd is the handover to cert-manager: allowed
+
+
+def opsrequest_errors(obj: Mapping[str, Any], namespace: str, lookup: EtcdLookup) -> list[FieldError]:
+    """Create-time rules for an EtcdOpsRequest, in KubeDB's order (the first two stop at once).
+
+    Raises :class:`EtcdLookupError` when the Etcd's existence cannot be determined.
+    """
+    name = name_of(obj)
+    spec = as_dict(obj.get("spec"))
+    type_ = spec.get("type")
+    if type_ not in constants.OPS_TYPES:
+        shown = type_ if isinstance(type_, str) else ("" if type_ is None else go_value(type_))
+        msg = messages.MSG_TYPE_NOT_SUPPORTED.format(type=shown, types=", ".join(constants.OPS_TYPES))
+        return [invalid("spec.type", name, msg)]
+    db_name = as_dict(spec.get("databaseRef")).get("name")
+    db = lookup.get_etcd(namespace, db_name) if isinstance(db_name, str) and db_name else None
+    if db is None:
+        shown_db = db_name if isinstance(db_name, str) else ""
+        not_found = messages.MSG_DATABASE_NOT_FOUND.format(namespace=namespace, name=shown_db)
+        return [invalid("spec.databaseRef", name, not_found)]
+    errors = schema_errors(EtcdOpsRequest, obj)
+    if errors:
+        return errors
+    if type_ == constants.OPS_TYPE_RECONFIGURE_TLS:
+        message = reconfigure_tls_error(spec.get("tls"), db)
+        if message:
+            errors.append(invalid("spec.tls", name, message))
+    return errors
+
+
+def validate_opsrequest(
+    operation: str,
+    obj: Mapping[str, Any] | None,
+    old: Mapping[str, Any] | None,
+    *,
+    namespace: str,
+    lookup: EtcdLookup,
+) -> Verdict:
+    """The verdict of ``/validate-etcdopsrequest`` for one admission request."""
+    kind, group = constants.OPS_KIND, constants.OPS_GROUP
+    if operation == "CREATE" and obj is not None:
+        try:
+            errors = opsrequest_errors(obj, namespace, lookup)
+        except EtcdLookupError as exc:
+            db_name = as_dict(as_dict(obj.get("spec")).get("databaseRef")).get("name")
+            return Verdict.deny(
+                f"could not validate {kind} {namespace}/{name_of(obj)}: looking up Etcd {namespace}/{db_name} failed: "
+                f"{exc}; retry when the API server is reachable",
+                code=503, reason="ServiceUnavailable",
+            )
+        return Verdict.invalid(kind, group, name_of(obj), errors) if errors else Verdict.allow()
+    if operation == "UPDATE" and obj is not None and old is not None:
+        message = precondition_error(old, obj, ["spec"])
+        if message:
+            return Verdict.invalid(kind, group, name_of(obj), [invalid("spec", name_of(obj), message)])
+    return Verdict.allow()
