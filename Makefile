@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint demo bench crds venv clean controlplane
+.PHONY: test test-fast tools lint demo bench crds venv clean controlplane
 
 # The product (editable, with its test tools) and the sandbox, a distribution of its own (sandbox/pyproject.toml).
 $(STAMP): pyproject.toml sandbox/pyproject.toml
@@ -32,11 +32,18 @@ PYTEST_ARGS ?=
 controlplane:
 	$(PY) sandbox/controlplane/build.py build
 
-test: $(STAMP) controlplane
+tools:
 	@command -v promtool >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null)
 	@command -v shellcheck >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends shellcheck >/dev/null)
+
+test: $(STAMP) controlplane tools
 	$(BIN)/opsmanager crds --check
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
+
+# Every test not marked slow (no etcd process, no sandbox, no control plane): under a minute, for the edit-test loop.
+# `make test` runs these too, beside the slow ones.
+test-fast: $(STAMP) tools
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist load -m "not slow" $(PYTEST_ARGS)
 
 # ruff on everything; mypy (strict for api, ops, provisioner, webhook, pki: see [tool.mypy] in pyproject.toml);
 # the import contracts ([tool.importlinter]: pure modules import no I/O, no harness imports, layers).

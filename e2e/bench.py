@@ -571,7 +571,7 @@ the CA Issuer `ca-a`) and deletes it afterwards, so a naive run that breaks its 
   MoveLeader, and the rest (issuance, peer-URL updates, StatefulSet updates, waits between steps).
 - **Our steps minus MoveLeader** (`opsmanager-no-moveleader`): the very same `EtcdOpsRequest` with the
   benchmark-only annotation `ops.opsmanager.dev/bench-skip-move-leader: "true"`, read by the roll step
-  (`opsmanager/ops/steps/roll.py`): dual listeners, peer-URL update, one member at a time with every health
+  (`opsmanager/ops/restart.py`): dual listeners, peer-URL update, one member at a time with every health
   check, but in ordinal order with the leader restarted wherever it falls and no leadership transfer. Beside our
   row it shows what MoveLeader buys (elections, stall). Not for production: nothing but the benchmark sets it.
 - **Healthy after**: every member answers etcd's `/health` true within 10 s after the run.

@@ -23,6 +23,9 @@ import tomllib
 
 import pytest
 
+# Seconds, not milliseconds: kept out of `make test-fast`, run by `make test`.
+pytestmark = pytest.mark.slow
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONTRACTS = {
     contract["id"]: contract["name"]

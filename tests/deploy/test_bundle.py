@@ -33,7 +33,7 @@ from opsmanager.webhook import config as webhook_config
 from tests.deploy import bundle
 
 KUBERNETES_VERSION = "1.32.0"  # the sandbox's API level
-CERT_MANAGER_CRDS = bundle.ROOT / "opsmanager" / "sandbox" / "apiserver" / "certmanager-crds.yaml"
+CERT_MANAGER_CRDS = bundle.ROOT / "sandbox" / "opsmanager_sandbox" / "apiserver" / "certmanager-crds.yaml"
 IMAGE = "opsmanager:0.1.0"
 # Resources that exist only cluster-wide; everything else the operator touches is namespaced.
 CLUSTER_SCOPED = {"customresourcedefinitions", "namespaces", "clusterkopfpeerings", "clusterissuers"}

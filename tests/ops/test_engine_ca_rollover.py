@@ -19,6 +19,8 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import pytest
+
 from opsmanager import pki
 from opsmanager.api import conditions, constants, tlschange
 from opsmanager.api import etcd as etcd_api
@@ -111,6 +113,7 @@ async def test_the_rollover_widens_releases_verifies_and_narrows_restarting_each
     assert held == [] and again is None
 
 
+@pytest.mark.slow  # a crash at every point of a run: seconds, kept out of `make test-fast`
 async def test_killed_anywhere_during_a_rollover_it_resumes_to_successful_restarting_each_member_once_per_pass(
         world: w.World) -> None:
     name = await filed(world)

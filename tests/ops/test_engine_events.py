@@ -90,6 +90,7 @@ async def test_an_operation_posts_one_event_per_transition_restart_and_leader_mo
         assert all(p in peer for p in operations.PODS), peer
 
 
+@pytest.mark.slow  # a crash at every point of four operations: seconds, kept out of `make test-fast`
 @pytest.mark.parametrize("op", resume.RESUMED, ids=lambda op: op.name)
 async def test_an_operator_killed_anywhere_never_posts_an_event_twice(
         world: w.World, op: operations.Operation) -> None:

@@ -104,6 +104,7 @@ async def test_a_foreign_certificate_fails_the_handover_before_any_restart(world
     assert "externalSecrets" in (await world.get_etcd("db"))["spec"]["tls"]
 
 
+@pytest.mark.slow  # a crash at every point of a run: seconds, kept out of `make test-fast`
 @pytest.mark.parametrize("same_ca", [False, True], ids=["different-ca", "same-ca"])
 async def test_killed_anywhere_in_a_handover_it_resumes_restarting_each_member_once_per_pass(
         world: w.World, same_ca: bool) -> None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import base64
 import datetime
 
+import pytest
+
 from opsmanager import pki
 from opsmanager.api import conditions, constants, tlschange
 from opsmanager.ops import plan
@@ -111,6 +113,7 @@ async def test_an_expired_ca_is_rescued_by_restarting_every_member_together_once
     assert restart is not None and "3 members restarted together once, quorum back" in restart["message"]
 
 
+@pytest.mark.slow  # a crash at every point of a run: seconds, kept out of `make test-fast`
 async def test_killed_anywhere_in_a_ca_rescue_it_resumes_and_restarts_each_member_exactly_once(
         world: w.World) -> None:
     await expired_ca_cluster(world)

@@ -83,6 +83,7 @@ async def run_killed_everywhere(world: w.World, name: str, op: operations.Operat
     return req, crashed
 
 
+@pytest.mark.slow  # a crash at every point of a run: seconds, kept out of `make test-fast`
 @pytest.mark.parametrize("op", RESUMED, ids=lambda op: op.name)
 async def test_killed_after_every_step_and_before_every_action_it_resumes_to_successful(
         world: w.World, op: operations.Operation) -> None:

@@ -118,6 +118,7 @@ def _crash_points() -> set[str]:
                                                     True))
 
 
+@pytest.mark.slow  # a crash at every point of a run: seconds, kept out of `make test-fast`
 @pytest.mark.parametrize("stale", ["db-1", "db-0"])
 async def test_killed_anywhere_during_the_restart_of_a_stale_member_it_restarts_it_once(
         world: w.World, stale: str) -> None:

@@ -4,6 +4,8 @@ provisioner makes â€” no more than listed here for the provisioner's own kinds â
 
 from __future__ import annotations
 
+import pytest
+
 from tests.deploy import bundle
 
 # (apiGroup, resource, verb) the provisioner and kopf need (applying.py, observe.py, handlers.py, kopf watches).
@@ -27,6 +29,7 @@ def granted() -> set[tuple[str, str, str]]:
     return bundle.granted(bundle.objects(), bundle.OPERATOR_SA)
 
 
+@pytest.mark.slow  # seconds: kept out of `make test-fast`
 def test_every_needed_call_is_granted() -> None:
     missing = [n for n in NEEDED if n not in granted()]
     assert not missing

@@ -26,6 +26,9 @@ from opsmanager import pki
 from opsmanager.webhook import admission, server, validation
 from tests.webhook import conftest
 
+# Seconds, not milliseconds: kept out of `make test-fast`, run by `make test`.
+pytestmark = pytest.mark.slow
+
 PATHS = [*admission.ENDPOINTS, "/nope", "/validate-etcd/extra"]
 
 json_scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.floats(allow_nan=False) | st.text(max_size=12)
