@@ -189,8 +189,10 @@ COND_PLAINTEXT_LISTENERS_ADDED: Final = "PlaintextListenersAdded"  # remove TLS,
 # Rescue: the rotate's observation found expired served leaves or an expired loaded CA; the message says
 # what expired (member, port, notAfter) and which rescue plan runs.
 COND_RESCUE_PLAN_CHOSEN: Final = "RescuePlanChosen"
-ANNOTATION_RESCUE_REASON: Final = "ops.opsmanager.dev/rescue-reason"  # on the request: why the rescue was chosen
-ANNOTATION_RESCUE_RESTARTED: Final = "ops.opsmanager.dev/rescue-restarted"  # pod UIDs before the restart-all
+# Where an older engine recorded the members it restarted (read on requests it started, never written): the pod
+# UIDs before the rescue's restart of every member, and the members a rotate restarted alone.
+LEGACY_RESCUE_RESTARTED: Final = "ops.opsmanager.dev/rescue-restarted"
+LEGACY_STALE_MEMBERS: Final = "ops.opsmanager.dev/stale-members"
 # Benchmark-only knob (docs/benchmarks.md): "true" on a request makes its rolling restarts skip MoveLeader and
 # restart members in ordinal order, the leader wherever it falls — our steps minus one, to measure what it buys.
 ANNOTATION_BENCH_SKIP_MOVE_LEADER: Final = "ops.opsmanager.dev/bench-skip-move-leader"

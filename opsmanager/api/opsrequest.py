@@ -12,7 +12,7 @@ change certificate fields (``tls.issuerRef`` and/or ``tls.certificates``).
 from __future__ import annotations
 
 import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import pydantic
 
@@ -110,6 +110,58 @@ class EtcdOpsRequestSpec(common.Model):
         return common.parse_duration(self.timeout)
 
 
+class RequestOrigin(common.OpenModel):
+    """What the engine saw when the request started. Written once and never changed, so the plan cannot change
+    mid-run — not even when the request's own last step writes the new TLS into the Etcd — and an operator
+    restarted mid-run chooses what the first one chose."""
+
+    observed_at: str | None = pydantic.Field(
+        default=None, description="When the engine recorded it (RFC 3339): the request started then."
+    )
+    tls: dict[str, Any] | None = pydantic.Field(
+        default=None,
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        description=(
+            "The Etcd's `spec.tls` when the request started (absent: TLS was off). The request is folded into "
+            "this, and the admission webhook lets exactly the result through while the request holds the pause."
+        ),
+    )
+    plan: str | None = pydantic.Field(
+        default=None,
+        description=(
+            "A rotate's plan variant, observed once when it starts: `Rotate` (hot reload), `CARollover`, "
+            "`RescueLeaves` or `RescueCA` (absent for other requests)."
+        ),
+    )
+    rescue_reason: str | None = pydantic.Field(
+        default=None,
+        description="Why a rescue plan was chosen: the expired served leaves (member, port, notAfter) or loaded CAs.",
+    )
+
+
+class StaleMember(common.OpenModel):
+    """A member restarted alone because it still served its previous certificate after the delivery bound."""
+
+    uid: str = pydantic.Field(description="The UID of the pod that was evicted: a pod with another UID is its "
+                                          "replacement, never restarted again.")
+    after_seconds: int = pydantic.Field(
+        default=0, description="Seconds after `CertificateSynced` the member was found still serving the old leaf."
+    )
+
+
+class Restarts(common.OpenModel):
+    """The members a request restarted, recorded before each disruption so a crash never restarts one twice."""
+
+    all_together: dict[str, str] | None = pydantic.Field(
+        default=None,
+        description="The CA rescue's restart of every member together: pod name → the UID it had before. A pod is "
+                    "deleted only with its recorded UID as a precondition.",
+    )
+    stale_members: dict[str, StaleMember] | None = pydantic.Field(
+        default=None, description="A rotate's lone restarts, by pod name."
+    )
+
+
 class EtcdOpsRequestStatus(common.OpenModel):
     """Progress of the request, written only by the ops engine."""
 
@@ -130,6 +182,12 @@ class EtcdOpsRequestStatus(common.OpenModel):
             "One condition per step in first-insertion order (`Running`, `CertificateSynced`, ..., `Successful` "
             "or `Failed`), per-pod steps as `<Step>--<pod>`."
         ),
+    )
+    origin: RequestOrigin | None = pydantic.Field(
+        default=None, description="What the engine saw when the request started; decides the plan for the whole run."
+    )
+    restarts: Restarts | None = pydantic.Field(
+        default=None, description="The members restarted so far, recorded before each restart."
     )
 
 

@@ -5,9 +5,10 @@ webhook lets exactly that write through while the request holds the Etcd paused 
 then is refused). Both must compute the same value, so the rule lives here, below both of them: the engine
 (``opsmanager.ops.plan``) may not be imported by the webhook.
 
-``ANNOTATION_TLS_BEFORE`` belongs to the same contract: the engine records on the request the Etcd's
-``spec.tls`` as it was when the request started, and folds the request into *that* (so its own write cannot
-change its plan). The webhook reads the same annotation to compute the same value.
+The request's ``status.origin`` belongs to the same contract: the engine records there the Etcd's ``spec.tls`` as
+it was when the request started, and folds the request into *that* (so its own write cannot change its plan). The
+webhook reads the same record to compute the same value. Requests started by an older engine carry the record as
+annotations (``LEGACY_*``); they are read as before and never written.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from opsmanager.api import common, constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 
-ANNOTATION_TLS_BEFORE: Final = "ops.opsmanager.dev/tls-before"  # the Etcd's spec.tls when the request started
-# The plan variant the engine observed when a request started (``opsmanager.ops.plan.RotateVariant``): persisted
-# like ``tls-before``, so what the engine saw once decides the plan for the whole run.
-ANNOTATION_PLAN: Final = "ops.opsmanager.dev/plan"
+# Where an older engine kept its record (read, never written): the Etcd's spec.tls when the request started, the
+# plan variant, and why a rescue was chosen.
+LEGACY_TLS_BEFORE: Final = "ops.opsmanager.dev/tls-before"
+LEGACY_PLAN: Final = "ops.opsmanager.dev/plan"
+LEGACY_RESCUE_REASON: Final = "ops.opsmanager.dev/rescue-reason"
 
 
 def desired_tls(current: etcd_api.TLSConfig | None, req: ops_api.ReconfigureTLSSpec) -> etcd_api.TLSConfig | None:
@@ -56,13 +58,52 @@ def alias_order(alias: str) -> int:
     return constants.CERT_ALIASES.index(alias) if alias in constants.CERT_ALIASES else len(constants.CERT_ALIASES)
 
 
+def origin(request: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The request's ``status.origin`` (what the engine saw when it started), None before the engine recorded it."""
+    value = (request.get("status") or {}).get("origin")
+    return value if isinstance(value, dict) else None
+
+
+def _legacy(request: Mapping[str, Any], name: str) -> str | None:
+    value = ((request.get("metadata") or {}).get("annotations") or {}).get(name)
+    return value if isinstance(value, str) else None
+
+
+def recorded_tls(request: Mapping[str, Any]) -> tuple[bool, dict[str, Any] | None]:
+    """``(recorded, tls)``: has the engine recorded the Etcd's ``spec.tls`` as it was when ``request`` started, and
+    what it was (None: TLS was off, or the record cannot be read)."""
+    record = origin(request)
+    if record is not None:
+        tls = record.get("tls")
+        return True, tls if isinstance(tls, dict) else None
+    raw = _legacy(request, LEGACY_TLS_BEFORE)
+    if raw is None:
+        return False, None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return True, None
+    return True, value if isinstance(value, dict) else None
+
+
 def tls_before(request: Mapping[str, Any]) -> dict[str, Any] | None:
     """The Etcd's ``spec.tls`` (a raw dict) the engine recorded on ``request`` when it started; None when it has
-    not recorded one yet, recorded none (TLS was off), or the annotation cannot be read. As in the engine, None
+    not recorded one yet, recorded none (TLS was off), or the record cannot be read. As in the engine, None
     means: fold the request into the Etcd's ``spec.tls`` as it is now."""
-    raw = ((request.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_TLS_BEFORE)
-    try:
-        value = json.loads(raw) if isinstance(raw, str) else None
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+    return recorded_tls(request)[1]
+
+
+def recorded_plan(request: Mapping[str, Any]) -> str | None:
+    """The plan variant the engine observed when a rotate started (``status.origin.plan``), None before."""
+    record = origin(request)
+    if record is not None:
+        return record["plan"] if isinstance(record.get("plan"), str) else None
+    return _legacy(request, LEGACY_PLAN)
+
+
+def rescue_reason(request: Mapping[str, Any]) -> str | None:
+    """Why the engine chose a rescue plan for ``request`` (``status.origin.rescueReason``), None when it did not."""
+    record = origin(request)
+    if record is not None:
+        return record["rescueReason"] if isinstance(record.get("rescueReason"), str) else None
+    return _legacy(request, LEGACY_RESCUE_REASON)

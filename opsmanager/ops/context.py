@@ -235,6 +235,25 @@ class OpsContext:
                 self._dirty_fields[key] = value
         self.request["status"] = st
 
+    def record(self, field: str, value: dict[str, Any]) -> None:
+        """A top-level ``status`` field of the engine's durable record (``origin``, ``restarts``), replaced whole,
+        written by the next :meth:`flush` — which a step flushes before the action the record is for."""
+        st = self.request.setdefault("status", {}) or {}
+        if st.get(field) != value:
+            st[field] = value
+            self._dirty_fields[field] = value
+        self.request["status"] = st
+
+    def recorded(self, field: str) -> dict[str, Any]:
+        """The engine's durable record ``status.<field>`` (empty when there is none yet)."""
+        value = (self.request.get("status") or {}).get(field)
+        return dict(value) if isinstance(value, dict) else {}
+
+    def legacy_annotation(self, name: str) -> str | None:
+        """An annotation an older engine kept its record in (read on the requests it started, never written)."""
+        value = (self.request["metadata"].get("annotations") or {}).get(name)
+        return value if isinstance(value, str) else None
+
     @property
     def dirty(self) -> bool:
         """Is anything queued that :meth:`flush` would write?"""
@@ -271,13 +290,6 @@ class OpsContext:
         self._dirty_fields.clear()
         if updated is not None:
             self.request = updated
-
-    async def annotate(self, annotations: dict[str, str]) -> None:
-        """Patch annotations onto the request now (a record a step needs before it acts); the queued status stays
-        queued."""
-        patched = await self.kube.patch(constants.OPS_API_VERSION, constants.OPS_KIND, self.namespace, self.name,
-                                        {"metadata": {"annotations": annotations}})
-        self.request = {**patched, "status": self.request.get("status") or {}}
 
     def condition(self, type_: str) -> dict[str, Any] | None:
         return conditions.get_condition(self.conditions, type_)

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import logging
 import os
 import signal
@@ -359,16 +358,24 @@ class Engine:
         return found
 
     async def _snapshot(self, req: dict[str, Any], db_obj: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-        """The Etcd's ``spec.tls`` as it was when the request started, persisted on the request (annotation), so
-        the plan does not change when ``UpdateDatabase`` writes the new TLS."""
-        ann = req["metadata"].get("annotations") or {}
-        if tlschange.ANNOTATION_TLS_BEFORE not in ann:
-            before = json.dumps((db_obj.get("spec") or {}).get("tls"), sort_keys=True)
-            req = await self.kube.patch(constants.OPS_API_VERSION, constants.OPS_KIND, req["metadata"]["namespace"],
-                                        req["metadata"]["name"],
-                                        {"metadata": {"annotations": {tlschange.ANNOTATION_TLS_BEFORE: before}}})
-            ann = req["metadata"].get("annotations") or {}
-        return req, json.loads(ann[tlschange.ANNOTATION_TLS_BEFORE])
+        """The Etcd's ``spec.tls`` as it was when the request started, recorded in the request's
+        ``status.origin`` before any step acts, so the plan does not change when ``UpdateDatabase`` writes the new
+        TLS. A request an older engine started keeps the record it has (an annotation)."""
+        recorded, tls = tlschange.recorded_tls(req)
+        if recorded:
+            return req, tls
+        origin: dict[str, Any] = {"observedAt": conditions.rfc3339(self.clock())}
+        if isinstance(before := (db_obj.get("spec") or {}).get("tls"), dict):
+            origin["tls"] = before
+
+        def record(st: dict[str, Any]) -> dict[str, Any]:
+            return st if isinstance(st.get("origin"), dict) else {**st, "origin": origin}
+
+        updated = await self.kube.transact_status(constants.OPS_API_VERSION, constants.OPS_KIND,
+                                                  req["metadata"]["namespace"], req["metadata"]["name"], record)
+        if updated is not None:
+            req = updated
+        return req, tlschange.tls_before(req)
 
     def _timed_out(self, ctx: context.OpsContext, step: plan.Step, timeout: datetime.timedelta) -> str | None:
         now = self.clock()
@@ -391,12 +398,12 @@ class Engine:
 
     async def _variant(self, ctx: context.OpsContext) -> plan.RotateVariant:
         """Which rotate plan this request runs: observed once, when it starts (no step condition yet), and
-        persisted on the request (``ops.opsmanager.dev/plan``) like ``tls-before`` — the plan never changes
-        mid-run. A request that is not a rotate, or started before the annotation existed, is ``HOT_RELOAD``."""
+        recorded in ``status.origin`` with the TLS it started from — the plan never changes mid-run. A request that
+        is not a rotate, or started before the record existed, is ``HOT_RELOAD``."""
         spec = ctx.spec
         if spec.type != constants.OPS_TYPE_RECONFIGURE_TLS or spec.tls is None or not spec.tls.rotate_certificates:
             return plan.RotateVariant.HOT_RELOAD
-        raw = (ctx.request["metadata"].get("annotations") or {}).get(tlschange.ANNOTATION_PLAN)
+        raw = tlschange.recorded_plan(ctx.request)
         if raw is None:
             if any(c.get("type") != constants.COND_PENDING for c in ctx.conditions) or ctx.db.spec.tls is None:
                 return plan.RotateVariant.HOT_RELOAD
@@ -408,11 +415,12 @@ class Engine:
                 leaves, cas = (), ()
             seen = dataclasses.replace(seen, expired_leaves=leaves, expired_cas=cas)
             variant = plan.rotate_variant(seen)
-            annotations = {tlschange.ANNOTATION_PLAN: variant.value}
+            origin = {**ctx.recorded("origin"), "plan": variant.value}
             if reason := plan.rescue_reason(seen):
-                annotations[constants.ANNOTATION_RESCUE_REASON] = reason
+                origin["rescueReason"] = reason
                 log.info("EtcdOpsRequest %s/%s: %s", ctx.namespace, ctx.name, reason)
-            await ctx.annotate(annotations)
+            ctx.record("origin", origin)
+            await ctx.flush()  # on record before any step acts on it
             return variant
         try:
             return plan.RotateVariant(raw)

@@ -82,7 +82,7 @@ class Trust(enum.Enum):
 
 
 class RotateVariant(enum.Enum):
-    """Which plan a ``rotateCertificates`` request runs (observed once, persisted as ``ops.opsmanager.dev/plan``)."""
+    """Which plan a ``rotateCertificates`` request runs (observed once, persisted as ``status.origin.plan``)."""
 
     HOT_RELOAD = "Rotate"  # same CA: re-issue, release, verify served; no restart
     CA_ROLLOVER = "CARollover"  # a source chains to a CA not every member has loaded: widen, release, narrow

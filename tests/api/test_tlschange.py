@@ -18,20 +18,48 @@ from opsmanager.api import constants, tlschange
 TLS = {"issuerRef": {"apiGroup": "cert-manager.io", "kind": "Issuer", "name": "ca"}}
 
 
-def request(annotation: Any = ...) -> dict[str, Any]:
+def request(annotation: Any = ..., origin: Any = ...) -> dict[str, Any]:
+    """A request with the record an older engine kept (``annotation``) and/or the one in status (``origin``)."""
     meta: dict[str, Any] = {"name": "op"}
     if annotation is not ...:
-        meta["annotations"] = {tlschange.ANNOTATION_TLS_BEFORE: annotation}
-    return {"metadata": meta}
+        meta["annotations"] = {tlschange.LEGACY_TLS_BEFORE: annotation, tlschange.LEGACY_PLAN: "CARollover",
+                               tlschange.LEGACY_RESCUE_REASON: "legacy"}
+    out: dict[str, Any] = {"metadata": meta}
+    if origin is not ...:
+        out["status"] = {"origin": origin}
+    return out
 
 
-def test_the_recorded_tls_is_read_back() -> None:
-    assert tlschange.tls_before(request(json.dumps(TLS, sort_keys=True))) == TLS
+def test_the_tls_recorded_in_status_is_read_back() -> None:
+    recorded = request(origin={"observedAt": "2026-12-02T10:00:00Z", "tls": TLS, "plan": "RescueCA",
+                               "rescueReason": "expired"})
+    assert tlschange.recorded_tls(recorded) == (True, TLS)
+    assert tlschange.tls_before(recorded) == TLS
+    assert tlschange.recorded_plan(recorded) == "RescueCA"
+    assert tlschange.rescue_reason(recorded) == "expired"
+
+
+def test_a_status_record_without_tls_means_tls_was_off() -> None:
+    assert tlschange.recorded_tls(request(origin={"observedAt": "2026-12-02T10:00:00Z"})) == (True, None)
+
+
+def test_the_status_record_wins_over_an_older_engines_annotation() -> None:
+    both = request(json.dumps({"issuerRef": {"name": "old"}}), origin={"tls": TLS})
+    assert tlschange.tls_before(both) == TLS
+    assert tlschange.recorded_plan(both) is None and tlschange.rescue_reason(both) is None
+
+
+def test_an_older_engines_annotations_are_still_read() -> None:
+    legacy = request(json.dumps(TLS, sort_keys=True))
+    assert tlschange.recorded_tls(legacy) == (True, TLS)
+    assert tlschange.recorded_plan(legacy) == "CARollover"
+    assert tlschange.rescue_reason(legacy) == "legacy"
 
 
 @pytest.mark.parametrize("annotation", [..., "null", "{not json", 7, json.dumps(["a"])])
 def test_no_usable_record_means_the_current_tls(annotation: Any) -> None:
     assert tlschange.tls_before(request(annotation)) is None
+    assert tlschange.recorded_tls(request(annotation))[0] is (annotation is not ... and isinstance(annotation, str))
 
 
 def test_aliases_sort_in_the_api_order_unknown_last() -> None:

@@ -104,7 +104,7 @@ async def test_the_rollover_widens_releases_verifies_and_narrows_restarting_each
     before = await bundle_cas(world)
     req = await world.run(name)
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
-    assert req["metadata"]["annotations"][tlschange.ANNOTATION_PLAN] == plan.RotateVariant.CA_ROLLOVER.value
+    assert tlschange.recorded_plan(req) == plan.RotateVariant.CA_ROLLOVER.value
     assert w.umbrella(req) == ORDER
     await operations.assert_rolled_safely(world, ROLLOVER)
     assert before == ["ca-a-ca"] and await bundle_cas(world) == ["ca-a-renewed"]
@@ -128,7 +128,7 @@ async def test_a_same_ca_rotate_is_observed_as_such_and_restarts_nothing(world: 
     await world.request("rotate", "db", "ReconfigureTLS", tls={"rotateCertificates": True})
     req = await world.run("rotate")
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL
-    assert req["metadata"]["annotations"][tlschange.ANNOTATION_PLAN] == plan.RotateVariant.HOT_RELOAD.value
+    assert tlschange.recorded_plan(req) == plan.RotateVariant.HOT_RELOAD.value
     assert world.record.creations == {}
 
 

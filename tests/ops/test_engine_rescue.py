@@ -85,7 +85,7 @@ async def test_expired_leaves_are_rescued_at_once_without_restarting_any_member(
     await rotate(world)
     req = await world.run("rotate")
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
-    assert req["metadata"]["annotations"][tlschange.ANNOTATION_PLAN] == plan.RotateVariant.RESCUE_LEAVES.value
+    assert tlschange.recorded_plan(req) == plan.RotateVariant.RESCUE_LEAVES.value
     assert w.umbrella(req) == LEAVES_ORDER
     message = rescue_message(req)
     assert "db-0 client notAfter" in message and "RescueLeaves" in message, message
@@ -99,7 +99,7 @@ async def test_an_expired_ca_is_rescued_by_restarting_every_member_together_once
     await rotate(world)
     req = await world.run("rotate")
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
-    assert req["metadata"]["annotations"][tlschange.ANNOTATION_PLAN] == plan.RotateVariant.RESCUE_CA.value
+    assert tlschange.recorded_plan(req) == plan.RotateVariant.RESCUE_CA.value
     assert w.umbrella(req) == CA_ORDER
     assert "the CA every member loaded has expired" in rescue_message(req)
     assert sorted(world.record.deletions) == operations.PODS and world.record.evictions == []
@@ -165,8 +165,8 @@ async def test_a_valid_cluster_with_every_member_down_is_never_rescued(world: w.
     await rotate(world)
     await world.engine().reconcile(w.NS, "rotate")  # New -> Progressing: observes the variant
     req = await world.get_request("rotate")
-    assert req["metadata"]["annotations"][tlschange.ANNOTATION_PLAN] == plan.RotateVariant.HOT_RELOAD.value
-    assert constants.ANNOTATION_RESCUE_REASON not in req["metadata"]["annotations"]
+    assert tlschange.recorded_plan(req) == plan.RotateVariant.HOT_RELOAD.value
+    assert tlschange.rescue_reason(req) is None
 
 
 async def _down_with_an_expired_scan(world: w.World, *, scanned: datetime.datetime,
@@ -188,7 +188,7 @@ async def _down_with_an_expired_scan(world: w.World, *, scanned: datetime.dateti
     await rotate(world)
     await world.engine().reconcile(w.NS, "rotate")
     req = await world.get_request("rotate")
-    return str(req["metadata"]["annotations"][tlschange.ANNOTATION_PLAN])
+    return str(tlschange.recorded_plan(req))
 
 
 async def test_a_scan_from_before_the_last_request_does_not_choose_a_rescue(world: w.World) -> None:

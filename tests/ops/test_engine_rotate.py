@@ -11,11 +11,12 @@ dozen reconciles.
 from __future__ import annotations
 
 import base64
+import json
 
 import pytest
 
 from opsmanager import pki
-from opsmanager.api import conditions, constants
+from opsmanager.api import conditions, constants, tlschange
 from tests.ops import test_engine_operations as operations
 from tests.ops import test_engine_resume as resume
 from tests.ops import world as w
@@ -168,3 +169,25 @@ async def test_killed_between_the_rotation_mark_and_the_issuing_trigger_it_trigg
     req = await world.run("rotate")
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
     assert world.record.creations == {}
+
+
+async def test_a_rotate_an_older_engine_started_finishes_from_its_annotations(world: w.World) -> None:
+    # An older engine kept its record as annotations on the request: the TLS it started from, the plan, and a
+    # member it had already evicted (by UID). The engine reads them and finishes, recording nothing new in status.
+    await world.etcd("db", tls_issuer="ca-a")
+    db = await world.get_etcd("db")
+    await world.hold_volume_refresh("db-1")
+    created = await world.request("rotate", "db", "ReconfigureTLS", tls={"rotateCertificates": True})
+    await world.kube.patch(constants.OPS_API_VERSION, constants.OPS_KIND, w.NS, "rotate", {"metadata": {
+        "annotations": {tlschange.LEGACY_TLS_BEFORE: json.dumps(db["spec"]["tls"], sort_keys=True),
+                        tlschange.LEGACY_PLAN: "Rotate",
+                        constants.LEGACY_STALE_MEMBERS: json.dumps({"db-1": {"uid": "gone-before", "after": 7}})}}})
+    assert created["metadata"]["name"] == "rotate"
+    req = await world.run("rotate", between=lambda _i: tick(world))
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
+    assert "origin" not in req["status"], "an older engine's record is kept as it is"
+    assert tlschange.recorded_plan(req) == "Rotate"
+    # The older record is read (converted to status.restarts); db-1, still stale after the bound, is restarted and
+    # its entry replaced by the UID of the pod this engine evicted.
+    stale = req["status"]["restarts"]["staleMembers"]
+    assert set(stale) == {"db-1"} and stale["db-1"]["uid"] != "gone-before"

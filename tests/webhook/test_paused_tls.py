@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from opsmanager.api import conditions, constants, pause, tlschange
+from opsmanager.api import conditions, constants, pause
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.ops import plan
@@ -58,7 +58,9 @@ def request(name: str, type_: str = "ReconfigureTLS", *, tls: Obj | None = None,
     obj: Obj = {"apiVersion": constants.OPS_API_VERSION, "kind": constants.OPS_KIND,
                 "metadata": {"name": name, "namespace": NS}, "spec": spec, "status": {"phase": phase}}
     if tls_before is not ...:
-        obj["metadata"]["annotations"] = {tlschange.ANNOTATION_TLS_BEFORE: json.dumps(tls_before, sort_keys=True)}
+        obj["status"]["origin"] = {"observedAt": "2026-12-02T10:00:00Z"}
+        if tls_before is not None:
+            obj["status"]["origin"]["tls"] = tls_before
     return obj
 
 
@@ -156,7 +158,7 @@ def test_the_holding_requests_own_write_is_allowed(before: Obj | None, req_tls: 
 
 def test_the_write_is_folded_into_the_tls_the_engine_recorded_when_the_request_started() -> None:
     # spec.tls gained a certificate between the request's start and its pause: the engine folds into what it
-    # recorded (its tls-before annotation), and so does the webhook
+    # recorded (status.origin.tls), and so does the webhook
     old = etcd(CERTS_BEFORE, paused_by="op")
     req = request("op", tls={"issuerRef": ISSUER_B}, tls_before=TLS_A)
     assert update(old, with_tls(old, {"issuerRef": ISSUER_B}), req).allowed

@@ -10,7 +10,7 @@ others the old. So every member pod is deleted at once (not through the Eviction
 refuse exactly this), and the StatefulSet recreates them onto the new bundle and leaves already released.
 
 Crash safety, each member restarted exactly once: before deleting anything the UIDs of the current pods are written
-on the request (``ops.opsmanager.dev/rescue-restarted``); a pod is deleted only with its recorded UID as a
+in the request's ``status.restarts.allTogether``; a pod is deleted only with its recorded UID as a
 precondition, so a pod recreated before the operator died is never deleted again. The step is done when every
 member runs in a pod with a new UID and a majority answers etcd's plain-HTTP ``/health`` on the metrics port (2381:
 a leader and a linearizable read; no TLS chain trusted), bounded by the request's timeout (``spec.timeout``).
@@ -19,7 +19,6 @@ a leader and a linearizable read; no TLS chain trusted), bounded by the request'
 from __future__ import annotations
 
 import datetime
-import json
 
 from opsmanager import metrics
 from opsmanager.api import conditions, constants
@@ -32,9 +31,12 @@ CONDITIONS: tuple[str, ...] = (constants.COND_RESTART_PODS,)
 
 
 def _record(ctx: context.OpsContext) -> dict[str, str] | None:
-    """The pod UIDs recorded before the restart (``{pod: uid}``; the gate's record codec), None before it."""
-    return gate.decode_record((ctx.request["metadata"].get("annotations") or {}).get(
-        constants.ANNOTATION_RESCUE_RESTARTED))
+    """The pod UIDs recorded before the restart (``{pod: uid}``, ``status.restarts.allTogether``), None before it.
+    A request an older engine started has them in an annotation (the gate's record codec)."""
+    together = ctx.recorded("restarts").get("allTogether")
+    if isinstance(together, dict):
+        return {str(k): str(v) for k, v in together.items()}
+    return gate.decode_record(ctx.legacy_annotation(constants.LEGACY_RESCUE_RESTARTED))
 
 
 async def _bundle_settled(ctx: context.OpsContext) -> float:
@@ -76,8 +78,8 @@ async def _restart_all(ctx: context.OpsContext, step: plan.Step) -> context.Step
             return context.Progress("waiting for the second the new CA entered the trust bundle to pass",
                                     delay=wait)
         record = {n: str(pods[n]["metadata"].get("uid") or "") for n in names if n in pods}
-        await ctx.annotate({constants.ANNOTATION_RESCUE_RESTARTED: json.dumps(record, sort_keys=True)})
-    await ctx.flush()  # the step in flight is on record before any member is deleted
+        ctx.record("restarts", {**ctx.recorded("restarts"), "allTogether": record})
+    await ctx.flush()  # the record and the step in flight are written before any member is deleted
     deleted = []
     for name, uid in record.items():
         pod = pods.get(name)

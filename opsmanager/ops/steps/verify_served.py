@@ -20,9 +20,9 @@ member a restart and a catch-up; a naive one stalls writes and causes elections 
 "rotation" declared done while a member still hands out the old certificate (a kubelet that never delivered, a
 pod stuck on a stale volume) — it is found by the handshake and fixed by a restart of that member only.
 
-Crash safety: the conditions are the state. Before an eviction the member's pod UID is written on the request
-(annotation ``ops.opsmanager.dev/stale-members``, at once), then the queued conditions with ``EvictPod--<pod>``
-False (``restart.restart`` flushes before it evicts), so a member evicted just before the operator died is
+Crash safety: the conditions are the state. Before an eviction the member's pod UID is recorded in the request's
+``status.restarts.staleMembers``, written with ``EvictPod--<pod>`` False in the one status write
+``restart.restart`` makes before it evicts, so a member evicted just before the operator died is
 recognised by its new UID and never restarted twice.
 """
 
@@ -41,22 +41,28 @@ from opsmanager.tls import serials
 CONDITIONS: tuple[str, ...] = (constants.COND_SERVED_CERTIFICATES_VERIFIED,)
 
 T, F = constants.TRUE, constants.FALSE
-# {"<pod>": {"uid": "<uid of the pod we evicted>", "after": <seconds after CertificateSynced>}} on the request
-ANNOTATION_STALE_MEMBERS = "ops.opsmanager.dev/stale-members"
-
-
 def _stale_record(ctx: context.OpsContext) -> dict[str, dict[str, Any]]:
-    raw = (ctx.request["metadata"].get("annotations") or {}).get(ANNOTATION_STALE_MEMBERS)
+    """``{pod: {"uid": <uid of the pod evicted>, "afterSeconds": <seconds after CertificateSynced>}}`` from
+    ``status.restarts.staleMembers`` (or, on a request an older engine started, its annotation)."""
+    stale = ctx.recorded("restarts").get("staleMembers")
+    if isinstance(stale, dict):
+        return {str(k): dict(v) for k, v in stale.items() if isinstance(v, dict)}
+    raw = ctx.legacy_annotation(constants.LEGACY_STALE_MEMBERS)
     try:
         value = json.loads(raw) if raw else {}
     except ValueError:
         return {}
-    return value if isinstance(value, dict) else {}
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): {"uid": v.get("uid"), "afterSeconds": v.get("after", 0)} for k, v in value.items()
+            if isinstance(v, dict)}
 
 
-async def _remember(ctx: context.OpsContext, name: str, uid: str, after: float) -> None:
-    record = {**_stale_record(ctx), name: {"uid": uid, "after": round(after)}}
-    await ctx.annotate({ANNOTATION_STALE_MEMBERS: json.dumps(record, sort_keys=True)})
+def _remember(ctx: context.OpsContext, name: str, uid: str, after: float) -> None:
+    """Record the member about to be restarted; written with ``EvictPod--<pod>`` False, before the eviction."""
+    restarts = ctx.recorded("restarts")
+    restarts["staleMembers"] = {**_stale_record(ctx), name: {"uid": uid, "afterSeconds": round(after)}}
+    ctx.record("restarts", restarts)
 
 
 def _since_synced(ctx: context.OpsContext, step: plan.Step) -> float:
@@ -106,7 +112,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
                          and ctx.is_true(constants.per_pod_type(constants.STEP_EVICT_POD, n))]
             if not restarted:
                 return context.Done()
-            afters = [int((record.get(n) or {}).get("after") or 0) for n in restarted]
+            afters = [int((record.get(n) or {}).get("afterSeconds") or 0) for n in restarted]
             message = restart.report_stale_restarts_done(ctx, restarted, len(names), min(afters))
             return context.Done(f"{step.message}; {message[0].lower()}{message[1:]}")
         elapsed = _since_synced(ctx, step)
@@ -126,6 +132,6 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
             return await restart.move_leader(ctx, client, action)
         assert action.pod is not None
         pod = pods[action.pod]
-        await _remember(ctx, action.pod, str(pod["metadata"].get("uid") or ""), elapsed)
+        _remember(ctx, action.pod, str(pod["metadata"].get("uid") or ""), elapsed)
         restart.report_stale_restart(ctx, action.pod, elapsed, stale[action.pod])
         return await restart.restart(ctx, step, pod)
