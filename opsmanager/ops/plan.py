@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from typing import ClassVar
 
 from opsmanager.api import common, constants, tlschange
 from opsmanager.api import etcd as etcd_api
@@ -149,20 +150,114 @@ def rescue_reason(seen: RotateObservation) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Step:
+    """What every step has: the condition it sets and its message once done. One subclass per :class:`StepKind`,
+    each carrying only its own fields; the engine runs it with the step module its ``kind`` names."""
+
+    kind: ClassVar[StepKind]
     condition: str
-    kind: StepKind
     message: str
-    wiring: render.Wiring | None = None  # for APPLY_STATEFULSET / ROLL_PASS
+
+
+@dataclasses.dataclass(frozen=True)
+class Pause(Step):
+    kind: ClassVar[StepKind] = StepKind.PAUSE
+
+
+@dataclasses.dataclass(frozen=True)
+class Issue(Step):
+    kind: ClassVar[StepKind] = StepKind.ISSUE
+    tls: etcd_api.TLSConfig | None  # whose Certificates are re-issued
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncCertificates(Step):
+    kind: ClassVar[StepKind] = StepKind.SYNC_CERTIFICATES
+    tls: etcd_api.TLSConfig | None  # the Certificates applied and their Secrets released
+    trust: Trust = Trust.KEEP  # the bundle written once the material is complete (a fresh setup: DESIRED)
+    # CA rollover: release through the gate against the CAs every member has loaded, not the bundle
+    release_loaded: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ApplyStatefulSet(Step):
+    kind: ClassVar[StepKind] = StepKind.APPLY_STATEFULSET
+    wiring: render.Wiring
+    tls: etcd_api.TLSConfig | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Roll(Step):
+    """The rolling restart onto the template the step before applied."""
+
+    kind: ClassVar[StepKind] = StepKind.ROLL
+    wiring: render.Wiring
+    tls: etcd_api.TLSConfig | None
+    verify_served_certificates: bool = False  # after each member's restart, by handshake
+
+
+@dataclasses.dataclass(frozen=True)
+class Restart(Step):
+    """The Restart request: stamp the template, then the rolling restart, as one step."""
+
+    kind: ClassVar[StepKind] = StepKind.RESTART
+    verify_served_certificates: ClassVar[bool] = False
+    wiring: render.Wiring
+    tls: etcd_api.TLSConfig | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RollPass(Step):
+    """An intermediate pass: the trust bundle it needs, the template for its wiring, the rolling restart."""
+
+    kind: ClassVar[StepKind] = StepKind.ROLL_PASS
+    verify_served_certificates: ClassVar[bool] = False
+    wiring: render.Wiring
+    tls: etcd_api.TLSConfig | None
     trust: Trust = Trust.KEEP
-    verify_served_certificates: bool = False  # after each member's restart (ROLL / ROLL_PASS)
-    peer_scheme: str | None = None  # for UPDATE_PEER_URLS
-    tls: etcd_api.TLSConfig | None = None  # the certificates this step works with
     # Handover: the user-provided TLS being handed over. A pass with it is skipped (no bundle write, no
     # roll) when the new issuer's CA is the CA of the user's Secrets — a fact that survives an operator crash.
     handover_from: etcd_api.TLSConfig | None = None
-    # CA rollover: release the sources through the gate against the CAs every member has loaded (the pass: on
-    # every reconcile, so leaves cert-manager renews during the run still reach the members; the sync: as its gate)
+    # CA rollover: on every reconcile, release the sources through the gate against the CAs every member has
+    # loaded, so leaves cert-manager renews during the run still reach the members
     release_loaded: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdatePeerURLs(Step):
+    kind: ClassVar[StepKind] = StepKind.UPDATE_PEER_URLS
+    peer_scheme: str
+
+
+@dataclasses.dataclass(frozen=True)
+class MoveLeader(Step):
+    kind: ClassVar[StepKind] = StepKind.MOVE_LEADER
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyServed(Step):
+    kind: ClassVar[StepKind] = StepKind.VERIFY_SERVED
+    verify_served_certificates: ClassVar[bool] = True  # a member it restarts alone is verified like the rest
+    tls: etcd_api.TLSConfig | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RescueChosen(Step):
+    kind: ClassVar[StepKind] = StepKind.RESCUE_CHOSEN
+
+
+@dataclasses.dataclass(frozen=True)
+class RestartAll(Step):
+    kind: ClassVar[StepKind] = StepKind.RESTART_ALL
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateDatabase(Step):
+    kind: ClassVar[StepKind] = StepKind.UPDATE_DATABASE
+
+
+# The steps that restart members through :mod:`opsmanager.ops.restart` (and verify_served, which restarts a stale
+# member alone with the same machinery).
+Restarting = Roll | Restart | RollPass | VerifyServed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,47 +314,48 @@ def classify(current: etcd_api.TLSConfig | None, req: ops_api.ReconfigureTLSSpec
 
 
 def _running(message: str) -> Step:
-    return Step(constants.COND_RUNNING, StepKind.PAUSE, message)
+    return Pause(constants.COND_RUNNING, message)
 
 
 def _final_roll(tls: etcd_api.TLSConfig | None, *, verify: bool, what: str) -> tuple[Step, Step]:
     wiring = render.Wiring.steady(tls)
     return (
-        Step(constants.COND_UPDATE_STATEFULSET, StepKind.APPLY_STATEFULSET,
-             f"Successfully re-rendered the StatefulSet {what}", wiring=wiring, tls=tls),
-        Step(constants.COND_RESTART_PODS, StepKind.ROLL,
-             f"Successfully restarted the etcd members {what}", wiring=wiring,
+        ApplyStatefulSet(constants.COND_UPDATE_STATEFULSET,
+                         f"Successfully re-rendered the StatefulSet {what}",
+                         wiring=wiring, tls=tls),
+        Roll(constants.COND_RESTART_PODS, f"Successfully restarted the etcd members {what}", wiring=wiring,
              verify_served_certificates=verify, tls=tls),
     )
 
 
 def _sync_certificates(tls: etcd_api.TLSConfig | None, *, source: str = "", trust: Trust = Trust.KEEP) -> Step:
-    return Step(constants.COND_CERTIFICATE_SYNCED, StepKind.SYNC_CERTIFICATES,
-                f"Successfully synced all the etcd certificates{source}", trust=trust, tls=tls)
+    return SyncCertificates(constants.COND_CERTIFICATE_SYNCED, f"Successfully synced all the etcd certificates{source}", trust=trust, tls=tls)
 
 
 def _update_database(message: str) -> Step:
-    return Step(constants.COND_UPDATE_DATABASE, StepKind.UPDATE_DATABASE, message)
+    return UpdateDatabase(constants.COND_UPDATE_DATABASE, message)
 
 
 def _ca_rollover_steps(current: etcd_api.TLSConfig) -> list[Step]:
     wiring = render.Wiring.steady(current)
     return [
         _running("Etcd ops request is rolling the etcd CA over"),
-        Step(constants.COND_TRUST_BUNDLE_WIDENED, StepKind.ROLL_PASS,
-             "Every member trusts the old and the renewed CA", wiring=wiring, trust=Trust.CURRENT_AND_RENEWED,
-             tls=current, release_loaded=True),
-        Step(constants.COND_ISSUE_CERTIFICATES_SUCCEEDED, StepKind.ISSUE,
-             "Successfully re-issued every certificate from the renewed CA", tls=current),
-        Step(constants.COND_CERTIFICATE_SYNCED, StepKind.SYNC_CERTIFICATES,
-             "Released the certificates of the renewed CA (every member has loaded it)", tls=current,
-             release_loaded=True),
-        Step(constants.COND_SERVED_CERTIFICATES_VERIFIED, StepKind.VERIFY_SERVED,
-             "Every member serves its certificate of the renewed CA on the client and the peer port",
-             verify_served_certificates=True, tls=current),
-        Step(constants.COND_TRUST_BUNDLE_NARROWED, StepKind.ROLL_PASS,
-             "Every member trusts only the CAs still in use", wiring=wiring, trust=Trust.IN_USE, tls=current,
-             release_loaded=True),
+        RollPass(constants.COND_TRUST_BUNDLE_WIDENED, "Every member trusts the old and the renewed CA",
+                 wiring=wiring, trust=Trust.CURRENT_AND_RENEWED,
+                 tls=current, release_loaded=True),
+        Issue(constants.COND_ISSUE_CERTIFICATES_SUCCEEDED,
+              "Successfully re-issued every certificate from the renewed CA",
+              tls=current),
+        SyncCertificates(constants.COND_CERTIFICATE_SYNCED,
+                         "Released the certificates of the renewed CA (every member has loaded it)",
+                         tls=current,
+                         release_loaded=True),
+        VerifyServed(constants.COND_SERVED_CERTIFICATES_VERIFIED,
+                     "Every member serves its certificate of the renewed CA on the client and the peer port",
+                     tls=current),
+        RollPass(constants.COND_TRUST_BUNDLE_NARROWED, "Every member trusts only the CAs still in use",
+                 wiring=wiring, trust=Trust.IN_USE, tls=current,
+                 release_loaded=True),
         _update_database("Successfully rolled the etcd CA over"),
     ]
 
@@ -271,13 +367,12 @@ def _rescue_steps(current: etcd_api.TLSConfig, variant: RotateVariant) -> list[S
     CA: the leaves released against any CA and the bundle rewritten from the released CAs, then every member
     restarted together (members cannot talk across CAs: a rolling restart only loses members), quorum awaited
     (bounded by the step timeout), the served leaves verified."""
-    chosen = Step(constants.COND_RESCUE_PLAN_CHOSEN, StepKind.RESCUE_CHOSEN,
-                  "The certificates have expired: the rescue plan runs", tls=current)
-    issue = Step(constants.COND_ISSUE_CERTIFICATES_SUCCEEDED, StepKind.ISSUE,
-                 "Successfully re-issued every certificate", tls=current)
-    verify = Step(constants.COND_SERVED_CERTIFICATES_VERIFIED, StepKind.VERIFY_SERVED,
-                  "Every member serves a valid certificate on the client and the peer port",
-                  verify_served_certificates=True, tls=current)
+    chosen = RescueChosen(constants.COND_RESCUE_PLAN_CHOSEN, "The certificates have expired: the rescue plan runs")
+    issue = Issue(constants.COND_ISSUE_CERTIFICATES_SUCCEEDED, "Successfully re-issued every certificate",
+                  tls=current)
+    verify = VerifyServed(constants.COND_SERVED_CERTIFICATES_VERIFIED,
+                          "Every member serves a valid certificate on the client and the peer port",
+                          tls=current)
     if variant is RotateVariant.RESCUE_LEAVES:
         return [
             _running("Etcd ops request is rescuing expired certificates (no restart)"),
@@ -290,8 +385,7 @@ def _rescue_steps(current: etcd_api.TLSConfig, variant: RotateVariant) -> list[S
         _running("Etcd ops request is rescuing an expired etcd CA"),
         chosen, issue,
         _sync_certificates(current, source=" and wrote the new trust bundle", trust=Trust.DESIRED),
-        Step(constants.COND_RESTART_PODS, StepKind.RESTART_ALL,
-             "Restarted every member together onto the new CA; quorum is back", tls=current),
+        RestartAll(constants.COND_RESTART_PODS, "Restarted every member together onto the new CA; quorum is back"),
         verify,
         _update_database("Successfully rescued the etcd cluster from an expired CA"),
     ]
@@ -311,12 +405,11 @@ def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec,
         steps = [
             _running("Etcd ops request is adding TLS"),
             _sync_certificates(desired, trust=Trust.DESIRED),
-            Step(constants.COND_TLS_LISTENERS_ADDED, StepKind.ROLL_PASS,
-                 "Every member listens on http and https (peer https on 2382); peer URLs still http",
-                 wiring=render.Wiring.dual(desired, advertised_peer_scheme="http"), trust=Trust.DESIRED,
-                 tls=desired),
-            Step(constants.COND_PEER_URLS_UPDATED, StepKind.UPDATE_PEER_URLS,
-                 "Every member's peer URL is registered as https", peer_scheme="https", tls=desired),
+            RollPass(constants.COND_TLS_LISTENERS_ADDED, "Every member listens on http and https (peer https on 2382); peer URLs still http",
+                     wiring=render.Wiring.dual(desired, advertised_peer_scheme="http"), trust=Trust.DESIRED,
+                     tls=desired),
+            UpdatePeerURLs(constants.COND_PEER_URLS_UPDATED, "Every member's peer URL is registered as https",
+                           peer_scheme="https"),
             *_final_roll(desired, verify=True, what="with TLS only"),
             _update_database("Successfully updated the Etcd TLS configuration"),
         ]
@@ -324,11 +417,10 @@ def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec,
         assert current is not None
         steps = [
             _running("Etcd ops request is removing TLS"),
-            Step(constants.COND_PLAINTEXT_LISTENERS_ADDED, StepKind.ROLL_PASS,
-                 "Every member listens on https and http (peer http on 2380); peer URLs still https",
-                 wiring=render.Wiring.dual(current, advertised_peer_scheme="https"), tls=current),
-            Step(constants.COND_PEER_URLS_UPDATED, StepKind.UPDATE_PEER_URLS,
-                 "Every member's peer URL is registered as http", peer_scheme="http", tls=current),
+            RollPass(constants.COND_PLAINTEXT_LISTENERS_ADDED, "Every member listens on https and http (peer http on 2380); peer URLs still https",
+                     wiring=render.Wiring.dual(current, advertised_peer_scheme="https"), tls=current),
+            UpdatePeerURLs(constants.COND_PEER_URLS_UPDATED, "Every member's peer URL is registered as http",
+                           peer_scheme="http"),
             *_final_roll(None, verify=False, what="without TLS"),
             _update_database("Successfully removed TLS from the Etcd and deleted its certificates"),
         ]
@@ -341,12 +433,12 @@ def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec,
     elif change is TLSChange.ROTATE:
         steps = [
             _running("Etcd ops request is rotating the certificates"),
-            Step(constants.COND_ISSUE_CERTIFICATES_SUCCEEDED, StepKind.ISSUE,
-                 "Successfully re-issued every certificate", tls=current),
+            Issue(constants.COND_ISSUE_CERTIFICATES_SUCCEEDED, "Successfully re-issued every certificate",
+                  tls=current),
             _sync_certificates(current),
-            Step(constants.COND_SERVED_CERTIFICATES_VERIFIED, StepKind.VERIFY_SERVED,
-                 "Every member serves its re-issued certificates on the client and the peer port",
-                 verify_served_certificates=True, tls=current),
+            VerifyServed(constants.COND_SERVED_CERTIFICATES_VERIFIED,
+                         "Every member serves its re-issued certificates on the client and the peer port",
+                         tls=current),
             _update_database("Successfully updated the Etcd TLS configuration"),
         ]
     elif change is TLSChange.UPDATE:
@@ -363,14 +455,14 @@ def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec,
         assert current is not None and desired is not None
         steps = [
             _running("Etcd ops request is changing the issuer"),
-            Step(constants.COND_TRUST_BUNDLE_WIDENED, StepKind.ROLL_PASS,
-                 "Every member trusts the old and the new CA", wiring=render.Wiring.steady(current),
-                 trust=Trust.CURRENT_AND_DESIRED, tls=desired),
+            RollPass(constants.COND_TRUST_BUNDLE_WIDENED, "Every member trusts the old and the new CA",
+                     wiring=render.Wiring.steady(current),
+                     trust=Trust.CURRENT_AND_DESIRED, tls=desired),
             _sync_certificates(desired, source=" from the new issuer"),
             *_final_roll(desired, verify=True, what="with certificates from the new issuer"),
-            Step(constants.COND_TRUST_BUNDLE_NARROWED, StepKind.ROLL_PASS,
-                 "Every member trusts the new CA only", wiring=render.Wiring.steady(desired),
-                 trust=Trust.DESIRED, tls=desired),
+            RollPass(constants.COND_TRUST_BUNDLE_NARROWED, "Every member trusts the new CA only",
+                     wiring=render.Wiring.steady(desired),
+                     trust=Trust.DESIRED, tls=desired),
             _update_database("Successfully updated the Etcd TLS configuration"),
         ]
     return Plan(constants.OPS_TYPE_RECONFIGURE_TLS, change, desired, tuple(steps),
@@ -385,17 +477,15 @@ def handover_steps(current: etcd_api.TLSConfig, desired: etcd_api.TLSConfig) -> 
     create (fail closed on a foreign one, before any member restarts)."""
     return (
         _running("Etcd ops request is handing the TLS over to cert-manager"),
-        Step(constants.COND_TRUST_BUNDLE_WIDENED, StepKind.ROLL_PASS,
-             "Every member trusts the user's CA and the issuer's CA (skipped when they are the same)",
-             wiring=render.Wiring.steady(current), trust=Trust.CURRENT_AND_DESIRED, tls=desired,
-             handover_from=current),
+        RollPass(constants.COND_TRUST_BUNDLE_WIDENED, "Every member trusts the user's CA and the issuer's CA (skipped when they are the same)",
+                 wiring=render.Wiring.steady(current), trust=Trust.CURRENT_AND_DESIRED, tls=desired,
+                 handover_from=current),
         _sync_certificates(desired, source=" from the issuer (handover)"),
-        Step(constants.COND_SERVED_CERTIFICATES_VERIFIED, StepKind.VERIFY_SERVED,
-             "Every member serves the certificates from the issuer on the client and the peer port",
-             verify_served_certificates=True, tls=desired),
-        Step(constants.COND_TRUST_BUNDLE_NARROWED, StepKind.ROLL_PASS,
-             "Every member trusts the issuer's CA only (skipped when it is the user's CA)",
-             wiring=render.Wiring.steady(desired), trust=Trust.DESIRED, tls=desired, handover_from=current),
+        VerifyServed(constants.COND_SERVED_CERTIFICATES_VERIFIED,
+                     "Every member serves the certificates from the issuer on the client and the peer port",
+                     tls=desired),
+        RollPass(constants.COND_TRUST_BUNDLE_NARROWED, "Every member trusts the issuer's CA only (skipped when it is the user's CA)",
+                 wiring=render.Wiring.steady(desired), trust=Trust.DESIRED, tls=desired, handover_from=current),
         _update_database("Successfully handed the Etcd TLS over to cert-manager"),
     )
 
@@ -412,11 +502,11 @@ def plan_for(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest,
         wiring = render.Wiring.steady(db.spec.tls)
         restart_steps = (
             _running("Etcd ops request is restarting the members"),
-            Step(constants.COND_RESTART_PODS, StepKind.RESTART,
-                 "Successfully restarted all the etcd members", wiring=wiring, tls=db.spec.tls),
+            Restart(constants.COND_RESTART_PODS, "Successfully restarted all the etcd members",
+                    wiring=wiring, tls=db.spec.tls),
         )
         return Plan(spec.type, None, db.spec.tls, restart_steps)
     if spec.type == constants.OPS_TYPE_MOVE_LEADER:
-        move = (Step(constants.COND_ETCD_LEADER_MOVED, StepKind.MOVE_LEADER, "Successfully moved the leader"),)
+        move = (MoveLeader(constants.COND_ETCD_LEADER_MOVED, "Successfully moved the leader"),)
         return Plan(spec.type, None, db.spec.tls, move, pauses=False)
     raise ValueError(f"unsupported EtcdOpsRequest type {spec.type!r}")

@@ -47,6 +47,8 @@ from opsmanager.provisioner import applying
 from opsmanager.tls import serials
 
 T, F = constants.TRUE, constants.FALSE
+# The steps that stamp the StatefulSet's template (each pass its own revision).
+Templated = plan.ApplyStatefulSet | plan.Restart | plan.RollPass
 POST_CHECKS = (constants.STEP_CHECK_POD_READY, constants.STEP_ETCD_CLUSTER_HEALTHY,
                constants.STEP_VERIFY_SERVED_CERTIFICATE)
 
@@ -54,7 +56,7 @@ POST_CHECKS = (constants.STEP_CHECK_POD_READY, constants.STEP_ETCD_CLUSTER_HEALT
 Replaced = Callable[[str, dict[str, Any]], bool]
 
 
-async def post_checks(ctx: context.OpsContext, step: plan.Step, client: admin.EtcdAdmin,
+async def post_checks(ctx: context.OpsContext, step: plan.Restarting, client: admin.EtcdAdmin,
                       pods: dict[str, dict[str, Any]], replaced: Replaced) -> context.StepResult | None:
     """Finish the checks of a member restarted in this step, in order, as many as pass now (their conditions go
     True together in the reconcile's one write); None when no member has checks left."""
@@ -68,13 +70,13 @@ async def post_checks(ctx: context.OpsContext, step: plan.Step, client: admin.Et
     return None
 
 
-def _pending_checks(ctx: context.OpsContext, step: plan.Step, name: str) -> list[str]:
+def _pending_checks(ctx: context.OpsContext, step: plan.Restarting, name: str) -> list[str]:
     checks = [c for c in POST_CHECKS if c != constants.STEP_VERIFY_SERVED_CERTIFICATE or step.verify_served_certificates]
     return [c for c in checks if ctx.condition(constants.per_pod_type(c, name)) is not None
             and not ctx.is_true(constants.per_pod_type(c, name))]
 
 
-def awaiting_pod(ctx: context.OpsContext, step: plan.Step, pods: dict[str, dict[str, Any]],
+def awaiting_pod(ctx: context.OpsContext, step: plan.Restarting, pods: dict[str, dict[str, Any]],
                  replaced: Replaced) -> context.Progress | None:
     """What :func:`post_checks` would answer when the next check is ``CheckPodReady`` of a member whose pod is not
     back yet — decided from the watch cache alone, before an etcd client is leased. While a member restarts, most
@@ -100,7 +102,7 @@ def awaiting_pod(ctx: context.OpsContext, step: plan.Step, pods: dict[str, dict[
     return None
 
 
-async def _check(ctx: context.OpsContext, step: plan.Step, client: admin.EtcdAdmin, name: str,
+async def _check(ctx: context.OpsContext, step: plan.Restarting, client: admin.EtcdAdmin, name: str,
                  pod: dict[str, Any] | None, check: str, replaced: Replaced) -> context.Progress | None:
     """One post-restart check of member ``name``: None when it passes, else what it waits for."""
     if check == constants.STEP_CHECK_POD_READY:
@@ -120,7 +122,7 @@ async def _check(ctx: context.OpsContext, step: plan.Step, client: admin.EtcdAdm
     return None
 
 
-async def finish_eviction(ctx: context.OpsContext, step: plan.Step, pods: dict[str, dict[str, Any]],
+async def finish_eviction(ctx: context.OpsContext, step: plan.Restarting, pods: dict[str, dict[str, Any]],
                           replaced: Replaced) -> context.StepResult | None:
     """A pod we were evicting when the operator stopped (``EvictPod`` False): mark it evicted if it is gone,
     terminating or already replaced, else evict it again. None when no eviction is in flight."""
@@ -136,7 +138,7 @@ async def finish_eviction(ctx: context.OpsContext, step: plan.Step, pods: dict[s
     return None
 
 
-async def restart(ctx: context.OpsContext, step: plan.Step, pod: dict[str, Any]) -> context.StepResult:
+async def restart(ctx: context.OpsContext, step: plan.Restarting, pod: dict[str, Any]) -> context.StepResult:
     """The one place a member pod is deleted: through the Eviction API, so a PodDisruptionBudget still has a say.
     ``EvictPod--<pod>`` False — and everything queued before it — is written before the eviction goes out."""
     name = pod["metadata"]["name"]
@@ -159,7 +161,7 @@ def _recreating(name: str) -> str:
     return f"restarted {name}; waiting for it to be recreated and Ready"
 
 
-def _mark_evicted(ctx: context.OpsContext, step: plan.Step, name: str) -> None:
+def _mark_evicted(ctx: context.OpsContext, step: plan.Restarting, name: str) -> None:
     ctx.set_pod_condition(constants.STEP_EVICT_POD, name, T)
     for check in POST_CHECKS:
         if check == constants.STEP_VERIFY_SERVED_CERTIFICATE and not step.verify_served_certificates:
@@ -191,7 +193,7 @@ def skip_move_leader(ctx: context.OpsContext) -> bool:
     return str(notes.get(constants.ANNOTATION_BENCH_SKIP_MOVE_LEADER, "")).lower() == "true"
 
 
-async def rolling(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+async def rolling(ctx: context.OpsContext, step: plan.Roll | plan.Restart | plan.RollPass) -> context.StepResult:
     """One move of the rolling restart (a ``ROLL`` or ``RESTART`` step, or the roll part of a ``ROLL_PASS``)."""
     sts = await ctx.statefulset()
     if sts is None:
@@ -229,13 +231,13 @@ async def rolling(ctx: context.OpsContext, step: plan.Step) -> context.StepResul
 # --- the template each pass restarts onto ------------------------------------------------------------------------
 
 
-def restart_token(ctx: context.OpsContext, step: plan.Step) -> str:
+def restart_token(ctx: context.OpsContext, step: Templated) -> str:
     if step.kind is plan.StepKind.ROLL_PASS:  # each pass its own revision; every other restart shares one
         return f"{ctx.name}/{step.condition}"
     return f"{ctx.name}/{constants.COND_RESTART_PODS}"
 
 
-async def apply_template(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+async def apply_template(ctx: context.OpsContext, step: Templated) -> context.StepResult:
     """Re-render the StatefulSet for ``step.wiring``, stamped for this pass; done once its controller saw it."""
     assert step.wiring is not None
     if await ctx.statefulset() is None:
@@ -254,7 +256,7 @@ async def apply_template(ctx: context.OpsContext, step: plan.Step) -> context.St
 WAITING_FOR_CONTROLLER = "waiting for the StatefulSet controller to observe the new template"
 
 
-async def _before_write(ctx: context.OpsContext, step: plan.Step) -> None:
+async def _before_write(ctx: context.OpsContext, step: Templated) -> None:
     """Record the request before the template changes (see the module doc), saying already what the step waits for
     next — the write that follows the template's then has nothing to add."""
     ctx.set_condition(step.condition, constants.FALSE, WAITING_FOR_CONTROLLER)

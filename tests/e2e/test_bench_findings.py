@@ -3,7 +3,7 @@
 Each was marked ``xfail(strict=True)`` until fixed; the fixed ones stay as regression tests.
 
 - The scale benchmark counted **23.5 StatefulSet PUTs per add-TLS request** (235 for ten), where the request changes
-  the pod template twice. ``opsmanager.ops.steps.update_statefulset.run`` compares the rendered template with the
+  the pod template twice. ``opsmanager.ops.restart.apply_template`` compares the rendered template with the
   live one, which the API server has defaulted (``imagePullPolicy``, ``terminationMessagePath``, probe
   ``successThreshold``…), so they never compare equal and every reconcile of a ``ROLL_PASS`` step PUTs the
   StatefulSet again. The write is a no-op on the server (same content after defaulting), but each one is an API
@@ -21,8 +21,7 @@ from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.cluster import render
-from opsmanager.ops import context, plan
-from opsmanager.ops.steps import update_statefulset
+from opsmanager.ops import context, plan, restart
 
 pytestmark = pytest.mark.slow
 
@@ -45,13 +44,12 @@ async def test_a_pass_does_not_rewrite_a_statefulset_whose_template_is_already_i
                    "spec": {"type": "Restart", "databaseRef": {"name": "finding"}}}
         ctx = context.OpsContext(k, request, db_obj, plan.Plan(constants.OPS_TYPE_RESTART, None, None, ()),
                                  datetime.datetime.now(datetime.UTC))
-        step = plan.Step(constants.COND_RESTART_PODS, plan.StepKind.ROLL_PASS, "restart",
-                         wiring=render.Wiring.steady(None))
-        await update_statefulset.run(ctx, step)  # the pass's template (new restartedAt): one PUT
+        step = plan.RollPass(constants.COND_RESTART_PODS, "restart", wiring=render.Wiring.steady(None), tls=None)
+        await restart.apply_template(ctx, step)  # the pass's template (new restartedAt): one PUT
         first = _puts(apiserver.server)
         assert first == 1
         for _ in range(3):  # the next reconciles of the same pass: the template is already there
-            await update_statefulset.run(ctx, step)
+            await restart.apply_template(ctx, step)
         assert _puts(apiserver.server) == first, "the unchanged StatefulSet was written again"
     finally:
         await k.close()

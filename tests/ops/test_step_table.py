@@ -1,7 +1,7 @@
 """One home per condition, checked from the code; the step table in the docs is current.
 
 We test these aspects: the generated table in ``docs/operations.md`` equals what the code gives now; no two step
-modules own the same condition; every step the plans declare (``Step(constants.COND_…, StepKind.…``) runs in the
+modules own the same condition; each step kind has one step type; every step the plans declare runs in the
 step module that owns its condition; a step module sets no condition it does not own; outside the step modules,
 the ops package sets no step's condition, but for the restart machinery reporting a lone restart under
 ``RestartPods`` (which ``restart_pods`` owns); and the checker itself catches a module that breaks the rule.
@@ -46,14 +46,20 @@ def set_conditions(source: str) -> set[str]:
 
 
 def declared_steps() -> list[tuple[str, str]]:
-    """(condition, StepKind name) of every ``Step(constants.COND_…, StepKind.…`` in the plans."""
+    """(condition, StepKind name) of every step the plans declare: ``<StepClass>(constants.COND_…, …)``."""
     out = []
     for node in ast.walk(ast.parse((OPS / "plan.py").read_text())):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Step" and \
-                len(node.args) >= 2 and isinstance(node.args[0], ast.Attribute) and \
-                isinstance(node.args[1], ast.Attribute):
-            out.append((getattr(constants, node.args[0].attr), node.args[1].attr))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args and \
+                isinstance(node.args[0], ast.Attribute) and node.args[0].attr.startswith("COND_"):
+            step_class = getattr(plan, node.func.id)
+            assert issubclass(step_class, plan.Step), node.func.id
+            out.append((getattr(constants, node.args[0].attr), step_class.kind.name))
     return out
+
+
+def test_each_step_kind_has_one_step_type() -> None:
+    types = [c for c in vars(plan).values() if isinstance(c, type) and issubclass(c, plan.Step) and c is not plan.Step]
+    assert sorted(t.kind.name for t in types) == sorted(k.name for k in plan.StepKind)
 
 
 def foreign_sets(path: pathlib.Path, owner: dict[str, str]) -> set[str]:

@@ -29,6 +29,7 @@ def _revision(cert: dict[str, Any]) -> int:
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    assert isinstance(step, plan.Issue), step  # the engine runs a step with the module its kind names
     assert step.tls is not None
     uid = ctx.request["metadata"].get("uid") or ctx.name
     waiting = []
@@ -60,7 +61,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     return context.Done()
 
 
-def _failed_since(ctx: context.OpsContext, step: plan.Step, cert: dict[str, Any]) -> str | None:
+def _failed_since(ctx: context.OpsContext, step: plan.Issue, cert: dict[str, Any]) -> str | None:
     """cert-manager's ``Issuing=False`` (a failed issuance; it then backs off for an hour: waiting is pointless), when it came
     after this step started (an older failure was overwritten by our ``Issuing=True``); None otherwise."""
     conds = (cert.get("status") or {}).get("conditions") or []

@@ -59,16 +59,17 @@ async def _bundle_settled(ctx: context.OpsContext) -> float:
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
-    if step.kind is plan.StepKind.RESTART_ALL:
+    if isinstance(step, plan.RestartAll):
         return await _restart_all(ctx, step)
-    if step.kind is plan.StepKind.RESTART:
+    if isinstance(step, plan.Restart):
         applied = await restart.apply_template(ctx, step)
         if not isinstance(applied, context.Done):
             return applied
+    assert isinstance(step, plan.Roll | plan.Restart), step  # the kinds the engine runs with this module
     return await restart.rolling(ctx, step)
 
 
-async def _restart_all(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+async def _restart_all(ctx: context.OpsContext, step: plan.RestartAll) -> context.StepResult:
     pods = await ctx.pods()
     names = ctx.pod_names()
     record = _record(ctx)

@@ -26,6 +26,7 @@ CONDITIONS: tuple[str, ...] = (constants.COND_TLS_LISTENERS_ADDED, constants.CON
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    assert isinstance(step, plan.RollPass), step  # the engine runs a step with the module its kind names
     if step.handover_from is not None:
         # Handover: fail closed on a foreign Certificate before any member restarts; no pass at all
         # when the issuer's CA is the user's CA.
@@ -56,7 +57,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     return await restart.rolling(ctx, step)
 
 
-async def trust_for(ctx: context.OpsContext, step: plan.Step) -> bytes | trust.Waiting | trust.Refused | None:
+async def trust_for(ctx: context.OpsContext, step: plan.RollPass) -> bytes | trust.Waiting | trust.Refused | None:
     """The trust bundle a pass needs (None: keep it as it is)."""
     if step.trust is plan.Trust.KEEP:
         return None

@@ -29,6 +29,7 @@ CONDITIONS: tuple[str, ...] = (constants.COND_CERTIFICATE_SYNCED,)
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    assert isinstance(step, plan.SyncCertificates), step  # the engine runs a step with the module its kind names
     assert step.tls is not None
     certs = render.render_certificates(ctx.db, step.tls)
     if problem := await trust.check_ownership(ctx, certs, step.tls):

@@ -28,7 +28,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
                                               ctx.db_name, patch, patch_type="json")
         if ctx.plan.change is plan.TLSChange.REMOVE:
             # The TLS the cluster had: the plan's steps still carry it (spec.tls on the Etcd is gone by now).
-            tls_before = next((s.tls for s in ctx.plan.steps if s.tls is not None), None)
+            tls_before = next((tls for s in ctx.plan.steps if (tls := getattr(s, "tls", None)) is not None), None)
             if tls_before is not None:
                 await trust.delete_certificates(ctx, tls_before)
         if ctx.plan.change in (plan.TLSChange.ISSUER, plan.TLSChange.HANDOVER):

@@ -27,6 +27,7 @@ def peer_url(ctx: context.OpsContext, pod: str, scheme: str) -> str:
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    assert isinstance(step, plan.UpdatePeerURLs), step  # the engine runs a step with the module its kind names
     assert step.peer_scheme is not None
     async with await ctx.etcd(peer_scheme=step.peer_scheme) as client:
         try:
@@ -59,7 +60,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     return context.Done(done_message(ctx, step))
 
 
-def done_message(ctx: context.OpsContext, step: plan.Step) -> str:
+def done_message(ctx: context.OpsContext, step: plan.UpdatePeerURLs) -> str:
     """What the step did, naming the members whose peer URL it re-registered (those with an ``UpdatePeerURL``
     condition: the others were registered so already)."""
     assert step.peer_scheme is not None

@@ -13,4 +13,5 @@ CONDITIONS: tuple[str, ...] = (constants.COND_UPDATE_STATEFULSET,)
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    assert isinstance(step, plan.ApplyStatefulSet), step  # the engine runs a step with the module its kind names
     return await restart.apply_template(ctx, step)

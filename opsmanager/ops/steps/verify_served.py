@@ -65,7 +65,7 @@ def _remember(ctx: context.OpsContext, name: str, uid: str, after: float) -> Non
     ctx.record("restarts", restarts)
 
 
-def _since_synced(ctx: context.OpsContext, step: plan.Step) -> float:
+def _since_synced(ctx: context.OpsContext, step: plan.VerifyServed) -> float:
     """Seconds since the new material was complete (``CertificateSynced``, else this step's own start)."""
     for type_ in (constants.COND_CERTIFICATE_SYNCED, step.condition):
         age = conditions.transition_age(ctx.conditions, type_, now=ctx.now)
@@ -75,6 +75,7 @@ def _since_synced(ctx: context.OpsContext, step: plan.Step) -> float:
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    assert isinstance(step, plan.VerifyServed), step  # the engine runs a step with the module its kind names
     assert step.tls is not None
     record = _stale_record(ctx)
 
