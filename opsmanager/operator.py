@@ -219,7 +219,7 @@ def make_client(kubeconfig: str | None, namespaces: Sequence[str] = (), *, cache
     ones it watches (none: all)."""
     client = kube.CachedKube(kube_config.load(kubeconfig))
     if not cached:
-        return client  # --no-watch-cache: every read is a request, as before the caches (the benchmark's baseline)
+        return client  # --no-watch-cache: every read is a request (a diagnostic and the benchmark's baseline)
     scope: list[str | None] = list(namespaces) if namespaces else [None]
     for api_version, kind in ((constants.ETCD_API_VERSION, constants.ETCD_KIND),
                               (constants.OPS_API_VERSION, constants.OPS_KIND),

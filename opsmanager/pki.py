@@ -266,8 +266,8 @@ def bundle(*pems: bytes) -> bytes:
     return b"".join(seen)
 
 
-# The operator checks the same certificates on every pass over every Etcd (each Secret, each member's answer):
-# parsing and key loading were about a tenth of its CPU with thirty clusters. What these functions answer depends
+# The operator checks the same certificates on every pass over every Etcd (each Secret, each member's answer),
+# and parsing and key loading are costly next to a lookup. What these functions answer depends
 # on the bytes only, so it is remembered — certificates by their bytes (public), anything with a private key by a
 # SHA-256 of the bytes only, so the cache never holds key material.
 _CACHE_SIZE = 4096

@@ -160,7 +160,8 @@ TERMINAL_OPS_PHASES: Final = (PHASE_SUCCESSFUL, PHASE_FAILED, PHASE_SKIPPED)
 
 # --- EtcdOpsRequest condition types ----------------------------------------------------------------------------
 # Umbrella steps. Absent = not started, False = in flight (lastTransitionTime is the step's timeout clock),
-# True = done. An umbrella type never equals an inner waiter's type (KubeDB bug #5).
+# True = done. An umbrella type never equals an inner waiter's type: the waiter's True would pre-mark the
+# umbrella done and the whole step would be skipped (as in KubeDB).
 
 COND_RUNNING: Final = "Running"
 COND_ISSUE_CERTIFICATES_SUCCEEDED: Final = "IssueCertificatesSucceeded"

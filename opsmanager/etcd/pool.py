@@ -1,10 +1,10 @@
 """One etcd client per Etcd and client identity, reused across reconciles (:class:`ClientPool`).
 
-Why: the provisioner's status pass and every engine reconcile used to open a new :class:`EtcdClient` — new gRPC
-channels, a new TLS handshake per member — and close it a moment later, every few hundred milliseconds during an
-operation and every interval for every idle Etcd. A pooled client keeps its channels (and what it learned: which
-scheme a member answers on, member IDs, the member that answered last) and is only told the current member
-addresses each time it is leased.
+Why: without a pool, the provisioner's status pass and every engine reconcile would open a new
+:class:`EtcdClient` — new gRPC channels, a new TLS handshake per member — and close it a moment later, every few
+hundred milliseconds during an operation and every interval for every idle Etcd. A pooled client keeps its
+channels (and what it learned: which scheme a member answers on, member IDs, the member that answered last) and
+is only told the current member addresses each time it is leased.
 
 - **Key**: ``(namespace, Etcd name, identity fingerprint, user)`` (fingerprint None for plaintext; ``user``: the
   engine and the status pass each have their own, since they set different endpoint schemes). A new identity — the operator's

@@ -8,8 +8,8 @@ failure is an :mod:`opsmanager.kube.errors` exception — aiohttp's never escape
 
 Why aiohttp and not the official client in threads (docs/decisions.md): watches are long streams, and the
 sandbox controllers run many of them on the same event loop as the API server in tests; a thread per stream
-(what the official client needs) is the cost the old split paid twice. aiohttp is already the webhook's and the
-sandbox's HTTP stack; the official package remains only for loading credentials.
+(what the official client needs) would be paid for every one of those streams. aiohttp is already the
+webhook's and the sandbox's HTTP stack; the official package remains only for loading credentials.
 
 Sessions: an aiohttp session belongs to the event loop that created it, and a ``Kube`` is sometimes built before
 its loop runs (``opsmanager run`` builds it before ``kopf.run``) or used from two loops (tests that drive a

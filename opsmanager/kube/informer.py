@@ -72,7 +72,8 @@ class Informer:
         self.field_selector = field_selector
         self.cache: dict[tuple[str, str], Obj] = {}
         # (label, value) → the keys of the cached objects that carry it: a list by label selector looks at those
-        # only (thirty Etcds' pods in one namespace: a reconcile's "pods of this Etcd" went over all ninety).
+        # only (with many Etcds in one namespace, a reconcile's "pods of this Etcd" would otherwise go over all
+        # of their pods).
         self._by_label: dict[tuple[str, str], set[tuple[str, str]]] = {}
         self.synced = asyncio.Event()
         self._handlers: list[EventHandler] = []

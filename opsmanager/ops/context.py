@@ -85,8 +85,8 @@ def from_tls(answer: trust.Waiting | trust.Refused) -> Progress | Fail:
     return Fail(answer.message, reason=answer.reason)
 
 # The longest a wait for a watched change (:meth:`OpsContext.until_watched`) lasts without an event. Polling
-# instead (0.2–0.5 s) made the passes over a request grow with the wall time of its restarts: at thirty clusters
-# at once, where a restart takes tens of seconds, the polls were most of the operator's CPU.
+# instead (0.2–0.5 s) would make the passes over a request grow with the wall time of its restarts (tens of
+# seconds each), passes that find nothing new; the watch event brings the pass when there is something to see.
 WATCHED_BOUND = 15.0
 
 # The ops engine's etcd clients in the pool (:mod:`opsmanager.etcd.pool`); the engine closes them when a request ends.
@@ -149,8 +149,8 @@ class OpsContext:
     # Then a step that waits for something the caches see (a pod Ready, a StatefulSet revision, a Certificate) asks
     # only for a long bound (:meth:`until_watched`): the event brings the next pass, not a poll.
     watched: bool = False
-    # ``db`` and ``spec`` parsed once per object they come from (the properties are read dozens of times a pass;
-    # validating the Etcd each time was 7 % of the operator's CPU at thirty clusters): (source, source, model).
+    # ``db`` and ``spec`` parsed once per object they come from (the properties are read dozens of times a pass
+    # and validating the Etcd is costly): (source, source, model).
     _db_memo: tuple[Any, Any, etcd_api.Etcd] | None = dataclasses.field(default=None, repr=False, compare=False)
     _spec_memo: tuple[Any, ops_api.EtcdOpsRequestSpec] | None = dataclasses.field(default=None, repr=False,
                                                                                     compare=False)

@@ -141,8 +141,8 @@ class Lifecycle:
     ]
 
     def __init__(self, phase: str | None) -> None:
-        # The machine is built at the first transition: most passes only read the phase (building a
-        # ``transitions.Machine`` on every pass was 4 % of the operator's CPU at thirty clusters at once).
+        # The machine is built at the first transition: most passes only read the phase, and building a
+        # ``transitions.Machine`` is costly enough to matter when it happens on every pass of every request.
         self._phase = phase or "New"
         self._model: _PhaseModel | None = None
 

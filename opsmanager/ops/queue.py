@@ -7,8 +7,8 @@ KubeDB's rules (``shared/reference/kubedb-etcd-ops.md`` §3.4, §7), with what t
 - a ``Pending`` request that has a *newer* request of the same type (not yet finished) is ``Skipped`` — the
   newer one supersedes it (it has not started, so nothing is half-done) — **unless the newer one could not start
   where this one could** (``apply: IfReady`` on an Etcd that is not Ready): superseding would leave the Etcd with
-  nothing that can run, which is how an operator's own rescue request was once replaced by a hand-filed one that
-  then waited for a Ready the rescue alone could bring;
+  nothing that can run — e.g. the operator's own rescue request replaced by a hand-filed one that then waits for a
+  Ready only the rescue could bring;
 - among the waiting ones the oldest goes first;
 - ``apply: IfReady`` waits for the Etcd's phase ``Ready``; ``Always`` does not. One exception, decided by expiry as
   the rescue is: a request that can rescue (a ``ReconfigureTLS`` rotate or issuer change) starts on an Etcd that is

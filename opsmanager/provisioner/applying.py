@@ -288,7 +288,7 @@ async def apply_statefulset(k: kube.Kube, db: etcd_api.Etcd, wiring: render.Wiri
 
 # (namespace, StatefulSet) → (render inputs, live uid, live resourceVersion) last found in sync. The ops engine
 # applies its pass's StatefulSet on every reconcile of the pass (the apply is its idempotent record); rendering and
-# comparing it each time was a tenth of the operator's CPU at thirty clusters at once. Any change of the Etcd, the
+# comparing it each time is costly and almost always finds it in sync. Any change of the Etcd, the
 # wiring, the restart token or the live object (a new resourceVersion) misses, and the full render and compare run.
 _IN_SYNC: collections.OrderedDict[tuple[str, str], tuple[str, str | None, str | None]] = collections.OrderedDict()
 _IN_SYNC_MAX = 4096

@@ -175,7 +175,7 @@ def register(registry: kopf.OperatorRegistry, *, interval: float = DEFAULT_INTER
             return
         if outcome.reason == applying.REASON_PAUSED and pause.held_by_request(fresh.get("status")) is not None:
             # The request restarts the members and checks them itself: asking each member for its status every
-            # pass meanwhile would cost etcd calls (a tenth of the operator's CPU with thirty requests at once)
+            # pass meanwhile would cost etcd calls (a Status call to every member of every paused Etcd)
             # for a phase nobody may write. The next pass after the resume (within the interval) reports it.
             return
         await report_status(k, fresh)
