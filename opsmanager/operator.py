@@ -191,6 +191,15 @@ def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float
         if isinstance(client, kube.CachedKube):
             await client.start()  # the caches fill in the background; reads go to the API server until then
 
+    if isinstance(client, kube.CachedKube):
+        # One watch per kind: kopf's events of Etcds and EtcdOpsRequests feed the client's caches of them.
+        def feed(event: kopf.RawEvent, **_: Any) -> None:
+            client.feed(event["type"], dict(event["object"]))
+
+        for group, version, plural in ((constants.ETCD_GROUP, constants.ETCD_VERSION, constants.ETCD_PLURAL),
+                                       (constants.OPS_GROUP, constants.OPS_VERSION, constants.OPS_PLURAL)):
+            kopf.on.event(group, version, plural, registry=registry, id=f"opsmanager-cache-{plural}")(feed)
+
     @kopf.on.cleanup(registry=registry, id="opsmanager-caches")
     async def cleanup(**_: Any) -> None:
         if isinstance(client, kube.CachedKube):
@@ -211,6 +220,9 @@ def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float
     return registry
 
 
+FED_KINDS = ((constants.ETCD_API_VERSION, constants.ETCD_KIND), (constants.OPS_API_VERSION, constants.OPS_KIND))
+
+
 def make_client(kubeconfig: str | None, namespaces: Sequence[str] = (), *, cached: bool = True) -> kube.CachedKube:
     """The operator's one Kubernetes client, reading from watch-fed caches (:mod:`opsmanager.kube.cache`) of the
     kinds it reads: Etcds, EtcdOpsRequests and cert-manager Issuers whole; its own StatefulSets, Pods, Services,
@@ -221,10 +233,11 @@ def make_client(kubeconfig: str | None, namespaces: Sequence[str] = (), *, cache
     if not cached:
         return client  # --no-watch-cache: every read is a request (a diagnostic and the benchmark's baseline)
     scope: list[str | None] = list(namespaces) if namespaces else [None]
-    for api_version, kind in ((constants.ETCD_API_VERSION, constants.ETCD_KIND),
-                              (constants.OPS_API_VERSION, constants.OPS_KIND),
-                              (CERT_MANAGER_API, "Issuer")):
-        client.cache(api_version, kind, namespaces=scope)
+    # kopf watches Etcds and EtcdOpsRequests for its handlers; the caches of both are fed its events (registered
+    # by build_registry) instead of watching them a second time.
+    for api_version, kind in FED_KINDS:
+        client.cache(api_version, kind, namespaces=scope, fed=True)
+    client.cache(CERT_MANAGER_API, "Issuer", namespaces=scope)
     client.cache(CERT_MANAGER_API, "ClusterIssuer")
     for api_version, kind in (("apps/v1", "StatefulSet"), ("v1", "Pod"), ("v1", "Service"),
                               ("policy/v1", "PodDisruptionBudget"), (CERT_MANAGER_API, "Certificate"),

@@ -177,15 +177,19 @@ class CachedKube(kube_client.Kube):
     # --- configuration ----------------------------------------------------------------------------------------
 
     def cache(self, api_version: str, kind: str, *, namespaces: Iterable[str | None] = (None,),
-              label_selector: str | None = None, relist_delay: float = 1.0) -> list[informer.Informer]:
-        """Cache ``kind`` in each of ``namespaces`` (None: all), narrowed by an equality ``label_selector``."""
+              label_selector: str | None = None, relist_delay: float = 1.0,
+              fed: bool = False) -> list[informer.Informer]:
+        """Cache ``kind`` in each of ``namespaces`` (None: all), narrowed by an equality ``label_selector``.
+        ``fed``: another watch of this process streams the kind and passes its events to :meth:`feed` (the
+        operator's kopf watch), so the cache lists but does not watch (:class:`~opsmanager.kube.informer.FedInformer`)."""
         selector = selectors.parse(label_selector).equalities()
         if selector is None:
             raise ValueError(f"cache of {kind}: only equality label selectors are supported, got {label_selector!r}")
         made = []
         for ns in namespaces:
-            source = informer.Informer(self, api_version, kind, namespace=ns, label_selector=label_selector or None,
-                                       relist_delay=relist_delay)
+            kind_of = informer.FedInformer if fed else informer.Informer
+            source = kind_of(self, api_version, kind, namespace=ns, label_selector=label_selector or None,
+                             relist_delay=relist_delay)
             for handler in self._handlers:
                 source.add_handler(handler)
             self._caches[(api_version, kind)].append(_Cached(source, selector))
@@ -200,6 +204,16 @@ class CachedKube(kube_client.Kube):
         self._handlers.append(handler)
         for source in self.informers():
             source.add_handler(handler)
+
+    def feed(self, etype: str | None, obj: Obj) -> bool:
+        """Pass one event of another watch of this process (type None: found by its list) to the fed cache that
+        covers the object; False when none does. The object is copied: the other watch keeps its own."""
+        meta = obj.get("metadata") or {}
+        cached = self._covering(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), meta.get("namespace"))
+        if cached is None or not isinstance(cached.informer, informer.FedInformer):
+            return False
+        cached.informer.feed(etype, copy_json(obj))
+        return True
 
     def use_wakeups(self, owner_of: OwnerOf) -> Wakeups:
         """Make :attr:`wakeups` a :class:`Wakeups` fed by every cache."""

@@ -218,3 +218,88 @@ class Informer:
                 log.exception("informer %s failed; relisting", self.kind)
                 version = ""
                 await asyncio.sleep(self._relist_delay)
+
+
+class FedInformer(Informer):
+    """The cache of a kind another watch of this process already streams — the operator's kopf watch of Etcds and
+    EtcdOpsRequests — so the kind is watched once per process: it lists, but instead of watching it is fed that
+    watch's events (:meth:`feed`).
+
+    A watch that restarts (``410 Gone``, a broken stream, an operator replica taking over) lists again and says
+    nothing of what was deleted in between, so when the feeding watch lists (events of type None) this informer
+    lists too, and it does every ``relist_interval`` seconds in any case: an object deleted unseen leaves the cache
+    within one of those. A list never undoes what the feed already said: a cached object later than the listed one
+    stays, and a deletion fed after the list was taken (a tombstone: the deleted object's resourceVersion) keeps
+    the listed object out.
+    """
+
+    def __init__(self, client: kube_client.Kube, api_version: str, kind: str, *, namespace: str | None = None,
+                 label_selector: str | None = None, relist_delay: float = 0.5,
+                 relist_interval: float = 300.0) -> None:
+        super().__init__(client, api_version, kind, namespace=namespace, label_selector=label_selector,
+                         relist_delay=relist_delay)
+        self._relist_interval = relist_interval
+        self._relist_wanted = asyncio.Event()
+        self._tombstones: dict[tuple[str, str], int] = {}
+
+    def feed(self, etype: str | None, obj: Obj) -> None:
+        """One event of the feeding watch: ``ADDED``, ``MODIFIED``, ``DELETED``, or None for an object its list
+        found (which also asks for a list of our own, see the class doc)."""
+        key = key_of(obj)
+        if etype is None:
+            self._relist_wanted.set()
+            etype = "MODIFIED" if key in self.cache else "ADDED"
+        if etype == "DELETED":
+            version = resource_version(obj)
+            if version is not None:
+                self._tombstones[key] = max(version, self._tombstones.get(key, 0))
+        elif (version := resource_version(obj)) is not None and version > self._tombstones.get(key, -1):
+            self._tombstones.pop(key, None)  # recreated after its deletion
+        self._apply(kube_client.WatchEvent(etype, obj))
+
+    async def _relist(self) -> str:
+        items, version = await self.client.list_for_watch(self.api_version, self.kind, self.namespace,
+                                                          label_selector=self.label_selector,
+                                                          field_selector=self.field_selector)
+        fresh: dict[tuple[str, str], Obj] = {}
+        for obj in items:
+            key = key_of(obj)
+            listed = resource_version(obj)
+            if listed is not None and listed <= self._tombstones.get(key, -1):
+                continue  # deleted after the list was taken: the feed said so already
+            prev = self.cache.get(key)
+            fresh[key] = prev if prev is not None and older(obj, prev) else obj
+        old = self.cache
+        self.cache, self._by_label = {}, {}
+        for key, obj in fresh.items():
+            self._put(key, obj)
+        for key, obj in fresh.items():
+            prev = old.get(key)
+            if prev is None:
+                self._emit("ADDED", obj, None)
+            elif prev is not obj and (prev.get("metadata") or {}).get("resourceVersion") != (
+                    obj.get("metadata") or {}).get("resourceVersion"):
+                self._emit("MODIFIED", obj, prev)
+        for key, obj in old.items():
+            if key not in fresh:
+                self._emit("DELETED", obj, obj)
+        self.synced.set()
+        return version
+
+    async def _run(self) -> None:
+        while True:
+            self._relist_wanted.clear()
+            try:
+                await self._relist()
+            except asyncio.CancelledError:
+                raise
+            except errors.KubeError as exc:
+                log.debug("informer %s: %s; listing again", self.kind, exc)
+                await asyncio.sleep(self._relist_delay)  # back-off before the next list, not a synchronisation
+                continue
+            except Exception:
+                log.exception("informer %s: list failed", self.kind)
+                await asyncio.sleep(self._relist_delay)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._relist_wanted.wait(), self._relist_interval)
