@@ -137,7 +137,11 @@ class Informer:
         items, version = await self.client.list_for_watch(self.api_version, self.kind, self.namespace,
                                                           label_selector=self.label_selector,
                                                           field_selector=self.field_selector)
-        fresh = {key_of(o): o for o in items}
+        self._replace({key_of(o): o for o in items})
+        return version
+
+    def _replace(self, fresh: dict[tuple[str, str], Obj]) -> None:
+        """Make ``fresh`` (a list's answer) the cache; tell the handlers what changed since; synced from now on."""
         old = self.cache
         self.cache, self._by_label = {}, {}
         for key, obj in fresh.items():
@@ -153,7 +157,6 @@ class Informer:
             if key not in fresh:
                 self._emit("DELETED", obj, obj)
         self.synced.set()
-        return version
 
     def _apply(self, event: kube_client.WatchEvent) -> None:
         obj = event.object
@@ -269,21 +272,7 @@ class FedInformer(Informer):
                 continue  # deleted after the list was taken: the feed said so already
             prev = self.cache.get(key)
             fresh[key] = prev if prev is not None and older(obj, prev) else obj
-        old = self.cache
-        self.cache, self._by_label = {}, {}
-        for key, obj in fresh.items():
-            self._put(key, obj)
-        for key, obj in fresh.items():
-            prev = old.get(key)
-            if prev is None:
-                self._emit("ADDED", obj, None)
-            elif prev is not obj and (prev.get("metadata") or {}).get("resourceVersion") != (
-                    obj.get("metadata") or {}).get("resourceVersion"):
-                self._emit("MODIFIED", obj, prev)
-        for key, obj in old.items():
-            if key not in fresh:
-                self._emit("DELETED", obj, obj)
-        self.synced.set()
+        self._replace(fresh)
         return version
 
     async def _run(self) -> None:
