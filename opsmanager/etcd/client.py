@@ -154,6 +154,15 @@ class Recovery:
 
 
 @dataclasses.dataclass(frozen=True)
+class Alarm:
+    """An alarm raised on a member (etcd's ``AlarmMember``): ``NOSPACE`` (the backend reached its quota; the
+    cluster takes reads and deletes only) or ``CORRUPT``."""
+
+    member_id: int
+    alarm: str
+
+
+@dataclasses.dataclass(frozen=True)
 class KVHash:
     """HashKV of one member: the hash of its key-value store up to ``revision``."""
 
@@ -614,6 +623,40 @@ class EtcdClient:
             raise errors.DataInconsistent("members disagree on the key-value store: " + "; ".join(problems))
         return hashes
 
+    async def alarms(self, *, timeout: float | None = None) -> list[Alarm]:
+        """Every member's raised alarms (an empty list: none)."""
+        request = rpc_pb2.AlarmRequest(action=rpc_pb2.AlarmRequest.GET, memberID=0)
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.AlarmResponse:
+            return await c.maintenance.Alarm(request, timeout=t)  # type: ignore[no-any-return]
+
+        resp, _ = await self._on_any("Alarm", fn, timeout=timeout)
+        return [Alarm(a.memberID, rpc_pb2.AlarmType.Name(a.alarm)) for a in resp.alarms]
+
+    async def set_alarm(self, member_id: int, alarm: str, *, raised: bool,
+                        timeout: float | None = None) -> list[Alarm]:
+        """Raise (``raised``) or disarm ``alarm`` (``NOSPACE``, ``CORRUPT``) on a member, through consensus; returns
+        the alarms the request changed. Disarming ``NOSPACE`` before space is back only lets the next write raise
+        it again; raising one by hand is for tests and drills."""
+        action = rpc_pb2.AlarmRequest.ACTIVATE if raised else rpc_pb2.AlarmRequest.DEACTIVATE
+        request = rpc_pb2.AlarmRequest(action=action, memberID=member_id, alarm=alarm)
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.AlarmResponse:
+            return await c.maintenance.Alarm(request, timeout=t)  # type: ignore[no-any-return]
+
+        resp, _ = await self._on_any("Alarm", fn, timeout=timeout)
+        return [Alarm(a.memberID, rpc_pb2.AlarmType.Name(a.alarm)) for a in resp.alarms]
+
+    async def defragment(self, endpoint: access.Endpoint | str, *, timeout: float | None = None) -> None:
+        """Defragment one member's backend, giving back the space compaction freed. The member answers nothing
+        else until it is done (seconds per gigabyte), so callers do one member at a time."""
+        request = rpc_pb2.DefragmentRequest()
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.DefragmentResponse:
+            return await c.maintenance.Defragment(request, timeout=t)  # type: ignore[no-any-return]
+
+        await self._call(self.endpoint(endpoint), "Defragment", fn, timeout=timeout)
+
     # -- Cluster --
 
     async def members(self, *, linearizable: bool = True, timeout: float | None = None,
@@ -745,6 +788,31 @@ class EtcdClient:
             if not resp.more or not resp.kvs:
                 return out, revision
             start = bytes(resp.kvs[-1].key) + b"\x00"
+
+    async def delete_prefix(self, prefix: bytes | str, *, timeout: float | None = None) -> tuple[int, int]:
+        """Delete every key under ``prefix``; (keys deleted, the revision of the deletion)."""
+        key = self._bytes(prefix)
+        request = rpc_pb2.DeleteRangeRequest(key=key, range_end=prefix_end(key))
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.DeleteRangeResponse:
+            return await c.kv.DeleteRange(request, timeout=t)  # type: ignore[no-any-return]
+
+        resp, _ = await self._on_any("DeleteRange", fn, timeout=timeout)
+        return int(resp.deleted), int(resp.header.revision)
+
+    async def compact(self, revision: int, *, physical: bool = True, timeout: float | None = None) -> int:
+        """Compact the key-value history below ``revision`` (every member: it goes through consensus); with
+        ``physical`` the answer waits until the backend applied it, so a defragmentation after it gives the space
+        back. Returns the cluster's revision."""
+        if revision <= 0:
+            raise ValueError(f"compact: revision must be positive, got {revision}")
+        request = rpc_pb2.CompactionRequest(revision=revision, physical=physical)
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.CompactionResponse:
+            return await c.kv.Compact(request, timeout=t)  # type: ignore[no-any-return]
+
+        resp, _ = await self._on_any("Compact", fn, timeout=timeout)
+        return int(resp.header.revision)
 
     # -- health and recovery --
 

@@ -1,10 +1,20 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class AlarmType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NONE: _ClassVar[AlarmType]
+    NOSPACE: _ClassVar[AlarmType]
+    CORRUPT: _ClassVar[AlarmType]
+NONE: AlarmType
+NOSPACE: AlarmType
+CORRUPT: AlarmType
 
 class ResponseHeader(_message.Message):
     __slots__ = ("cluster_id", "member_id", "revision", "raft_term")
@@ -229,3 +239,77 @@ class HashKVResponse(_message.Message):
     hash: int
     compact_revision: int
     def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., hash: _Optional[int] = ..., compact_revision: _Optional[int] = ...) -> None: ...
+
+class DeleteRangeRequest(_message.Message):
+    __slots__ = ("key", "range_end")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    RANGE_END_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    range_end: bytes
+    def __init__(self, key: _Optional[bytes] = ..., range_end: _Optional[bytes] = ...) -> None: ...
+
+class DeleteRangeResponse(_message.Message):
+    __slots__ = ("header", "deleted")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    deleted: int
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., deleted: _Optional[int] = ...) -> None: ...
+
+class CompactionRequest(_message.Message):
+    __slots__ = ("revision", "physical")
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    PHYSICAL_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    physical: bool
+    def __init__(self, revision: _Optional[int] = ..., physical: _Optional[bool] = ...) -> None: ...
+
+class CompactionResponse(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...
+
+class AlarmRequest(_message.Message):
+    __slots__ = ("action", "memberID", "alarm")
+    class AlarmAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        GET: _ClassVar[AlarmRequest.AlarmAction]
+        ACTIVATE: _ClassVar[AlarmRequest.AlarmAction]
+        DEACTIVATE: _ClassVar[AlarmRequest.AlarmAction]
+    GET: AlarmRequest.AlarmAction
+    ACTIVATE: AlarmRequest.AlarmAction
+    DEACTIVATE: AlarmRequest.AlarmAction
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    MEMBERID_FIELD_NUMBER: _ClassVar[int]
+    ALARM_FIELD_NUMBER: _ClassVar[int]
+    action: AlarmRequest.AlarmAction
+    memberID: int
+    alarm: AlarmType
+    def __init__(self, action: _Optional[_Union[AlarmRequest.AlarmAction, str]] = ..., memberID: _Optional[int] = ..., alarm: _Optional[_Union[AlarmType, str]] = ...) -> None: ...
+
+class AlarmMember(_message.Message):
+    __slots__ = ("memberID", "alarm")
+    MEMBERID_FIELD_NUMBER: _ClassVar[int]
+    ALARM_FIELD_NUMBER: _ClassVar[int]
+    memberID: int
+    alarm: AlarmType
+    def __init__(self, memberID: _Optional[int] = ..., alarm: _Optional[_Union[AlarmType, str]] = ...) -> None: ...
+
+class AlarmResponse(_message.Message):
+    __slots__ = ("header", "alarms")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ALARMS_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    alarms: _containers.RepeatedCompositeFieldContainer[AlarmMember]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., alarms: _Optional[_Iterable[_Union[AlarmMember, _Mapping]]] = ...) -> None: ...
+
+class DefragmentRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DefragmentResponse(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...

@@ -44,6 +44,16 @@ class KVStub:
                 request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.PutRequest.SerializeToString,
                 response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.PutResponse.FromString,
                 _registered_method=True)
+        self.DeleteRange = channel.unary_unary(
+                '/etcdserverpb.KV/DeleteRange',
+                request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DeleteRangeRequest.SerializeToString,
+                response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DeleteRangeResponse.FromString,
+                _registered_method=True)
+        self.Compact = channel.unary_unary(
+                '/etcdserverpb.KV/Compact',
+                request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.CompactionRequest.SerializeToString,
+                response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.CompactionResponse.FromString,
+                _registered_method=True)
 
 
 class KVServicer:
@@ -61,6 +71,18 @@ class KVServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteRange(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Compact(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KVServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -73,6 +95,16 @@ def add_KVServicer_to_server(servicer, server):
                     servicer.Put,
                     request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.PutRequest.FromString,
                     response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.PutResponse.SerializeToString,
+            ),
+            'DeleteRange': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRange,
+                    request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DeleteRangeRequest.FromString,
+                    response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DeleteRangeResponse.SerializeToString,
+            ),
+            'Compact': grpc.unary_unary_rpc_method_handler(
+                    servicer.Compact,
+                    request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.CompactionRequest.FromString,
+                    response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.CompactionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -129,6 +161,60 @@ class KV:
             '/etcdserverpb.KV/Put',
             opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.PutRequest.SerializeToString,
             opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.PutResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRange(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.KV/DeleteRange',
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DeleteRangeRequest.SerializeToString,
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DeleteRangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Compact(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.KV/Compact',
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.CompactionRequest.SerializeToString,
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.CompactionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -408,6 +494,16 @@ class MaintenanceStub:
                 request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.HashKVRequest.SerializeToString,
                 response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.HashKVResponse.FromString,
                 _registered_method=True)
+        self.Alarm = channel.unary_unary(
+                '/etcdserverpb.Maintenance/Alarm',
+                request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AlarmRequest.SerializeToString,
+                response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AlarmResponse.FromString,
+                _registered_method=True)
+        self.Defragment = channel.unary_unary(
+                '/etcdserverpb.Maintenance/Defragment',
+                request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DefragmentRequest.SerializeToString,
+                response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DefragmentResponse.FromString,
+                _registered_method=True)
 
 
 class MaintenanceServicer:
@@ -431,6 +527,18 @@ class MaintenanceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Alarm(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Defragment(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MaintenanceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -448,6 +556,16 @@ def add_MaintenanceServicer_to_server(servicer, server):
                     servicer.HashKV,
                     request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.HashKVRequest.FromString,
                     response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.HashKVResponse.SerializeToString,
+            ),
+            'Alarm': grpc.unary_unary_rpc_method_handler(
+                    servicer.Alarm,
+                    request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AlarmRequest.FromString,
+                    response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AlarmResponse.SerializeToString,
+            ),
+            'Defragment': grpc.unary_unary_rpc_method_handler(
+                    servicer.Defragment,
+                    request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DefragmentRequest.FromString,
+                    response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DefragmentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -531,6 +649,60 @@ class Maintenance:
             '/etcdserverpb.Maintenance/HashKV',
             opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.HashKVRequest.SerializeToString,
             opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.HashKVResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Alarm(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.Maintenance/Alarm',
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AlarmRequest.SerializeToString,
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AlarmResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Defragment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.Maintenance/Defragment',
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DefragmentRequest.SerializeToString,
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DefragmentResponse.FromString,
             options,
             channel_credentials,
             insecure,
