@@ -193,7 +193,8 @@ def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float
 
     if isinstance(client, kube.CachedKube):
         # One watch per kind: kopf's events of Etcds and EtcdOpsRequests feed the client's caches of them.
-        def feed(event: kopf.RawEvent, **_: Any) -> None:
+        # async: kopf runs a plain function in a worker thread, and the caches belong to the event loop
+        async def feed(event: kopf.RawEvent, **_: Any) -> None:
             client.feed(event["type"], dict(event["object"]))
 
         for group, version, plural in ((constants.ETCD_GROUP, constants.ETCD_VERSION, constants.ETCD_PLURAL),

@@ -140,7 +140,8 @@ OPS_TYPE_RESTART: Final = "Restart"
 OPS_TYPE_RECONFIGURE_TLS: Final = "ReconfigureTLS"
 OPS_TYPE_MOVE_LEADER: Final = "MoveLeader"
 # In KubeDB's declaration order (its webhook lists them in this order in the "not supported" message).
-OPS_TYPES: Final = (OPS_TYPE_RESTART, OPS_TYPE_RECONFIGURE_TLS, OPS_TYPE_MOVE_LEADER)
+OPS_TYPE_COMPACT: Final = "Compact"
+OPS_TYPES: Final = (OPS_TYPE_RESTART, OPS_TYPE_RECONFIGURE_TLS, OPS_TYPE_MOVE_LEADER, OPS_TYPE_COMPACT)
 
 APPLY_IF_READY: Final = "IfReady"
 APPLY_ALWAYS: Final = "Always"
@@ -175,6 +176,7 @@ COND_UPDATE_DATABASE: Final = "UpdateDatabase"
 COND_SUCCESSFUL: Final = "Successful"
 COND_FAILED: Final = "Failed"
 COND_ETCD_LEADER_MOVED: Final = "EtcdLeaderMoved"
+COND_ETCD_COMPACTED: Final = "EtcdCompacted"
 COND_SKIPPED: Final = "Skipped"  # a Pending request superseded by a newer one of the same type (never started)
 # Why a request waits (True, reason WaitingForRequest / WaitingForReady / EtcdPaused) and, once it started, how
 # (False, reason Started / StartedAsRescue): written only for a request that waited or started as a rescue.
@@ -190,8 +192,12 @@ COND_PLAINTEXT_LISTENERS_ADDED: Final = "PlaintextListenersAdded"  # remove TLS,
 # Rescue: the rotate's observation found expired served leaves or an expired loaded CA; the message says
 # what expired (member, port, notAfter) and which rescue plan runs.
 COND_RESCUE_PLAN_CHOSEN: Final = "RescuePlanChosen"
-# Where an older engine recorded the members it restarted (read on requests it started, never written): the pod
-# UIDs before the rescue's restart of every member, and the members a rotate restarted alone.
+# Where an older engine kept its record on a request (read on the requests it started, never written): the Etcd's
+# spec.tls when the request started, the plan variant, why a rescue was chosen, the pod UIDs before the rescue's
+# restart of every member, and the members a rotate restarted alone. Now status.origin and status.restarts.
+LEGACY_TLS_BEFORE: Final = "ops.opsmanager.dev/tls-before"
+LEGACY_PLAN: Final = "ops.opsmanager.dev/plan"
+LEGACY_RESCUE_REASON: Final = "ops.opsmanager.dev/rescue-reason"
 LEGACY_RESCUE_RESTARTED: Final = "ops.opsmanager.dev/rescue-restarted"
 LEGACY_STALE_MEMBERS: Final = "ops.opsmanager.dev/stale-members"
 # Benchmark-only knob (docs/benchmarks.md): "true" on a request makes its rolling restarts skip MoveLeader and

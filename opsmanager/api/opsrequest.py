@@ -63,6 +63,16 @@ class RestartSpec(common.Model):
     """A leader-aware rolling restart: followers one at a time, the leader last after moving leadership."""
 
 
+class CompactSpec(common.Model):
+    """Compact etcd's key-value history: every revision below ``revision`` is dropped (physically: each member
+    applies it before the request ends), so a defragmentation can give the space back."""
+
+    revision: int | None = pydantic.Field(
+        default=None,
+        description="Compact the history below this revision; absent: below the current revision. Never negative.",
+    )
+
+
 class MoveLeaderSpec(common.Model):
     """Hand etcd leadership to another voting member."""
 
@@ -84,14 +94,15 @@ class EtcdOpsRequestSpec(common.Model):
     database_ref: common.LocalObjectReference = pydantic.Field(
         description="The Etcd to operate on, in the same namespace."
     )
-    type: Literal["Restart", "ReconfigureTLS", "MoveLeader"] = pydantic.Field(
-        description="The operation: `ReconfigureTLS`, `Restart` or `MoveLeader`."
+    type: Literal["Restart", "ReconfigureTLS", "MoveLeader", "Compact"] = pydantic.Field(
+        description="The operation: `ReconfigureTLS`, `Restart`, `MoveLeader` or `Compact`."
     )
     tls: ReconfigureTLSSpec | None = pydantic.Field(
         default=None, description="Required for `ReconfigureTLS`: what to change."
     )
     restart: RestartSpec | None = pydantic.Field(default=None, description="Options of `Restart` (none yet).")
     move_leader: MoveLeaderSpec | None = pydantic.Field(default=None, description="Options of `MoveLeader`.")
+    compact: CompactSpec | None = pydantic.Field(default=None, description="Required for `Compact`: the revision.")
     timeout: common.PositiveDuration = pydantic.Field(
         default=constants.DEFAULT_OPS_TIMEOUT,
         description=(

@@ -8,24 +8,18 @@ then is refused). Both must compute the same value, so the rule lives here, belo
 The request's ``status.origin`` belongs to the same contract: the engine records there the Etcd's ``spec.tls`` as
 it was when the request started, and folds the request into *that* (so its own write cannot change its plan). The
 webhook reads the same record to compute the same value. Requests started by an older engine carry the record as
-annotations (``LEGACY_*``); they are read as before and never written.
+annotations (``constants.LEGACY_*``); they are read as before and never written.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
 from opsmanager.api import common, constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
-
-# Where an older engine kept its record (read, never written): the Etcd's spec.tls when the request started, the
-# plan variant, and why a rescue was chosen.
-LEGACY_TLS_BEFORE: Final = "ops.opsmanager.dev/tls-before"
-LEGACY_PLAN: Final = "ops.opsmanager.dev/plan"
-LEGACY_RESCUE_REASON: Final = "ops.opsmanager.dev/rescue-reason"
 
 
 def desired_tls(current: etcd_api.TLSConfig | None, req: ops_api.ReconfigureTLSSpec) -> etcd_api.TLSConfig | None:
@@ -76,7 +70,7 @@ def recorded_tls(request: Mapping[str, Any]) -> tuple[bool, dict[str, Any] | Non
     if record is not None:
         tls = record.get("tls")
         return True, tls if isinstance(tls, dict) else None
-    raw = _legacy(request, LEGACY_TLS_BEFORE)
+    raw = _legacy(request, constants.LEGACY_TLS_BEFORE)
     if raw is None:
         return False, None
     try:
@@ -98,7 +92,7 @@ def recorded_plan(request: Mapping[str, Any]) -> str | None:
     record = origin(request)
     if record is not None:
         return record["plan"] if isinstance(record.get("plan"), str) else None
-    return _legacy(request, LEGACY_PLAN)
+    return _legacy(request, constants.LEGACY_PLAN)
 
 
 def rescue_reason(request: Mapping[str, Any]) -> str | None:
@@ -106,4 +100,4 @@ def rescue_reason(request: Mapping[str, Any]) -> str | None:
     record = origin(request)
     if record is not None:
         return record["rescueReason"] if isinstance(record.get("rescueReason"), str) else None
-    return _legacy(request, LEGACY_RESCUE_REASON)
+    return _legacy(request, constants.LEGACY_RESCUE_REASON)

@@ -56,6 +56,11 @@ class EtcdAdmin(Protocol):
         :class:`errors.LeaderTransferTimeout` when it does not happen in time."""
         ...
 
+    async def compact(self, revision: int, *, physical: bool = True, timeout: float | None = None) -> int:
+        """Compact the history below ``revision`` (through consensus; ``physical``: applied by the backend before
+        the answer); :class:`errors.Compacted` when it is at or below the last compaction."""
+        ...
+
     async def wait_recovered(self, member: access.Endpoint | str, *, expected_voters: int,
                              timeout: float = 30.0, poll_interval: float = 0.1,
                              check_hash: bool = False) -> client.Recovery:

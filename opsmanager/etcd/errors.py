@@ -136,6 +136,13 @@ class DataInconsistent(EtcdError):
     transient = False
 
 
+class Compacted(EtcdError):
+    """The revision asked for is at or below the last compaction (``OUT_OF_RANGE``): a compaction there is done
+    already, a read or hash there is no longer possible."""
+
+    transient = False
+
+
 class EtcdServerError(EtcdError):
     """Anything else. ``transient`` is set per instance from the gRPC code (UNAVAILABLE, ABORTED and CANCELLED are
     transient; INVALID_ARGUMENT, RESOURCE_EXHAUSTED "database space exceeded", DATA_LOSS ... are not)."""
@@ -191,6 +198,8 @@ def _classify(code: str, low: str) -> tuple[type[EtcdError], str, bool | None]:
         return MemberNotFound, "member not found", None
     if code in ("PERMISSION_DENIED", "UNAUTHENTICATED"):
         return PermissionDenied, "permission denied", None
+    if code == "OUT_OF_RANGE" and "compacted" in low:
+        return Compacted, "the revision has been compacted", None
     if "leader transfer took too long" in low:
         return LeaderTransferTimeout, "leader transfer took too long", None
     return EtcdServerError, code, code in _TRANSIENT_CODES

@@ -67,6 +67,7 @@ class FakeCluster:
         }
         self.term = 1
         self.raft_index = 10
+        self.compacted = 0  # the revision of the last compaction
         self.leader: str | None = leader or names[0]
         self.history: list[LeaderChange] = []
         self.calls: list[str] = []  # "move_leader etcd-1", "member_update etcd-0", ... in order
@@ -253,6 +254,15 @@ class FakeAdmin:
         down = tuple(sorted(m.name for m in cluster.members.values() if not m.up))
         return client.LeaderMove(previous_leader_id=previous.id, leader_id=target.id, sent_to=previous.name,
                                  redirects=0, rpc_seconds=0.001, total_seconds=0.002, agreed=up, unreachable=down)
+
+    async def compact(self, revision: int, *, physical: bool = True, timeout: float | None = None) -> int:
+        self._consensus("Compact")
+        if revision <= self.cluster.compacted:
+            raise errors.Compacted(f"Compact: revision {revision} has been compacted (at {self.cluster.compacted})")
+        if revision > self.cluster.raft_index:
+            raise errors.EtcdServerError(f"Compact: revision {revision} is a future revision")
+        self.cluster.compacted = revision
+        return self.cluster.raft_index
 
     async def wait_recovered(self, member: access.Endpoint | str, *, expected_voters: int,
                              timeout: float = 30.0, poll_interval: float = 0.1,

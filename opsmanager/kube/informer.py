@@ -245,6 +245,11 @@ class FedInformer(Informer):
         self._relist_wanted = asyncio.Event()
         self._tombstones: dict[tuple[str, str], int] = {}
 
+    def _buried(self, obj: Obj) -> bool:
+        """Is ``obj`` a version at or before a deletion the feed reported?"""
+        version = resource_version(obj)
+        return version is not None and version <= self._tombstones.get(key_of(obj), -1)
+
     def feed(self, etype: str | None, obj: Obj) -> None:
         """One event of the feeding watch: ``ADDED``, ``MODIFIED``, ``DELETED``, or None for an object its list
         found (which also asks for a list of our own, see the class doc)."""
@@ -256,9 +261,14 @@ class FedInformer(Informer):
             version = resource_version(obj)
             if version is not None:
                 self._tombstones[key] = max(version, self._tombstones.get(key, 0))
-        elif (version := resource_version(obj)) is not None and version > self._tombstones.get(key, -1):
-            self._tombstones.pop(key, None)  # recreated after its deletion
+        elif self._buried(obj):
+            return  # an older version than its deletion: a late event
         self._apply(kube_client.WatchEvent(etype, obj))
+
+    def observe(self, obj: Obj) -> bool:
+        if self._buried(obj):
+            return False
+        return super().observe(obj)
 
     async def _relist(self) -> str:
         items, version = await self.client.list_for_watch(self.api_version, self.kind, self.namespace,
@@ -266,12 +276,18 @@ class FedInformer(Informer):
                                                           field_selector=self.field_selector)
         fresh: dict[tuple[str, str], Obj] = {}
         for obj in items:
-            key = key_of(obj)
-            listed = resource_version(obj)
-            if listed is not None and listed <= self._tombstones.get(key, -1):
+            if self._buried(obj):
                 continue  # deleted after the list was taken: the feed said so already
+            key = key_of(obj)
             prev = self.cache.get(key)
             fresh[key] = prev if prev is not None and older(obj, prev) else obj
+        listed_at = resource_version({"metadata": {"resourceVersion": version}})
+        if listed_at is not None:
+            for key, obj in self.cache.items():  # fed after the list was taken: not in it, yet there
+                if key not in fresh and (rv := resource_version(obj)) is not None and rv > listed_at:
+                    fresh[key] = obj
+            # deletions the list already reflects need no tombstone any more
+            self._tombstones = {k: rv for k, rv in self._tombstones.items() if rv > listed_at}
         self._replace(fresh)
         return version
 

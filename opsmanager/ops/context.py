@@ -9,7 +9,7 @@ that of the last change of status — or the live one when the live status is al
 
 When the record is written (each rule for the failure it prevents):
 
-- **before each disruptive action** — an eviction or a pod deletion (``roll.restart``, ``restart_all``): the step
+- **before each disruptive action** — an eviction or a pod deletion (``restart.restart``, ``restart_pods``): the step
   marked in flight (``EvictPod--<pod>`` False) is on the request first, so an operator killed between the write
   and the action finds it and re-derives what is left from what it observes, never restarting a member twice;
 - **before a StatefulSet template is written** (``update_statefulset``): the template's restart token is the
@@ -343,7 +343,7 @@ class OpsContext:
     # --- etcd ------------------------------------------------------------------------------------------
 
     async def identity(self) -> access.TLSIdentity | None:
-        """The operator's own client identity for this cluster (the one policy of :mod:`provisioner.members`),
+        """The operator's own client identity for this cluster (the one policy of :mod:`opsmanager.tls.identity`),
         trusting every CA of the TLS the cluster had and the TLS it moves to; None without TLS on either side."""
         tls_configs = [t for t in (self.plan.desired_tls, self.db.spec.tls) if t is not None]
         if not tls_configs:

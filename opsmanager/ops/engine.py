@@ -51,6 +51,7 @@ from opsmanager.etcd import errors as etcd_errors
 from opsmanager.kube import cache as kube_cache
 from opsmanager.ops import context, observe, plan, queue
 from opsmanager.ops.steps import (
+    compact,
     issue,
     move_leader,
     pause,
@@ -81,6 +82,7 @@ STEPS: dict[plan.StepKind, Executor] = {
     plan.StepKind.ROLL_PASS: roll_pass.run,
     plan.StepKind.UPDATE_PEER_URLS: update_peer_urls.run,
     plan.StepKind.MOVE_LEADER: move_leader.run,
+    plan.StepKind.COMPACT: compact.run,
     plan.StepKind.VERIFY_SERVED: verify_served.run,
     plan.StepKind.UPDATE_DATABASE: update_database.run,
     plan.StepKind.RESCUE_CHOSEN: rescue_chosen.run,
@@ -373,9 +375,9 @@ class Engine:
 
         updated = await self.kube.transact_status(constants.OPS_API_VERSION, constants.OPS_KIND,
                                                   req["metadata"]["namespace"], req["metadata"]["name"], record)
-        if updated is not None:
-            req = updated
-        return req, tlschange.tls_before(req)
+        if updated is None:  # deleted meanwhile: nothing to run (its delete handler releases the pause)
+            raise kube.NotFound(f"EtcdOpsRequest {req['metadata']['namespace']}/{req['metadata']['name']} is gone")
+        return updated, tlschange.tls_before(updated)
 
     def _timed_out(self, ctx: context.OpsContext, step: plan.Step, timeout: datetime.timedelta) -> str | None:
         now = self.clock()
@@ -415,7 +417,12 @@ class Engine:
                 leaves, cas = (), ()
             seen = dataclasses.replace(seen, expired_leaves=leaves, expired_cas=cas)
             variant = plan.rotate_variant(seen)
-            origin = {**ctx.recorded("origin"), "plan": variant.value}
+            origin = ctx.recorded("origin")
+            if not origin:  # started by an older engine: its record (an annotation) carries over with the plan
+                origin = {"observedAt": conditions.rfc3339(ctx.now)}
+                if ctx.tls_before is not None:
+                    origin["tls"] = ctx.tls_before
+            origin["plan"] = variant.value
             if reason := plan.rescue_reason(seen):
                 origin["rescueReason"] = reason
                 log.info("EtcdOpsRequest %s/%s: %s", ctx.namespace, ctx.name, reason)

@@ -66,6 +66,7 @@ class StepKind(enum.Enum):
     ROLL_PASS = "RollPass"  # trust bundle + StatefulSet + roll, as one intermediate pass
     UPDATE_PEER_URLS = "UpdatePeerURLs"  # member update of each peer URL to the step's scheme
     MOVE_LEADER = "MoveLeader"  # standalone MoveLeader request
+    COMPACT = "Compact"  # the Compact request: compact the history below a revision, physically
     VERIFY_SERVED = "VerifyServed"  # rotate: every member serves its new leaf (hot reload), else restart it alone
     RESCUE_CHOSEN = "RescueChosen"  # rescue: record why the rescue plan was chosen (from the persisted observation)
     RESTART_ALL = "RestartAll"  # rescue CA: restart every member at once (each once), wait for quorum (bounded)
@@ -231,6 +232,12 @@ class UpdatePeerURLs(Step):
 @dataclasses.dataclass(frozen=True)
 class MoveLeader(Step):
     kind: ClassVar[StepKind] = StepKind.MOVE_LEADER
+
+
+@dataclasses.dataclass(frozen=True)
+class Compact(Step):
+    kind: ClassVar[StepKind] = StepKind.COMPACT
+    revision: int | None  # None: the current revision when the step runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -509,4 +516,9 @@ def plan_for(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest,
     if spec.type == constants.OPS_TYPE_MOVE_LEADER:
         move = (MoveLeader(constants.COND_ETCD_LEADER_MOVED, "Successfully moved the leader"),)
         return Plan(spec.type, None, db.spec.tls, move, pauses=False)
+    if spec.type == constants.OPS_TYPE_COMPACT:
+        revision = spec.compact.revision if spec.compact is not None else None
+        compact = (Compact(constants.COND_ETCD_COMPACTED, "Successfully compacted the etcd key-value history",
+                           revision=revision),)
+        return Plan(spec.type, None, db.spec.tls, compact, pauses=False)
     raise ValueError(f"unsupported EtcdOpsRequest type {spec.type!r}")

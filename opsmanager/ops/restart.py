@@ -139,7 +139,7 @@ async def finish_eviction(ctx: context.OpsContext, step: plan.Restarting, pods: 
 
 
 async def restart(ctx: context.OpsContext, step: plan.Restarting, pod: dict[str, Any]) -> context.StepResult:
-    """The one place a member pod is deleted: through the Eviction API, so a PodDisruptionBudget still has a say.
+    """The one place a member is evicted: through the Eviction API, so a PodDisruptionBudget still has a say.
     ``EvictPod--<pod>`` False — and everything queued before it — is written before the eviction goes out."""
     name = pod["metadata"]["name"]
     ctx.set_pod_condition(constants.STEP_EVICT_POD, name, F)

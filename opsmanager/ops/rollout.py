@@ -2,7 +2,7 @@
 
 The rolling restart is the only place that disrupts members, and it does so one member at a time. This module
 decides *what* to do next from a snapshot of the cluster; the I/O (deleting pods, MoveLeader, waiting for
-recovery) lives in :mod:`opsmanager.ops.steps.roll`. It reads the one member view,
+recovery) lives in :mod:`opsmanager.ops.restart`. It reads the one member view,
 :class:`opsmanager.cluster.health.MemberView`, that the provisioner's health verdict reads too. Because the
 decision is re-derived from observed facts on every call — which pods already run the target template revision, who leads, who is caught up — an operator that
 crashes mid-roll and starts again makes the same decision and never restarts a member twice.

@@ -329,7 +329,7 @@ class Kubelet(_HostBase):
 
     def service_target(self, svc: Obj, port: Obj) -> tuple[str, int] | None:
         """A Ready pod of ``svc`` (by its selector) and the port ``port`` targets on it: what kube-proxy would
-        pick (:class:`opsmanager.sandbox.node.ServiceProxy`)."""
+        pick (:class:`opsmanager_sandbox.node.ServiceProxy`)."""
         meta, selector = svc["metadata"], (svc.get("spec") or {}).get("selector") or {}
         if not selector:
             return None

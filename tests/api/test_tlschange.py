@@ -22,8 +22,8 @@ def request(annotation: Any = ..., origin: Any = ...) -> dict[str, Any]:
     """A request with the record an older engine kept (``annotation``) and/or the one in status (``origin``)."""
     meta: dict[str, Any] = {"name": "op"}
     if annotation is not ...:
-        meta["annotations"] = {tlschange.LEGACY_TLS_BEFORE: annotation, tlschange.LEGACY_PLAN: "CARollover",
-                               tlschange.LEGACY_RESCUE_REASON: "legacy"}
+        meta["annotations"] = {constants.LEGACY_TLS_BEFORE: annotation, constants.LEGACY_PLAN: "CARollover",
+                               constants.LEGACY_RESCUE_REASON: "legacy"}
     out: dict[str, Any] = {"metadata": meta}
     if origin is not ...:
         out["status"] = {"origin": origin}

@@ -1,4 +1,4 @@
-"""The one member view (``provisioner.members.observe``) that the health verdict and the rolling restart read.
+"""The one member view (``cluster.members.observe``) that the health verdict and the rolling restart read.
 
 We test these aspects: each expected member gets one view in order; a missing or terminating pod is ``exists=False``;
 ``up_to_date`` compares the pod's revision with the StatefulSet's update revision; the leader and a learner are

@@ -286,3 +286,20 @@ async def test_a_request_waits_while_the_etcd_is_paused_by_hand_and_leaves_that_
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL
     assert not await sc.is_paused(db)
     await sc.drop_etcd(db)
+
+
+async def test_a_compact_under_the_writer_loses_no_write_and_pauses_nothing(sc: scenario.Scenario) -> None:
+    # Compact: the history below the current revision goes, through consensus, physically, under live writes.
+    db = "compact"
+    await sc.fresh_etcd(db)
+    result = await sc.operate(f"{db}-now", db, "Compact", timeout=120, compact={})
+    assert result.phase == constants.PHASE_SUCCESSFUL, result.failure
+    assert umbrella(result) == [constants.COND_ETCD_COMPACTED, constants.COND_SUCCESSFUL]
+    await sc.assert_no_loss(result)  # 0 failed writes, stall bounded, every write read back, HashKV agrees
+    assert result.elections == 0 and result.writes_ok > 0
+    req = await sc.k.get(constants.OPS_API_VERSION, constants.OPS_KIND, sc.namespace, f"{db}-now")
+    assert req is not None
+    done = next(c for c in req["status"]["conditions"] if c["type"] == constants.COND_ETCD_COMPACTED)
+    assert done["message"].startswith("Compacted the history below revision "), done
+    assert not await sc.is_paused(db)
+    await sc.drop_etcd(db)

@@ -4,11 +4,13 @@ kopf watch of Etcds and EtcdOpsRequests feeds the client's caches of them, so ea
 We test these aspects, against the sandbox's API server over real HTTP: the fed cache lists but opens no watch;
 fed events (added, modified, deleted) are what reads answer, with no request; a list asked for by the feeding
 watch's own listing drops an object deleted unseen; a list never brings back an object whose deletion was fed, nor
-replaces a later fed version by the listed one; the operator registers a kopf event handler per fed kind.
+replaces a later fed version by the listed one, nor drops an object fed after the list was taken; a tombstone goes
+once a list reflects the deletion; the operator registers a coroutine kopf event handler per fed kind.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -104,14 +106,31 @@ async def test_a_list_never_undoes_what_the_feed_said(fed: tuple[kube.CachedKube
                                       "resourceVersion": str(int(doomed["metadata"]["resourceVersion"]) + 1)}}
     client.feed("DELETED", deleted)
 
-    # a list taken before both events (what a slow list can return): the later version and the deletion win
+    born = await admin.create(configmap("born"))
+    client.feed("ADDED", born)
+    listed_at = stale["metadata"]["resourceVersion"]
+
+    # a list taken before these events (what a slow list can return): the later version, the deletion and the
+    # object created after it all win over the list
     async def old_list(*_a: Any, **_k: Any) -> tuple[list[dict[str, Any]], str]:
-        return [stale, doomed], "1"
+        return [stale, doomed], listed_at
 
     source.client.list_for_watch = old_list  # type: ignore[method-assign]
     await source._relist()
     assert source.get(NS, "listed")["data"] == {"a": "later"}
     assert source.get(NS, "doomed") is None
+    assert source.get(NS, "born") is not None, "an object fed after the list was taken was dropped"
+    # our own read of the deleted object (an older version) does not bring it back either
+    assert not source.observe(dict(doomed)) and source.get(NS, "doomed") is None
+
+    # a list taken after the deletion makes its tombstone unnecessary: it goes
+    async def new_list(*_a: Any, **_k: Any) -> tuple[list[dict[str, Any]], str]:
+        return [later, born], deleted["metadata"]["resourceVersion"]
+
+    source.client.list_for_watch = new_list  # type: ignore[method-assign]
+    await source._relist()
+    assert source._tombstones == {}
+    assert sorted(o["metadata"]["name"] for o in source.items(NS)) == ["born", "listed"]
 
 
 def test_the_operator_feeds_its_caches_from_kopfs_watch() -> None:
@@ -123,5 +142,7 @@ def test_the_operator_feeds_its_caches_from_kopfs_watch() -> None:
     registry = operator.build_registry(None, kube.CachedKube(kube.Connection.for_url("http://127.0.0.1:1")),
                                        interval=60.0)
     assert isinstance(registry, kopf.OperatorRegistry)
-    ids = {h.id for h in registry._watching.get_all_handlers()}
-    assert {f"opsmanager-cache-{constants.ETCD_PLURAL}", f"opsmanager-cache-{constants.OPS_PLURAL}"} <= ids
+    feeders = {h.id: h.fn for h in registry._watching.get_all_handlers() if h.id.startswith("opsmanager-cache-")}
+    assert set(feeders) == {f"opsmanager-cache-{constants.ETCD_PLURAL}", f"opsmanager-cache-{constants.OPS_PLURAL}"}
+    # a coroutine: kopf would run a plain function in a worker thread, off the loop the caches belong to
+    assert all(inspect.iscoroutinefunction(fn) for fn in feeders.values())

@@ -5,12 +5,12 @@ We test these aspects:
   provisioner's :func:`~opsmanager.tls.rollover.file_if_renewed` files one ``ReconfigureTLS`` request
   (``rotateCertificates``, trigger label ``ca-rollover``, owned by the Etcd, named from the new CA) and an Event;
   called again (a restarted operator) it files nothing;
-- the engine observes the variant once (``ops.opsmanager.dev/plan: CARollover``) and runs widen → re-issue →
+- the engine observes the variant once (``status.origin.plan: CARollover``) and runs widen → re-issue →
   release → verify served → narrow: Successful, each member restarted once per pass (two), one at a time, never
   while leading; at the end the bundle holds the new CA only, every mounted leaf and every served one chains to it;
 - killed after every step, before every action, around every eviction and MoveLeader: Successful all the same,
   each member restarted exactly once per pass;
-- a same-CA rotate still restarts nothing (``ops.opsmanager.dev/plan: Rotate``);
+- a same-CA rotate still restarts nothing (``status.origin.plan: Rotate``);
 - a source failing the gate for another reason (SAN) is never mounted during the rollover.
 """
 

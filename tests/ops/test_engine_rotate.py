@@ -179,8 +179,8 @@ async def test_a_rotate_an_older_engine_started_finishes_from_its_annotations(wo
     await world.hold_volume_refresh("db-1")
     created = await world.request("rotate", "db", "ReconfigureTLS", tls={"rotateCertificates": True})
     await world.kube.patch(constants.OPS_API_VERSION, constants.OPS_KIND, w.NS, "rotate", {"metadata": {
-        "annotations": {tlschange.LEGACY_TLS_BEFORE: json.dumps(db["spec"]["tls"], sort_keys=True),
-                        tlschange.LEGACY_PLAN: "Rotate",
+        "annotations": {constants.LEGACY_TLS_BEFORE: json.dumps(db["spec"]["tls"], sort_keys=True),
+                        constants.LEGACY_PLAN: "Rotate",
                         constants.LEGACY_STALE_MEMBERS: json.dumps({"db-1": {"uid": "gone-before", "after": 7}})}}})
     assert created["metadata"]["name"] == "rotate"
     req = await world.run("rotate", between=lambda _i: tick(world))
@@ -191,3 +191,17 @@ async def test_a_rotate_an_older_engine_started_finishes_from_its_annotations(wo
     # its entry replaced by the UID of the pod this engine evicted.
     stale = req["status"]["restarts"]["staleMembers"]
     assert set(stale) == {"db-1"} and stale["db-1"]["uid"] != "gone-before"
+
+
+async def test_an_older_engines_tls_record_without_a_plan_carries_over_into_status(world: w.World) -> None:
+    # The older engine recorded where the request started (tls-before) and stopped before it chose the plan: the
+    # engine chooses it now and records it with that TLS, which a later pass must still read.
+    await world.etcd("db", tls_issuer="ca-a")
+    db = await world.get_etcd("db")
+    await world.request("rotate", "db", "ReconfigureTLS", tls={"rotateCertificates": True})
+    await world.kube.patch(constants.OPS_API_VERSION, constants.OPS_KIND, w.NS, "rotate", {"metadata": {
+        "annotations": {constants.LEGACY_TLS_BEFORE: json.dumps(db["spec"]["tls"], sort_keys=True)}}})
+    req = await world.run("rotate", between=lambda _i: tick(world))
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
+    assert tlschange.recorded_tls(req) == (True, db["spec"]["tls"])
+    assert tlschange.recorded_plan(req) == "Rotate"

@@ -1,4 +1,4 @@
-"""``provisioner.release`` against the in-process API server (the fast world): the one writer of mounted Secrets.
+"""``tls.release`` against the in-process API server (the fast world): the one writer of mounted Secrets.
 
 We test these aspects:
 - a source that passes is copied (owned by the Etcd, labelled, no cert-manager annotation); a second call with

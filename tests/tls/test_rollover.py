@@ -1,4 +1,4 @@
-"""``provisioner.rollover``: which CAs count as renewed (pure) and the request it files.
+"""``tls.rollover``: which CAs count as renewed (pure) and the request it files.
 
 We test these aspects: a CA already loaded, not a CA, expired or not yet valid is not renewed; duplicates count
 once; the newest comes first; the request is a labelled, owned rotate named from the CA's fingerprint.

@@ -67,7 +67,7 @@ def test_unsupported_type_is_the_first_check(bad_type: Any, lookup: validation.I
     assert not verdict.allowed and verdict.code == 422 and verdict.reason == "Invalid"
     assert verdict.message == (
         PREFIX + f'spec.type: Invalid value: "my-op": defined OpsRequestType {shown} is not supported, '
-        "supported types for Etcd are Restart, ReconfigureTLS, MoveLeader"
+        "supported types for Etcd are Restart, ReconfigureTLS, MoveLeader, Compact"
     )
     assert [e.field for e in verdict.errors] == ["spec.type"]
 
@@ -161,6 +161,25 @@ def test_valid_reconfigure_tls_requests_are_allowed(
 )
 def test_restart_and_move_leader_need_nothing_more(spec: dict[str, Any], lookup: validation.InMemoryEtcdLookup) -> None:
     assert create(ops(spec), lookup).allowed
+
+
+@pytest.mark.parametrize(("compact", "message"), [
+    (None, "spec.compact is nil, not supported in Compact type"),
+    ({"revision": -1}, "spec.compact.revision can not be negative"),
+])
+def test_compact_rules_and_messages(compact: Any, message: str, lookup: validation.InMemoryEtcdLookup) -> None:
+    spec: dict[str, Any] = {"type": "Compact", "databaseRef": {"name": "etcd-plain"}}
+    if compact is not None:
+        spec["compact"] = compact
+    verdict = create(ops(spec), lookup)
+    assert not verdict.allowed and verdict.code == 422
+    assert verdict.message == PREFIX + f'spec.compact: Invalid value: "my-op": {message}'
+
+
+@pytest.mark.parametrize("compact", [{}, {"revision": 0}, {"revision": 12345}])
+def test_a_compact_with_a_revision_or_none_is_allowed(compact: dict[str, Any],
+                                                      lookup: validation.InMemoryEtcdLookup) -> None:
+    assert create(ops({"type": "Compact", "databaseRef": {"name": "etcd-tls"}, "compact": compact}), lookup).allowed
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,8 @@ from opsmanager.tls import serials
 CONDITIONS: tuple[str, ...] = (constants.COND_SERVED_CERTIFICATES_VERIFIED,)
 
 T, F = constants.TRUE, constants.FALSE
+
+
 def _stale_record(ctx: context.OpsContext) -> dict[str, dict[str, Any]]:
     """``{pod: {"uid": <uid of the pod evicted>, "afterSeconds": <seconds after CertificateSynced>}}`` from
     ``status.restarts.staleMembers`` (or, on a request an older engine started, its annotation)."""

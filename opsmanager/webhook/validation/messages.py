@@ -77,3 +77,7 @@ MSG_TLS_PAUSED: Final = (
 MSG_DEFAULT_VERSION_MISSING: Final = "'spec.version' is missing"
 MSG_DEFAULT_CANT_HALT: Final = "can't halt, since deletion policy is 'DoNotTerminate'"
 MSG_DEFAULT_VERSION_UNKNOWN: Final = 'failed to get EtcdVersion "{version}": supported versions are {supported}'
+
+# Compact (KubeDB's words).
+MSG_COMPACT_NIL: Final = "spec.compact is nil, not supported in Compact type"
+MSG_COMPACT_NEGATIVE: Final = "spec.compact.revision can not be negative"

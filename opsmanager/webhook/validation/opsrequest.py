@@ -95,6 +95,12 @@ def opsrequest_errors(obj: Mapping[str, Any], namespace: str, lookup: EtcdLookup
         message = reconfigure_tls_error(spec.get("tls"), db)
         if message:
             errors.append(invalid("spec.tls", name, message))
+    if type_ == constants.OPS_TYPE_COMPACT:
+        compact = spec.get("compact")
+        if not isinstance(compact, Mapping):
+            errors.append(invalid("spec.compact", name, messages.MSG_COMPACT_NIL))
+        elif isinstance(compact.get("revision"), int) and compact["revision"] < 0:
+            errors.append(invalid("spec.compact", name, messages.MSG_COMPACT_NEGATIVE))
     return errors
 
 
