@@ -141,7 +141,9 @@ OPS_TYPE_RECONFIGURE_TLS: Final = "ReconfigureTLS"
 OPS_TYPE_MOVE_LEADER: Final = "MoveLeader"
 # In KubeDB's declaration order (its webhook lists them in this order in the "not supported" message).
 OPS_TYPE_COMPACT: Final = "Compact"
-OPS_TYPES: Final = (OPS_TYPE_RESTART, OPS_TYPE_RECONFIGURE_TLS, OPS_TYPE_MOVE_LEADER, OPS_TYPE_COMPACT)
+OPS_TYPE_DEFRAGMENT: Final = "Defragment"
+OPS_TYPES: Final = (OPS_TYPE_RESTART, OPS_TYPE_RECONFIGURE_TLS, OPS_TYPE_MOVE_LEADER, OPS_TYPE_COMPACT,
+                    OPS_TYPE_DEFRAGMENT)
 
 APPLY_IF_READY: Final = "IfReady"
 APPLY_ALWAYS: Final = "Always"
@@ -177,6 +179,8 @@ COND_SUCCESSFUL: Final = "Successful"
 COND_FAILED: Final = "Failed"
 COND_ETCD_LEADER_MOVED: Final = "EtcdLeaderMoved"
 COND_ETCD_COMPACTED: Final = "EtcdCompacted"
+COND_ETCD_DEFRAGMENTED: Final = "EtcdDefragmented"
+COND_ETCD_ALARM_CLEARED: Final = "EtcdAlarmCleared"
 COND_SKIPPED: Final = "Skipped"  # a Pending request superseded by a newer one of the same type (never started)
 # Why a request waits (True, reason WaitingForRequest / WaitingForReady / EtcdPaused) and, once it started, how
 # (False, reason Started / StartedAsRescue): written only for a request that waited or started as a rescue.
@@ -211,6 +215,7 @@ STEP_ETCD_CLUSTER_HEALTHY: Final = "EtcdClusterHealthy"
 STEP_MOVE_LEADER: Final = "MoveLeader"
 STEP_UPDATE_PEER_URL: Final = "UpdatePeerURL"
 STEP_VERIFY_SERVED_CERTIFICATE: Final = "VerifyServedCertificate"
+STEP_DEFRAGMENT: Final = "Defragment"
 PER_POD_SEPARATOR: Final = "--"
 
 # Condition status values (metav1.ConditionStatus).

@@ -73,6 +73,10 @@ class CompactSpec(common.Model):
     )
 
 
+class DefragmentSpec(common.Model):
+    """Defragment every member, one at a time, followers first and the leader last after moving leadership."""
+
+
 class MoveLeaderSpec(common.Model):
     """Hand etcd leadership to another voting member."""
 
@@ -94,8 +98,8 @@ class EtcdOpsRequestSpec(common.Model):
     database_ref: common.LocalObjectReference = pydantic.Field(
         description="The Etcd to operate on, in the same namespace."
     )
-    type: Literal["Restart", "ReconfigureTLS", "MoveLeader", "Compact"] = pydantic.Field(
-        description="The operation: `ReconfigureTLS`, `Restart`, `MoveLeader` or `Compact`."
+    type: Literal["Restart", "ReconfigureTLS", "MoveLeader", "Compact", "Defragment"] = pydantic.Field(
+        description="The operation: `ReconfigureTLS`, `Restart`, `MoveLeader`, `Compact` or `Defragment`."
     )
     tls: ReconfigureTLSSpec | None = pydantic.Field(
         default=None, description="Required for `ReconfigureTLS`: what to change."
@@ -103,6 +107,7 @@ class EtcdOpsRequestSpec(common.Model):
     restart: RestartSpec | None = pydantic.Field(default=None, description="Options of `Restart` (none yet).")
     move_leader: MoveLeaderSpec | None = pydantic.Field(default=None, description="Options of `MoveLeader`.")
     compact: CompactSpec | None = pydantic.Field(default=None, description="Required for `Compact`: the revision.")
+    defragment: DefragmentSpec | None = pydantic.Field(default=None, description="Options of `Defragment` (none yet).")
     timeout: common.PositiveDuration = pydantic.Field(
         default=constants.DEFAULT_OPS_TIMEOUT,
         description=(
@@ -173,6 +178,14 @@ class Restarts(common.OpenModel):
     )
 
 
+class DatabaseSize(common.OpenModel):
+    """A member's backend before and after a defragmentation, as etcd's ``Status`` reports it."""
+
+    before_bytes: int = pydantic.Field(description="The database file's size before (`dbSize`).")
+    before_in_use_bytes: int = pydantic.Field(default=0, description="The part of it in use before (`dbSizeInUse`).")
+    after_bytes: int | None = pydantic.Field(default=None, description="The file's size after; absent until done.")
+
+
 class EtcdOpsRequestStatus(common.OpenModel):
     """Progress of the request, written only by the ops engine."""
 
@@ -199,6 +212,9 @@ class EtcdOpsRequestStatus(common.OpenModel):
     )
     restarts: Restarts | None = pydantic.Field(
         default=None, description="The members restarted so far, recorded before each restart."
+    )
+    database_sizes: dict[str, DatabaseSize] | None = pydantic.Field(
+        default=None, description="`Defragment`: each member's database size before and after, by pod name."
     )
 
 

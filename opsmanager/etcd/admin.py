@@ -56,6 +56,19 @@ class EtcdAdmin(Protocol):
         :class:`errors.LeaderTransferTimeout` when it does not happen in time."""
         ...
 
+    async def defragment(self, endpoint: access.Endpoint | str, *, timeout: float | None = None) -> None:
+        """Defragment one member's backend (it answers nothing else meanwhile)."""
+        ...
+
+    async def alarms(self, *, timeout: float | None = None) -> list[client.Alarm]:
+        """Every member's raised alarms."""
+        ...
+
+    async def set_alarm(self, member_id: int, alarm: str, *, raised: bool,
+                        timeout: float | None = None) -> list[client.Alarm]:
+        """Raise or disarm ``alarm`` on a member; the alarms the request changed."""
+        ...
+
     async def compact(self, revision: int, *, physical: bool = True, timeout: float | None = None) -> int:
         """Compact the history below ``revision`` (through consensus; ``physical``: applied by the backend before
         the answer); :class:`errors.Compacted` when it is at or below the last compaction."""

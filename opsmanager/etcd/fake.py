@@ -68,6 +68,9 @@ class FakeCluster:
         self.term = 1
         self.raft_index = 10
         self.compacted = 0  # the revision of the last compaction
+        self.db_size: dict[str, int] = {n: 1 << 24 for n in names}  # file sizes; a defragmentation shrinks them
+        self.defragmented: list[tuple[str, str | None]] = []  # (member, the leader then), in order
+        self.alarms: list[client.Alarm] = []
         self.leader: str | None = leader or names[0]
         self.history: list[LeaderChange] = []
         self.calls: list[str] = []  # "move_leader etcd-1", "member_update etcd-0", ... in order
@@ -195,7 +198,9 @@ class FakeAdmin:
             endpoint=ep, scheme=scheme, member_id=member.id, cluster_id=CLUSTER_ID,
             leader_id=leader.id if leader is not None else 0, raft_index=self.cluster.raft_index,
             raft_term=self.cluster.term, raft_applied_index=member.applied_index, revision=self.cluster.raft_index,
-            version="3.5.1", db_size=1 << 16, db_size_in_use=1 << 15, is_learner=member.is_learner, errors=(),
+            version="3.5.1", db_size=self.cluster.db_size.get(member.name, 1 << 16), db_size_in_use=1 << 15,
+            is_learner=member.is_learner, errors=tuple(f"memberID:{a.member_id} alarm:{a.alarm}"
+                                                       for a in self.cluster.alarms),
         )
 
     # --- EtcdAdmin ----------------------------------------------------------------------------------------------
@@ -254,6 +259,27 @@ class FakeAdmin:
         down = tuple(sorted(m.name for m in cluster.members.values() if not m.up))
         return client.LeaderMove(previous_leader_id=previous.id, leader_id=target.id, sent_to=previous.name,
                                  redirects=0, rpc_seconds=0.001, total_seconds=0.002, agreed=up, unreachable=down)
+
+    async def defragment(self, endpoint: access.Endpoint | str, *, timeout: float | None = None) -> None:
+        member = self._reachable(self._endpoint(endpoint), "Defragment")
+        self.cluster.defragmented.append((member.name, self.cluster.leader))
+        self.cluster.db_size[member.name] = 1 << 15
+
+    async def alarms(self, *, timeout: float | None = None) -> list[client.Alarm]:
+        self._consensus("Alarm")
+        return list(self.cluster.alarms)
+
+    async def set_alarm(self, member_id: int, alarm: str, *, raised: bool,
+                        timeout: float | None = None) -> list[client.Alarm]:
+        self._consensus("Alarm")
+        entry = client.Alarm(member_id, alarm)
+        if raised and entry not in self.cluster.alarms:
+            self.cluster.alarms.append(entry)
+            return [entry]
+        if not raised and entry in self.cluster.alarms:
+            self.cluster.alarms.remove(entry)
+            return [entry]
+        return []
 
     async def compact(self, revision: int, *, physical: bool = True, timeout: float | None = None) -> int:
         self._consensus("Compact")

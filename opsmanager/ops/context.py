@@ -115,6 +115,7 @@ def per_pod_message(step: str, status: str, pod: str) -> str:
         constants.STEP_CHECK_POD_READY: "check pod ready",
         constants.STEP_ETCD_CLUSTER_HEALTHY: "etcd cluster healthy",
         constants.STEP_MOVE_LEADER: "move leader",
+        constants.STEP_DEFRAGMENT: "defragment",
         constants.STEP_UPDATE_PEER_URL: "update peer url",
         constants.STEP_VERIFY_SERVED_CERTIFICATE: "verify served certificate",
     }.get(step, step)

@@ -51,7 +51,9 @@ from opsmanager.etcd import errors as etcd_errors
 from opsmanager.kube import cache as kube_cache
 from opsmanager.ops import context, observe, plan, queue
 from opsmanager.ops.steps import (
+    clear_alarms,
     compact,
+    defragment,
     issue,
     move_leader,
     pause,
@@ -83,6 +85,8 @@ STEPS: dict[plan.StepKind, Executor] = {
     plan.StepKind.UPDATE_PEER_URLS: update_peer_urls.run,
     plan.StepKind.MOVE_LEADER: move_leader.run,
     plan.StepKind.COMPACT: compact.run,
+    plan.StepKind.DEFRAGMENT: defragment.run,
+    plan.StepKind.CLEAR_ALARMS: clear_alarms.run,
     plan.StepKind.VERIFY_SERVED: verify_served.run,
     plan.StepKind.UPDATE_DATABASE: update_database.run,
     plan.StepKind.RESCUE_CHOSEN: rescue_chosen.run,

@@ -67,6 +67,8 @@ class StepKind(enum.Enum):
     UPDATE_PEER_URLS = "UpdatePeerURLs"  # member update of each peer URL to the step's scheme
     MOVE_LEADER = "MoveLeader"  # standalone MoveLeader request
     COMPACT = "Compact"  # the Compact request: compact the history below a revision, physically
+    DEFRAGMENT = "Defragment"  # every member, one at a time, followers first, the leader last after MoveLeader
+    CLEAR_ALARMS = "ClearAlarms"  # disarm NOSPACE once the space is back
     VERIFY_SERVED = "VerifyServed"  # rotate: every member serves its new leaf (hot reload), else restart it alone
     RESCUE_CHOSEN = "RescueChosen"  # rescue: record why the rescue plan was chosen (from the persisted observation)
     RESTART_ALL = "RestartAll"  # rescue CA: restart every member at once (each once), wait for quorum (bounded)
@@ -232,6 +234,16 @@ class UpdatePeerURLs(Step):
 @dataclasses.dataclass(frozen=True)
 class MoveLeader(Step):
     kind: ClassVar[StepKind] = StepKind.MOVE_LEADER
+
+
+@dataclasses.dataclass(frozen=True)
+class Defragment(Step):
+    kind: ClassVar[StepKind] = StepKind.DEFRAGMENT
+
+
+@dataclasses.dataclass(frozen=True)
+class ClearAlarms(Step):
+    kind: ClassVar[StepKind] = StepKind.CLEAR_ALARMS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -521,4 +533,10 @@ def plan_for(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest,
         compact = (Compact(constants.COND_ETCD_COMPACTED, "Successfully compacted the etcd key-value history",
                            revision=revision),)
         return Plan(spec.type, None, db.spec.tls, compact, pauses=False)
+    if spec.type == constants.OPS_TYPE_DEFRAGMENT:
+        defragment = (
+            Defragment(constants.COND_ETCD_DEFRAGMENTED, "Successfully defragmented every etcd member"),
+            ClearAlarms(constants.COND_ETCD_ALARM_CLEARED, "No space alarm is raised"),
+        )
+        return Plan(spec.type, None, db.spec.tls, defragment, pauses=False)
     raise ValueError(f"unsupported EtcdOpsRequest type {spec.type!r}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import dataclasses
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ import pytest_asyncio
 from e2e import scenario
 from opsmanager import pki
 from opsmanager.api import conditions, constants
+from opsmanager.etcd import client as etcd_client
 from opsmanager_sandbox import realcp
 from tests import operator_metrics
 from tests.polling import aeventually
@@ -301,5 +303,35 @@ async def test_a_compact_under_the_writer_loses_no_write_and_pauses_nothing(sc: 
     assert req is not None
     done = next(c for c in req["status"]["conditions"] if c["type"] == constants.COND_ETCD_COMPACTED)
     assert done["message"].startswith("Compacted the history below revision "), done
+    assert not await sc.is_paused(db)
+    await sc.drop_etcd(db)
+
+
+async def test_compact_then_defragment_give_the_space_back_under_the_writer(sc: scenario.Scenario) -> None:
+    # About 8 MB written and deleted, then Compact and Defragment as requests, each under the live writer: every
+    # member's file shrinks, one member at a time, the leader last after MoveLeader, with no write lost.
+    db = "defrag"
+    await sc.fresh_etcd(db)
+    plain = [dataclasses.replace(ep, schemes=("http",)) for ep in await sc.endpoints(db)]  # a cluster without TLS
+    async with etcd_client.EtcdClient(plain, tls=None, timeout=10.0) as client:
+        for i in range(2000):
+            await client.put(f"/bulk/{i:05d}", b"x" * 4096)
+        deleted, _ = await client.delete_prefix("/bulk/")
+    assert deleted == 2000
+    compacted = await sc.operate(f"{db}-compact", db, "Compact", timeout=120, compact={})
+    assert compacted.phase == constants.PHASE_SUCCESSFUL, compacted.failure
+    await sc.assert_no_loss(compacted)
+    result = await sc.operate(f"{db}-all", db, "Defragment", timeout=300, defragment={})
+    assert result.phase == constants.PHASE_SUCCESSFUL, result.failure
+    assert umbrella(result) == [constants.COND_ETCD_DEFRAGMENTED, constants.COND_ETCD_ALARM_CLEARED,
+                                constants.COND_SUCCESSFUL]
+    await sc.assert_no_loss(result)  # 0 failed writes, stall bounded, every write read back, HashKV agrees
+    assert result.elections == result.leader_moves == 1, "leadership moved once, off the last member"
+    req = await sc.k.get(constants.OPS_API_VERSION, constants.OPS_KIND, sc.namespace, f"{db}-all")
+    assert req is not None
+    sizes = req["status"]["databaseSizes"]
+    assert set(sizes) == {f"{db}-0", f"{db}-1", f"{db}-2"}
+    for name, size in sizes.items():
+        assert size["beforeBytes"] >= 8_000_000 and size["afterBytes"] < size["beforeBytes"] / 4, (name, size)
     assert not await sc.is_paused(db)
     await sc.drop_etcd(db)

@@ -67,7 +67,7 @@ def test_unsupported_type_is_the_first_check(bad_type: Any, lookup: validation.I
     assert not verdict.allowed and verdict.code == 422 and verdict.reason == "Invalid"
     assert verdict.message == (
         PREFIX + f'spec.type: Invalid value: "my-op": defined OpsRequestType {shown} is not supported, '
-        "supported types for Etcd are Restart, ReconfigureTLS, MoveLeader, Compact"
+        "supported types for Etcd are Restart, ReconfigureTLS, MoveLeader, Compact, Defragment"
     )
     assert [e.field for e in verdict.errors] == ["spec.type"]
 
@@ -156,6 +156,8 @@ def test_valid_reconfigure_tls_requests_are_allowed(
         {"type": "Restart", "databaseRef": {"name": "etcd-tls"}, "restart": {}, "timeout": "1h30m", "apply": "Always"},
         {"type": "MoveLeader", "databaseRef": {"name": "etcd-plain"}},
         {"type": "MoveLeader", "databaseRef": {"name": "etcd-plain"}, "moveLeader": {"newLeader": "etcd-plain-2"}},
+        {"type": "Defragment", "databaseRef": {"name": "etcd-plain"}},
+        {"type": "Defragment", "databaseRef": {"name": "etcd-tls"}, "defragment": {}},
         {"type": "Restart", "databaseRef": {"name": "etcd-tls"}, "tls": {"remove": True, "rotateCertificates": True}},
     ],
 )

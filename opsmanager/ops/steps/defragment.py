@@ -1,0 +1,80 @@
+"""``EtcdDefragmented``: defragment every member's backend, one at a time — followers first, the leader last after
+moving leadership off it — with a health gate before each.
+
+A defragmentation rewrites the member's database file and gives back the space compaction freed; the member answers
+nothing meanwhile (seconds per gigabyte). Failures prevented: every member frozen at once (all defragmented
+together, the cluster stops taking writes), a write stall from defragmenting the leader (leadership moves first,
+as before a restart), and a defragmentation that starts while the cluster is degraded (each one waits until every
+voter answers and the cluster has a leader). ``Defragment--<pod>`` is set per member; each member's size before
+and after is recorded in ``status.databaseSizes`` — before first, so a crash mid-defragmentation keeps the "before".
+A repeated defragmentation after a crash only costs time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opsmanager import metrics
+from opsmanager.api import constants
+from opsmanager.etcd import client as etcd_client
+from opsmanager.etcd import errors as etcd_errors
+from opsmanager.ops import context, plan
+
+# The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
+CONDITIONS: tuple[str, ...] = (constants.COND_ETCD_DEFRAGMENTED,)
+
+T = constants.TRUE
+
+
+def _mb(size: int | None) -> str:
+    return "?" if size is None else f"{size / 1e6:.1f} MB"
+
+
+def summary(sizes: dict[str, Any]) -> str:
+    return ", ".join(f"{name} {_mb(s.get('beforeBytes'))} → {_mb(s.get('afterBytes'))}"
+                     for name, s in sorted(sizes.items()))
+
+
+async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    assert isinstance(step, plan.Defragment), step  # the engine runs a step with the module its kind names
+    names = ctx.pod_names()
+    pending = [n for n in names if not ctx.is_true(constants.per_pod_type(constants.STEP_DEFRAGMENT, n))]
+    sizes = ctx.recorded("databaseSizes")
+    if not pending:
+        return context.Done(f"{step.message}: {summary(sizes)}")
+    async with await ctx.etcd() as client:
+        views = await client.statuses(timeout=1.5)
+        statuses = {n: v for n, v in views.items() if isinstance(v, etcd_client.MemberStatus)}
+        down = [n for n in names if n not in statuses]
+        leader = next((v for v in statuses.values() if v.is_leader), None)
+        if down or leader is None:
+            why = f"{', '.join(down)} not answering" if down else "no leader"
+            return context.Progress(f"waiting for a healthy cluster before the next defragmentation ({why})",
+                                    delay=0.5)
+        # followers first (by name), the leader last
+        name = sorted(pending, key=lambda n: (statuses[n].is_leader, n))[0]
+        if statuses[name].is_leader:
+            others = sorted((v for n, v in statuses.items() if n != name and not v.is_learner),
+                            key=lambda v: (-v.raft_applied_index, v.endpoint.name))
+            if others:
+                try:
+                    await client.move_leader(others[0].member_id, timeout=5.0)
+                except etcd_errors.EtcdError as err:
+                    ctx.set_pod_condition(constants.STEP_MOVE_LEADER, name, constants.FALSE)
+                    return context.Progress(f"moving leadership off {name} before its defragmentation: {err}",
+                                            delay=0.5)
+                metrics.leader_moved()
+                ctx.set_pod_condition(constants.STEP_MOVE_LEADER, name, T)
+                ctx.announce("MoveLeader", f"Moved etcd leadership from {name} to {others[0].endpoint.name} "
+                                           "before defragmenting it")
+                return context.Progress(delay=0.0)
+        if name not in sizes:
+            sizes[name] = {"beforeBytes": statuses[name].db_size, "beforeInUseBytes": statuses[name].db_size_in_use}
+            ctx.record("databaseSizes", sizes)
+            await ctx.flush()  # the size before is on record before the file is rewritten
+        await client.defragment(name, timeout=120.0)
+        after = (await client.statuses(timeout=1.5)).get(name)
+    sizes[name] = {**sizes[name], "afterBytes": after.db_size if isinstance(after, etcd_client.MemberStatus) else None}
+    ctx.record("databaseSizes", sizes)
+    ctx.set_pod_condition(constants.STEP_DEFRAGMENT, name, T)
+    return context.Progress(f"defragmented {name}: {summary({name: sizes[name]})}", delay=0.0)
