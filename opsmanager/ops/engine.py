@@ -32,6 +32,7 @@ when this process first reads it is never counted again.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import logging
@@ -202,6 +203,10 @@ class Engine:
         self.clock = clock or (lambda: datetime.datetime.now(datetime.UTC))
         self.etcd = etcd
         self._expiry_seen: dict[tuple[str, str, str], tuple[datetime.datetime, str]] = {}
+        # One queue decision at a time per Etcd, held until the request that starts has written Progressing:
+        # between a start decision and that write lie seconds of observation (handshakes), and a sibling deciding
+        # meanwhile would still see it queued and could start as well.
+        self._queue_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self.crash_after = failpoints(os.environ.get(FAILPOINTS_ENV))
 
     # --- status writes --------------------------------------------------------------------------------------
@@ -290,10 +295,15 @@ class Engine:
         if lifecycle.state == "New":  # queued; written only if it has to wait (one that starts goes Progressing)
             lifecycle.enqueue()
         if lifecycle.state == constants.PHASE_PENDING:
-            verdict = await self._pending(req, db_obj, spec, lifecycle)
-            if isinstance(verdict, Outcome):
-                return verdict
-            return await self._progress(req, db_obj, lifecycle, started=verdict)
+            lock = self._queue_locks.setdefault((namespace, db_name), asyncio.Lock())
+            async with lock:
+                fresh = await self.kube.get(constants.OPS_API_VERSION, constants.OPS_KIND, namespace, name)
+                if fresh is None or (fresh.get("status") or {}).get("phase") != phase:
+                    return Outcome(finished=False, delay=0.0, phase=phase)  # decided meanwhile: look again
+                verdict = await self._pending(req, db_obj, spec, lifecycle)
+                if isinstance(verdict, Outcome):
+                    return verdict
+                return await self._progress(req, db_obj, lifecycle, started=verdict)
         return await self._progress(req, db_obj, lifecycle)
 
     async def _pending(self, req: dict[str, Any], db_obj: dict[str, Any], spec: ops_api.EtcdOpsRequestSpec,
