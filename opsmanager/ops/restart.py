@@ -169,7 +169,8 @@ def _mark_evicted(ctx: context.OpsContext, step: plan.Restarting, name: str) -> 
         ctx.set_pod_condition(check, name, F)
 
 
-async def move_leader(ctx: context.OpsContext, client: admin.EtcdAdmin, action: rollout.Action) -> context.StepResult:
+async def move_leader(ctx: context.OpsContext, client: admin.EtcdAdmin, action: rollout.Action, *,
+                      before: str = "restarting it") -> context.StepResult:
     """Move leadership off ``action.pod`` (about to be restarted) to ``action.target_pod``. ``MoveLeader--<pod>`` is
     written after the move (with its Event), not before: the RPC disrupts nothing, and a move the operator did not
     live to record is observed again (the member is no longer leader) — nothing to re-derive from a False."""
@@ -182,7 +183,7 @@ async def move_leader(ctx: context.OpsContext, client: admin.EtcdAdmin, action: 
     metrics.leader_moved()
     ctx.set_pod_condition(constants.STEP_MOVE_LEADER, action.pod, T)
     ctx.announce("MoveLeader", f"Moved etcd leadership from {action.pod} to {action.target_pod} in "
-                               f"{move.rpc_seconds:.3f}s before restarting it")
+                               f"{move.rpc_seconds:.3f}s before {before}")
     return context.Progress(delay=0.0)
 
 

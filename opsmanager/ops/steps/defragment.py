@@ -14,11 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from opsmanager import metrics
 from opsmanager.api import constants
 from opsmanager.etcd import client as etcd_client
-from opsmanager.etcd import errors as etcd_errors
-from opsmanager.ops import context, plan
+from opsmanager.ops import context, plan, restart, rollout
 
 # The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
 CONDITIONS: tuple[str, ...] = (constants.COND_ETCD_DEFRAGMENTED,)
@@ -57,17 +55,9 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
             others = sorted((v for n, v in statuses.items() if n != name and not v.is_learner),
                             key=lambda v: (-v.raft_applied_index, v.endpoint.name))
             if others:
-                try:
-                    await client.move_leader(others[0].member_id, timeout=5.0)
-                except etcd_errors.EtcdError as err:
-                    ctx.set_pod_condition(constants.STEP_MOVE_LEADER, name, constants.FALSE)
-                    return context.Progress(f"moving leadership off {name} before its defragmentation: {err}",
-                                            delay=0.5)
-                metrics.leader_moved()
-                ctx.set_pod_condition(constants.STEP_MOVE_LEADER, name, T)
-                ctx.announce("MoveLeader", f"Moved etcd leadership from {name} to {others[0].endpoint.name} "
-                                           "before defragmenting it")
-                return context.Progress(delay=0.0)
+                move = rollout.Action(rollout.ActionKind.MOVE_LEADER, "defragment the leader last", pod=name,
+                                      target_pod=others[0].endpoint.name, target_id=others[0].member_id)
+                return await restart.move_leader(ctx, client, move, before="defragmenting it")
         if name not in sizes:
             sizes[name] = {"beforeBytes": statuses[name].db_size, "beforeInUseBytes": statuses[name].db_size_in_use}
             ctx.record("databaseSizes", sizes)
