@@ -18,13 +18,11 @@ a leader and a linearizable read; no TLS chain trusted), bounded by the request'
 
 from __future__ import annotations
 
-import datetime
-
 from opsmanager import metrics
 from opsmanager.api import conditions, constants
-from opsmanager.cluster import health, members, naming
+from opsmanager.cluster import health, members
 from opsmanager.ops import context, plan, restart
-from opsmanager.tls import gate, release
+from opsmanager.tls import gate, trust
 
 # The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
 CONDITIONS: tuple[str, ...] = (constants.COND_RESTART_PODS,)
@@ -37,25 +35,6 @@ def _record(ctx: context.OpsContext) -> dict[str, str] | None:
     if isinstance(together, dict):
         return {str(k): str(v) for k, v in together.items()}
     return gate.decode_record(ctx.legacy_annotation(constants.LEGACY_RESCUE_RESTARTED))
-
-
-async def _bundle_settled(ctx: context.OpsContext) -> float:
-    """Seconds to wait before the restart so that every member's new container starts in a later second than the
-    bundle's newest CA entered it (0: now). Start and entry times have one-second resolution, and a member started
-    in the same second as an entry does not count as having loaded that CA (:func:`gate.loaded_cas`): restarted at
-    once, the members would count as still on the expired CA, and the next rotate would rescue them again."""
-    live, _ = await release.read_bundle(ctx.kube, ctx.db)
-    entries = gate.decode_record(((live or {}).get("metadata") or {}).get("annotations", {}).get(
-        naming.ANNOTATION_CA_ENTERED)) or {}
-    times = []
-    for raw in entries.values():
-        try:
-            times.append(conditions.parse_rfc3339(raw))
-        except ValueError:
-            continue
-    if not times:
-        return 0.0
-    return max(0.0, (max(times) + datetime.timedelta(seconds=1) - ctx.now).total_seconds())
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
@@ -74,7 +53,10 @@ async def _restart_all(ctx: context.OpsContext, step: plan.RestartAll) -> contex
     names = ctx.pod_names()
     record = _record(ctx)
     if record is None:
-        wait = await _bundle_settled(ctx)
+        # Every member's new container must start in a later second than the bundle's newest CA entered it (start
+        # and entry times have one-second resolution; a member started in that second does not count as having
+        # loaded that CA, and the next rotate would rescue it again).
+        wait = await trust.entry_settling(ctx)
         if wait > 0:
             return context.Progress("waiting for the second the new CA entered the trust bundle to pass",
                                     delay=wait)
