@@ -41,6 +41,7 @@ import base64
 import contextlib
 import dataclasses
 import json
+import logging
 import pathlib
 import sys
 import time
@@ -57,6 +58,8 @@ from opsmanager.cluster import naming, render
 from opsmanager.etcd import access
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.etcd import probes as etcd_probes
+
+log = logging.getLogger(__name__)
 
 Printer = Callable[[str], None]
 DB = "soak"
@@ -124,13 +127,17 @@ async def _mount_sources_directly(sc: scenario.Scenario, model: etcd_api.Etcd, t
     names = {alias: (render.source_secret_name(model, tls, alias), render.secret_name(model, tls, alias))
              for alias in constants.CERT_ALIASES}
     while True:
-        for source_name, mounted_name in names.values():
-            source = await sc.k.get("v1", "Secret", sc.namespace, source_name)
-            mounted = await sc.k.get("v1", "Secret", sc.namespace, mounted_name)
-            want = {k: v for k, v in ((source or {}).get("data") or {}).items() if k in ("tls.crt", "tls.key", "ca.crt")}
-            if want and want != ((mounted or {}).get("data") or {}):
-                await naive.mount_directly(sc, model, tls)
-                break
+        try:
+            for source_name, mounted_name in names.values():
+                source = await sc.k.get("v1", "Secret", sc.namespace, source_name)
+                mounted = await sc.k.get("v1", "Secret", sc.namespace, mounted_name)
+                want = {k: v for k, v in ((source or {}).get("data") or {}).items()
+                        if k in ("tls.crt", "tls.key", "ca.crt")}
+                if want and want != ((mounted or {}).get("data") or {}):
+                    await naive.mount_directly(sc, model, tls)
+                    break
+        except kube.Unavailable as err:  # a copier retries a failed API call on its next poll, as any controller
+            log.warning("soak: copying the issued Secrets: %s (retried)", err)
         await asyncio.sleep(0.5)  # the copier's pace (a poll of what cert-manager wrote), not a synchronisation
 
 

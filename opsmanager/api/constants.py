@@ -136,14 +136,15 @@ DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT: Final = 120.0
 
 # --- EtcdOpsRequest types --------------------------------------------------------------------------------------
 
+OPS_TYPE_HORIZONTAL_SCALING: Final = "HorizontalScaling"
 OPS_TYPE_RESTART: Final = "Restart"
 OPS_TYPE_RECONFIGURE_TLS: Final = "ReconfigureTLS"
 OPS_TYPE_MOVE_LEADER: Final = "MoveLeader"
 # In KubeDB's declaration order (its webhook lists them in this order in the "not supported" message).
 OPS_TYPE_COMPACT: Final = "Compact"
 OPS_TYPE_DEFRAGMENT: Final = "Defragment"
-OPS_TYPES: Final = (OPS_TYPE_RESTART, OPS_TYPE_RECONFIGURE_TLS, OPS_TYPE_MOVE_LEADER, OPS_TYPE_COMPACT,
-                    OPS_TYPE_DEFRAGMENT)
+OPS_TYPES: Final = (OPS_TYPE_HORIZONTAL_SCALING, OPS_TYPE_RESTART, OPS_TYPE_RECONFIGURE_TLS, OPS_TYPE_MOVE_LEADER,
+                    OPS_TYPE_COMPACT, OPS_TYPE_DEFRAGMENT)
 
 APPLY_IF_READY: Final = "IfReady"
 APPLY_ALWAYS: Final = "Always"
@@ -180,6 +181,9 @@ COND_FAILED: Final = "Failed"
 COND_ETCD_LEADER_MOVED: Final = "EtcdLeaderMoved"
 COND_ETCD_COMPACTED: Final = "EtcdCompacted"
 COND_ETCD_DEFRAGMENTED: Final = "EtcdDefragmented"
+# HorizontalScaling: one member at a time, toward spec.horizontalScaling.replicas (per member: the steps below).
+COND_HORIZONTAL_SCALE_UP: Final = "HorizontalScaleUp"
+COND_HORIZONTAL_SCALE_DOWN: Final = "HorizontalScaleDown"
 COND_ETCD_ALARM_CLEARED: Final = "EtcdAlarmCleared"
 COND_SKIPPED: Final = "Skipped"  # a Pending request superseded by a newer one of the same type (never started)
 # Why a request waits (True, reason WaitingForRequest / WaitingForReady / EtcdPaused) and, once it started, how
@@ -216,6 +220,9 @@ STEP_MOVE_LEADER: Final = "MoveLeader"
 STEP_UPDATE_PEER_URL: Final = "UpdatePeerURL"
 STEP_VERIFY_SERVED_CERTIFICATE: Final = "VerifyServedCertificate"
 STEP_DEFRAGMENT: Final = "Defragment"
+STEP_ETCD_MEMBER_ADDED: Final = "EtcdMemberAdded"  # added as a learner (MemberAddAsLearner)
+STEP_ETCD_LEARNER_PROMOTED: Final = "EtcdLearnerPromoted"  # caught up with the leader and promoted to voter
+STEP_ETCD_MEMBER_REMOVED: Final = "EtcdMemberRemoved"  # MemberRemove, its pod gone and its data volume deleted
 PER_POD_SEPARATOR: Final = "--"
 
 # Condition status values (metav1.ConditionStatus).

@@ -241,6 +241,15 @@ class EtcdStatus(common.OpenModel):
     tls: lifecycle.TLSStatus | None = pydantic.Field(
         default=None, description="The last certificate scan of a TLS cluster: what each member really serves."
     )
+    initial_cluster_state: Literal["new", "existing"] | None = pydantic.Field(
+        default=None,
+        description=(
+            "What a member started on an empty data directory does (etcd's `--initial-cluster-state`): `new` "
+            "(absent) bootstraps the cluster; `existing` joins the running cluster, where a HorizontalScaling "
+            "request has added it as a learner first. Set by the first HorizontalScaling; a member with data "
+            "ignores it."
+        ),
+    )
 
 
 class Etcd(common.Model):

@@ -59,6 +59,16 @@ class ReconfigureTLSSpec(common.Model):
         return ops[0] if len(ops) == 1 else None
 
 
+class HorizontalScalingSpec(common.Model):
+    """Grow or shrink the cluster to ``replicas`` members, one at a time: a new member joins as a learner and is
+    promoted once it has caught up; a member leaves highest ordinal first (leadership moved off it first)."""
+
+    replicas: int | None = pydantic.Field(
+        default=None,
+        description="The number of members to end with, at least 1. An even count is accepted, with a warning.",
+    )
+
+
 class RestartSpec(common.Model):
     """A leader-aware rolling restart: followers one at a time, the leader last after moving leadership."""
 
@@ -98,8 +108,12 @@ class EtcdOpsRequestSpec(common.Model):
     database_ref: common.LocalObjectReference = pydantic.Field(
         description="The Etcd to operate on, in the same namespace."
     )
-    type: Literal["Restart", "ReconfigureTLS", "MoveLeader", "Compact", "Defragment"] = pydantic.Field(
-        description="The operation: `ReconfigureTLS`, `Restart`, `MoveLeader`, `Compact` or `Defragment`."
+    type: Literal["HorizontalScaling", "Restart", "ReconfigureTLS", "MoveLeader", "Compact", "Defragment"] = (
+        pydantic.Field(description="The operation: `HorizontalScaling`, `ReconfigureTLS`, `Restart`, `MoveLeader`, "
+                                   "`Compact` or `Defragment`.")
+    )
+    horizontal_scaling: HorizontalScalingSpec | None = pydantic.Field(
+        default=None, description="Required for `HorizontalScaling`: the member count to end with."
     )
     tls: ReconfigureTLSSpec | None = pydantic.Field(
         default=None, description="Required for `ReconfigureTLS`: what to change."
@@ -152,6 +166,10 @@ class RequestOrigin(common.OpenModel):
     rescue_reason: str | None = pydantic.Field(
         default=None,
         description="Why a rescue plan was chosen: the expired served leaves (member, port, notAfter) or loaded CAs.",
+    )
+    replicas: int | None = pydantic.Field(
+        default=None,
+        description="The Etcd's `spec.replicas` when the request started: a HorizontalScaling grows or shrinks from it.",
     )
 
 
@@ -215,6 +233,9 @@ class EtcdOpsRequestStatus(common.OpenModel):
     )
     database_sizes: dict[str, DatabaseSize] | None = pydantic.Field(
         default=None, description="`Defragment`: each member's database size before and after, by pod name."
+    )
+    warnings: list[str] | None = pydantic.Field(
+        default=None, description="What the request was accepted with but should know (an even member count)."
     )
 
 

@@ -310,6 +310,13 @@ def render_pdb(db: etcd_api.Etcd) -> Manifest:
 # --- the StatefulSet -------------------------------------------------------------------------------------------
 
 
+def initial_cluster_state(db: etcd_api.Etcd) -> str:
+    """``new`` until membership has been changed: then a member started on an empty data directory must join the
+    running cluster (which has added it as a learner) instead of bootstrapping a second one. etcd reads the
+    ``--initial-cluster*`` flags only on an empty data directory, so the members that have data ignore the change."""
+    return (db.status.initial_cluster_state if db.status is not None else None) or "new"
+
+
 def etcd_args(db: etcd_api.Etcd, wiring: Wiring) -> list[str]:
     """The etcd command line of a member (``$(POD_NAME)`` is expanded by the kubelet)."""
     name, namespace = _name(db), _namespace(db)
@@ -327,7 +334,7 @@ def etcd_args(db: etcd_api.Etcd, wiring: Wiring) -> list[str]:
         "--listen-peer-urls=" + ",".join(f"{s}://0.0.0.0:{naming.peer_port(s)}" for s in wiring.peer_schemes),
         f"--initial-advertise-peer-urls={peer_scheme}://{me}:{naming.peer_port(peer_scheme)}",
         f"--initial-cluster={initial}",
-        "--initial-cluster-state=new",
+        f"--initial-cluster-state={initial_cluster_state(db)}",
         f"--initial-cluster-token={namespace}-{name}",
         f"--listen-metrics-urls=http://0.0.0.0:{naming.METRICS_PORT}",
     ]

@@ -50,6 +50,19 @@ class EtcdAdmin(Protocol):
         """Set a member's advertised peer URLs."""
         ...
 
+    async def member_add(self, peer_urls: Sequence[str], *, is_learner: bool = False,
+                         timeout: float | None = None) -> tuple[client.Member, list[client.Member]]:
+        """Add a member (as a learner: it does not vote until promoted); the new member and the member list."""
+        ...
+
+    async def member_promote(self, member_id: int, *, timeout: float | None = None) -> list[client.Member]:
+        """Make a learner a voter; :class:`errors.LearnerNotReady` until it has caught up with the leader."""
+        ...
+
+    async def member_remove(self, member_id: int, *, timeout: float | None = None) -> list[client.Member]:
+        """Remove a member from the cluster (it stops itself once it learns of it)."""
+        ...
+
     async def move_leader(self, target_id: int, *, via: access.Endpoint | str | None = None,
                           timeout: float = 5.0, agree_timeout: float = 2.0) -> client.LeaderMove:
         """Make ``target_id`` the leader; :class:`errors.BadLeaderTransferee` for a non-voter,

@@ -108,6 +108,13 @@ class MemberNotFound(MembershipError):
     """The member ID is not in the cluster. Fatal: the caller's view of the membership is wrong."""
 
 
+class LearnerNotReady(MembershipError):
+    """MemberPromote refused: the learner has not caught up with the leader yet ("can only promote a learner member
+    which is in sync with leader"). Transient: it catches up, or the caller gives up on it."""
+
+    transient = True
+
+
 class BadLeaderTransferee(MembershipError):
     """MoveLeader's target is not a voting member ("etcdserver: bad leader transferee"). Fatal."""
 
@@ -193,6 +200,8 @@ def _classify(code: str, low: str) -> tuple[type[EtcdError], str, bool | None]:
             return NotLeader, "the member is not the leader", None
         if "bad leader transferee" in low:
             return BadLeaderTransferee, "the target is not a voting member", None
+        if "in sync with leader" in low:
+            return LearnerNotReady, "the learner has not caught up with the leader", None
         return MembershipError, "refused", any(m in low for m in _TRANSIENT_MEMBERSHIP)
     if code == "NOT_FOUND" and "member not found" in low:
         return MemberNotFound, "member not found", None

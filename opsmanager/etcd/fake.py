@@ -12,6 +12,9 @@ is an :data:`~opsmanager.etcd.admin.AdminFactory`: ``Engine(client, etcd=cluster
   :class:`errors.LeaderTransferTimeout` — the typed errors the real client raises for those answers.
 - **restarts**: :meth:`FakeCluster.stop` takes a member down (its pod was deleted), :meth:`FakeCluster.start`
   brings it back caught up; a majority down means no quorum (:class:`errors.NoQuorum` on consensus calls).
+- **membership**: MemberAdd (learners only), MemberPromote (refused with :class:`errors.LearnerNotReady` until
+  the learner runs and has applied every entry; one in :attr:`FakeCluster.lagging` never catches up) and
+  MemberRemove.
 - **served certificates**: :meth:`FakeCluster.serve` sets the certificate a member hands out on its client or
   peer port (a test sets it from the Secret mounted when the pod was created).
 
@@ -25,6 +28,7 @@ imports it.
 from __future__ import annotations
 
 import dataclasses
+import urllib.parse
 from collections.abc import Sequence
 from typing import Self
 
@@ -41,6 +45,7 @@ class FakeMember:
     peer_urls: tuple[str, ...]
     is_learner: bool = False
     up: bool = True
+    started: bool = True  # False from MemberAdd until its process first runs: etcd lists it with no name then
     applied_index: int = 0
     served: dict[str, pki.CertInfo] = dataclasses.field(default_factory=dict)  # "client"/"peer" -> certificate
 
@@ -74,6 +79,8 @@ class FakeCluster:
         self.leader: str | None = leader or names[0]
         self.history: list[LeaderChange] = []
         self.calls: list[str] = []  # "move_leader etcd-1", "member_update etcd-0", ... in order
+        self.lagging: set[str] = set()  # learners that never catch up with the leader (MemberPromote refuses them)
+        self._next_id = 0x2000
         self.open_admins = 0
 
     # --- the cluster's life (driven by the test) --------------------------------------------------------------
@@ -112,9 +119,13 @@ class FakeCluster:
             self._elect()
 
     def start(self, name: str) -> None:
-        """The member is back (pod recreated), caught up with the leader."""
+        """The member is back (pod recreated), caught up with the leader (a learner in :attr:`lagging`: behind)."""
         member = self.members[name]
         member.up = True
+        member.started = True
+        if name in self.lagging:
+            member.up, member.applied_index = True, 0
+            return
         member.applied_index = self.raft_index
         if self.leader is None and self.has_quorum():
             self._elect()
@@ -123,7 +134,7 @@ class FakeCluster:
         """``n`` committed entries; every member that is up applies them."""
         self.raft_index += n
         for m in self.members.values():
-            if m.up:
+            if m.up and m.name not in self.lagging:
                 m.applied_index = self.raft_index
 
     def serve(self, name: str, port: str, cert: pki.CertInfo | None) -> None:
@@ -186,7 +197,7 @@ class FakeAdmin:
             raise errors.NoQuorum(f"{call}: etcdserver: no leader")
 
     def _member_list(self) -> list[client.Member]:
-        return [client.Member(id=m.id, name=m.name, peer_urls=m.peer_urls,
+        return [client.Member(id=m.id, name=m.name if m.started else "", peer_urls=m.peer_urls,
                               client_urls=(f"https://{m.name}:2379",), is_learner=m.is_learner)
                 for m in self.cluster.members.values()]
 
@@ -239,6 +250,55 @@ class FakeAdmin:
         self.cluster.calls.append(f"member_update {member.name}")
         member.peer_urls = tuple(peer_urls)
         self.cluster.write()
+        return self._member_list()
+
+    async def member_add(self, peer_urls: Sequence[str], *, is_learner: bool = False,
+                         timeout: float | None = None) -> tuple[client.Member, list[client.Member]]:
+        """The new member is known by the first label of its peer URL's host (its pod's name) in the fake; etcd
+        lists it with no name until its process starts, as here."""
+        self._consensus("MemberAdd")
+        cluster = self.cluster
+        if any(set(peer_urls) & set(m.peer_urls) for m in cluster.members.values()):
+            raise errors.MembershipError(f"MemberAdd {list(peer_urls)}: etcdserver: peerURL exists")
+        if not is_learner:
+            raise errors.MembershipError("MemberAdd: the fake adds learners only (as the engine does)")
+        name = (urllib.parse.urlsplit(peer_urls[0]).hostname or "").split(".")[0]
+        cluster._next_id += 1
+        member = FakeMember(id=cluster._next_id, name=name, peer_urls=tuple(peer_urls), is_learner=True, up=False,
+                            started=False)
+        cluster.members[name] = member
+        cluster.db_size.setdefault(name, 1 << 16)
+        cluster.calls.append(f"member_add {name}")
+        cluster.write()
+        listed = self._member_list()
+        return next(m for m in listed if m.id == member.id), listed
+
+    async def member_promote(self, member_id: int, *, timeout: float | None = None) -> list[client.Member]:
+        self._consensus("MemberPromote")
+        member = self.cluster.by_id(member_id)
+        if member is None:
+            raise errors.MemberNotFound(f"MemberPromote {member_id:x}: etcdserver: member not found")
+        if not member.is_learner:
+            raise errors.MembershipError(f"MemberPromote {member_id:x}: etcdserver: can only promote a learner member")
+        if not member.up or member.applied_index < self.cluster.raft_index:
+            raise errors.LearnerNotReady(f"MemberPromote {member_id:x}: etcdserver: can only promote a learner "
+                                         "member which is in sync with leader", code="FAILED_PRECONDITION")
+        member.is_learner = False
+        self.cluster.calls.append(f"member_promote {member.name}")
+        self.cluster.write()
+        return self._member_list()
+
+    async def member_remove(self, member_id: int, *, timeout: float | None = None) -> list[client.Member]:
+        self._consensus("MemberRemove")
+        cluster = self.cluster
+        member = cluster.by_id(member_id)
+        if member is None:
+            raise errors.MemberNotFound(f"MemberRemove {member_id:x}: etcdserver: member not found")
+        del cluster.members[member.name]
+        cluster.calls.append(f"member_remove {member.name}")
+        if cluster.leader == member.name:
+            cluster._elect()
+        cluster.write()
         return self._member_list()
 
     async def move_leader(self, target_id: int, *, via: access.Endpoint | str | None = None,

@@ -236,7 +236,7 @@ class OpsContext:
                 self._dirty_fields[key] = value
         self.request["status"] = st
 
-    def record(self, field: str, value: dict[str, Any]) -> None:
+    def record(self, field: str, value: dict[str, Any] | list[Any]) -> None:
         """A top-level ``status`` field of the engine's durable record (``origin``, ``restarts``), replaced whole,
         written by the next :meth:`flush` — which a step flushes before the action the record is for."""
         st = self.request.setdefault("status", {}) or {}

@@ -61,6 +61,7 @@ from opsmanager.ops.steps import (
     rescue_chosen,
     restart_pods,
     roll_pass,
+    scale_members,
     sync_certificates,
     update_database,
     update_peer_urls,
@@ -87,6 +88,7 @@ STEPS: dict[plan.StepKind, Executor] = {
     plan.StepKind.MOVE_LEADER: move_leader.run,
     plan.StepKind.COMPACT: compact.run,
     plan.StepKind.DEFRAGMENT: defragment.run,
+    plan.StepKind.SCALE_MEMBERS: scale_members.run,
     plan.StepKind.CLEAR_ALARMS: clear_alarms.run,
     plan.StepKind.VERIFY_SERVED: verify_served.run,
     plan.StepKind.UPDATE_DATABASE: update_database.run,
@@ -374,7 +376,7 @@ class Engine:
         return found
 
     async def _snapshot(self, req: dict[str, Any], db_obj: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-        """The Etcd's ``spec.tls`` as it was when the request started, recorded in the request's
+        """The Etcd's ``spec.tls`` (and ``spec.replicas``) as it was when the request started, recorded in the request's
         ``status.origin`` before any step acts, so the plan does not change when ``UpdateDatabase`` writes the new
         TLS. A request an older engine started keeps the record it has (an annotation)."""
         recorded, tls = tlschange.recorded_tls(req)
@@ -383,6 +385,8 @@ class Engine:
         origin: dict[str, Any] = {"observedAt": conditions.rfc3339(self.clock())}
         if isinstance(before := (db_obj.get("spec") or {}).get("tls"), dict):
             origin["tls"] = before
+        if isinstance(replicas := (db_obj.get("spec") or {}).get("replicas"), int):
+            origin["replicas"] = replicas  # a HorizontalScaling's direction, fixed before it changes the count
 
         def record(st: dict[str, Any]) -> dict[str, Any]:
             return st if isinstance(st.get("origin"), dict) else {**st, "origin": origin}
@@ -572,4 +576,10 @@ def _success_message(p: plan.Plan) -> str:
         return "Successfully reconfigured the etcd TLS configuration"
     if p.request_type == constants.OPS_TYPE_RESTART:
         return "Successfully restarted the etcd members"
+    if p.request_type == constants.OPS_TYPE_COMPACT:
+        return "Successfully compacted the etcd key-value history"
+    if p.request_type == constants.OPS_TYPE_DEFRAGMENT:
+        return "Successfully defragmented the etcd members"
+    if p.request_type == constants.OPS_TYPE_HORIZONTAL_SCALING:
+        return p.steps[-1].message
     return "Successfully moved the etcd leader"

@@ -68,6 +68,7 @@ class StepKind(enum.Enum):
     MOVE_LEADER = "MoveLeader"  # standalone MoveLeader request
     COMPACT = "Compact"  # the Compact request: compact the history below a revision, physically
     DEFRAGMENT = "Defragment"  # every member, one at a time, followers first, the leader last after MoveLeader
+    SCALE_MEMBERS = "ScaleMembers"  # one member at a time toward the target count: learner → voter, or removed
     CLEAR_ALARMS = "ClearAlarms"  # disarm NOSPACE once the space is back
     VERIFY_SERVED = "VerifyServed"  # rotate: every member serves its new leaf (hot reload), else restart it alone
     RESCUE_CHOSEN = "RescueChosen"  # rescue: record why the rescue plan was chosen (from the persisted observation)
@@ -239,6 +240,13 @@ class MoveLeader(Step):
 @dataclasses.dataclass(frozen=True)
 class Defragment(Step):
     kind: ClassVar[StepKind] = StepKind.DEFRAGMENT
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleMembers(Step):
+    kind: ClassVar[StepKind] = StepKind.SCALE_MEMBERS
+    replicas: int  # the member count to end with
+    wiring: render.Wiring  # the peer scheme a new member is added with
 
 
 @dataclasses.dataclass(frozen=True)
@@ -539,4 +547,20 @@ def plan_for(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest,
             ClearAlarms(constants.COND_ETCD_ALARM_CLEARED, "No space alarm is raised"),
         )
         return Plan(spec.type, None, db.spec.tls, defragment, pauses=False)
+    if spec.type == constants.OPS_TYPE_HORIZONTAL_SCALING:
+        target = spec.horizontal_scaling.replicas if spec.horizontal_scaling is not None else None
+        if target is None or target < 1:
+            raise ValueError("spec.horizontalScaling.replicas must be at least 1")
+        origin = request.status.origin if request.status is not None else None
+        start = origin.replicas if origin is not None and origin.replicas is not None else db.spec.replicas
+        wiring = render.Wiring.steady(db.spec.tls)
+        if target < start:
+            scale = ScaleMembers(constants.COND_HORIZONTAL_SCALE_DOWN,
+                                 f"Successfully scaled the cluster down from {start} to {target} members",
+                                 replicas=target, wiring=wiring)
+        else:
+            scale = ScaleMembers(constants.COND_HORIZONTAL_SCALE_UP,
+                                 f"Successfully scaled the cluster up from {start} to {target} members",
+                                 replicas=target, wiring=wiring)
+        return Plan(spec.type, None, db.spec.tls, (scale,), pauses=False)
     raise ValueError(f"unsupported EtcdOpsRequest type {spec.type!r}")

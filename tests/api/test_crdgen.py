@@ -21,7 +21,7 @@ import pydantic
 import pytest
 import yaml
 
-from opsmanager.api import crdgen
+from opsmanager.api import constants, crdgen
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CRDS = REPO / "crds"
@@ -189,7 +189,7 @@ def test_opsrequest_crd_identity_columns_and_immutability() -> None:
     assert columns["Age"] == ".metadata.creationTimestamp"
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert {"rule": "self == oldSelf", "message": "spec is immutable"} in spec["x-kubernetes-validations"]
-    assert spec["properties"]["type"]["enum"] == ["Restart", "ReconfigureTLS", "MoveLeader", "Compact", "Defragment"]
+    assert spec["properties"]["type"]["enum"] == list(constants.OPS_TYPES)
     assert spec["properties"]["timeout"]["default"] == "10m"
     assert spec["properties"]["apply"]["default"] == "IfReady"
     assert spec["required"] == ["databaseRef", "type"]

@@ -37,6 +37,7 @@ from typing import Any
 from opsmanager import kube, pki
 from opsmanager.api import conditions, constants, crdgen
 from opsmanager.api import etcd as etcd_api
+from opsmanager.api import pause as pause_api
 from opsmanager.cluster import naming, render
 from opsmanager.etcd import access, client, fake
 from opsmanager.ops import engine
@@ -182,6 +183,17 @@ class CrashingAdmin(fake.FakeAdmin):
         self.world.maybe_crash(f"after member_update {self._name(member_id)}")
         return result
 
+    async def member_add(self, peer_urls: Sequence[str], **kw: Any) -> tuple[client.Member, list[client.Member]]:
+        added = await super().member_add(peer_urls, **kw)
+        self.world.maybe_crash(f"after member_add {self._name(added[0].id)}")
+        return added
+
+    async def member_remove(self, member_id: int, **kw: Any) -> list[client.Member]:
+        name = self._name(member_id)
+        result = await super().member_remove(member_id, **kw)
+        self.world.maybe_crash(f"after member_remove {name}")
+        return result
+
 
 @dataclasses.dataclass
 class Record:
@@ -213,6 +225,7 @@ class World:
         self.delivery_timeout = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT  # --certificate-delivery-timeout
         self._ips = 0
         self._missing_seen: set[str] = set()
+        self.provisioner_holds = False  # True: the provisioner never re-renders the StatefulSet
 
     # --- crash injection --------------------------------------------------------------------------------------
 
@@ -361,6 +374,7 @@ class World:
 
     async def settle(self) -> None:
         await self._cert_manager()
+        await self._provisioner()
         for sts in await self.kube.list("apps/v1", "StatefulSet", NS):
             await self._statefulset(sts)
         await self._refresh_volumes()
@@ -443,6 +457,21 @@ class World:
 
             await self.kube.transact_status(CERT_API, "Certificate", NS, meta["name"], issued)
 
+    async def _provisioner(self) -> None:
+        """The provisioner's part a HorizontalScaling relies on (it does not pause the Etcd): the StatefulSet is
+        re-rendered when the Etcd's member count or ``status.initialClusterState`` changes."""
+        for obj in await self.kube.list(constants.ETCD_API_VERSION, constants.ETCD_KIND, NS):
+            if self.provisioner_holds:
+                return
+            sts = await self.kube.get("apps/v1", "StatefulSet", NS, naming.statefulset(obj["metadata"]["name"]))
+            db = etcd_api.Etcd.model_validate(obj)
+            if sts is None or pause_api.held_by_request(obj.get("status")) is not None:
+                continue
+            args = sts["spec"]["template"]["spec"]["containers"][0]["args"]
+            state = f"--initial-cluster-state={render.initial_cluster_state(db)}"
+            if sts["spec"].get("replicas") != db.spec.replicas or state not in args:
+                await applying.apply_statefulset(self.kube, db)
+
     async def _statefulset(self, sts: Obj) -> None:
         template = sts["spec"]["template"]
         # The sandbox StatefulSet controller's own rule for a revision's name (a hash of the pod template).
@@ -458,6 +487,12 @@ class World:
         assert self.cluster is not None
         names = [f"{sts['metadata']['name']}-{i}" for i in range(sts["spec"].get("replicas", 1))]
         live = {p["metadata"]["name"]: p for p in await self.kube.list("v1", "Pod", NS)}
+        prefix = f"{sts['metadata']['name']}-"
+        for name in [n for n in live if n.startswith(prefix) and n not in names and n[len(prefix):].isdigit()]:
+            # scaled down: the controller deletes the pod (not the operator's client: no crash point, no record)
+            await kube.Kube.delete(self.kube, "v1", "Pod", NS, name)
+            if self.cluster.members.get(name) is not None:
+                self.cluster.stop(name)
         missing = [n for n in names if n not in live]
         self.record.max_missing = max(self.record.max_missing, len(missing))
         for name in names:

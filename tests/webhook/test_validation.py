@@ -67,7 +67,7 @@ def test_unsupported_type_is_the_first_check(bad_type: Any, lookup: validation.I
     assert not verdict.allowed and verdict.code == 422 and verdict.reason == "Invalid"
     assert verdict.message == (
         PREFIX + f'spec.type: Invalid value: "my-op": defined OpsRequestType {shown} is not supported, '
-        "supported types for Etcd are Restart, ReconfigureTLS, MoveLeader, Compact, Defragment"
+        "supported types for Etcd are HorizontalScaling, Restart, ReconfigureTLS, MoveLeader, Compact, Defragment"
     )
     assert [e.field for e in verdict.errors] == ["spec.type"]
 

@@ -79,5 +79,11 @@ MSG_DEFAULT_CANT_HALT: Final = "can't halt, since deletion policy is 'DoNotTermi
 MSG_DEFAULT_VERSION_UNKNOWN: Final = 'failed to get EtcdVersion "{version}": supported versions are {supported}'
 
 # Compact (KubeDB's words).
+MSG_HORIZONTAL_NIL: Final = "spec.horizontalScaling is nil, not supported in HorizontalScaling type"
+MSG_HORIZONTAL_REPLICAS_EMPTY: Final = "spec.horizontalScaling.replicas can not be empty"
+MSG_HORIZONTAL_REPLICAS_TOO_FEW: Final = "spec.horizontalScaling.replicas must be at least 1"
+# Ours (KubeDB only logs it): a warning, the request is accepted.
+MSG_HORIZONTAL_EVEN: Final = ("spec.horizontalScaling.replicas is even ({replicas}): it tolerates no more member "
+                              "failures than {below} members, and every write needs one more acknowledgement")
 MSG_COMPACT_NIL: Final = "spec.compact is nil, not supported in Compact type"
 MSG_COMPACT_NEGATIVE: Final = "spec.compact.revision can not be negative"

@@ -10,7 +10,10 @@ The order on create:
    of Remove, RotateCertificates, IssuerRef, or Certificates must be specified``, more than one → ``only one TLS
    reconfiguration operation is allowed at a time``; remove → ok; rotate without ``issuerRef`` on the Etcd →
    ``rotateCertificates requires TLS to already be enabled with issuerRef on Etcd``; cert-update without any
-   issuer → ``tls.issuerRef is required for Etcd ReconfigureTLS``. ``Restart`` and ``MoveLeader``: nothing more.
+   issuer → ``tls.issuerRef is required for Etcd ReconfigureTLS``. ``HorizontalScaling``: ``spec.horizontalScaling
+   is nil, ...``, ``... replicas can not be empty``, ``... replicas must be at least 1``; an even count is
+   allowed with a warning. ``Compact``: nil, negative revision. ``Restart``, ``MoveLeader``, ``Defragment``:
+   nothing more.
 
 On update only the precondition runs (:func:`~.objects.precondition_error`): ``spec`` must not change. As in
 KubeDB, the "value" of an ops-request error is the request's name.
@@ -95,6 +98,14 @@ def opsrequest_errors(obj: Mapping[str, Any], namespace: str, lookup: EtcdLookup
         message = reconfigure_tls_error(spec.get("tls"), db)
         if message:
             errors.append(invalid("spec.tls", name, message))
+    if type_ == constants.OPS_TYPE_HORIZONTAL_SCALING:
+        scaling = spec.get("horizontalScaling")
+        if not isinstance(scaling, Mapping):
+            errors.append(invalid("spec.horizontalScaling", name, messages.MSG_HORIZONTAL_NIL))
+        elif scaling.get("replicas") is None:
+            errors.append(invalid("spec.horizontalScaling", name, messages.MSG_HORIZONTAL_REPLICAS_EMPTY))
+        elif isinstance(scaling.get("replicas"), int) and scaling["replicas"] < 1:
+            errors.append(invalid("spec.horizontalScaling", name, messages.MSG_HORIZONTAL_REPLICAS_TOO_FEW))
     if type_ == constants.OPS_TYPE_COMPACT:
         compact = spec.get("compact")
         if not isinstance(compact, Mapping):
@@ -102,6 +113,15 @@ def opsrequest_errors(obj: Mapping[str, Any], namespace: str, lookup: EtcdLookup
         elif isinstance(compact.get("revision"), int) and compact["revision"] < 0:
             errors.append(invalid("spec.compact", name, messages.MSG_COMPACT_NEGATIVE))
     return errors
+
+
+def opsrequest_warnings(obj: Mapping[str, Any]) -> list[str]:
+    """What an accepted request is admitted with but should know: an even member count."""
+    spec = as_dict(obj.get("spec"))
+    replicas = as_dict(spec.get("horizontalScaling")).get("replicas")
+    if spec.get("type") == constants.OPS_TYPE_HORIZONTAL_SCALING and isinstance(replicas, int) and replicas % 2 == 0:
+        return [messages.MSG_HORIZONTAL_EVEN.format(replicas=replicas, below=replicas - 1)]
+    return []
 
 
 def validate_opsrequest(
@@ -124,7 +144,9 @@ def validate_opsrequest(
                 f"{exc}; retry when the API server is reachable",
                 code=503, reason="ServiceUnavailable",
             )
-        return Verdict.invalid(kind, group, name_of(obj), errors) if errors else Verdict.allow()
+        if errors:
+            return Verdict.invalid(kind, group, name_of(obj), errors)
+        return Verdict.allow(warnings=opsrequest_warnings(obj))
     if operation == "UPDATE" and obj is not None and old is not None:
         message = precondition_error(old, obj, ["spec"])
         if message:

@@ -1,0 +1,275 @@
+"""``HorizontalScaleUp`` / ``HorizontalScaleDown``: change the member count one member at a time, each change
+behind a quorum gate (every voting member answers and there is a leader).
+
+Up, per new member (the next ordinal): ``EtcdMemberAdded--<pod>`` — added as a **learner** (it receives the log
+but does not vote, so the write quorum is unchanged while it catches up); then the Etcd's ``spec.replicas`` grows by
+one and the provisioner's StatefulSet starts the pod, which joins the running cluster
+(``--initial-cluster-state=existing``, recorded on the Etcd before the first add); ``EtcdLearnerPromoted--<pod>``
+— promoted once etcd agrees it has caught up with the leader. Failure prevented: a voting member added before it has
+the data, which raises the quorum at once while it cannot yet ack a write (3 → 4 members needs 3 acks, one of them
+from a member still streaming a snapshot). A learner still behind at half the request's ``timeout`` is removed
+again (the StatefulSet shrinks back and its data volume goes) and the request fails naming it.
+
+Down, per member, highest ordinal first: leadership moved off it first (``MoveLeader--<pod>``, as before a
+restart), then ``MemberRemove``; then the Etcd's ``spec.replicas`` shrinks by one, the pod goes, and its data
+volume is deleted (``EtcdMemberRemoved--<pod>`` True after that). Failures prevented: an election from removing the
+leader; a removed member's old data coming back as a zombie member if the ordinal is ever used again.
+
+Every move is observed from etcd's member list and the objects, so an operator that stops anywhere resumes at the
+right place: a member added (or removed) just before the crash is seen in (or missing from) the list. The request
+does not pause the Etcd (the provisioner renders the StatefulSet for each new count) but holds it against other
+requests.
+"""
+
+from __future__ import annotations
+
+import datetime
+import urllib.parse
+from typing import Any
+
+from opsmanager import kube
+from opsmanager.api import conditions, constants
+from opsmanager.cluster import naming
+from opsmanager.etcd import admin
+from opsmanager.etcd import client as etcd_client
+from opsmanager.etcd import errors as etcd_errors
+from opsmanager.ops import context, plan, restart, rollout
+
+# The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
+CONDITIONS: tuple[str, ...] = (constants.COND_HORIZONTAL_SCALE_UP, constants.COND_HORIZONTAL_SCALE_DOWN)
+
+T, F = constants.TRUE, constants.FALSE
+# A learner's catch-up gets this share of the request's step timeout; the rest is for removing it again.
+CATCH_UP_SHARE = 0.5
+# Give up on a learner this long before the step's timeout would fail the request with the learner still in.
+ROLLBACK_MARGIN = datetime.timedelta(seconds=10)
+EVEN_WARNING = ("an even member count tolerates no more failures than the odd count below it (4 members, like 3, "
+                "survive one loss) while every write needs one more acknowledgement")
+
+
+def peer_url(ctx: context.OpsContext, pod: str, scheme: str) -> str:
+    return f"{scheme}://{ctx.fqdn(pod)}:{naming.peer_port(scheme)}"
+
+
+def member_of(listed: list[etcd_client.Member], ctx: context.OpsContext, pod: str) -> etcd_client.Member | None:
+    """The member ``pod`` runs: by name, or (a member added but not started yet has no name) by peer URL host."""
+    fqdn = ctx.fqdn(pod)
+    for m in listed:
+        if m.name == pod or any(urllib.parse.urlsplit(u).hostname == fqdn for u in m.peer_urls):
+            return m
+    return None
+
+
+async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    assert isinstance(step, plan.ScaleMembers), step  # the engine runs a step with the module its kind names
+    if step.replicas % 2 == 0 and not (ctx.request.get("status") or {}).get("warnings"):
+        ctx.record("warnings", [f"spec.horizontalScaling.replicas is {step.replicas}: {EVEN_WARNING}"])
+    pods = await ctx.pods()
+    async with await ctx.etcd(pods) as client:
+        listed = await client.members()
+        if step.condition == constants.COND_HORIZONTAL_SCALE_UP:
+            return await _grow(ctx, step, client, listed)
+        return await _shrink(ctx, step, client, listed, pods)
+
+
+# --- the gate -------------------------------------------------------------------------------------------------
+
+
+async def _unhealthy(client: admin.EtcdAdmin, listed: list[etcd_client.Member],
+                     ) -> tuple[str | None, dict[str, etcd_client.MemberStatus]]:
+    """Why the membership must not change now (None: every voter answers and there is a leader), and the
+    members' Status by pod name."""
+    views = await client.statuses(timeout=1.5)
+    statuses = {n: v for n, v in views.items() if isinstance(v, etcd_client.MemberStatus)}
+    answering = {v.member_id for v in statuses.values()}
+    down = [m.name or m.id_hex for m in listed if not m.is_learner and m.id not in answering]
+    if down:
+        return f"{', '.join(down)} not answering", statuses
+    if not any(v.leader_id for v in statuses.values()):
+        return "no leader", statuses
+    return None, statuses
+
+
+def _waiting(why: str, what: str) -> context.Progress:
+    return context.Progress(f"waiting for a healthy cluster before {what} ({why})", delay=0.5)
+
+
+# --- the Etcd's member count ------------------------------------------------------------------------------------
+
+
+async def _set_replicas(ctx: context.OpsContext, replicas: int) -> None:
+    """The Etcd's ``spec.replicas``: the provisioner renders the StatefulSet (and ``--initial-cluster``) for it."""
+    updated = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name,
+                                   {"spec": {"replicas": replicas}})
+    if updated is not None:
+        ctx.db_obj = updated
+
+
+async def _joins_existing(ctx: context.OpsContext) -> None:
+    """From now on a member started on an empty data directory joins the running cluster: recorded on the Etcd
+    (``status.initialClusterState``) before the first member is added."""
+    if ((ctx.db_obj.get("status") or {}).get("initialClusterState")) == "existing":
+        return
+
+    def mutate(st: dict[str, Any]) -> dict[str, Any]:
+        return {**st, "initialClusterState": "existing"}
+
+    updated = await ctx.kube.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace,
+                                             ctx.db_name, mutate)
+    if updated is not None:
+        ctx.db_obj = updated
+
+
+# --- up ---------------------------------------------------------------------------------------------------------
+
+
+def _give_up_in(ctx: context.OpsContext, step: plan.ScaleMembers, pod: str) -> datetime.timedelta | None:
+    """How long ``pod``'s learner has left to catch up (negative: give up now); None before it was added."""
+    now, timeout = ctx.now, ctx.spec.timeout_delta
+    added = conditions.transition_age(ctx.conditions, constants.per_pod_type(constants.STEP_ETCD_MEMBER_ADDED, pod),
+                                      now=now)
+    if added is None:
+        return None
+    left = timeout * CATCH_UP_SHARE - added
+    umbrella = conditions.transition_age(ctx.conditions, step.condition, now=now)
+    if umbrella is not None:
+        left = min(left, timeout - ROLLBACK_MARGIN - umbrella)
+    return left
+
+
+async def _grow(ctx: context.OpsContext, step: plan.ScaleMembers, client: admin.EtcdAdmin,
+                listed: list[etcd_client.Member]) -> context.StepResult:
+    names = naming.pods(ctx.db_name, step.replicas)
+    for index, pod in enumerate(names):
+        member = member_of(listed, ctx, pod)
+        if member is not None and not member.is_learner:
+            continue
+        added = constants.per_pod_type(constants.STEP_ETCD_MEMBER_ADDED, pod)
+        if member is None:
+            strangers = [m.name or m.id_hex for m in listed if m.is_learner]
+            if strangers:
+                return context.Fail(f"the cluster has a learner this request did not add ({', '.join(strangers)}); "
+                                    "remove it (etcdctl member remove) and file the request again",
+                                    reason="UnexpectedLearner")
+            why, _ = await _unhealthy(client, listed)
+            if why is not None:
+                return _waiting(why, f"adding {pod}")
+            await _joins_existing(ctx)
+            new, _ = await client.member_add([peer_url(ctx, pod, step.wiring.advertised_peer_scheme)],
+                                             is_learner=True)
+            ctx.set_condition(added, T, f"added {pod} to the cluster as a learner (member {new.id_hex})")
+            ctx.announce("EtcdMemberAdded", f"Added {pod} to the cluster as a learner")
+            return context.Progress(f"added {pod} as a learner; starting its pod", delay=0.0)
+        if not ctx.is_true(added):  # added just before the operator stopped: on record now, the catch-up clock too
+            ctx.set_condition(added, T, f"added {pod} to the cluster as a learner (member {member.id_hex})")
+            return context.Progress(delay=0.0)
+        if ctx.db.spec.replicas < index + 1:
+            await _set_replicas(ctx, index + 1)
+            return context.Progress(f"scaling the StatefulSet to {index + 1} to start {pod}",
+                                    delay=ctx.until_watched(0.5))
+        return await _promote(ctx, step, client, member, pod, index)
+    why, statuses = await _unhealthy(client, listed)
+    learners = [m.name or m.id_hex for m in listed if m.is_learner]
+    if why is not None or learners or len(listed) != step.replicas:
+        detail = why or (f"learners: {', '.join(learners)}" if learners else f"{len(listed)} members listed")
+        return context.Progress(f"waiting for all {step.replicas} members to be healthy voters ({detail})",
+                                delay=0.5)
+    return context.Done(step.message)
+
+
+async def _promote(ctx: context.OpsContext, step: plan.ScaleMembers, client: admin.EtcdAdmin,
+                   member: etcd_client.Member, pod: str, index: int) -> context.StepResult:
+    promoted = constants.per_pod_type(constants.STEP_ETCD_LEARNER_PROMOTED, pod)
+    try:
+        await client.member_promote(member.id)
+    except etcd_errors.LearnerNotReady:
+        left = _give_up_in(ctx, step, pod)
+        if left is not None and left <= datetime.timedelta():
+            return await _remove_learner(ctx, client, member, pod, index)
+        where = await _catch_up(client, pod)
+        ctx.set_condition(promoted, F, f"{pod} is a learner that has not caught up with the leader yet ({where}); "
+                                       f"it is promoted once it has, or removed again in "
+                                       f"{max(0, int((left or datetime.timedelta()).total_seconds()))}s")
+        return context.Progress(f"waiting for learner {pod} to catch up ({where})", delay=1.0)
+    ctx.set_condition(promoted, T, f"promoted {pod} to a voting member")
+    ctx.announce("EtcdLearnerPromoted", f"Promoted {pod} to a voting member")
+    return context.Progress(f"promoted {pod}", delay=0.0)
+
+
+async def _catch_up(client: admin.EtcdAdmin, pod: str) -> str:
+    views = await client.statuses(timeout=1.5)
+    mine = views.get(pod)
+    if not isinstance(mine, etcd_client.MemberStatus):
+        return "its etcd is not answering yet"
+    leader = next((v for v in views.values() if isinstance(v, etcd_client.MemberStatus)
+                   and v.member_id == v.leader_id), None)
+    return f"applied index {mine.raft_applied_index}" + (f", the leader's {leader.raft_index}" if leader else "")
+
+
+async def _remove_learner(ctx: context.OpsContext, client: admin.EtcdAdmin, member: etcd_client.Member, pod: str,
+                          index: int) -> context.StepResult:
+    """Undo one learner that never caught up: out of the cluster, the StatefulSet back to ``index``, its data
+    volume deleted (the PVC goes once the pod has, held until then by Kubernetes' protection)."""
+    await client.member_remove(member.id)
+    await _set_replicas(ctx, index)
+    await _delete_volume(ctx, pod)
+    message = (f"{pod} did not catch up with the leader in time; it was removed from the cluster again, the Etcd "
+               f"is back at {index} members and its data volume is deleted")
+    ctx.set_condition(constants.per_pod_type(constants.STEP_ETCD_LEARNER_PROMOTED, pod), F, message)
+    ctx.announce("EtcdMemberRemoved", message, "Warning")
+    return context.Fail(message, reason="LearnerNotCaughtUp")
+
+
+async def _delete_volume(ctx: context.OpsContext, pod: str) -> None:
+    try:
+        await ctx.kube.delete("v1", "PersistentVolumeClaim", ctx.namespace, f"{naming.DATA_VOLUME}-{pod}")
+    except kube.NotFound:
+        pass
+
+
+# --- down -------------------------------------------------------------------------------------------------------
+
+
+async def _shrink(ctx: context.OpsContext, step: plan.ScaleMembers, client: admin.EtcdAdmin,
+                  listed: list[etcd_client.Member], pods: dict[str, dict[str, Any]]) -> context.StepResult:
+    origin = ctx.recorded("origin").get("replicas")
+    start = max(origin if isinstance(origin, int) else 0, ctx.db.spec.replicas)
+    names = naming.pods(ctx.db_name, start)
+    for index in reversed(range(step.replicas, start)):
+        pod = names[index]
+        removed = constants.per_pod_type(constants.STEP_ETCD_MEMBER_REMOVED, pod)
+        if ctx.is_true(removed):
+            continue
+        member = member_of(listed, ctx, pod)
+        if member is not None:
+            why, statuses = await _unhealthy(client, listed)
+            if why is not None:
+                return _waiting(why, f"removing {pod}")
+            leader_id = next(iter(statuses.values())).leader_id
+            if member.id == leader_id:
+                stays = sorted((v for n, v in statuses.items() if n != pod and not v.is_learner
+                                and n in naming.pods(ctx.db_name, step.replicas)),
+                               key=lambda v: (-v.raft_applied_index, v.endpoint.name))
+                if not stays:
+                    return _waiting("no member that stays answers", f"moving leadership off {pod}")
+                move = rollout.Action(rollout.ActionKind.MOVE_LEADER, "remove the leader last", pod=pod,
+                                      target_pod=stays[0].endpoint.name, target_id=stays[0].member_id)
+                return await restart.move_leader(ctx, client, move, before="removing it")
+            ctx.set_condition(removed, F, f"removing {pod} from the cluster")
+            await ctx.flush()
+            await client.member_remove(member.id)
+            ctx.announce("EtcdMemberRemoved", f"Removed {pod} from the cluster")
+            return context.Progress(f"removed {pod} from the cluster; shrinking the StatefulSet", delay=0.0)
+        if ctx.db.spec.replicas > index:
+            await _set_replicas(ctx, index)
+            return context.Progress(f"scaling the StatefulSet to {index}: {pod} goes", delay=ctx.until_watched(0.5))
+        if pod in pods:
+            return context.Progress(f"waiting for {pod} to go", delay=ctx.until_watched(0.5))
+        await _delete_volume(ctx, pod)
+        ctx.set_condition(removed, T, f"removed {pod} from the cluster; its pod and data volume are deleted")
+        return context.Progress(delay=0.0)
+    why, _ = await _unhealthy(client, listed)
+    if why is not None or len(listed) != step.replicas:
+        return context.Progress(f"waiting for the {step.replicas} members left to be healthy "
+                                f"({why or f'{len(listed)} members listed'})", delay=0.5)
+    return context.Done(step.message)
