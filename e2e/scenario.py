@@ -378,11 +378,11 @@ class Scenario:
 
     async def assert_no_loss(self, run: OpResult | writer.Writer, *, max_stall: float = ENGINE_MAX_STALL,
                              db: str = "", since: writer.WriterResult | None = None,
-                             label: str = "") -> consistency.Consistency:
+                             label: str = "", replicas: int = 3) -> consistency.Consistency:
         """The check after every operation: 0 failed writes, the longest write stall below ``max_stall``
         seconds, every acknowledged write read back, HashKV equal on every member. ``run``: what
         :meth:`operate` returned, or the (stopped) writer of :meth:`live` on ``db`` (failed writes counted since
-        the snapshot ``since``)."""
+        the snapshot ``since``); ``replicas``: the members HashKV is compared on."""
         if isinstance(run, OpResult):
             assert run.live_writer is not None, "OpResult without its writer: made by Scenario.operate only"
             w, db, failed, gap = run.live_writer, run.db, run.writes_failed, run.max_gap
@@ -395,7 +395,7 @@ class Scenario:
             failed, gap = final.failed - (since.failed if since is not None else 0), final.max_gap
         assert failed == 0, f"{label}: {failed} failed writes"
         assert gap < max_stall, f"{label}: write stall {gap:.3f}s (bound {max_stall:.1f}s)"
-        checked = await self.consistency(db, w)
+        checked = await self.consistency(db, w, replicas=replicas)
         assert not checked.problems(), f"{label}: " + "; ".join(checked.problems())
         return checked
 

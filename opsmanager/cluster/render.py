@@ -26,7 +26,7 @@ from __future__ import annotations
 import base64
 import copy
 import dataclasses
-from typing import Any
+from typing import Any, Final
 
 from opsmanager.api import common, constants
 from opsmanager.api import etcd as etcd_api
@@ -369,6 +369,19 @@ def _tls_volumes(db: etcd_api.Etcd, tls: etcd_api.TLSConfig) -> tuple[list[dict[
     return volumes, mounts
 
 
+# The first supported etcd with /readyz (its checks: no CORRUPT alarm, a serializable and a linearizable read, not a
+# learner); older ones have /health only.
+READYZ_SINCE: Final = (3, 5, 35)
+
+
+def readiness_path(version: str) -> str:
+    try:
+        parsed = tuple(int(x) for x in version.split("-")[0].split("."))
+    except ValueError:
+        return "/health"
+    return "/readyz" if parsed >= READYZ_SINCE else "/health"
+
+
 def render_statefulset(
     db: etcd_api.Etcd,
     wiring: Wiring | None = None,
@@ -408,10 +421,11 @@ def render_statefulset(
             {"name": "metrics", "containerPort": naming.METRICS_PORT},
             {"name": "peer-tls", "containerPort": naming.PEER_PORT_HTTPS},
         ],
-        # /health on the plain-HTTP metrics port: works whatever the client TLS mode is; it is a linearizable
-        # read, so a member is Ready only while it is part of a quorum.
+        # On the plain-HTTP metrics port: works whatever the client TLS mode is. Both paths do a linearizable
+        # read, so a member is Ready only while it is part of a quorum; /readyz also fails on a learner, which
+        # refuses writes, so a member being added stays out of the client Service until it is promoted.
         "readinessProbe": {
-            "httpGet": {"path": "/health", "port": naming.METRICS_PORT, "scheme": "HTTP"},
+            "httpGet": {"path": readiness_path(db.spec.version), "port": naming.METRICS_PORT, "scheme": "HTTP"},
             "periodSeconds": 2,
             "timeoutSeconds": 2,
             "failureThreshold": 3,

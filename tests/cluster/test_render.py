@@ -95,8 +95,22 @@ def test_secret_name_override_is_mounted() -> None:
 def test_probes_use_plain_http_metrics_port_whatever_the_tls_mode() -> None:
     for db in (make_db(), make_db(tls=True)):
         probe = container(render.render_statefulset(db))["readinessProbe"]
-        assert probe["httpGet"] == {"path": "/health", "port": 2381, "scheme": "HTTP"}
+        assert probe["httpGet"] == {"path": "/health", "port": 2381, "scheme": "HTTP"}  # 3.5.1: no /readyz
         assert "--listen-metrics-urls=http://0.0.0.0:2381" in args_of(db)
+
+
+def test_an_etcd_with_readyz_is_probed_there_so_a_learner_is_not_ready() -> None:
+    for version, path in (("3.5.1", "/health"), ("3.5.35", "/readyz"), ("3.6.16", "/readyz")):
+        db = make_db()
+        db.spec.version = version
+        assert container(render.render_statefulset(db))["readinessProbe"]["httpGet"]["path"] == path, version
+
+
+def test_members_join_the_existing_cluster_once_the_membership_was_changed() -> None:
+    db = make_db()
+    assert "--initial-cluster-state=new" in args_of(db)
+    db.status = etcd_api.EtcdStatus(initialClusterState="existing")
+    assert "--initial-cluster-state=existing" in args_of(db)
 
 
 def test_peer_certificates_have_both_usages_and_both_dns_suffixes() -> None:
