@@ -421,8 +421,9 @@ class Scenario:
         """The etcd versions the members report (Status), over plain HTTP or with the writer's identities."""
         eps = await self.endpoints(db)
         for ident in [None, *self.writer_identities()]:
-            try:
-                async with etcd_client.EtcdClient(eps, tls=ident) as client:
+            try:  # without an identity: plain http only (a cluster without TLS)
+                async with etcd_client.EtcdClient([e.with_schemes("http") for e in eps] if ident is None else eps,
+                                                  tls=ident) as client:
                     answers = await client.statuses(timeout=5.0)
             except (etcd_errors.EtcdError, ValueError):  # ValueError: an https endpoint and no identity
                 continue

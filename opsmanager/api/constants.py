@@ -136,6 +136,7 @@ DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT: Final = 120.0
 
 # --- EtcdOpsRequest types --------------------------------------------------------------------------------------
 
+OPS_TYPE_UPDATE_VERSION: Final = "UpdateVersion"
 OPS_TYPE_HORIZONTAL_SCALING: Final = "HorizontalScaling"
 OPS_TYPE_RESTART: Final = "Restart"
 OPS_TYPE_RECONFIGURE_TLS: Final = "ReconfigureTLS"
@@ -143,8 +144,8 @@ OPS_TYPE_MOVE_LEADER: Final = "MoveLeader"
 # In KubeDB's declaration order (its webhook lists them in this order in the "not supported" message).
 OPS_TYPE_COMPACT: Final = "Compact"
 OPS_TYPE_DEFRAGMENT: Final = "Defragment"
-OPS_TYPES: Final = (OPS_TYPE_HORIZONTAL_SCALING, OPS_TYPE_RESTART, OPS_TYPE_RECONFIGURE_TLS, OPS_TYPE_MOVE_LEADER,
-                    OPS_TYPE_COMPACT, OPS_TYPE_DEFRAGMENT)
+OPS_TYPES: Final = (OPS_TYPE_UPDATE_VERSION, OPS_TYPE_HORIZONTAL_SCALING, OPS_TYPE_RESTART, OPS_TYPE_RECONFIGURE_TLS,
+                    OPS_TYPE_MOVE_LEADER, OPS_TYPE_COMPACT, OPS_TYPE_DEFRAGMENT)
 
 APPLY_IF_READY: Final = "IfReady"
 APPLY_ALWAYS: Final = "Always"
@@ -184,6 +185,10 @@ COND_ETCD_DEFRAGMENTED: Final = "EtcdDefragmented"
 # HorizontalScaling: one member at a time, toward spec.horizontalScaling.replicas (per member: the steps below).
 COND_HORIZONTAL_SCALE_UP: Final = "HorizontalScaleUp"
 COND_HORIZONTAL_SCALE_DOWN: Final = "HorizontalScaleDown"
+# UpdateVersion: a downgrade first enables etcd's downgrade protocol (validate, enable, the storage version down);
+# at the end every member runs the target and the cluster version is its minor.
+COND_DOWNGRADE_ENABLED: Final = "DowngradeEnabled"
+COND_VERSION_VERIFIED: Final = "VersionVerified"
 COND_ETCD_ALARM_CLEARED: Final = "EtcdAlarmCleared"
 COND_SKIPPED: Final = "Skipped"  # a Pending request superseded by a newer one of the same type (never started)
 # Why a request waits (True, reason WaitingForRequest / WaitingForReady / EtcdPaused) and, once it started, how
@@ -222,6 +227,7 @@ STEP_VERIFY_SERVED_CERTIFICATE: Final = "VerifyServedCertificate"
 STEP_DEFRAGMENT: Final = "Defragment"
 STEP_ETCD_MEMBER_ADDED: Final = "EtcdMemberAdded"  # added as a learner (MemberAddAsLearner)
 STEP_ETCD_LEARNER_PROMOTED: Final = "EtcdLearnerPromoted"  # caught up with the leader and promoted to voter
+STEP_VERIFY_VERSION: Final = "VerifyVersion"  # the member runs the UpdateVersion's target
 STEP_ETCD_MEMBER_REMOVED: Final = "EtcdMemberRemoved"  # MemberRemove, its pod gone and its data volume deleted
 PER_POD_SEPARATOR: Final = "--"
 

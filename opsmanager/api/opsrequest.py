@@ -59,6 +59,14 @@ class ReconfigureTLSSpec(common.Model):
         return ops[0] if len(ops) == 1 else None
 
 
+class UpdateVersionSpec(common.Model):
+    """Move every member to another etcd version: up by at most one minor (3.5 → 3.6), or down by one minor through
+    etcd's own downgrade protocol (3.6 → 3.5); any patch version within a minor."""
+
+    target_version: str | None = pydantic.Field(default=None, description="The etcd version to run, one of the "
+                                                                         "supported versions.")
+
+
 class HorizontalScalingSpec(common.Model):
     """Grow or shrink the cluster to ``replicas`` members, one at a time: a new member joins as a learner and is
     promoted once it has caught up; a member leaves highest ordinal first (leadership moved off it first)."""
@@ -108,9 +116,13 @@ class EtcdOpsRequestSpec(common.Model):
     database_ref: common.LocalObjectReference = pydantic.Field(
         description="The Etcd to operate on, in the same namespace."
     )
-    type: Literal["HorizontalScaling", "Restart", "ReconfigureTLS", "MoveLeader", "Compact", "Defragment"] = (
-        pydantic.Field(description="The operation: `HorizontalScaling`, `ReconfigureTLS`, `Restart`, `MoveLeader`, "
-                                   "`Compact` or `Defragment`.")
+    type: Literal["UpdateVersion", "HorizontalScaling", "Restart", "ReconfigureTLS", "MoveLeader", "Compact",
+                  "Defragment"] = pydantic.Field(
+        description="The operation: `UpdateVersion`, `HorizontalScaling`, `ReconfigureTLS`, `Restart`, `MoveLeader`, "
+                    "`Compact` or `Defragment`."
+    )
+    update_version: UpdateVersionSpec | None = pydantic.Field(
+        default=None, description="Required for `UpdateVersion`: the etcd version to move to."
     )
     horizontal_scaling: HorizontalScalingSpec | None = pydantic.Field(
         default=None, description="Required for `HorizontalScaling`: the member count to end with."
@@ -170,6 +182,11 @@ class RequestOrigin(common.OpenModel):
     replicas: int | None = pydantic.Field(
         default=None,
         description="The Etcd's `spec.replicas` when the request started: a HorizontalScaling grows or shrinks from it.",
+    )
+    version: str | None = pydantic.Field(
+        default=None,
+        description="The Etcd's `spec.version` when the request started: an UpdateVersion upgrades or downgrades "
+                    "from it.",
     )
 
 

@@ -50,6 +50,7 @@ class Wiring:
     client_schemes: tuple[str, ...]
     peer_schemes: tuple[str, ...]
     advertised_peer_scheme: str
+    version: str | None = None  # the etcd the members run (an UpdateVersion's target); None: the Etcd's spec.version
 
     def __post_init__(self) -> None:
         for field, schemes in (("client_schemes", self.client_schemes), ("peer_schemes", self.peer_schemes)):
@@ -390,6 +391,7 @@ def render_statefulset(
 ) -> Manifest:
     """The StatefulSet of the members. ``wiring`` defaults to the steady state of ``spec.tls``."""
     wiring = wiring if wiring is not None else Wiring.steady(db.spec.tls)
+    version = wiring.version or db.spec.version
     name = _name(db)
     selector = naming.selector_labels(name)
     user_meta = db.spec.pod_template.metadata if db.spec.pod_template and db.spec.pod_template.metadata else None
@@ -408,7 +410,7 @@ def render_statefulset(
 
     container: dict[str, Any] = {
         "name": naming.CONTAINER_NAME,
-        "image": f"quay.io/coreos/etcd:v{db.spec.version}",
+        "image": f"quay.io/coreos/etcd:v{version}",
         "command": ["etcd"],
         "args": etcd_args(db, wiring),
         "env": [
@@ -425,7 +427,7 @@ def render_statefulset(
         # read, so a member is Ready only while it is part of a quorum; /readyz also fails on a learner, which
         # refuses writes, so a member being added stays out of the client Service until it is promoted.
         "readinessProbe": {
-            "httpGet": {"path": readiness_path(db.spec.version), "port": naming.METRICS_PORT, "scheme": "HTTP"},
+            "httpGet": {"path": readiness_path(version), "port": naming.METRICS_PORT, "scheme": "HTTP"},
             "periodSeconds": 2,
             "timeoutSeconds": 2,
             "failureThreshold": 3,

@@ -87,6 +87,14 @@ class EtcdAdmin(Protocol):
         the answer); :class:`errors.Compacted` when it is at or below the last compaction."""
         ...
 
+    async def downgrade(self, action: str, version: str, *, timeout: float | None = None) -> str:
+        """etcd's downgrade protocol (``VALIDATE``, ``ENABLE``, ``CANCEL``); the cluster version it answers with."""
+        ...
+
+    async def cluster_version(self, endpoint: access.Endpoint | str, *, timeout: float = 2.0) -> str:
+        """The cluster version ``endpoint`` reports ("" when none)."""
+        ...
+
     async def wait_recovered(self, member: access.Endpoint | str, *, expected_voters: int,
                              timeout: float = 30.0, poll_interval: float = 0.1,
                              check_hash: bool = False) -> client.Recovery:

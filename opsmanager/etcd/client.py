@@ -84,6 +84,8 @@ class MemberStatus:
     db_size_in_use: int
     is_learner: bool
     errors: tuple[str, ...]
+    storage_version: str = ""  # etcd 3.6+: the version of the member's data ("" before 3.6)
+    downgrade_target: str = ""  # etcd 3.6+: the target of a downgrade in progress ("" when none)
 
     @property
     def is_leader(self) -> bool:
@@ -99,7 +101,8 @@ class MemberStatus:
             endpoint=ep, scheme=scheme, member_id=r.header.member_id, cluster_id=r.header.cluster_id,
             leader_id=r.leader, raft_index=r.raftIndex, raft_term=r.raftTerm, raft_applied_index=r.raftAppliedIndex,
             revision=r.header.revision, version=r.version, db_size=r.dbSize, db_size_in_use=r.dbSizeInUse,
-            is_learner=r.isLearner, errors=tuple(r.errors),
+            is_learner=r.isLearner, errors=tuple(r.errors), storage_version=r.storageVersion,
+            downgrade_target=r.downgradeInfo.targetVersion if r.downgradeInfo.enabled else "",
         )
 
 
@@ -656,6 +659,24 @@ class EtcdClient:
             return await c.maintenance.Defragment(request, timeout=t)  # type: ignore[no-any-return]
 
         await self._call(self.endpoint(endpoint), "Defragment", fn, timeout=timeout)
+
+    async def downgrade(self, action: str, version: str, *, timeout: float | None = None) -> str:
+        """etcd's downgrade protocol: ``VALIDATE``, ``ENABLE`` or ``CANCEL`` a downgrade to ``version`` (major.minor);
+        returns the cluster version the answer names. Refusals are :class:`errors.EtcdServerError` (or
+        :class:`errors.MembershipError`) naming etcd's reason ("invalid downgrade target version", "the cluster has
+        an ongoing downgrade job", ...)."""
+        request = rpc_pb2.DowngradeRequest(action=action, version=version)
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.DowngradeResponse:
+            return await c.maintenance.Downgrade(request, timeout=t)  # type: ignore[no-any-return]
+
+        resp, _ = await self._on_any("Downgrade", fn, timeout=timeout)
+        return str(resp.version)
+
+    async def cluster_version(self, endpoint: access.Endpoint | str, *, timeout: float = 2.0) -> str:
+        """The cluster version a member has decided (``etcd_cluster_version`` on its plain-HTTP metrics port):
+        the lowest minor its members run, or the downgrade target. "" when the member does not report one."""
+        return await probes.http_cluster_version(self._session(), self.endpoint(endpoint), timeout=timeout)
 
     # -- Cluster --
 

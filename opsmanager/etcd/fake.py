@@ -15,6 +15,10 @@ is an :data:`~opsmanager.etcd.admin.AdminFactory`: ``Engine(client, etcd=cluster
 - **membership**: MemberAdd (learners only), MemberPromote (refused with :class:`errors.LearnerNotReady` until
   the learner runs and has applied every entry; one in :attr:`FakeCluster.lagging` never catches up) and
   MemberRemove.
+- **versions**: each member's binary (:attr:`FakeMember.version`, set from its pod's image by the test world),
+  the cluster version (the lowest minor, or a downgrade's target) and etcd 3.6's downgrade protocol (validate,
+  enable — one minor down only, every member on 3.6+ —, cancel; it ends by itself once every member runs the
+  target).
 - **served certificates**: :meth:`FakeCluster.serve` sets the certificate a member hands out on its client or
   peer port (a test sets it from the Secret mounted when the pod was created).
 
@@ -38,6 +42,11 @@ from opsmanager.etcd import access, client, errors, probes
 CLUSTER_ID = 0xC1D
 
 
+def _minor(version: str) -> tuple[int, int]:
+    major, minor, *_ = (int(x) for x in version.split("-")[0].split("."))
+    return major, minor
+
+
 @dataclasses.dataclass
 class FakeMember:
     id: int
@@ -46,6 +55,7 @@ class FakeMember:
     is_learner: bool = False
     up: bool = True
     started: bool = True  # False from MemberAdd until its process first runs: etcd lists it with no name then
+    version: str = "3.5.1"  # the etcd binary the member runs (its pod's image)
     applied_index: int = 0
     served: dict[str, pki.CertInfo] = dataclasses.field(default_factory=dict)  # "client"/"peer" -> certificate
 
@@ -80,6 +90,7 @@ class FakeCluster:
         self.history: list[LeaderChange] = []
         self.calls: list[str] = []  # "move_leader etcd-1", "member_update etcd-0", ... in order
         self.lagging: set[str] = set()  # learners that never catch up with the leader (MemberPromote refuses them)
+        self.downgrade_target = ""  # a downgrade in progress (etcd 3.6+): its major.minor
         self._next_id = 0x2000
         self.open_admins = 0
 
@@ -129,6 +140,7 @@ class FakeCluster:
         member.applied_index = self.raft_index
         if self.leader is None and self.has_quorum():
             self._elect()
+        self._finish_downgrade()
 
     def write(self, n: int = 1) -> None:
         """``n`` committed entries; every member that is up applies them."""
@@ -143,6 +155,22 @@ class FakeCluster:
             self.members[name].served.pop(port, None)
         else:
             self.members[name].served[port] = cert
+
+    def cluster_version(self) -> str:
+        """What etcd decides: the downgrade target while one is enabled, else the lowest minor any member runs."""
+        if self.downgrade_target:
+            return self.downgrade_target
+        lowest = min(_minor(m.version) for m in self.members.values())
+        return f"{lowest[0]}.{lowest[1]}"
+
+    def storage_version(self) -> str:
+        return f"{self.cluster_version()}.0"
+
+    def _finish_downgrade(self) -> None:
+        """etcd ends downgrade mode by itself once every member runs the target minor."""
+        if self.downgrade_target and all(f"{_minor(m.version)[0]}.{_minor(m.version)[1]}" == self.downgrade_target
+                                         for m in self.members.values()):
+            self.downgrade_target = ""
 
     @property
     def elections(self) -> list[LeaderChange]:
@@ -209,9 +237,12 @@ class FakeAdmin:
             endpoint=ep, scheme=scheme, member_id=member.id, cluster_id=CLUSTER_ID,
             leader_id=leader.id if leader is not None else 0, raft_index=self.cluster.raft_index,
             raft_term=self.cluster.term, raft_applied_index=member.applied_index, revision=self.cluster.raft_index,
-            version="3.5.1", db_size=self.cluster.db_size.get(member.name, 1 << 16), db_size_in_use=1 << 15,
+            version=member.version, db_size=self.cluster.db_size.get(member.name, 1 << 16), db_size_in_use=1 << 15,
             is_learner=member.is_learner, errors=tuple(f"memberID:{a.member_id} alarm:{a.alarm}"
                                                        for a in self.cluster.alarms),
+            storage_version=self.cluster.storage_version() if _minor(member.version) >= (3, 6) else "",
+            downgrade_target=(f"{self.cluster.downgrade_target}.0" if self.cluster.downgrade_target
+                              and _minor(member.version) >= (3, 6) else ""),  # etcd names it in full: 3.5.0
         )
 
     # --- EtcdAdmin ----------------------------------------------------------------------------------------------
@@ -349,6 +380,32 @@ class FakeAdmin:
             raise errors.EtcdServerError(f"Compact: revision {revision} is a future revision")
         self.cluster.compacted = revision
         return self.cluster.raft_index
+
+    async def downgrade(self, action: str, version: str, *, timeout: float | None = None) -> str:
+        self._consensus("Downgrade")
+        cluster = self.cluster
+        current = cluster.cluster_version()
+        allowed = f"{_minor(current + '.0')[0]}.{_minor(current + '.0')[1] - 1}"
+        cluster.calls.append(f"downgrade {action} {version}")
+        if action == "CANCEL":
+            if not cluster.downgrade_target:
+                raise errors.EtcdServerError("Downgrade: etcdserver: no inflight downgrade job")
+            cluster.downgrade_target = ""
+            return current
+        if any(_minor(m.version) < (3, 6) for m in cluster.members.values()):
+            raise errors.EtcdServerError("Downgrade: etcdserver: cluster version is not supported for downgrade")
+        if cluster.downgrade_target:
+            raise errors.EtcdServerError("Downgrade: etcdserver: the cluster has an ongoing downgrade job")
+        if version != allowed:
+            raise errors.EtcdServerError(f"Downgrade: etcdserver: invalid downgrade target version {version}")
+        if action == "ENABLE":
+            cluster.downgrade_target = version
+            cluster.write()
+        return current
+
+    async def cluster_version(self, endpoint: access.Endpoint | str, *, timeout: float = 2.0) -> str:
+        self._reachable(self._endpoint(endpoint), "cluster_version")
+        return self.cluster.cluster_version()
 
     async def wait_recovered(self, member: access.Endpoint | str, *, expected_voters: int,
                              timeout: float = 30.0, poll_interval: float = 0.1,

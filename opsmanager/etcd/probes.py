@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import ssl
 import tempfile
 import time
@@ -193,20 +194,8 @@ async def http_health(session: aiohttp.ClientSession, endpoint: access.Endpoint,
     """``GET <metrics_url>/health``. Raises :class:`errors.MemberUnreachable` when the port does not accept the
     connection and :class:`errors.RequestTimeout` when it accepts but does not answer in time (etcd's handler waits
     for a linearizable read, which hangs without quorum)."""
-    if endpoint.metrics_url is None:
-        raise ValueError(f"endpoint {endpoint.name!r} has no metrics_port; /health over HTTP needs one")
-    url = f"{endpoint.metrics_url}/health"
     started = time.monotonic()
-    try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-            body = await resp.text()
-            status = resp.status
-    except TimeoutError as exc:
-        raise errors.RequestTimeout(f"health on {endpoint.label}: {url} gave no answer within {timeout}s",
-                                    endpoint=endpoint.label) from exc
-    except aiohttp.ClientError as exc:
-        raise errors.MemberUnreachable(f"health on {endpoint.label}: {url} unreachable ({exc})",
-                                       endpoint=endpoint.label) from exc
+    status, body = await _get_on_metrics_port(session, endpoint, "health", timeout=timeout)
     took = time.monotonic() - started
     try:
         doc = json.loads(body)
@@ -216,3 +205,37 @@ async def http_health(session: aiohttp.ClientSession, endpoint: access.Endpoint,
     reason = "" if healthy else (str(doc.get("reason") or "") or f"HTTP {status}: {body[:200]}")
     return Health(endpoint.label, healthy, reason, no_quorum=not healthy and reason_means_no_quorum(reason),
                   via="http-metrics", took=took)
+
+
+async def http_cluster_version(session: aiohttp.ClientSession, endpoint: access.Endpoint, *, timeout: float) -> str:
+    """``etcd_cluster_version{cluster_version="3.6"} 1`` from ``GET <metrics_url>/metrics``: the version the
+    cluster runs at (etcd's ``Status`` only names the member's own binary). "" when the gauge is absent."""
+    _status, body = await _get_on_metrics_port(session, endpoint, "metrics", timeout=timeout)
+    return cluster_version_of(body)
+
+
+async def _get_on_metrics_port(session: aiohttp.ClientSession, endpoint: access.Endpoint, path: str, *,
+                               timeout: float) -> tuple[int, str]:
+    """``GET <metrics_url>/<path>``: (HTTP status, body); :class:`errors.MemberUnreachable` when the port does not
+    accept the connection, :class:`errors.RequestTimeout` when it accepts but does not answer in time."""
+    if endpoint.metrics_url is None:
+        raise ValueError(f"endpoint {endpoint.name!r} has no metrics_port; /{path} over HTTP needs one")
+    url = f"{endpoint.metrics_url}/{path}"
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+            return resp.status, await resp.text()
+    except TimeoutError as exc:
+        raise errors.RequestTimeout(f"{path} on {endpoint.label}: {url} gave no answer within {timeout}s",
+                                    endpoint=endpoint.label) from exc
+    except aiohttp.ClientError as exc:
+        raise errors.MemberUnreachable(f"{path} on {endpoint.label}: {url} unreachable ({exc})",
+                                       endpoint=endpoint.label) from exc
+
+
+_CLUSTER_VERSION = re.compile(r'^etcd_cluster_version\{cluster_version="([^"]*)"\}\s+1(?:\.0)?\s*$', re.M)
+
+
+def cluster_version_of(metrics: str) -> str:
+    """The cluster version a Prometheus exposition of etcd's metrics names ("" when none is set to 1)."""
+    found = _CLUSTER_VERSION.search(metrics)
+    return found.group(1) if found else ""

@@ -55,6 +55,7 @@ from opsmanager.ops.steps import (
     clear_alarms,
     compact,
     defragment,
+    enable_downgrade,
     issue,
     move_leader,
     pause,
@@ -67,6 +68,7 @@ from opsmanager.ops.steps import (
     update_peer_urls,
     update_statefulset,
     verify_served,
+    verify_version,
 )
 
 log = logging.getLogger("opsmanager.ops")
@@ -89,6 +91,8 @@ STEPS: dict[plan.StepKind, Executor] = {
     plan.StepKind.COMPACT: compact.run,
     plan.StepKind.DEFRAGMENT: defragment.run,
     plan.StepKind.SCALE_MEMBERS: scale_members.run,
+    plan.StepKind.ENABLE_DOWNGRADE: enable_downgrade.run,
+    plan.StepKind.VERIFY_VERSION: verify_version.run,
     plan.StepKind.CLEAR_ALARMS: clear_alarms.run,
     plan.StepKind.VERIFY_SERVED: verify_served.run,
     plan.StepKind.UPDATE_DATABASE: update_database.run,
@@ -387,6 +391,8 @@ class Engine:
             origin["tls"] = before
         if isinstance(replicas := (db_obj.get("spec") or {}).get("replicas"), int):
             origin["replicas"] = replicas  # a HorizontalScaling's direction, fixed before it changes the count
+        if isinstance(version := (db_obj.get("spec") or {}).get("version"), str):
+            origin["version"] = version  # an UpdateVersion's direction, fixed before it writes the new version
 
         def record(st: dict[str, Any]) -> dict[str, Any]:
             return st if isinstance(st.get("origin"), dict) else {**st, "origin": origin}
@@ -582,4 +588,6 @@ def _success_message(p: plan.Plan) -> str:
         return "Successfully defragmented the etcd members"
     if p.request_type == constants.OPS_TYPE_HORIZONTAL_SCALING:
         return p.steps[-1].message
+    if p.request_type == constants.OPS_TYPE_UPDATE_VERSION:
+        return f"Successfully updated the etcd version to {p.desired_version}"
     return "Successfully moved the etcd leader"

@@ -69,6 +69,8 @@ class StepKind(enum.Enum):
     COMPACT = "Compact"  # the Compact request: compact the history below a revision, physically
     DEFRAGMENT = "Defragment"  # every member, one at a time, followers first, the leader last after MoveLeader
     SCALE_MEMBERS = "ScaleMembers"  # one member at a time toward the target count: learner → voter, or removed
+    ENABLE_DOWNGRADE = "EnableDowngrade"  # etcd's downgrade protocol: validate, enable, storage version down
+    VERIFY_VERSION = "VerifyVersion"  # every member runs the target etcd, the cluster version is its minor
     CLEAR_ALARMS = "ClearAlarms"  # disarm NOSPACE once the space is back
     VERIFY_SERVED = "VerifyServed"  # rotate: every member serves its new leaf (hot reload), else restart it alone
     RESCUE_CHOSEN = "RescueChosen"  # rescue: record why the rescue plan was chosen (from the persisted observation)
@@ -250,6 +252,18 @@ class ScaleMembers(Step):
 
 
 @dataclasses.dataclass(frozen=True)
+class EnableDowngrade(Step):
+    kind: ClassVar[StepKind] = StepKind.ENABLE_DOWNGRADE
+    version: str  # the target major.minor
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyVersion(Step):
+    kind: ClassVar[StepKind] = StepKind.VERIFY_VERSION
+    version: str  # the etcd version every member must run
+
+
+@dataclasses.dataclass(frozen=True)
 class ClearAlarms(Step):
     kind: ClassVar[StepKind] = StepKind.CLEAR_ALARMS
 
@@ -295,6 +309,7 @@ class Plan:
     steps: tuple[Step, ...]
     pauses: bool = True
     variant: RotateVariant | None = None  # rotate only: which of the rotate plans
+    desired_version: str | None = None  # UpdateVersion: the spec.version UpdateDatabase writes
 
     @property
     def summary(self) -> str:
@@ -547,6 +562,8 @@ def plan_for(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest,
             ClearAlarms(constants.COND_ETCD_ALARM_CLEARED, "No space alarm is raised"),
         )
         return Plan(spec.type, None, db.spec.tls, defragment, pauses=False)
+    if spec.type == constants.OPS_TYPE_UPDATE_VERSION:
+        return update_version_plan(db, request)
     if spec.type == constants.OPS_TYPE_HORIZONTAL_SCALING:
         target = spec.horizontal_scaling.replicas if spec.horizontal_scaling is not None else None
         if target is None or target < 1:
@@ -564,3 +581,46 @@ def plan_for(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest,
                                  replicas=target, wiring=wiring)
         return Plan(spec.type, None, db.spec.tls, (scale,), pauses=False)
     raise ValueError(f"unsupported EtcdOpsRequest type {spec.type!r}")
+
+
+def _semver(version: str) -> tuple[int, int, int]:
+    major, minor, patch = (int(x) for x in version.split("-")[0].split("."))
+    return major, minor, patch
+
+
+def update_version_plan(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> Plan:
+    """Up by at most one minor, or down by exactly one (etcd's downgrade protocol first), any patch within a minor:
+    the template onto the target, the leader-aware roll, every member's version and the cluster version checked,
+    then ``spec.version``. Anything else is refused when the request starts, with KubeDB's words for a downgrade."""
+    spec = request.spec
+    target = spec.update_version.target_version if spec.update_version is not None else None
+    if not target:
+        raise ValueError("spec.updateVersion.targetVersion can not be empty")
+    if target not in constants.SUPPORTED_ETCD_VERSIONS:
+        raise ValueError(f"spec.updateVersion.targetVersion {target} is not a supported etcd version: use one of "
+                         f"{', '.join(constants.SUPPORTED_ETCD_VERSIONS)}")
+    origin = request.status.origin if request.status is not None else None
+    start = origin.version if origin is not None and origin.version else db.spec.version
+    current, wanted = _semver(start), _semver(target)
+    tls = db.spec.tls
+    wiring = dataclasses.replace(render.Wiring.steady(tls), version=target)
+    steps: list[Step] = [_running(f"Etcd ops request is updating etcd from {start} to {target}")]
+    if wanted[:2] < current[:2]:
+        if wanted[0] != current[0] or current[1] - wanted[1] != 1 or current[:2] < (3, 6):
+            raise ValueError(f"downgrades are not supported from {start} to {target}: only one minor version down, "
+                             "from etcd 3.6 on (etcd's own downgrade protocol)")
+        minor = f"{wanted[0]}.{wanted[1]}"
+        steps.append(EnableDowngrade(constants.COND_DOWNGRADE_ENABLED,
+                                     f"Enabled etcd's downgrade to {minor}: cluster and storage version {minor}",
+                                     version=minor))
+    elif wanted[0] != current[0] or wanted[1] > current[1] + 1:
+        raise ValueError(f"upgrading from {start} to {target} skips a minor version: upgrade one minor at a time")
+    steps += [
+        ApplyStatefulSet(constants.COND_UPDATE_STATEFULSET, f"Successfully re-rendered the StatefulSet for etcd "
+                                                             f"{target}", wiring=wiring, tls=tls),
+        Roll(constants.COND_RESTART_PODS, f"Successfully restarted the etcd members onto {target}", wiring=wiring,
+             tls=tls),
+        VerifyVersion(constants.COND_VERSION_VERIFIED, f"Every member runs etcd {target}", version=target),
+        _update_database(f"Successfully updated the Etcd's version to {target}"),
+    ]
+    return Plan(spec.type, None, tls, tuple(steps), desired_version=target)

@@ -16,7 +16,7 @@ import pytest
 
 from e2e import localcluster
 from opsmanager.etcd import client as etcd_client
-from opsmanager.etcd import errors
+from opsmanager.etcd import errors, probes
 
 pytestmark = pytest.mark.slow
 
@@ -87,3 +87,24 @@ async def test_a_nospace_alarm_refuses_writes_until_it_is_disarmed(client: etcd_
 async def test_a_compaction_needs_a_positive_revision(client: etcd_client.EtcdClient) -> None:
     with pytest.raises(ValueError, match="revision must be positive"):
         await client.compact(0)
+
+
+async def test_the_cluster_version_and_a_downgrade_etcd_3_5_refuses(client: etcd_client.EtcdClient) -> None:
+    # etcd 3.5.1 (the embedded tier): the cluster version from each member's metrics; etcd validates one minor
+    # down and refuses two, with a reason that is not worth retrying (the round trip 3.6 → 3.5 with the ENABLE is
+    # tests/e2e/test_version.py).
+    assert {await client.cluster_version(ep.name) for ep in client.endpoints} == {"3.5"}
+    assert (await client.downgrade("VALIDATE", "3.4")).startswith("3.5")
+    with pytest.raises(errors.EtcdError) as refused:
+        await client.downgrade("VALIDATE", "3.3")
+    assert not errors.is_transient(refused.value), refused.value
+    assert "invalid downgrade target version" in str(refused.value), refused.value
+
+
+def test_the_cluster_version_gauge_is_read_from_the_exposition() -> None:
+    metrics = ('# HELP etcd_cluster_version Which version is running. 1 for \'cluster_version\' label\n'
+               '# TYPE etcd_cluster_version gauge\netcd_cluster_version{cluster_version="3.6"} 1\n'
+               'etcd_server_version{server_version="3.6.16"} 1\n')
+    assert probes.cluster_version_of(metrics) == "3.6"
+    assert probes.cluster_version_of('etcd_cluster_version{cluster_version="3.5"} 0\n') == ""
+    assert probes.cluster_version_of("") == ""

@@ -529,6 +529,8 @@ class World:
             return
         for port, cert in (await self._served_from_volumes(pod)).items():
             self.cluster.serve(name, port, cert)
+        image = pod["spec"]["containers"][0]["image"]  # quay.io/coreos/etcd:v<version>: the binary it runs
+        self.cluster.member(name).version = image.rsplit(":v", 1)[1]
         self.cluster.start(name)
 
 

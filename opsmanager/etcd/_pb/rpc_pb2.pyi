@@ -189,7 +189,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("header", "version", "dbSize", "leader", "raftIndex", "raftTerm", "raftAppliedIndex", "errors", "dbSizeInUse", "isLearner")
+    __slots__ = ("header", "version", "dbSize", "leader", "raftIndex", "raftTerm", "raftAppliedIndex", "errors", "dbSizeInUse", "isLearner", "storageVersion", "dbSizeQuota", "downgradeInfo")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DBSIZE_FIELD_NUMBER: _ClassVar[int]
@@ -200,6 +200,9 @@ class StatusResponse(_message.Message):
     ERRORS_FIELD_NUMBER: _ClassVar[int]
     DBSIZEINUSE_FIELD_NUMBER: _ClassVar[int]
     ISLEARNER_FIELD_NUMBER: _ClassVar[int]
+    STORAGEVERSION_FIELD_NUMBER: _ClassVar[int]
+    DBSIZEQUOTA_FIELD_NUMBER: _ClassVar[int]
+    DOWNGRADEINFO_FIELD_NUMBER: _ClassVar[int]
     header: ResponseHeader
     version: str
     dbSize: int
@@ -210,7 +213,18 @@ class StatusResponse(_message.Message):
     errors: _containers.RepeatedScalarFieldContainer[str]
     dbSizeInUse: int
     isLearner: bool
-    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., version: _Optional[str] = ..., dbSize: _Optional[int] = ..., leader: _Optional[int] = ..., raftIndex: _Optional[int] = ..., raftTerm: _Optional[int] = ..., raftAppliedIndex: _Optional[int] = ..., errors: _Optional[_Iterable[str]] = ..., dbSizeInUse: _Optional[int] = ..., isLearner: _Optional[bool] = ...) -> None: ...
+    storageVersion: str
+    dbSizeQuota: int
+    downgradeInfo: DowngradeInfo
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., version: _Optional[str] = ..., dbSize: _Optional[int] = ..., leader: _Optional[int] = ..., raftIndex: _Optional[int] = ..., raftTerm: _Optional[int] = ..., raftAppliedIndex: _Optional[int] = ..., errors: _Optional[_Iterable[str]] = ..., dbSizeInUse: _Optional[int] = ..., isLearner: _Optional[bool] = ..., storageVersion: _Optional[str] = ..., dbSizeQuota: _Optional[int] = ..., downgradeInfo: _Optional[_Union[DowngradeInfo, _Mapping]] = ...) -> None: ...
+
+class DowngradeInfo(_message.Message):
+    __slots__ = ("enabled", "targetVersion")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    TARGETVERSION_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    targetVersion: str
+    def __init__(self, enabled: _Optional[bool] = ..., targetVersion: _Optional[str] = ...) -> None: ...
 
 class MoveLeaderRequest(_message.Message):
     __slots__ = ("targetID",)
@@ -313,3 +327,27 @@ class DefragmentResponse(_message.Message):
     HEADER_FIELD_NUMBER: _ClassVar[int]
     header: ResponseHeader
     def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...
+
+class DowngradeRequest(_message.Message):
+    __slots__ = ("action", "version")
+    class DowngradeAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        VALIDATE: _ClassVar[DowngradeRequest.DowngradeAction]
+        ENABLE: _ClassVar[DowngradeRequest.DowngradeAction]
+        CANCEL: _ClassVar[DowngradeRequest.DowngradeAction]
+    VALIDATE: DowngradeRequest.DowngradeAction
+    ENABLE: DowngradeRequest.DowngradeAction
+    CANCEL: DowngradeRequest.DowngradeAction
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    action: DowngradeRequest.DowngradeAction
+    version: str
+    def __init__(self, action: _Optional[_Union[DowngradeRequest.DowngradeAction, str]] = ..., version: _Optional[str] = ...) -> None: ...
+
+class DowngradeResponse(_message.Message):
+    __slots__ = ("header", "version")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    version: str
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., version: _Optional[str] = ...) -> None: ...

@@ -504,6 +504,11 @@ class MaintenanceStub:
                 request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DefragmentRequest.SerializeToString,
                 response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DefragmentResponse.FromString,
                 _registered_method=True)
+        self.Downgrade = channel.unary_unary(
+                '/etcdserverpb.Maintenance/Downgrade',
+                request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DowngradeRequest.SerializeToString,
+                response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DowngradeResponse.FromString,
+                _registered_method=True)
 
 
 class MaintenanceServicer:
@@ -539,6 +544,12 @@ class MaintenanceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Downgrade(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MaintenanceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -566,6 +577,11 @@ def add_MaintenanceServicer_to_server(servicer, server):
                     servicer.Defragment,
                     request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DefragmentRequest.FromString,
                     response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DefragmentResponse.SerializeToString,
+            ),
+            'Downgrade': grpc.unary_unary_rpc_method_handler(
+                    servicer.Downgrade,
+                    request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DowngradeRequest.FromString,
+                    response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DowngradeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -703,6 +719,33 @@ class Maintenance:
             '/etcdserverpb.Maintenance/Defragment',
             opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DefragmentRequest.SerializeToString,
             opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DefragmentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Downgrade(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.Maintenance/Downgrade',
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DowngradeRequest.SerializeToString,
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DowngradeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,4 +1,5 @@
-"""``UpdateDatabase``: write the request's TLS into the Etcd's ``spec.tls``, then clean up what is unused.
+"""``UpdateDatabase``: write the request's TLS into the Etcd's ``spec.tls`` (an UpdateVersion: its target into
+``spec.version``), then clean up what is unused.
 
 Last, so during the roll the Etcd still showed the old state. Failure prevented: an Etcd whose spec claims a
 state its members are not in. After a removal it deletes the certificates this operator created (never a
@@ -16,6 +17,11 @@ CONDITIONS: tuple[str, ...] = (constants.COND_UPDATE_DATABASE,)
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    if ctx.plan.desired_version is not None:
+        if ctx.db.spec.version != ctx.plan.desired_version:
+            ctx.db_obj = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace,
+                                              ctx.db_name, {"spec": {"version": ctx.plan.desired_version}})
+        return context.Done(step.message)
     desired = ctx.plan.desired_tls
     if ctx.plan.change is not None:
         live = await ctx.kube.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name)

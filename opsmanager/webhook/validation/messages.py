@@ -79,6 +79,8 @@ MSG_DEFAULT_CANT_HALT: Final = "can't halt, since deletion policy is 'DoNotTermi
 MSG_DEFAULT_VERSION_UNKNOWN: Final = 'failed to get EtcdVersion "{version}": supported versions are {supported}'
 
 # Compact (KubeDB's words).
+MSG_UPDATE_VERSION_NIL: Final = "spec.updateVersion is nil, not supported in UpdateVersion type"
+MSG_UPDATE_VERSION_EMPTY: Final = "spec.updateVersion.targetVersion can not be empty"
 MSG_HORIZONTAL_NIL: Final = "spec.horizontalScaling is nil, not supported in HorizontalScaling type"
 MSG_HORIZONTAL_REPLICAS_EMPTY: Final = "spec.horizontalScaling.replicas can not be empty"
 MSG_HORIZONTAL_REPLICAS_TOO_FEW: Final = "spec.horizontalScaling.replicas must be at least 1"

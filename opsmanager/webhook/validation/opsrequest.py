@@ -10,7 +10,9 @@ The order on create:
    of Remove, RotateCertificates, IssuerRef, or Certificates must be specified``, more than one → ``only one TLS
    reconfiguration operation is allowed at a time``; remove → ok; rotate without ``issuerRef`` on the Etcd →
    ``rotateCertificates requires TLS to already be enabled with issuerRef on Etcd``; cert-update without any
-   issuer → ``tls.issuerRef is required for Etcd ReconfigureTLS``. ``HorizontalScaling``: ``spec.horizontalScaling
+   issuer → ``tls.issuerRef is required for Etcd ReconfigureTLS``. ``UpdateVersion``: ``spec.updateVersion is nil,
+   ...``, ``... targetVersion can not be empty`` (the upgrade path is the engine's, at run time, as in KubeDB).
+   ``HorizontalScaling``: ``spec.horizontalScaling
    is nil, ...``, ``... replicas can not be empty``, ``... replicas must be at least 1``; an even count is
    allowed with a warning. ``Compact``: nil, negative revision. ``Restart``, ``MoveLeader``, ``Defragment``:
    nothing more.
@@ -98,6 +100,12 @@ def opsrequest_errors(obj: Mapping[str, Any], namespace: str, lookup: EtcdLookup
         message = reconfigure_tls_error(spec.get("tls"), db)
         if message:
             errors.append(invalid("spec.tls", name, message))
+    if type_ == constants.OPS_TYPE_UPDATE_VERSION:
+        update = spec.get("updateVersion")
+        if not isinstance(update, Mapping):
+            errors.append(invalid("spec.updateVersion", name, messages.MSG_UPDATE_VERSION_NIL))
+        elif not update.get("targetVersion"):
+            errors.append(invalid("spec.updateVersion", name, messages.MSG_UPDATE_VERSION_EMPTY))
     if type_ == constants.OPS_TYPE_HORIZONTAL_SCALING:
         scaling = spec.get("horizontalScaling")
         if not isinstance(scaling, Mapping):
