@@ -19,6 +19,7 @@ from typing import Final, Literal
 import pydantic
 
 from opsmanager.api import common, constants, lifecycle
+from opsmanager.api import tuning as tuning_api
 
 
 class VolumeResourceRequirements(common.Model):
@@ -159,6 +160,14 @@ class TLSConfig(common.Model):
         return None
 
 
+class ConfigurationSpec(common.Model):
+    """How etcd is configured beyond what the operator decides itself (listeners, TLS, membership)."""
+
+    tuning: tuning_api.TuningConfig | None = pydantic.Field(
+        default=None, description="etcd flags set on every member; changed on a live cluster by a Reconfigure request."
+    )
+
+
 class EtcdSpec(common.Model):
     """The desired cluster."""
 
@@ -200,6 +209,9 @@ class EtcdSpec(common.Model):
             "Certificate-lifecycle policy (with `tls` only): scan interval, expiry alert thresholds, auto-renew. "
             "Unset: every default."
         ),
+    )
+    configuration: ConfigurationSpec | None = pydantic.Field(
+        default=None, description="etcd's tunable flags (`configuration.tuning`)."
     )
     pod_template: PodTemplate | None = pydantic.Field(
         default=None, description="Labels, annotations, resources and grace period of the member pods."

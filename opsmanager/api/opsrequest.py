@@ -17,6 +17,7 @@ from typing import Any, Literal
 import pydantic
 
 from opsmanager.api import common, constants
+from opsmanager.api import tuning as tuning_api
 
 TLSOperation = Literal["remove", "rotate", "update"]
 
@@ -65,6 +66,25 @@ class UpdateVersionSpec(common.Model):
 
     target_version: str | None = pydantic.Field(default=None, description="The etcd version to run, one of the "
                                                                          "supported versions.")
+
+
+class ReconfigureSpec(common.Model):
+    """New etcd flags (``tuning``), applied by the leader-aware rolling restart and read back from every member.
+    KubeDB's generic fields are accepted only to be refused with its words: etcd takes flags, not a config file."""
+
+    tuning: tuning_api.TuningConfig | None = pydantic.Field(
+        default=None, description="The flags to change; those not given keep their value."
+    )
+    config_secret: dict[str, Any] | None = pydantic.Field(
+        default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        description="Not supported for Etcd (refused): use `tuning`.")
+    apply_config: dict[str, str] | None = pydantic.Field(
+        default=None, description="Not supported for Etcd (refused): use `tuning`.")
+    remove_custom_config: bool | None = pydantic.Field(
+        default=None, description="Not supported for Etcd: a flag keeps its last value until it is set again.")
+    restart: Literal["auto", "true", "false"] | None = pydantic.Field(
+        default=None, description="`auto` (default) and `true` roll the members onto the new flags; `false` only "
+                                  "records them: each member takes them at its next restart.")
 
 
 class HorizontalScalingSpec(common.Model):
@@ -116,10 +136,13 @@ class EtcdOpsRequestSpec(common.Model):
     database_ref: common.LocalObjectReference = pydantic.Field(
         description="The Etcd to operate on, in the same namespace."
     )
-    type: Literal["UpdateVersion", "HorizontalScaling", "Restart", "ReconfigureTLS", "MoveLeader", "Compact",
-                  "Defragment"] = pydantic.Field(
-        description="The operation: `UpdateVersion`, `HorizontalScaling`, `ReconfigureTLS`, `Restart`, `MoveLeader`, "
-                    "`Compact` or `Defragment`."
+    type: Literal["UpdateVersion", "HorizontalScaling", "Restart", "Reconfigure", "ReconfigureTLS", "MoveLeader",
+                  "Compact", "Defragment"] = pydantic.Field(
+        description="The operation: `UpdateVersion`, `HorizontalScaling`, `Restart`, `Reconfigure`, `ReconfigureTLS`, "
+                    "`MoveLeader`, `Compact` or `Defragment`."
+    )
+    configuration: ReconfigureSpec | None = pydantic.Field(
+        default=None, description="Required for `Reconfigure`: the etcd flags to change."
     )
     update_version: UpdateVersionSpec | None = pydantic.Field(
         default=None, description="Required for `UpdateVersion`: the etcd version to move to."

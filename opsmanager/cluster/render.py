@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from opsmanager.api import common, constants
 from opsmanager.api import etcd as etcd_api
+from opsmanager.api import tuning as tuning_api
 from opsmanager.cluster import naming
 
 Manifest = dict[str, Any]
@@ -51,6 +52,7 @@ class Wiring:
     peer_schemes: tuple[str, ...]
     advertised_peer_scheme: str
     version: str | None = None  # the etcd the members run (an UpdateVersion's target); None: the Etcd's spec.version
+    tuning: tuning_api.TuningConfig | None = None  # a Reconfigure's flags; None: the Etcd's own
 
     def __post_init__(self) -> None:
         for field, schemes in (("client_schemes", self.client_schemes), ("peer_schemes", self.peer_schemes)):
@@ -339,6 +341,8 @@ def etcd_args(db: etcd_api.Etcd, wiring: Wiring) -> list[str]:
         f"--initial-cluster-token={namespace}-{name}",
         f"--listen-metrics-urls=http://0.0.0.0:{naming.METRICS_PORT}",
     ]
+    configured = db.spec.configuration.tuning if db.spec.configuration is not None else None
+    args += tuning_api.flags(wiring.tuning if wiring.tuning is not None else configured)
     if wiring.tls is not None:
         server, peer, trust = naming.tls_mount("server"), naming.tls_mount("peer"), naming.TRUST_MOUNT
         args += [

@@ -95,6 +95,10 @@ class EtcdAdmin(Protocol):
         """The cluster version ``endpoint`` reports ("" when none)."""
         ...
 
+    async def flags(self, endpoint: access.Endpoint | str, *, timeout: float = 3.0) -> tuple[str, ...]:
+        """The command line the member started with (``expvar``'s ``cmdline`` on its ``/debug/vars``)."""
+        ...
+
     async def wait_recovered(self, member: access.Endpoint | str, *, expected_voters: int,
                              timeout: float = 30.0, poll_interval: float = 0.1,
                              check_hash: bool = False) -> client.Recovery:

@@ -974,6 +974,18 @@ class EtcdClient:
 
     # -- certificates --
 
+    async def flags(self, endpoint: access.Endpoint | str, *, timeout: float = 3.0) -> tuple[str, ...]:
+        """The command line the member started with: Go's ``expvar`` publishes ``cmdline`` on etcd's ``/debug/vars``
+        (the client port; with this client's certificate on a TLS member). The scheme that works first is used."""
+        ep = self.endpoint(endpoint)
+        failures = []
+        for scheme in ep.schemes:
+            try:
+                return await probes.debug_cmdline(self._session(), ep, scheme, identity=self._tls, timeout=timeout)
+            except errors.EtcdError as err:
+                failures.append(err)
+        raise failures[0]
+
     async def served_certificate(self, endpoint: access.Endpoint | str, *, port: str | int = "client",
                                  timeout: float = 3.0) -> pki.CertInfo:
         """The certificate ``endpoint`` serves now on its client port (``port="client"``), peer port (``"peer"``) or

@@ -56,6 +56,7 @@ class FakeMember:
     up: bool = True
     started: bool = True  # False from MemberAdd until its process first runs: etcd lists it with no name then
     version: str = "3.5.1"  # the etcd binary the member runs (its pod's image)
+    flags: tuple[str, ...] = ()  # the command line it started with (its pod's args)
     applied_index: int = 0
     served: dict[str, pki.CertInfo] = dataclasses.field(default_factory=dict)  # "client"/"peer" -> certificate
 
@@ -402,6 +403,9 @@ class FakeAdmin:
             cluster.downgrade_target = version
             cluster.write()
         return current
+
+    async def flags(self, endpoint: access.Endpoint | str, *, timeout: float = 3.0) -> tuple[str, ...]:
+        return ("etcd", *self._reachable(self._endpoint(endpoint), "flags").flags)
 
     async def cluster_version(self, endpoint: access.Endpoint | str, *, timeout: float = 2.0) -> str:
         self._reachable(self._endpoint(endpoint), "cluster_version")

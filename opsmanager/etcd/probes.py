@@ -239,3 +239,30 @@ def cluster_version_of(metrics: str) -> str:
     """The cluster version a Prometheus exposition of etcd's metrics names ("" when none is set to 1)."""
     found = _CLUSTER_VERSION.search(metrics)
     return found.group(1) if found else ""
+
+
+async def debug_cmdline(session: aiohttp.ClientSession, endpoint: access.Endpoint, scheme: str, *,
+                        identity: access.TLSIdentity | None, timeout: float) -> tuple[str, ...]:
+    """``cmdline`` from ``GET <scheme>://<member>:<client port>/debug/vars``: the flags the member really started
+    with. On https the request carries ``identity``'s certificate (etcd asks for one)."""
+    url = f"{endpoint.url(scheme)}/debug/vars"
+    tls = _client_context(identity) if scheme == "https" else None
+    try:
+        async with session.get(url, ssl=tls if tls is not None else False,
+                               timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+            body = await resp.text()
+            status = resp.status
+    except TimeoutError as exc:
+        raise errors.RequestTimeout(f"/debug/vars on {endpoint.label}: no answer within {timeout}s",
+                                    endpoint=endpoint.label) from exc
+    except (aiohttp.ClientError, ssl.SSLError) as exc:
+        raise errors.MemberUnreachable(f"/debug/vars on {endpoint.label}: {url} unreachable ({exc})",
+                                       endpoint=endpoint.label) from exc
+    try:
+        cmdline = json.loads(body).get("cmdline") if status == 200 else None
+    except ValueError:
+        cmdline = None
+    if not isinstance(cmdline, list):
+        raise errors.EtcdServerError(f"/debug/vars on {endpoint.label}: HTTP {status}, no cmdline",
+                                     endpoint=endpoint.label)
+    return tuple(str(arg) for arg in cmdline)

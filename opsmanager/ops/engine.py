@@ -67,6 +67,7 @@ from opsmanager.ops.steps import (
     update_database,
     update_peer_urls,
     update_statefulset,
+    verify_configuration,
     verify_served,
     verify_version,
 )
@@ -93,6 +94,7 @@ STEPS: dict[plan.StepKind, Executor] = {
     plan.StepKind.SCALE_MEMBERS: scale_members.run,
     plan.StepKind.ENABLE_DOWNGRADE: enable_downgrade.run,
     plan.StepKind.VERIFY_VERSION: verify_version.run,
+    plan.StepKind.VERIFY_CONFIGURATION: verify_configuration.run,
     plan.StepKind.CLEAR_ALARMS: clear_alarms.run,
     plan.StepKind.VERIFY_SERVED: verify_served.run,
     plan.StepKind.UPDATE_DATABASE: update_database.run,
@@ -588,6 +590,8 @@ def _success_message(p: plan.Plan) -> str:
         return "Successfully defragmented the etcd members"
     if p.request_type == constants.OPS_TYPE_HORIZONTAL_SCALING:
         return p.steps[-1].message
+    if p.request_type == constants.OPS_TYPE_RECONFIGURE:
+        return "Successfully reconfigured etcd"
     if p.request_type == constants.OPS_TYPE_UPDATE_VERSION:
         return f"Successfully updated the etcd version to {p.desired_version}"
     return "Successfully moved the etcd leader"

@@ -44,6 +44,7 @@ from typing import ClassVar
 from opsmanager.api import common, constants, tlschange
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
+from opsmanager.api import tuning as tuning_api
 from opsmanager.cluster import render
 
 
@@ -71,6 +72,7 @@ class StepKind(enum.Enum):
     SCALE_MEMBERS = "ScaleMembers"  # one member at a time toward the target count: learner → voter, or removed
     ENABLE_DOWNGRADE = "EnableDowngrade"  # etcd's downgrade protocol: validate, enable, storage version down
     VERIFY_VERSION = "VerifyVersion"  # every member runs the target etcd, the cluster version is its minor
+    VERIFY_CONFIGURATION = "VerifyConfiguration"  # every member's own command line carries the new flags
     CLEAR_ALARMS = "ClearAlarms"  # disarm NOSPACE once the space is back
     VERIFY_SERVED = "VerifyServed"  # rotate: every member serves its new leaf (hot reload), else restart it alone
     RESCUE_CHOSEN = "RescueChosen"  # rescue: record why the rescue plan was chosen (from the persisted observation)
@@ -264,6 +266,12 @@ class VerifyVersion(Step):
 
 
 @dataclasses.dataclass(frozen=True)
+class VerifyConfiguration(Step):
+    kind: ClassVar[StepKind] = StepKind.VERIFY_CONFIGURATION
+    flags: tuple[str, ...]  # ``--name=value`` each member must have started with
+
+
+@dataclasses.dataclass(frozen=True)
 class ClearAlarms(Step):
     kind: ClassVar[StepKind] = StepKind.CLEAR_ALARMS
 
@@ -310,6 +318,8 @@ class Plan:
     pauses: bool = True
     variant: RotateVariant | None = None  # rotate only: which of the rotate plans
     desired_version: str | None = None  # UpdateVersion: the spec.version UpdateDatabase writes
+    desired_tuning: tuning_api.TuningConfig | None = None  # Reconfigure: the spec.configuration.tuning it writes
+    pending_restart: bool = False  # Reconfigure with restart "false": the members take the flags when they restart
 
     @property
     def summary(self) -> str:
@@ -564,6 +574,8 @@ def plan_for(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest,
         return Plan(spec.type, None, db.spec.tls, defragment, pauses=False)
     if spec.type == constants.OPS_TYPE_UPDATE_VERSION:
         return update_version_plan(db, request)
+    if spec.type == constants.OPS_TYPE_RECONFIGURE:
+        return reconfigure_plan(db, request)
     if spec.type == constants.OPS_TYPE_HORIZONTAL_SCALING:
         target = spec.horizontal_scaling.replicas if spec.horizontal_scaling is not None else None
         if target is None or target < 1:
@@ -624,3 +636,36 @@ def update_version_plan(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> P
         _update_database(f"Successfully updated the Etcd's version to {target}"),
     ]
     return Plan(spec.type, None, tls, tuple(steps), desired_version=target)
+
+
+def reconfigure_plan(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> Plan:
+    """The request's flags over the Etcd's (etcd's rules checked on the result), the template with them, the
+    leader-aware roll and each member's own command line read back — or, with ``restart: "false"``, the template
+    only (each member takes the flags at its next restart) — then ``spec.configuration.tuning``."""
+    spec = request.spec
+    configuration = spec.configuration
+    if configuration is None or configuration.tuning is None:
+        raise ValueError("spec.configuration.tuning must be specified")
+    current = db.spec.configuration.tuning if db.spec.configuration is not None else None
+    merged = tuning_api.merge(current, configuration.tuning)
+    problems = tuning_api.problems(merged, "spec.configuration.tuning")
+    if problems:
+        raise ValueError("; ".join(f"{field}: {message}" for field, _value, message in problems))
+    tls = db.spec.tls
+    wiring = dataclasses.replace(render.Wiring.steady(tls), tuning=merged)
+    flags = tuple(tuning_api.flags(merged))
+    roll = configuration.restart != "false"
+    steps: list[Step] = [
+        _running("Etcd ops request is reconfiguring etcd"),
+        ApplyStatefulSet(constants.COND_UPDATE_STATEFULSET, "Successfully re-rendered the StatefulSet with the new "
+                                                            "flags", wiring=wiring, tls=tls),
+    ]
+    if roll:
+        steps += [
+            Roll(constants.COND_RESTART_PODS, "Successfully restarted the etcd members with the new flags",
+                 wiring=wiring, tls=tls),
+            VerifyConfiguration(constants.COND_CONFIGURATION_VERIFIED, "Every member runs with the new flags",
+                                flags=flags),
+        ]
+    steps.append(_update_database("Successfully updated the Etcd's configuration"))
+    return Plan(spec.type, None, tls, tuple(steps), desired_tuning=merged, pending_restart=not roll)

@@ -531,6 +531,7 @@ class World:
             self.cluster.serve(name, port, cert)
         image = pod["spec"]["containers"][0]["image"]  # quay.io/coreos/etcd:v<version>: the binary it runs
         self.cluster.member(name).version = image.rsplit(":v", 1)[1]
+        self.cluster.member(name).flags = tuple(pod["spec"]["containers"][0]["args"])
         self.cluster.start(name)
 
 

@@ -67,8 +67,8 @@ def test_unsupported_type_is_the_first_check(bad_type: Any, lookup: validation.I
     assert not verdict.allowed and verdict.code == 422 and verdict.reason == "Invalid"
     assert verdict.message == (
         PREFIX + f'spec.type: Invalid value: "my-op": defined OpsRequestType {shown} is not supported, '
-        "supported types for Etcd are UpdateVersion, HorizontalScaling, Restart, ReconfigureTLS, MoveLeader, Compact, "
-        "Defragment"
+        "supported types for Etcd are UpdateVersion, HorizontalScaling, Restart, Reconfigure, ReconfigureTLS, "
+        "MoveLeader, Compact, Defragment"
     )
     assert [e.field for e in verdict.errors] == ["spec.type"]
 
@@ -177,6 +177,69 @@ def test_compact_rules_and_messages(compact: Any, message: str, lookup: validati
     verdict = create(ops(spec), lookup)
     assert not verdict.allowed and verdict.code == 422
     assert verdict.message == PREFIX + f'spec.compact: Invalid value: "my-op": {message}'
+
+
+# The types after ReconfigureTLS, table-driven: (spec fields beyond type and databaseRef, field, message); None: allowed.
+TYPE_RULES: list[tuple[str, dict[str, Any], str | None, str | None]] = [
+    ("UpdateVersion", {}, "spec.updateVersion", "spec.updateVersion is nil, not supported in UpdateVersion type"),
+    ("UpdateVersion", {"updateVersion": {}}, "spec.updateVersion", "spec.updateVersion.targetVersion can not be empty"),
+    ("UpdateVersion", {"updateVersion": {"targetVersion": "3.6.16"}}, None, None),
+    ("HorizontalScaling", {}, "spec.horizontalScaling",
+     "spec.horizontalScaling is nil, not supported in HorizontalScaling type"),
+    ("HorizontalScaling", {"horizontalScaling": {}}, "spec.horizontalScaling",
+     "spec.horizontalScaling.replicas can not be empty"),
+    ("HorizontalScaling", {"horizontalScaling": {"replicas": 0}}, "spec.horizontalScaling",
+     "spec.horizontalScaling.replicas must be at least 1"),
+    ("HorizontalScaling", {"horizontalScaling": {"replicas": 5}}, None, None),
+    ("Reconfigure", {}, "spec.configuration", "spec.configuration is nil, not supported in Reconfigure type"),
+    ("Reconfigure", {"configuration": {"applyConfig": {"a": "b"}}}, "spec.configuration",
+     "spec.configuration.tuning must be specified, since Etcd does not support a mounted custom config file "
+     "(--config-file is mutually exclusive with etcd command-line flags)"),
+    ("Reconfigure", {"configuration": {"tuning": {}, "configSecret": {"name": "x"}}}, "spec.configuration",
+     "spec.configuration.applyConfig and spec.configuration.configSecret are not supported for Etcd, use "
+     "spec.configuration.tuning instead"),
+    ("Reconfigure", {"configuration": {"tuning": {"snapshotCount": 10000}}}, None, None),
+]
+
+
+@pytest.mark.parametrize(("type_", "fields", "field", "message"), TYPE_RULES,
+                         ids=[f"{t}-{m or 'allowed'}"[:70] for t, _f, _p, m in TYPE_RULES])
+def test_the_rules_of_the_other_types_in_kubedbs_words(type_: str, fields: dict[str, Any], field: str | None,
+                                                       message: str | None,
+                                                       lookup: validation.InMemoryEtcdLookup) -> None:
+    verdict = create(ops({"type": type_, "databaseRef": {"name": "etcd-plain"}, **fields}), lookup)
+    if message is None:
+        assert verdict.allowed, verdict.message
+        return
+    assert not verdict.allowed and verdict.code == 422
+    assert verdict.message == PREFIX + f'{field}: Invalid value: "my-op": {message}'
+
+
+def test_an_even_member_count_is_allowed_with_a_warning(lookup: validation.InMemoryEtcdLookup) -> None:
+    verdict = create(ops({"type": "HorizontalScaling", "databaseRef": {"name": "etcd-plain"},
+                          "horizontalScaling": {"replicas": 4}}), lookup)
+    assert verdict.allowed and len(verdict.warnings) == 1 and "is even (4)" in verdict.warnings[0]
+
+
+@pytest.mark.parametrize(("tuning", "field", "fragment"), [
+    ({"heartbeatInterval": 300}, "spec.configuration.tuning.electionTimeout", "at least 5 times the heartbeat"),
+    ({"electionTimeout": 60000}, "spec.configuration.tuning.electionTimeout", "above 50000ms"),
+    ({"quotaBackendBytes": 9 * 1024 ** 3}, "spec.configuration.tuning.quotaBackendBytes", "8 GiB"),
+    ({"autoCompactionMode": "revision", "autoCompactionRetention": "1h"},
+     "spec.configuration.tuning.autoCompactionRetention", "number of revisions"),
+    ({"autoCompactionRetention": "one hour"}, "spec.configuration.tuning.autoCompactionRetention", "a duration"),
+    ({"maxTxnOps": 0}, "spec.configuration.tuning.maxTxnOps", "at least 1"),
+])
+def test_etcds_own_rules_on_the_flags_name_the_field(tuning: dict[str, Any], field: str, fragment: str,
+                                                     lookup: validation.InMemoryEtcdLookup) -> None:
+    verdict = create(ops({"type": "Reconfigure", "databaseRef": {"name": "etcd-plain"},
+                          "configuration": {"tuning": tuning}}), lookup)
+    assert not verdict.allowed and f"{field}: Invalid value" in verdict.message and fragment in verdict.message, \
+        verdict.message
+    db = copy.deepcopy(PLAIN_DB)
+    db["spec"]["configuration"] = {"tuning": tuning}
+    errors, _warnings = validation.etcd_errors(db)
+    assert any(e.field == field and fragment in e.detail for e in errors), errors
 
 
 @pytest.mark.parametrize("compact", [{}, {"revision": 0}, {"revision": 12345}])

@@ -1,5 +1,5 @@
 """``UpdateDatabase``: write the request's TLS into the Etcd's ``spec.tls`` (an UpdateVersion: its target into
-``spec.version``), then clean up what is unused.
+``spec.version``; a Reconfigure: the flags into ``spec.configuration.tuning``), then clean up what is unused.
 
 Last, so during the roll the Etcd still showed the old state. Failure prevented: an Etcd whose spec claims a
 state its members are not in. After a removal it deletes the certificates this operator created (never a
@@ -17,6 +17,15 @@ CONDITIONS: tuple[str, ...] = (constants.COND_UPDATE_DATABASE,)
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    if ctx.plan.desired_tuning is not None:
+        flags = ctx.plan.desired_tuning.to_dict()
+        if ctx.db.spec.configuration is None or ctx.db.spec.configuration.tuning != ctx.plan.desired_tuning:
+            ctx.db_obj = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace,
+                                              ctx.db_name, {"spec": {"configuration": {"tuning": flags}}})
+        if ctx.plan.pending_restart:
+            ctx.record("warnings", ["restart is false: the members still run with their old flags; each takes the "
+                                    "new ones at its next restart (a Restart request applies them to all)"])
+        return context.Done(step.message)
     if ctx.plan.desired_version is not None:
         if ctx.db.spec.version != ctx.plan.desired_version:
             ctx.db_obj = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace,

@@ -27,7 +27,7 @@ from typing import Any
 
 import pydantic
 
-from opsmanager.api import constants, durations, pause, tlschange
+from opsmanager.api import constants, durations, pause, tlschange, tuning
 from opsmanager.api.etcd import Etcd, TLSConfig, default_secret_name
 from opsmanager.api.opsrequest import EtcdOpsRequest
 from opsmanager.webhook.validation import messages
@@ -105,7 +105,19 @@ def etcd_errors(obj: Mapping[str, Any]) -> tuple[list[FieldError], list[str]]:
 
     if not errors:
         errors = schema_errors(Etcd, obj)
+    if not errors:
+        errors = tuning_errors(as_dict(spec.get("configuration")).get("tuning"), "spec.configuration.tuning")
     return errors, warnings
+
+
+def tuning_errors(raw: Any, path: str, current: Any = None) -> list[FieldError]:
+    """etcd's rules (:func:`opsmanager.api.tuning.problems`) on ``raw`` applied over ``current`` (schema-valid
+    tuning objects, or None)."""
+    if not isinstance(raw, Mapping):
+        return []
+    merged = tuning.merge(tuning.TuningConfig.model_validate(current) if isinstance(current, Mapping) else None,
+                          tuning.TuningConfig.model_validate(raw))
+    return [invalid(field, value, message) for field, value, message in tuning.problems(merged, path)]
 
 
 _SECRET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

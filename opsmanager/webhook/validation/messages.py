@@ -79,6 +79,15 @@ MSG_DEFAULT_CANT_HALT: Final = "can't halt, since deletion policy is 'DoNotTermi
 MSG_DEFAULT_VERSION_UNKNOWN: Final = 'failed to get EtcdVersion "{version}": supported versions are {supported}'
 
 # Compact (KubeDB's words).
+MSG_CONFIGURATION_NIL: Final = "spec.configuration is nil, not supported in Reconfigure type"
+MSG_CONFIGURATION_TUNING: Final = (
+    "spec.configuration.tuning must be specified, since Etcd does not support a mounted custom config file "
+    "(--config-file is mutually exclusive with etcd command-line flags)"
+)
+MSG_CONFIGURATION_NOT_SUPPORTED: Final = (
+    "spec.configuration.applyConfig and spec.configuration.configSecret are not supported for Etcd, use "
+    "spec.configuration.tuning instead"
+)
 MSG_UPDATE_VERSION_NIL: Final = "spec.updateVersion is nil, not supported in UpdateVersion type"
 MSG_UPDATE_VERSION_EMPTY: Final = "spec.updateVersion.targetVersion can not be empty"
 MSG_HORIZONTAL_NIL: Final = "spec.horizontalScaling is nil, not supported in HorizontalScaling type"

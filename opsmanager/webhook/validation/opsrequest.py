@@ -12,6 +12,9 @@ The order on create:
    ``rotateCertificates requires TLS to already be enabled with issuerRef on Etcd``; cert-update without any
    issuer → ``tls.issuerRef is required for Etcd ReconfigureTLS``. ``UpdateVersion``: ``spec.updateVersion is nil,
    ...``, ``... targetVersion can not be empty`` (the upgrade path is the engine's, at run time, as in KubeDB).
+   ``Reconfigure``: ``spec.configuration is nil, ...``, ``... tuning must be specified, ...``, ``... applyConfig and
+   ... configSecret are not supported for Etcd, ...``; then ours, etcd's own rules on the flags the members will
+   run with (the request's over the Etcd's), each naming its field.
    ``HorizontalScaling``: ``spec.horizontalScaling
    is nil, ...``, ``... replicas can not be empty``, ``... replicas must be at least 1``; an even count is
    allowed with a warning. ``Compact``: nil, negative revision. ``Restart``, ``MoveLeader``, ``Defragment``:
@@ -32,6 +35,7 @@ from typing import Any
 
 from opsmanager.api import constants
 from opsmanager.api.opsrequest import EtcdOpsRequest
+from opsmanager.webhook.validation import etcd as etcd_rules
 from opsmanager.webhook.validation import messages
 from opsmanager.webhook.validation.fielderrors import FieldError, go_value, invalid, schema_errors
 from opsmanager.webhook.validation.lookups import EtcdLookup, EtcdLookupError
@@ -106,6 +110,17 @@ def opsrequest_errors(obj: Mapping[str, Any], namespace: str, lookup: EtcdLookup
             errors.append(invalid("spec.updateVersion", name, messages.MSG_UPDATE_VERSION_NIL))
         elif not update.get("targetVersion"):
             errors.append(invalid("spec.updateVersion", name, messages.MSG_UPDATE_VERSION_EMPTY))
+    if type_ == constants.OPS_TYPE_RECONFIGURE:
+        configuration = spec.get("configuration")
+        if not isinstance(configuration, Mapping):
+            errors.append(invalid("spec.configuration", name, messages.MSG_CONFIGURATION_NIL))
+        elif configuration.get("tuning") is None:
+            errors.append(invalid("spec.configuration", name, messages.MSG_CONFIGURATION_TUNING))
+        elif configuration.get("applyConfig") is not None or configuration.get("configSecret") is not None:
+            errors.append(invalid("spec.configuration", name, messages.MSG_CONFIGURATION_NOT_SUPPORTED))
+        else:  # ours: etcd's own rules on the flags the members will run with
+            current = as_dict(as_dict(db.get("spec")).get("configuration")).get("tuning")
+            errors += etcd_rules.tuning_errors(configuration["tuning"], "spec.configuration.tuning", current)
     if type_ == constants.OPS_TYPE_HORIZONTAL_SCALING:
         scaling = spec.get("horizontalScaling")
         if not isinstance(scaling, Mapping):
