@@ -12,6 +12,7 @@ round-trip. Timestamps stay RFC 3339 strings, exactly as the API returns them.
 from __future__ import annotations
 
 import datetime
+import decimal
 import re
 from typing import Annotated, Any, Literal
 
@@ -245,3 +246,28 @@ class Condition(OpenModel):
     last_transition_time: str = pydantic.Field(
         description="RFC 3339 time of the last change of `status`; a `False` step's timeout counts from it."
     )
+
+
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+_SUFFIX: dict[str | None, decimal.Decimal] = {
+    None: decimal.Decimal(1), "n": decimal.Decimal("1e-9"), "u": decimal.Decimal("1e-6"), "m": decimal.Decimal("1e-3"),
+    **{s: decimal.Decimal(10) ** (3 * (i + 1)) for i, s in enumerate("kMGTPE")},
+    **{s: decimal.Decimal(2) ** (10 * (i + 1)) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+}
+
+
+def quantity_value(quantity: str | int | float) -> decimal.Decimal:
+    """The number a Kubernetes quantity stands for (``500m`` → 0.5, ``1Gi`` → 1073741824): the API server writes
+    quantities back in its own canonical form (``0.5`` → ``500m``), so equal quantities compare by value."""
+    found = _QUANTITY.match(str(quantity).strip())
+    if found is None:
+        raise ValueError(f"{quantity!r} is not a Kubernetes quantity (e.g. 500m, 256Mi, 2)")
+    return decimal.Decimal(found.group(1)) * _SUFFIX[found.group(2)]
+
+
+def same_resources(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """Are two ``{requests, limits}`` equal quantity by quantity (absent and empty alike)?"""
+    def values(r: dict[str, Any] | None) -> dict[str, dict[str, decimal.Decimal]]:
+        return {kind: {k: quantity_value(v) for k, v in ((r or {}).get(kind) or {}).items()}
+                for kind in ("requests", "limits") if (r or {}).get(kind)}
+    return values(a) == values(b)

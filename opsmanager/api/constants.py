@@ -138,6 +138,7 @@ DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT: Final = 120.0
 
 OPS_TYPE_UPDATE_VERSION: Final = "UpdateVersion"
 OPS_TYPE_HORIZONTAL_SCALING: Final = "HorizontalScaling"
+OPS_TYPE_VERTICAL_SCALING: Final = "VerticalScaling"
 OPS_TYPE_RESTART: Final = "Restart"
 OPS_TYPE_RECONFIGURE: Final = "Reconfigure"
 OPS_TYPE_RECONFIGURE_TLS: Final = "ReconfigureTLS"
@@ -145,8 +146,9 @@ OPS_TYPE_MOVE_LEADER: Final = "MoveLeader"
 # In KubeDB's declaration order (its webhook lists them in this order in the "not supported" message).
 OPS_TYPE_COMPACT: Final = "Compact"
 OPS_TYPE_DEFRAGMENT: Final = "Defragment"
-OPS_TYPES: Final = (OPS_TYPE_UPDATE_VERSION, OPS_TYPE_HORIZONTAL_SCALING, OPS_TYPE_RESTART, OPS_TYPE_RECONFIGURE,
-                    OPS_TYPE_RECONFIGURE_TLS, OPS_TYPE_MOVE_LEADER, OPS_TYPE_COMPACT, OPS_TYPE_DEFRAGMENT)
+OPS_TYPES: Final = (OPS_TYPE_UPDATE_VERSION, OPS_TYPE_HORIZONTAL_SCALING, OPS_TYPE_VERTICAL_SCALING, OPS_TYPE_RESTART,
+                    OPS_TYPE_RECONFIGURE, OPS_TYPE_RECONFIGURE_TLS, OPS_TYPE_MOVE_LEADER, OPS_TYPE_COMPACT,
+                    OPS_TYPE_DEFRAGMENT)
 
 APPLY_IF_READY: Final = "IfReady"
 APPLY_ALWAYS: Final = "Always"
@@ -192,6 +194,8 @@ COND_DOWNGRADE_ENABLED: Final = "DowngradeEnabled"
 COND_VERSION_VERIFIED: Final = "VersionVerified"
 # Reconfigure: every member runs with the new flags, read back from its own command line (/debug/vars).
 COND_CONFIGURATION_VERIFIED: Final = "ConfigurationVerified"
+# VerticalScaling InPlace: every member's pod resized through its resize subresource, with no restart.
+COND_IN_PLACE_RESIZED: Final = "InPlaceResized"
 COND_ETCD_ALARM_CLEARED: Final = "EtcdAlarmCleared"
 COND_SKIPPED: Final = "Skipped"  # a Pending request superseded by a newer one of the same type (never started)
 # Why a request waits (True, reason WaitingForRequest / WaitingForReady / EtcdPaused) and, once it started, how
@@ -232,6 +236,8 @@ STEP_ETCD_MEMBER_ADDED: Final = "EtcdMemberAdded"  # added as a learner (MemberA
 STEP_ETCD_LEARNER_PROMOTED: Final = "EtcdLearnerPromoted"  # caught up with the leader and promoted to voter
 STEP_VERIFY_VERSION: Final = "VerifyVersion"  # the member runs the UpdateVersion's target
 STEP_VERIFY_CONFIGURATION: Final = "VerifyConfiguration"  # the member's own command line has the new flags
+STEP_REQUEST_IN_PLACE_RESIZE: Final = "RequestInPlaceResize"  # PATCH pods/<pod>/resize sent
+STEP_CHECK_IN_PLACE_RESIZE_SETTLED: Final = "CheckInPlaceResizeSettled"  # the kubelet reports the new resources
 STEP_ETCD_MEMBER_REMOVED: Final = "EtcdMemberRemoved"  # MemberRemove, its pod gone and its data volume deleted
 PER_POD_SEPARATOR: Final = "--"
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import pydantic
 
 from opsmanager.api import common, constants
+from opsmanager.api import etcd as etcd_api
 from opsmanager.api import tuning as tuning_api
 
 TLSOperation = Literal["remove", "rotate", "update"]
@@ -66,6 +67,25 @@ class UpdateVersionSpec(common.Model):
 
     target_version: str | None = pydantic.Field(default=None, description="The etcd version to run, one of the "
                                                                          "supported versions.")
+
+
+class ContainerResources(common.Model):
+    """New resources of one container."""
+
+    resources: etcd_api.ResourceRequirements | None = pydantic.Field(
+        default=None, description="Requests and limits (cpu, memory)."
+    )
+
+
+class VerticalScalingSpec(common.Model):
+    """New CPU and memory for the etcd container: by the leader-aware rolling restart (``Restart``), or in place
+    through each pod's ``resize`` subresource with no restart (``InPlace``)."""
+
+    etcd: ContainerResources | None = pydantic.Field(default=None, description="The etcd container's resources.")
+    exporter: ContainerResources | None = pydantic.Field(
+        default=None, description="Accepted for KubeDB compatibility; there is no exporter container (inert).")
+    mode: Literal["Restart", "InPlace"] | None = pydantic.Field(
+        default=None, description="`Restart` (default): roll the members; `InPlace`: resize the running pods.")
 
 
 class ReconfigureSpec(common.Model):
@@ -136,10 +156,13 @@ class EtcdOpsRequestSpec(common.Model):
     database_ref: common.LocalObjectReference = pydantic.Field(
         description="The Etcd to operate on, in the same namespace."
     )
-    type: Literal["UpdateVersion", "HorizontalScaling", "Restart", "Reconfigure", "ReconfigureTLS", "MoveLeader",
-                  "Compact", "Defragment"] = pydantic.Field(
-        description="The operation: `UpdateVersion`, `HorizontalScaling`, `Restart`, `Reconfigure`, `ReconfigureTLS`, "
-                    "`MoveLeader`, `Compact` or `Defragment`."
+    type: Literal["UpdateVersion", "HorizontalScaling", "VerticalScaling", "Restart", "Reconfigure",
+                  "ReconfigureTLS", "MoveLeader", "Compact", "Defragment"] = pydantic.Field(
+        description="The operation: `UpdateVersion`, `HorizontalScaling`, `VerticalScaling`, `Restart`, "
+                    "`Reconfigure`, `ReconfigureTLS`, `MoveLeader`, `Compact` or `Defragment`."
+    )
+    vertical_scaling: VerticalScalingSpec | None = pydantic.Field(
+        default=None, description="Required for `VerticalScaling`: the etcd container's new resources."
     )
     configuration: ReconfigureSpec | None = pydantic.Field(
         default=None, description="Required for `Reconfigure`: the etcd flags to change."

@@ -53,6 +53,7 @@ class Wiring:
     advertised_peer_scheme: str
     version: str | None = None  # the etcd the members run (an UpdateVersion's target); None: the Etcd's spec.version
     tuning: tuning_api.TuningConfig | None = None  # a Reconfigure's flags; None: the Etcd's own
+    resources: etcd_api.ResourceRequirements | None = None  # a VerticalScaling's; None: the Etcd's own
 
     def __post_init__(self) -> None:
         for field, schemes in (("client_schemes", self.client_schemes), ("peer_schemes", self.peer_schemes)):
@@ -438,8 +439,10 @@ def render_statefulset(
         },
         "volumeMounts": mounts,
     }
-    if user_spec is not None and user_spec.resources is not None:
-        container["resources"] = user_spec.resources.to_dict()
+    resources = wiring.resources if wiring.resources is not None else (
+        user_spec.resources if user_spec is not None else None)
+    if resources is not None:
+        container["resources"] = resources.to_dict()
 
     pod_spec: dict[str, Any] = {
         "containers": [container],

@@ -60,6 +60,7 @@ from opsmanager.ops.steps import (
     move_leader,
     pause,
     rescue_chosen,
+    resize_in_place,
     restart_pods,
     roll_pass,
     scale_members,
@@ -95,6 +96,7 @@ STEPS: dict[plan.StepKind, Executor] = {
     plan.StepKind.ENABLE_DOWNGRADE: enable_downgrade.run,
     plan.StepKind.VERIFY_VERSION: verify_version.run,
     plan.StepKind.VERIFY_CONFIGURATION: verify_configuration.run,
+    plan.StepKind.RESIZE_IN_PLACE: resize_in_place.run,
     plan.StepKind.CLEAR_ALARMS: clear_alarms.run,
     plan.StepKind.VERIFY_SERVED: verify_served.run,
     plan.StepKind.UPDATE_DATABASE: update_database.run,
@@ -592,6 +594,8 @@ def _success_message(p: plan.Plan) -> str:
         return p.steps[-1].message
     if p.request_type == constants.OPS_TYPE_RECONFIGURE:
         return "Successfully reconfigured etcd"
+    if p.request_type == constants.OPS_TYPE_VERTICAL_SCALING:
+        return "Successfully scaled the etcd container's resources"
     if p.request_type == constants.OPS_TYPE_UPDATE_VERSION:
         return f"Successfully updated the etcd version to {p.desired_version}"
     return "Successfully moved the etcd leader"

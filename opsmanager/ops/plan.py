@@ -73,6 +73,7 @@ class StepKind(enum.Enum):
     ENABLE_DOWNGRADE = "EnableDowngrade"  # etcd's downgrade protocol: validate, enable, storage version down
     VERIFY_VERSION = "VerifyVersion"  # every member runs the target etcd, the cluster version is its minor
     VERIFY_CONFIGURATION = "VerifyConfiguration"  # every member's own command line carries the new flags
+    RESIZE_IN_PLACE = "ResizeInPlace"  # each member's pod resized through pods/resize, one at a time, no restart
     CLEAR_ALARMS = "ClearAlarms"  # disarm NOSPACE once the space is back
     VERIFY_SERVED = "VerifyServed"  # rotate: every member serves its new leaf (hot reload), else restart it alone
     RESCUE_CHOSEN = "RescueChosen"  # rescue: record why the rescue plan was chosen (from the persisted observation)
@@ -272,6 +273,12 @@ class VerifyConfiguration(Step):
 
 
 @dataclasses.dataclass(frozen=True)
+class ResizeInPlace(Step):
+    kind: ClassVar[StepKind] = StepKind.RESIZE_IN_PLACE
+    resources: etcd_api.ResourceRequirements  # the etcd container's, on every member
+
+
+@dataclasses.dataclass(frozen=True)
 class ClearAlarms(Step):
     kind: ClassVar[StepKind] = StepKind.CLEAR_ALARMS
 
@@ -320,6 +327,7 @@ class Plan:
     desired_version: str | None = None  # UpdateVersion: the spec.version UpdateDatabase writes
     desired_tuning: tuning_api.TuningConfig | None = None  # Reconfigure: the spec.configuration.tuning it writes
     pending_restart: bool = False  # Reconfigure with restart "false": the members take the flags when they restart
+    desired_resources: etcd_api.ResourceRequirements | None = None  # VerticalScaling: the resources it writes
 
     @property
     def summary(self) -> str:
@@ -576,6 +584,8 @@ def plan_for(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest,
         return update_version_plan(db, request)
     if spec.type == constants.OPS_TYPE_RECONFIGURE:
         return reconfigure_plan(db, request)
+    if spec.type == constants.OPS_TYPE_VERTICAL_SCALING:
+        return vertical_scaling_plan(db, request)
     if spec.type == constants.OPS_TYPE_HORIZONTAL_SCALING:
         target = spec.horizontal_scaling.replicas if spec.horizontal_scaling is not None else None
         if target is None or target < 1:
@@ -669,3 +679,28 @@ def reconfigure_plan(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> Plan
         ]
     steps.append(_update_database("Successfully updated the Etcd's configuration"))
     return Plan(spec.type, None, tls, tuple(steps), desired_tuning=merged, pending_restart=not roll)
+
+
+def vertical_scaling_plan(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> Plan:
+    """The etcd container's new resources: the template first (every pod created from now on has them), then either
+    the leader-aware roll (``Restart``) or each running pod resized in place (``InPlace``), then the Etcd's
+    ``spec.podTemplate.spec.resources``."""
+    scaling = request.spec.vertical_scaling
+    resources = scaling.etcd.resources if scaling is not None and scaling.etcd is not None else None
+    if scaling is None or resources is None:
+        raise ValueError("spec.verticalScaling.etcd.resources must be specified: the exporter is inert")
+    tls = db.spec.tls
+    wiring = dataclasses.replace(render.Wiring.steady(tls), resources=resources)
+    steps: list[Step] = [
+        _running("Etcd ops request is scaling the etcd container's resources"),
+        ApplyStatefulSet(constants.COND_UPDATE_STATEFULSET, "Successfully re-rendered the StatefulSet with the new "
+                                                            "resources", wiring=wiring, tls=tls),
+    ]
+    if scaling.mode == "InPlace":
+        steps.append(ResizeInPlace(constants.COND_IN_PLACE_RESIZED, "Every member's pod was resized in place",
+                                   resources=resources))
+    else:
+        steps.append(Roll(constants.COND_RESTART_PODS, "Successfully restarted the etcd members with the new "
+                                                       "resources", wiring=wiring, tls=tls))
+    steps.append(_update_database("Successfully updated the Etcd's resources"))
+    return Plan(request.spec.type, None, tls, tuple(steps), desired_resources=resources)

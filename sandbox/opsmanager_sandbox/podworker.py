@@ -110,7 +110,10 @@ class PodWorker:
 
     def update(self, pod: Obj) -> None:
         old_labels = (self.pod.get("metadata") or {}).get("labels")
+        resized = _resources_of(pod) != _resources_of(self.pod)
         self.pod = pod
+        if resized:  # an in-place resize (pods/resize): nothing to restart, the status reports the new resources
+            self.changed()
         if (pod.get("metadata") or {}).get("labels") != old_labels:
             self.host.network_changed()
         if self._held and not holds_volume_refresh(pod):  # the hold was lifted: deliver what it held back
@@ -425,8 +428,10 @@ class PodWorker:
             "podIP": self.ip,
             "podIPs": [{"ip": self.ip}],
             "qosClass": _qos(spec),
-            "containerStatuses": [r.status() for r in self.runners],
+            "containerStatuses": [_with_resources(r.status(), spec) for r in self.runners],
         }
+        if (generation := (self.pod.get("metadata") or {}).get("generation")) is not None:
+            status["observedGeneration"] = generation  # the spec this status reflects (an in-place resize included)
         if self.start_time:
             status["startTime"] = self.start_time
         if self.init_runners:
@@ -540,3 +545,20 @@ def _qos(spec: Obj) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
+
+
+def _resources_of(pod: Obj) -> dict[str, Any]:
+    return {c.get("name"): c.get("resources") for c in (pod.get("spec") or {}).get("containers") or []}
+
+
+def _with_resources(status: Obj, spec: Obj) -> Obj:
+    """A container's status with the resources it runs with, as the kubelet reports them since in-place resize:
+    ``resources`` (what it was given) and ``allocatedResources`` (its requests). Local processes have no cgroup
+    to change, so what the pod's spec asks for now is what it has."""
+    container: Obj = next((c for c in spec.get("containers") or [] if c.get("name") == status.get("name")), {})
+    resources = container.get("resources") or {}
+    if resources:
+        status["resources"] = resources
+        if resources.get("requests"):
+            status["allocatedResources"] = resources["requests"]
+    return status

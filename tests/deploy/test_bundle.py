@@ -350,6 +350,7 @@ OPERATOR_RIGHTS: dict[tuple[str, str], set[str]] = {
     ("", "secrets"): {"get", "list", "watch", "create", "update", "patch", "delete"},
     ("", "pods"): {"get", "list", "watch", "delete"},
     ("", "pods/eviction"): {"create"},
+    ("", "pods/resize"): {"patch"},  # VerticalScaling InPlace
     ("", "persistentvolumeclaims"): {"list", "delete"},
     ("", "events"): {"create", "patch"},  # core/v1 only: nothing posts events.k8s.io Events (test_install.py)
 }

@@ -202,6 +202,7 @@ class Record:
     restarted_while_leader: list[str] = dataclasses.field(default_factory=list)
     evictions: list[tuple[str, float]] = dataclasses.field(default_factory=list)  # (pod, clock offset in s)
     deletions: list[str] = dataclasses.field(default_factory=list)  # pods deleted outright (CA rescue)
+    resized: list[str] = dataclasses.field(default_factory=list)  # pods the kubelet resized in place, in order
 
 
 class World:
@@ -226,6 +227,7 @@ class World:
         self._ips = 0
         self._missing_seen: set[str] = set()
         self.provisioner_holds = False  # True: the provisioner never re-renders the StatefulSet
+        self.resize_infeasible: set[str] = set()  # pods the kubelet cannot resize (PodResizePending/Infeasible)
 
     # --- crash injection --------------------------------------------------------------------------------------
 
@@ -375,6 +377,7 @@ class World:
     async def settle(self) -> None:
         await self._cert_manager()
         await self._provisioner()
+        await self._resizes()
         for sts in await self.kube.list("apps/v1", "StatefulSet", NS):
             await self._statefulset(sts)
         await self._refresh_volumes()
@@ -456,6 +459,30 @@ class World:
                 return {**st, "conditions": conds, "revision": int(st.get("revision") or 0) + 1}
 
             await self.kube.transact_status(CERT_API, "Certificate", NS, meta["name"], issued)
+
+    async def _resizes(self) -> None:
+        """The kubelet's part of an in-place resize: a pod whose spec asks for other resources than its container
+        reports gets them (unless held in :attr:`resize_infeasible`: PodResizePending/Infeasible)."""
+        for pod in await self.kube.list("v1", "Pod", NS):
+            name = pod["metadata"]["name"]
+            container = pod["spec"]["containers"][0]
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            reported = statuses[0].get("resources") if statuses else None
+            if container.get("resources") == reported:
+                continue
+            if name in self.resize_infeasible:
+                def infeasible(st: Obj) -> Obj:
+                    conds = conditions.set_condition(st.get("conditions") or [], "PodResizePending", "True",
+                                                     reason="Infeasible", message="Node didn't have enough capacity")
+                    return {**st, "conditions": conds}
+                await self.kube.transact_status("v1", "Pod", NS, name, infeasible)
+                continue
+
+            def resized(st: Obj, c: Obj = container) -> Obj:
+                return {**st, "containerStatuses": [{"name": c["name"], "resources": c.get("resources"),
+                                                     "restartCount": 0}]}
+            await self.kube.transact_status("v1", "Pod", NS, name, resized)
+            self.record.resized.append(name)
 
     async def _provisioner(self) -> None:
         """The provisioner's part a HorizontalScaling relies on (it does not pause the Etcd): the StatefulSet is

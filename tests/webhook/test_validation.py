@@ -57,7 +57,7 @@ PREFIX = 'EtcdOpsRequest.ops.opsmanager.dev "my-op" is invalid: '
 # --- EtcdOpsRequest: the rules in KubeDB's order -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad_type", ["VerticalScaling", "restart", "", None, 7])
+@pytest.mark.parametrize("bad_type", ["VolumeExpansion", "restart", "", None, 7])
 def test_unsupported_type_is_the_first_check(bad_type: Any, lookup: validation.InMemoryEtcdLookup) -> None:
     spec: dict[str, Any] = {"databaseRef": {"name": "missing"}}  # databaseRef is wrong too: type wins
     if bad_type is not None:
@@ -67,8 +67,8 @@ def test_unsupported_type_is_the_first_check(bad_type: Any, lookup: validation.I
     assert not verdict.allowed and verdict.code == 422 and verdict.reason == "Invalid"
     assert verdict.message == (
         PREFIX + f'spec.type: Invalid value: "my-op": defined OpsRequestType {shown} is not supported, '
-        "supported types for Etcd are UpdateVersion, HorizontalScaling, Restart, Reconfigure, ReconfigureTLS, "
-        "MoveLeader, Compact, Defragment"
+        "supported types for Etcd are UpdateVersion, HorizontalScaling, VerticalScaling, Restart, Reconfigure, "
+        "ReconfigureTLS, MoveLeader, Compact, Defragment"
     )
     assert [e.field for e in verdict.errors] == ["spec.type"]
 
@@ -191,6 +191,10 @@ TYPE_RULES: list[tuple[str, dict[str, Any], str | None, str | None]] = [
     ("HorizontalScaling", {"horizontalScaling": {"replicas": 0}}, "spec.horizontalScaling",
      "spec.horizontalScaling.replicas must be at least 1"),
     ("HorizontalScaling", {"horizontalScaling": {"replicas": 5}}, None, None),
+    ("VerticalScaling", {}, "spec.verticalScaling", "spec.verticalScaling is nil, not supported in VerticalScaling type"),
+    ("VerticalScaling", {"verticalScaling": {"mode": "InPlace"}}, "spec.verticalScaling",
+     "at least one of spec.verticalScaling.etcd or spec.verticalScaling.exporter must be specified"),
+    ("VerticalScaling", {"verticalScaling": {"etcd": {"resources": {"requests": {"cpu": "1"}}}}}, None, None),
     ("Reconfigure", {}, "spec.configuration", "spec.configuration is nil, not supported in Reconfigure type"),
     ("Reconfigure", {"configuration": {"applyConfig": {"a": "b"}}}, "spec.configuration",
      "spec.configuration.tuning must be specified, since Etcd does not support a mounted custom config file "

@@ -1,5 +1,6 @@
 """``UpdateDatabase``: write the request's TLS into the Etcd's ``spec.tls`` (an UpdateVersion: its target into
-``spec.version``; a Reconfigure: the flags into ``spec.configuration.tuning``), then clean up what is unused.
+``spec.version``; a Reconfigure: the flags into ``spec.configuration.tuning``; a VerticalScaling: the resources into
+``spec.podTemplate.spec.resources``), then clean up what is unused.
 
 Last, so during the roll the Etcd still showed the old state. Failure prevented: an Etcd whose spec claims a
 state its members are not in. After a removal it deletes the certificates this operator created (never a
@@ -17,6 +18,15 @@ CONDITIONS: tuple[str, ...] = (constants.COND_UPDATE_DATABASE,)
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    if ctx.plan.desired_resources is not None:
+        template = ctx.db.spec.pod_template
+        if template is None or template.spec is None or template.spec.resources != ctx.plan.desired_resources:
+            # a merge patch would keep a request or limit the new resources leave out: replace the whole object
+            ctx.db_obj = await ctx.kube.patch(
+                constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name,
+                [{"op": "add", "path": path, "value": value} for path, value in _resources_patch(ctx)],
+                patch_type="json")
+        return context.Done(step.message)
     if ctx.plan.desired_tuning is not None:
         flags = ctx.plan.desired_tuning.to_dict()
         if ctx.db.spec.configuration is None or ctx.db.spec.configuration.tuning != ctx.plan.desired_tuning:
@@ -49,3 +59,16 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
         if ctx.plan.change in (plan.TLSChange.ISSUER, plan.TLSChange.HANDOVER):
             await trust.delete_probes(ctx, desired)
     return context.Done()
+
+
+def _resources_patch(ctx: context.OpsContext) -> list[tuple[str, object]]:
+    """JSON-patch ``add`` operations writing ``spec.podTemplate.spec.resources`` (creating the parents it lacks)."""
+    assert ctx.plan.desired_resources is not None
+    spec = ctx.db_obj.get("spec") or {}
+    ops: list[tuple[str, object]] = []
+    if "podTemplate" not in spec:
+        ops.append(("/spec/podTemplate", {}))
+    if "spec" not in (spec.get("podTemplate") or {}):
+        ops.append(("/spec/podTemplate/spec", {}))
+    ops.append(("/spec/podTemplate/spec/resources", ctx.plan.desired_resources.to_dict()))
+    return ops

@@ -79,6 +79,8 @@ MSG_DEFAULT_CANT_HALT: Final = "can't halt, since deletion policy is 'DoNotTermi
 MSG_DEFAULT_VERSION_UNKNOWN: Final = 'failed to get EtcdVersion "{version}": supported versions are {supported}'
 
 # Compact (KubeDB's words).
+MSG_VERTICAL_NIL: Final = "spec.verticalScaling is nil, not supported in VerticalScaling type"
+MSG_VERTICAL_EMPTY: Final = "at least one of spec.verticalScaling.etcd or spec.verticalScaling.exporter must be specified"
 MSG_CONFIGURATION_NIL: Final = "spec.configuration is nil, not supported in Reconfigure type"
 MSG_CONFIGURATION_TUNING: Final = (
     "spec.configuration.tuning must be specified, since Etcd does not support a mounted custom config file "

@@ -12,7 +12,8 @@ The order on create:
    ``rotateCertificates requires TLS to already be enabled with issuerRef on Etcd``; cert-update without any
    issuer → ``tls.issuerRef is required for Etcd ReconfigureTLS``. ``UpdateVersion``: ``spec.updateVersion is nil,
    ...``, ``... targetVersion can not be empty`` (the upgrade path is the engine's, at run time, as in KubeDB).
-   ``Reconfigure``: ``spec.configuration is nil, ...``, ``... tuning must be specified, ...``, ``... applyConfig and
+   ``VerticalScaling``: ``spec.verticalScaling is nil, ...``, ``at least one of ... etcd or ... exporter must be
+   specified``. ``Reconfigure``: ``spec.configuration is nil, ...``, ``... tuning must be specified, ...``, ``... applyConfig and
    ... configSecret are not supported for Etcd, ...``; then ours, etcd's own rules on the flags the members will
    run with (the request's over the Etcd's), each naming its field.
    ``HorizontalScaling``: ``spec.horizontalScaling
@@ -110,6 +111,12 @@ def opsrequest_errors(obj: Mapping[str, Any], namespace: str, lookup: EtcdLookup
             errors.append(invalid("spec.updateVersion", name, messages.MSG_UPDATE_VERSION_NIL))
         elif not update.get("targetVersion"):
             errors.append(invalid("spec.updateVersion", name, messages.MSG_UPDATE_VERSION_EMPTY))
+    if type_ == constants.OPS_TYPE_VERTICAL_SCALING:
+        scaling = spec.get("verticalScaling")
+        if not isinstance(scaling, Mapping):
+            errors.append(invalid("spec.verticalScaling", name, messages.MSG_VERTICAL_NIL))
+        elif scaling.get("etcd") is None and scaling.get("exporter") is None:
+            errors.append(invalid("spec.verticalScaling", name, messages.MSG_VERTICAL_EMPTY))
     if type_ == constants.OPS_TYPE_RECONFIGURE:
         configuration = spec.get("configuration")
         if not isinstance(configuration, Mapping):

@@ -31,10 +31,11 @@ _SUBRESOURCE_KINDS = {
     "finalize": None,
     "log": ("", "v1", "Pod"),
     "token": ("authentication.k8s.io", "v1", "TokenRequest"),
+    "resize": None,
 }
 _SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "scale": ["get", "patch", "update"],
                       "eviction": ["create"], "binding": ["create"], "finalize": ["update"],
-                      "log": ["get"], "token": ["create"]}
+                      "log": ["get"], "token": ["create"], "resize": ["get", "patch", "update"]}
 
 
 def _gv(group: str, version: str) -> str:

@@ -455,6 +455,8 @@ class Cluster:
         raise errors.conflict(rt.group, rt.plural, name, errors.STALE)
 
     def _merge_update(self, rt: resources.ResourceType, old: Obj, new: Obj, subresource: str | None) -> Obj:
+        if subresource == "resize":
+            return _resized(old, new)
         if subresource == "status":
             merged: Obj = copy_json(old)
             if "status" in new:
@@ -673,3 +675,35 @@ class Cluster:
         new.setdefault("spec", {})["nodeName"] = target
         self.commit_update(pods_rt, pod, new)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+
+def _resized(old: Obj, new: Obj) -> Obj:
+    """kube-apiserver's ``pods/resize``: only each container's ``resources`` (and ``resizePolicy``) change; the pod's
+    QoS class may not (the kubelet could not keep its cgroup placement)."""
+    merged: Obj = copy_json(old)
+    wanted = {c.get("name"): c for c in (new.get("spec") or {}).get("containers") or []}
+    for container in (merged.get("spec") or {}).get("containers") or []:
+        update = wanted.get(container.get("name"))
+        if update is None:
+            continue
+        for key in ("resources", "resizePolicy"):
+            if key in update:
+                container[key] = copy_json(update[key])
+            else:
+                container.pop(key, None)
+    if _qos_class(merged) != _qos_class(old):
+        raise errors.invalid("", "Pod", merged["metadata"]["name"], [{
+            "field": "spec", "reason": "FieldValueInvalid",
+            "message": f'Invalid value: "{_qos_class(merged)}": Pod QOS Class may not change as a result of resizing'}])
+    return merged
+
+
+def _qos_class(pod: Obj) -> str:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    resources_ = [c.get("resources") or {} for c in containers]
+    if not any(r.get("requests") or r.get("limits") for r in resources_):
+        return "BestEffort"
+    guaranteed = all((r.get("limits") or {}).get(k) is not None
+                     and (r.get("requests") or {}).get(k, (r.get("limits") or {}).get(k)) == (r.get("limits") or {})[k]
+                     for r in resources_ for k in ("cpu", "memory"))
+    return "Guaranteed" if guaranteed else "Burstable"

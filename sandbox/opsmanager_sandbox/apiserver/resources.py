@@ -84,7 +84,7 @@ BUILTINS: tuple[ResourceType, ...] = (
     _core("Secret", "secrets"),
     _core("ConfigMap", "configmaps", short=("cm",)),
     _core("Service", "services", short=("svc",), sub=("status",), cats=("all",)),
-    _core("Pod", "pods", short=("po",), sub=("status", "eviction", "binding", "log"), cats=("all",)),
+    _core("Pod", "pods", short=("po",), sub=("status", "eviction", "binding", "log", "resize"), cats=("all",)),
     _core("Event", "events", short=("ev",)),
     _core("PersistentVolumeClaim", "persistentvolumeclaims", short=("pvc",), sub=("status",)),
     _core("ServiceAccount", "serviceaccounts", short=("sa",), sub=("token",)),

@@ -404,7 +404,7 @@ class APIServer:
         include = q.get("includeObject", "Metadata")
         allowed = {None: ("GET", "PUT", "PATCH", "DELETE", "POST"), "status": ("GET", "PUT", "PATCH"),
                    "scale": ("GET", "PUT", "PATCH"), "finalize": ("PUT",), "log": ("GET",),
-                   "eviction": ("POST",), "binding": ("POST",), "token": ("POST",)}
+                   "eviction": ("POST",), "binding": ("POST",), "token": ("POST",), "resize": ("GET", "PUT", "PATCH")}
         if method not in allowed.get(sub, ()):
             raise errors.method_not_allowed()
         if rt.is_review:
