@@ -2,7 +2,9 @@
 machine, measured the same way — plus scale (30 clusters at once) and the admission webhook under load.
 
 Why: "zero downtime" is a claim until it is measured side by side with what others do. For each operation (add
-TLS, rotate, issuer change, remove TLS, restart) every strategy runs on a **fresh 3-member Etcd** in the same
+TLS, rotate, issuer change, remove TLS, restart; scale 3 → 5 beside adding voting members directly; upgrade 3.5 →
+3.6 beside a bare binary swap; defragment beside every member at once, on a file with 64 MB free; resize in place)
+every strategy runs on a **fresh 3-member Etcd** in the same
 sandbox, with the same live writer (a put every 20 ms through every member, each scheme, a client identity from
 every CA, 0.5 s per try) and the same leader monitor (raft term increments):
 
@@ -50,8 +52,11 @@ from e2e import consistency, naive, scenario, soak
 from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.cluster import naming
+from opsmanager_sandbox import realcp
 
 ENGINE = "opsmanager"
+# The minor after the tier's etcd (sandbox/controlplane/build.py builds both).
+ETCD_36 = realcp.build_module().COMPONENTS["etcd-3.6"].version().removeprefix("v")
 NO_MOVE_LEADER = "opsmanager-no-moveleader"  # our steps minus MoveLeader (the bench-only annotation)
 Record = dict[str, Any]
 Printer = Callable[[str], None]
@@ -75,6 +80,7 @@ class Operation:
     engine_passes: int  # how many times the engine restarts each member
     naive: tuple[NaiveVariant, ...]
     no_move_leader_baseline: bool = True  # also run our request minus MoveLeader (a roll to compare with)
+    prepare: Callable[[scenario.Scenario, str], Awaitable[None]] | None = None  # before the writer starts
 
 
 def _issuer(name: str) -> dict[str, Any]:
@@ -96,6 +102,18 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("restart", "restart", None, constants.OPS_TYPE_RESTART, {}, 1,
               (NaiveVariant("naive-sigkill-ordinal", naive.kill_in_order),
                NaiveVariant("naive-simultaneous-roll", naive.simultaneous_roll))),
+    Operation("scale-up", "scale 3 → 5", None, constants.OPS_TYPE_HORIZONTAL_SCALING,
+              {"horizontalScaling": {"replicas": 5}}, 0,
+              (NaiveVariant("naive-add-voters", naive.scale_up_voters),), no_move_leader_baseline=False),
+    Operation("upgrade", f"upgrade {scenario.BUILT_ETCD_VERSION} → {ETCD_36}", None, constants.OPS_TYPE_UPDATE_VERSION,
+              {"updateVersion": {"targetVersion": ETCD_36}}, 1,
+              (NaiveVariant("naive-binary-swap", naive.binary_swap(ETCD_36)),)),
+    Operation("defragment", "defragment 64 MB free", None, constants.OPS_TYPE_DEFRAGMENT, {"defragment": {}}, 0,
+              (NaiveVariant("naive-defragment-all-at-once", naive.defragment_all_at_once),),
+              no_move_leader_baseline=False, prepare=naive.fragment),
+    Operation("resize-in-place", "resources in place", None, constants.OPS_TYPE_VERTICAL_SCALING,
+              {"verticalScaling": {"etcd": {"resources": {"requests": {"cpu": "100m"}}}, "mode": "InPlace"}}, 0,
+              (), no_move_leader_baseline=False),
 )
 OPERATION_KEYS = tuple(op.key for op in OPERATIONS)
 SCENARIOS = ("all", "ops", *OPERATION_KEYS, "scale", "webhook", "soak", "api-cost")
@@ -110,6 +128,9 @@ STRATEGY_TEXT = {
     "naive-http-only-restart": "naive: restart onto http-only, no peer-URL update",
     "naive-sigkill-ordinal": "naive: SIGKILL in ordinal order, no leader transfer",
     "naive-simultaneous-roll": "naive: all pods deleted at once (cozystack)",
+    "naive-add-voters": "naive: member add as a voter (no learner), then scale the StatefulSet",
+    "naive-binary-swap": "naive: bare binary swap, ordinal roll, no MoveLeader, no version check",
+    "naive-defragment-all-at-once": "naive: every member defragmented at once",
 }
 
 
@@ -789,6 +810,8 @@ async def run_engine(sc: scenario.Scenario, op: Operation, bare_sum: float, say:
     db = f"{op.key}-{'e' if strategy == ENGINE else 'm'}{_suffix(run_index)}"
     request = f"{db}-op"
     await fresh_etcd(sc, db, op.initial_issuer)
+    if op.prepare is not None:
+        await op.prepare(sc, db)
     say(f"\n== {op.label}: {STRATEGY_TEXT[strategy]} on a fresh Etcd {db}")
     annotations = {constants.ANNOTATION_BENCH_SKIP_MOVE_LEADER: "true"} if strategy == NO_MOVE_LEADER else None
     timeline: list[tuple[float, str, str]] = []
@@ -823,6 +846,8 @@ async def run_naive(sc: scenario.Scenario, op: Operation, variant: NaiveVariant,
                     say: Printer, *, run_index: int = 0) -> Record:
     db = f"{op.key}-n{index}{_suffix(run_index)}"
     await fresh_etcd(sc, db, op.initial_issuer)
+    if op.prepare is not None:
+        await op.prepare(sc, db)
     say(f"\n== {op.label}: {STRATEGY_TEXT[variant.strategy]} on a fresh Etcd {db}")
     m = await measure(sc, db, lambda: variant.run(sc, db), check_timeout=15.0)
     healthy = await naive.cluster_healthy(sc, db)

@@ -38,6 +38,7 @@ from opsmanager import kube, pki
 from opsmanager.api import conditions, constants, pause
 from opsmanager.api import etcd as etcd_api
 from opsmanager.cluster import naming, render
+from opsmanager.etcd import client as etcd_client
 from opsmanager.tls import material
 
 PAUSE_REASON = "bench-naive"
@@ -391,6 +392,74 @@ async def simultaneous_roll(sc: scenario.Scenario, db: str, replicas: int = 3) -
     return NaiveOutcome("all pods deleted at once (cozystack)", tuple(steps))
 
 
+# --- the day-2 types beyond TLS: what is done without a learner, a MoveLeader or the downgrade protocol ----------
+
+
+async def _plain_client(sc: scenario.Scenario, db: str, replicas: int = 3) -> etcd_client.EtcdClient:
+    eps = [dataclasses.replace(ep, schemes=("http",)) for ep in await sc.endpoints(db, replicas)]
+    return etcd_client.EtcdClient(eps, tls=None, timeout=10.0)
+
+
+async def _wait_ready(sc: scenario.Scenario, pod_name: str, started: float, *,
+                      timeout: float = MEMBER_TIMEOUT) -> MemberStep:
+    while time.monotonic() - started < timeout:
+        if pod_ready(await sc.k.get("v1", "Pod", sc.namespace, pod_name)):
+            return MemberStep(pod_name, "add", time.monotonic() - started, True)
+        await asyncio.sleep(0.1)
+    return MemberStep(pod_name, "add", timeout, False)
+
+
+async def scale_up_voters(sc: scenario.Scenario, db: str, target: int = 5) -> NaiveOutcome:
+    """3 → 5 by adding each new member straight as a voter (``member add``, no learner), then scaling the
+    StatefulSet: the quorum grows before the new member has any data."""
+    await set_paused(sc.k, sc.namespace, db, True)
+    model = await etcd_model(sc, db)
+    steps = []
+    for index in range(model.spec.replicas, target):
+        pod = naming.pods(db, target)[index]
+        started = time.monotonic()
+        async with await _plain_client(sc, db, index) as client:
+            await client.member_add([f"http://{naming.pod_fqdn(db, sc.namespace, pod)}:{naming.PEER_PORT_HTTP}"])
+        model.spec.replicas = index + 1
+        model.status = etcd_api.EtcdStatus(initialClusterState="existing")
+        await replace_template(sc, model, render.Wiring.steady(None))
+        await sc.k.patch("apps/v1", "StatefulSet", sc.namespace, naming.statefulset(db), {"spec": {"replicas": index + 1}})
+        steps.append(await _wait_ready(sc, pod, started))
+    return NaiveOutcome("member add as a voter, then scale the StatefulSet", tuple(steps))
+
+
+async def defragment_all_at_once(sc: scenario.Scenario, db: str) -> NaiveOutcome:
+    """Every member defragmented at the same time (``etcdctl defrag --cluster`` run in parallel): no member answers
+    while its file is rewritten, so all of them at once stops every write."""
+    started = time.monotonic()
+    async with await _plain_client(sc, db) as client:
+        await asyncio.gather(*(client.defragment(ep.name, timeout=120.0) for ep in client.endpoints))
+    took = time.monotonic() - started
+    return NaiveOutcome("every member defragmented at once",
+                        tuple(MemberStep(pod, "defragment", took, True) for pod in naming.pods(db, 3)))
+
+
+def binary_swap(version: str) -> Strategy:
+    """The new etcd binary put in place and each member restarted in ordinal order (no MoveLeader, no check of
+    the member's or the cluster's version in between)."""
+    async def swap(sc: scenario.Scenario, db: str) -> NaiveOutcome:
+        await set_paused(sc.k, sc.namespace, db, True)
+        model = await etcd_model(sc, db)
+        wiring = dataclasses.replace(render.Wiring.steady(model.spec.tls), version=version)
+        await replace_template(sc, model, wiring)
+        return NaiveOutcome(f"bare binary swap to {version}, ordinal roll", tuple(await roll_in_order(sc, db)))
+    return swap
+
+
+async def fragment(sc: scenario.Scenario, db: str, megabytes: int = 64) -> None:
+    """Write ``megabytes`` of 64 KiB values, delete them and compact: a file with most of its pages free."""
+    async with await _plain_client(sc, db) as client:
+        for i in range(megabytes * 16):
+            await client.put(f"/fragment/{i:06d}", b"x" * 65536)
+        _deleted, revision = await client.delete_prefix("/fragment/")
+        await client.compact(revision, physical=True)
+
+
 __all__ = ["MEMBER_TIMEOUT", "MemberStep", "NaiveOutcome", "Strategy", "add_tls", "change_issuer",
            "cluster_healthy", "delete_and_wait", "kill_in_order", "member_healthy", "remove_tls", "rotate",
-           "simultaneous_roll", "set_paused"]
+           "simultaneous_roll", "set_paused", "scale_up_voters", "defragment_all_at_once", "binary_swap", "fragment"]

@@ -232,9 +232,9 @@ class Scenario:
     # --- Etcd ----------------------------------------------------------------------------------------------
 
     async def create_etcd(self, name: str, *, issuer: str | None = None, replicas: int = 3,
-                          version: str | None = None) -> None:
+                          version: str | None = None, extra: dict[str, Any] | None = None) -> None:
         spec: dict[str, Any] = {"version": version or self.etcd_version, "replicas": replicas,
-                                "storageType": "Durable", "deletionPolicy": "WipeOut"}
+                                "storageType": "Durable", "deletionPolicy": "WipeOut", **(extra or {})}
         if issuer is not None:
             spec["tls"] = {"issuerRef": {"apiGroup": "cert-manager.io", "kind": "Issuer", "name": issuer}}
         await self.k.create({"apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
@@ -252,9 +252,10 @@ class Scenario:
         raise TimeoutError(f"{what}: not reached within {timeout:.0f}s")
 
     async def fresh_etcd(self, name: str, *, issuer: str | None = None, timeout: float = 90.0,
-                         version: str | None = None) -> None:
-        """Create a 3-member Etcd (etcd ``version``, else :attr:`etcd_version`) and wait until it is Ready."""
-        await self.create_etcd(name, issuer=issuer, version=version)
+                         version: str | None = None, extra: dict[str, Any] | None = None) -> None:
+        """Create a 3-member Etcd (etcd ``version``, else :attr:`etcd_version`; ``extra``: more of its spec) and
+        wait until it is Ready."""
+        await self.create_etcd(name, issuer=issuer, version=version, extra=extra)
         await self.wait_ready(name, timeout=timeout)
 
     async def drop_etcd(self, name: str) -> None:

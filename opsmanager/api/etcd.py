@@ -203,6 +203,9 @@ class EtcdSpec(common.Model):
             "`EtcdOpsRequest` of type `ReconfigureTLS`, not by editing this field."
         ),
     )
+    storage_lifecycle: lifecycle.StorageLifecycle | None = pydantic.Field(
+        default=None, description="Storage-lifecycle policy: size scans, metrics and automatic defragmentation."
+    )
     tls_lifecycle: lifecycle.TLSLifecycle | None = pydantic.Field(
         default=None,
         description=(
@@ -253,6 +256,9 @@ class EtcdStatus(common.OpenModel):
     tls: lifecycle.TLSStatus | None = pydantic.Field(
         default=None, description="The last certificate scan of a TLS cluster: what each member really serves."
     )
+    storage: lifecycle.StorageStatus | None = pydantic.Field(
+        default=None, description="The last storage scan: every member's database size, in-use size and quota."
+    )
     initial_cluster_state: Literal["new", "existing"] | None = pydantic.Field(
         default=None,
         description=(
@@ -281,6 +287,11 @@ class Etcd(common.Model):
     def tls_enabled(self) -> bool:
         """True when ``spec.tls`` is set (that is what turns TLS on)."""
         return self.spec.tls is not None
+
+    @property
+    def storage_lifecycle(self) -> lifecycle.StorageLifecycle:
+        """``spec.storageLifecycle``, or the all-defaults policy when it is unset."""
+        return self.spec.storage_lifecycle if self.spec.storage_lifecycle is not None else lifecycle.StorageLifecycle()
 
     @property
     def tls_lifecycle(self) -> lifecycle.TLSLifecycle:

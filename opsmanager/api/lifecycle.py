@@ -197,3 +197,50 @@ class TLSStatus(common.OpenModel):
             if entry.name == name:
                 return entry
         return None
+
+
+class AutoDefragment(common.Model):
+    """When the storage scan files a Defragment request by itself: once the space a defragmentation would give back
+    (the file's size minus what is in use, on the member where it is largest) is both this share of the file and at
+    least this many bytes. Once per episode: not again until that member's reclaimable share has dropped below the
+    threshold."""
+
+    enabled: bool = pydantic.Field(default=True, description="File Defragment requests (trigger `auto-defragment`).")
+    reclaimable_percent: int = pydantic.Field(
+        default=50, ge=1, le=100,
+        description="The share of a member's database file that is free (compacted, not yet given back), in %.")
+    min_reclaimable_bytes: int = pydantic.Field(
+        default=256 * 1024 * 1024, ge=0,
+        description="And at least this many bytes free, so a small database is never defragmented for nothing.")
+
+
+class StorageLifecycle(common.Model):
+    """Storage-lifecycle policy: how often every member's database size, in-use size and quota are read (status,
+    metrics, the quota alert) and when a Defragment is filed by itself."""
+
+    scan_interval: PolicyDuration = pydantic.Field(
+        default="1m", description="How often every member's Status is read, a Go duration.")
+    auto_defragment: AutoDefragment = pydantic.Field(
+        default_factory=AutoDefragment, description="Automatic defragmentation.")
+
+    @property
+    def scan_interval_delta(self) -> datetime.timedelta:
+        return durations.parse(self.scan_interval)
+
+
+class MemberStorage(common.OpenModel):
+    """One member's database as its Status reports it."""
+
+    db_size_bytes: int = pydantic.Field(description="The database file's size (`dbSize`).")
+    db_size_in_use_bytes: int = pydantic.Field(description="The part of it in use (`dbSizeInUse`).")
+    quota_bytes: int | None = pydantic.Field(
+        default=None, description="`--quota-backend-bytes` as the member runs it (NOSPACE beyond).")
+
+
+class StorageStatus(common.OpenModel):
+    """The last storage scan."""
+
+    last_scan_time: str | None = pydantic.Field(default=None, description="When (RFC 3339).")
+    members: dict[str, MemberStorage] | None = pydantic.Field(default=None, description="By pod name.")
+    reclaimable_bytes: int | None = pydantic.Field(
+        default=None, description="The most a defragmentation would give back on one member.")

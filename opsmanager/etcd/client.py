@@ -678,6 +678,13 @@ class EtcdClient:
         the lowest minor its members run, or the downgrade target. "" when the member does not report one."""
         return await probes.http_cluster_version(self._session(), self.endpoint(endpoint), timeout=timeout)
 
+    async def quota_bytes(self, endpoint: access.Endpoint | str, *, timeout: float = 2.0) -> int | None:
+        """``--quota-backend-bytes`` as the member runs it (``etcd_server_quota_backend_bytes`` on its metrics port;
+        etcd's default, 2 GiB, when the flag is 0); None when the member does not report it."""
+        metrics = await probes.http_metrics(self._session(), self.endpoint(endpoint), timeout=timeout)
+        value = probes.metric_value(metrics, "etcd_server_quota_backend_bytes")
+        return int(value) if value is not None else None
+
     # -- Cluster --
 
     async def members(self, *, linearizable: bool = True, timeout: float | None = None,

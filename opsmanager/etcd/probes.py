@@ -207,6 +207,21 @@ async def http_health(session: aiohttp.ClientSession, endpoint: access.Endpoint,
                   via="http-metrics", took=took)
 
 
+async def http_metrics(session: aiohttp.ClientSession, endpoint: access.Endpoint, *, timeout: float) -> str:
+    """The Prometheus exposition of ``GET <metrics_url>/metrics``."""
+    _status, body = await _get_on_metrics_port(session, endpoint, "metrics", timeout=timeout)
+    return body
+
+
+def metric_value(metrics: str, name: str) -> float | None:
+    """The value of an unlabelled series ``name`` in a Prometheus exposition (None when absent)."""
+    found = re.search(rf"^{re.escape(name)}\s+(\S+)\s*$", metrics, re.M)
+    try:
+        return float(found.group(1)) if found else None
+    except ValueError:
+        return None
+
+
 async def http_cluster_version(session: aiohttp.ClientSession, endpoint: access.Endpoint, *, timeout: float) -> str:
     """``etcd_cluster_version{cluster_version="3.6"} 1`` from ``GET <metrics_url>/metrics``: the version the
     cluster runs at (etcd's ``Status`` only names the member's own binary). "" when the gauge is absent."""

@@ -1,4 +1,5 @@
-"""kopf wiring of the certificate lifecycle: a timer on every Etcd with TLS, scanning when its
+"""kopf wiring of the certificate and storage lifecycles: a timer on every Etcd (storage:
+:mod:`opsmanager.lifecycle.storage`, every ``spec.storageLifecycle.scanInterval``), a timer on every Etcd with TLS, scanning when its
 ``spec.tlsLifecycle.scanInterval`` has passed since ``status.tls.lastScanTime`` or a requested scan time has come
 (:func:`opsmanager.lifecycle.scan.due`), then deciding auto-renew (:mod:`opsmanager.lifecycle.autorenew`); and the
 scan triggers (:mod:`opsmanager.lifecycle.triggers`): a watch on EtcdOpsRequests that requests a scan when one
@@ -23,7 +24,7 @@ from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.etcd import pool
-from opsmanager.lifecycle import autorenew, metrics, scan, triggers
+from opsmanager.lifecycle import autorenew, metrics, scan, storage, triggers
 
 RESOURCE = (constants.ETCD_GROUP, constants.ETCD_VERSION, constants.ETCD_PLURAL)
 DEFAULT_TICK = 5.0
@@ -63,10 +64,25 @@ def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, tick: float 
             logger.info("TLS scan of %s/%s: %s; next tick retries", body.get("metadata", {}).get("namespace"),
                         body.get("metadata", {}).get("name"), err)
 
+    @kopf.timer(*RESOURCE, registry=registry, id="storage-scan", interval=tick)
+    async def storage_scan(body: kopf.Body, logger: Logger, **_: Any) -> None:
+        obj = dict(body)
+        now = datetime.datetime.now(datetime.UTC)
+        if not storage.due(obj, now):
+            return
+        try:
+            decision = await storage.scan_once(client, obj, now=now)
+            if decision is not None:
+                logger.debug("storage: %s", decision.reason)
+        except (kube.KubeError, etcd_errors.EtcdError) as err:
+            logger.info("storage scan of %s/%s: %s; next tick retries", body.get("metadata", {}).get("namespace"),
+                        body.get("metadata", {}).get("name"), err)
+
     @kopf.on.delete(*RESOURCE, registry=registry, id="tls-scan-forget", optional=True)
     async def forget(body: kopf.Body, **_: Any) -> None:
         meta = body.get("metadata", {})
         metrics.forget(meta.get("namespace") or "default", meta.get("name") or "")
+        metrics.forget_storage(meta.get("namespace") or "default", meta.get("name") or "")
         await pool.shared.forget(meta.get("namespace") or "default", meta.get("name") or "")  # its etcd clients
 
     @kopf.on.startup(registry=registry, id="tls-scan-triggers")

@@ -19,6 +19,7 @@ and kopf's loop is not touched. Path ``/metrics`` (that server answers on every 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -128,3 +129,39 @@ def _remove(gauge: prometheus_client.Gauge, *labels: str) -> None:
 def serve(port: int, addr: str = "0.0.0.0") -> tuple[WSGIServer, threading.Thread]:
     """Serve :data:`REGISTRY` on ``http://addr:port/metrics`` from a daemon thread; ``server.shutdown()`` stops it."""
     return prometheus_client.start_http_server(port, addr=addr, registry=REGISTRY)
+
+
+# --- storage ------------------------------------------------------------------------------------------------------
+
+DB_SIZE = prometheus_client.Gauge(
+    "opsmanager_etcd_db_size_bytes", "Size of an etcd member's database file (Status dbSize)",
+    ["namespace", "etcd", "member"], registry=REGISTRY)
+DB_SIZE_IN_USE = prometheus_client.Gauge(
+    "opsmanager_etcd_db_size_in_use_bytes", "The part of an etcd member's database file in use (Status dbSizeInUse)",
+    ["namespace", "etcd", "member"], registry=REGISTRY)
+DB_QUOTA = prometheus_client.Gauge(
+    "opsmanager_etcd_db_quota_bytes", "An etcd member's backend quota (--quota-backend-bytes): NOSPACE beyond it",
+    ["namespace", "etcd", "member"], registry=REGISTRY)
+_STORAGE = (DB_SIZE, DB_SIZE_IN_USE, DB_QUOTA)
+_storage_series: dict[tuple[str, str], set[str]] = {}
+
+
+def publish_storage(namespace: str, etcd: str, sizes: Mapping[str, Any]) -> None:
+    """The storage scan's sizes (``lifecycle.MemberStorage`` by member); a member not scanned loses its series."""
+    with _lock:
+        for member in _storage_series.get((namespace, etcd), set()) - set(sizes):
+            for gauge in _STORAGE:
+                with contextlib.suppress(KeyError):
+                    gauge.remove(namespace, etcd, member)
+        for member, size in sizes.items():
+            DB_SIZE.labels(namespace, etcd, member).set(size.db_size_bytes)
+            DB_SIZE_IN_USE.labels(namespace, etcd, member).set(size.db_size_in_use_bytes)
+            if size.quota_bytes is not None:
+                DB_QUOTA.labels(namespace, etcd, member).set(size.quota_bytes)
+        _storage_series[(namespace, etcd)] = set(sizes)
+
+
+def forget_storage(namespace: str, etcd: str) -> None:
+    publish_storage(namespace, etcd, {})
+    with _lock:
+        _storage_series.pop((namespace, etcd), None)

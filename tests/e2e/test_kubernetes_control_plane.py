@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+import yaml
 
 from e2e import scenario
 from opsmanager import kube
@@ -86,4 +87,73 @@ async def test_kubectl_shows_why_a_request_waits(sc: scenario.Scenario) -> None:
     table = await aeventually(shown, timeout=60, interval=0.5, what="kubectl get etcdops showing WaitingForReady")
     assert "REASON" in table.splitlines()[0] and "Pending" in table, table
     await sc.k.delete(constants.OPS_API_VERSION, constants.OPS_KIND, sc.namespace, "waits")
+    await sc.drop_etcd(db)
+
+
+# KubeDB's admission rules for an EtcdOpsRequest (reference section 4.1), each with its exact message, as kubectl
+# prints kube-apiserver's answer: (the spec beyond databaseRef, the field, the message).
+BAD_REQUESTS: list[tuple[dict[str, Any], str, str]] = [
+    ({"type": "StorageMigration"}, "spec.type",
+     "defined OpsRequestType StorageMigration is not supported, supported types for Etcd are UpdateVersion, "
+     "HorizontalScaling, VerticalScaling, Restart, Reconfigure, ReconfigureTLS, MoveLeader, Compact, Defragment"),
+    ({"type": "Restart", "databaseRef": {"name": "nowhere"}}, "spec.databaseRef",
+     "spec.databaseRef {ns}/nowhere is invalid or not found"),
+    ({"type": "UpdateVersion"}, "spec.updateVersion", "spec.updateVersion is nil, not supported in UpdateVersion type"),
+    ({"type": "UpdateVersion", "updateVersion": {}}, "spec.updateVersion",
+     "spec.updateVersion.targetVersion can not be empty"),
+    ({"type": "HorizontalScaling"}, "spec.horizontalScaling",
+     "spec.horizontalScaling is nil, not supported in HorizontalScaling type"),
+    ({"type": "HorizontalScaling", "horizontalScaling": {}}, "spec.horizontalScaling",
+     "spec.horizontalScaling.replicas can not be empty"),
+    ({"type": "HorizontalScaling", "horizontalScaling": {"replicas": 0}}, "spec.horizontalScaling",
+     "spec.horizontalScaling.replicas must be at least 1"),
+    ({"type": "VerticalScaling"}, "spec.verticalScaling",
+     "spec.verticalScaling is nil, not supported in VerticalScaling type"),
+    ({"type": "VerticalScaling", "verticalScaling": {"mode": "InPlace"}}, "spec.verticalScaling",
+     "at least one of spec.verticalScaling.etcd or spec.verticalScaling.exporter must be specified"),
+    ({"type": "Reconfigure"}, "spec.configuration", "spec.configuration is nil, not supported in Reconfigure type"),
+    ({"type": "Reconfigure", "configuration": {"restart": "true"}}, "spec.configuration",
+     "spec.configuration.tuning must be specified, since Etcd does not support a mounted custom config file "
+     "(--config-file is mutually exclusive with etcd command-line flags)"),
+    ({"type": "Reconfigure", "configuration": {"tuning": {}, "applyConfig": {"a": "b"}}}, "spec.configuration",
+     "spec.configuration.applyConfig and spec.configuration.configSecret are not supported for Etcd, use "
+     "spec.configuration.tuning instead"),
+    ({"type": "ReconfigureTLS"}, "spec.tls", "spec.tls is nil, not supported in ReconfigureTLS type"),
+    ({"type": "ReconfigureTLS", "tls": {}}, "spec.tls",
+     "at least one of Remove, RotateCertificates, IssuerRef, or Certificates must be specified"),
+    ({"type": "ReconfigureTLS", "tls": {"remove": True, "rotateCertificates": True}}, "spec.tls",
+     "only one TLS reconfiguration operation is allowed at a time"),
+    ({"type": "ReconfigureTLS", "tls": {"rotateCertificates": True}}, "spec.tls",
+     "rotateCertificates requires TLS to already be enabled with issuerRef on Etcd"),
+    ({"type": "ReconfigureTLS", "tls": {"certificates": [{"alias": "server", "dnsNames": ["etcd.example"]}]}},
+     "spec.tls", "tls.issuerRef is required for Etcd ReconfigureTLS"),
+    ({"type": "Compact"}, "spec.compact", "spec.compact is nil, not supported in Compact type"),
+    ({"type": "Compact", "compact": {"revision": -1}}, "spec.compact", "spec.compact.revision can not be negative"),
+]
+
+
+async def _kubectl_apply(sc: scenario.Scenario, manifest: str) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl", "--kubeconfig", str(sc.sandbox.kubeconfig), "apply", "--dry-run=server", "-f", "-",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _out, err = await asyncio.wait_for(proc.communicate(manifest.encode()), timeout=60)
+    assert proc.returncode is not None
+    return proc.returncode, err.decode()
+
+
+async def test_kubectl_shows_kubedbs_message_for_every_bad_request(sc: scenario.Scenario) -> None:
+    """Each bad request of KubeDB's section 4.1, applied with kubectl (a server-side dry run: admission runs,
+    nothing is stored), is refused with its field and KubeDB's exact message, through kube-apiserver."""
+    db = "plain-target"
+    await sc.create_etcd(db)
+    failures = []
+    for i, (spec, field, message) in enumerate(BAD_REQUESTS):
+        manifest = yaml.safe_dump({"apiVersion": constants.OPS_API_VERSION, "kind": constants.OPS_KIND,
+                                   "metadata": {"name": f"bad-{i}", "namespace": sc.namespace},
+                                   "spec": {"databaseRef": {"name": db}, **spec}})
+        code, stderr = await _kubectl_apply(sc, manifest)
+        expected = message.replace("{ns}", sc.namespace)
+        if code == 0 or f"{field}: Invalid value: \"bad-{i}\": {expected}" not in stderr:
+            failures.append((spec, code, stderr.strip()[-400:]))
+    assert not failures, failures
     await sc.drop_etcd(db)

@@ -621,3 +621,49 @@ def test_identical_errors_are_reported_once() -> None:
     err = validation.invalid("spec", "n", "m")
     assert validation.invalid_message("K", "g", "n", [err, err]) == 'K.g "n" is invalid: spec: Invalid value: "n": m'
     assert validation.invalid_message("K", "g", "n", []) == 'K.g "n" is invalid'
+
+
+# --- a running Etcd's member count: only from an active HorizontalScaling --------------------------------------
+
+RUNNING = {**PLAIN_DB, "status": {"conditions": [{"type": "Provisioned", "status": "True", "reason": "Provisioned",
+                                                  "message": "", "lastTransitionTime": "2026-12-02T10:00:00Z"}]}}
+
+
+def scaling(phase: str, db: str = "etcd-plain", type_: str = "HorizontalScaling") -> dict[str, Any]:
+    return {"apiVersion": "ops.opsmanager.dev/v1alpha1", "kind": "EtcdOpsRequest",
+            "metadata": {"name": "grow", "namespace": NS},
+            "spec": {"type": type_, "databaseRef": {"name": db}, "horizontalScaling": {"replicas": 5}},
+            "status": {"phase": phase}}
+
+
+def with_replicas(replicas: int, scaled_by: str | None = None) -> dict[str, Any]:
+    new = copy.deepcopy(RUNNING)
+    new["spec"]["replicas"] = replicas
+    if scaled_by:
+        new["metadata"]["annotations"] = {"ops.opsmanager.dev/scaled-by": scaled_by}
+    return new
+
+
+@pytest.mark.parametrize(("new", "request_", "allowed"), [
+    (with_replicas(4, "grow"), scaling("Progressing"), True),
+    (with_replicas(2, "grow"), scaling("Progressing"), True),  # a shrink, one at a time
+    (with_replicas(4), None, False),  # by hand
+    (with_replicas(5, "grow"), scaling("Progressing"), False),  # two at once
+    (with_replicas(4, "grow"), scaling("Successful"), False),  # a finished request holds nothing
+    (with_replicas(4, "grow"), scaling("Progressing", type_="Restart"), False),
+    (with_replicas(4, "grow"), scaling("Progressing", db="etcd-tls"), False),
+])
+def test_a_running_etcds_member_count_changes_only_through_an_active_horizontal_scaling(
+        new: dict[str, Any], request_: dict[str, Any] | None, allowed: bool) -> None:
+    lookup = validation.InMemoryEtcdLookup([RUNNING, *([request_] if request_ else [])])
+    verdict = validation.validate_etcd("UPDATE", new, RUNNING, lookup=lookup)
+    assert verdict.allowed is allowed, verdict.message
+    if not allowed:
+        assert "spec.replicas: Forbidden: the member count of a running Etcd is changed by an EtcdOpsRequest of " \
+               "type HorizontalScaling" in verdict.message, verdict.message
+
+
+def test_before_it_runs_the_member_count_is_free_to_change() -> None:
+    new = copy.deepcopy(PLAIN_DB)
+    new["spec"]["replicas"] = 5
+    assert validation.validate_etcd("UPDATE", new, PLAIN_DB, lookup=validation.InMemoryEtcdLookup([PLAIN_DB])).allowed

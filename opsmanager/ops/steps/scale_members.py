@@ -98,9 +98,12 @@ def _waiting(why: str, what: str) -> context.Progress:
 
 
 async def _set_replicas(ctx: context.OpsContext, replicas: int) -> None:
-    """The Etcd's ``spec.replicas``: the provisioner renders the StatefulSet (and ``--initial-cluster``) for it."""
+    """The Etcd's ``spec.replicas``: the provisioner renders the StatefulSet (and ``--initial-cluster``) for it. The
+    write names this request (the webhook admits a running Etcd's member count from an active HorizontalScaling
+    only)."""
     updated = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name,
-                                   {"spec": {"replicas": replicas}})
+                                   {"metadata": {"annotations": {constants.ANNOTATION_SCALED_BY: ctx.name}},
+                                    "spec": {"replicas": replicas}})
     if updated is not None:
         ctx.db_obj = updated
 

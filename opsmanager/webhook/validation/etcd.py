@@ -27,7 +27,7 @@ from typing import Any
 
 import pydantic
 
-from opsmanager.api import constants, durations, pause, tlschange, tuning
+from opsmanager.api import conditions, constants, durations, pause, tlschange, tuning
 from opsmanager.api.etcd import Etcd, TLSConfig, default_secret_name
 from opsmanager.api.opsrequest import EtcdOpsRequest
 from opsmanager.webhook.validation import messages
@@ -258,6 +258,25 @@ def paused_tls_errors(obj: Mapping[str, Any], old: Mapping[str, Any], lookup: Et
     return [forbidden("spec.tls", messages.MSG_TLS_PAUSED.format(etcd=name_of(old), request=holder))]
 
 
+def replicas_errors(obj: Mapping[str, Any], old: Mapping[str, Any], lookup: EtcdLookup) -> list[FieldError]:
+    """Ours: a provisioned Etcd's ``spec.replicas`` changes by one at a time, written by the active HorizontalScaling
+    request its ``ops.opsmanager.dev/scaled-by`` annotation names. A hand edit would start members nobody added to
+    the cluster (or leave removed ones in it). Raises :class:`EtcdLookupError` when the request cannot be read."""
+    new, before = as_dict(obj.get("spec")).get("replicas"), as_dict(old.get("spec")).get("replicas")
+    if new == before or not isinstance(new, int) or not isinstance(before, int):
+        return []
+    if not conditions.is_true(as_dict(old.get("status")).get("conditions"), constants.COND_PROVISIONED):
+        return []  # not running yet: nothing to add members to
+    holder = as_dict(meta_of(obj).get("annotations")).get(constants.ANNOTATION_SCALED_BY)
+    request = lookup.get_opsrequest(meta_of(old).get("namespace") or "default", holder) \
+        if isinstance(holder, str) and holder else None
+    spec = as_dict((request or {}).get("spec"))
+    if (pause.request_holds(request) and spec.get("type") == constants.OPS_TYPE_HORIZONTAL_SCALING
+            and as_dict(spec.get("databaseRef")).get("name") == name_of(old) and abs(new - before) == 1):
+        return []
+    return [forbidden("spec.replicas", messages.MSG_REPLICAS_BY_REQUEST.format(replicas=new))]
+
+
 def validate_etcd(
     operation: str, obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None, *, lookup: EtcdLookup
 ) -> Verdict:
@@ -278,6 +297,7 @@ def validate_etcd(
             errors.append(invalid("spec", name_of(obj), message))
         try:
             errors += paused_tls_errors(obj, old, lookup)
+            errors += replicas_errors(obj, old, lookup)
         except EtcdLookupError as exc:
             return Verdict.deny(
                 f"could not validate {kind} {meta_of(old).get('namespace') or 'default'}/{name_of(old)}: it is paused "

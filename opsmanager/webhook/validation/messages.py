@@ -92,6 +92,12 @@ MSG_CONFIGURATION_NOT_SUPPORTED: Final = (
 )
 MSG_UPDATE_VERSION_NIL: Final = "spec.updateVersion is nil, not supported in UpdateVersion type"
 MSG_UPDATE_VERSION_EMPTY: Final = "spec.updateVersion.targetVersion can not be empty"
+# Ours: the member count of a running Etcd changes through a HorizontalScaling request only.
+MSG_REPLICAS_BY_REQUEST: Final = (
+    "the member count of a running Etcd is changed by an EtcdOpsRequest of type HorizontalScaling, which adds and "
+    "removes etcd members one at a time (a new member joins as a learner): file one with "
+    "horizontalScaling.replicas: {replicas} instead of editing spec.replicas"
+)
 MSG_HORIZONTAL_NIL: Final = "spec.horizontalScaling is nil, not supported in HorizontalScaling type"
 MSG_HORIZONTAL_REPLICAS_EMPTY: Final = "spec.horizontalScaling.replicas can not be empty"
 MSG_HORIZONTAL_REPLICAS_TOO_FEW: Final = "spec.horizontalScaling.replicas must be at least 1"
