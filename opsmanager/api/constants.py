@@ -146,6 +146,11 @@ OPS_TYPE_MOVE_LEADER: Final = "MoveLeader"
 # In KubeDB's declaration order (its webhook lists them in this order in the "not supported" message).
 OPS_TYPE_COMPACT: Final = "Compact"
 OPS_TYPE_DEFRAGMENT: Final = "Defragment"
+# Every type KubeDB's EtcdOpsRequest CRD admits, in its order: the CRD accepts them all, so a request of a type
+# this operator does not run yet reaches the webhook and gets KubeDB's "not supported" message, not a schema error.
+KUBEDB_OPS_TYPES: Final = ("UpdateVersion", "HorizontalScaling", "VerticalScaling", "VolumeExpansion", "Restart",
+                           "Reconfigure", "ReconfigureTLS", "RotateAuth", "StorageMigration", "MoveLeader",
+                           "Defragment", "Compact", "RecoverFromQuorumLoss", "Restore")
 OPS_TYPES: Final = (OPS_TYPE_UPDATE_VERSION, OPS_TYPE_HORIZONTAL_SCALING, OPS_TYPE_VERTICAL_SCALING, OPS_TYPE_RESTART,
                     OPS_TYPE_RECONFIGURE, OPS_TYPE_RECONFIGURE_TLS, OPS_TYPE_MOVE_LEADER, OPS_TYPE_COMPACT,
                     OPS_TYPE_DEFRAGMENT)

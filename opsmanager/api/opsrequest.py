@@ -156,10 +156,13 @@ class EtcdOpsRequestSpec(common.Model):
     database_ref: common.LocalObjectReference = pydantic.Field(
         description="The Etcd to operate on, in the same namespace."
     )
-    type: Literal["UpdateVersion", "HorizontalScaling", "VerticalScaling", "Restart", "Reconfigure",
-                  "ReconfigureTLS", "MoveLeader", "Compact", "Defragment"] = pydantic.Field(
+    type: Literal["UpdateVersion", "HorizontalScaling", "VerticalScaling", "VolumeExpansion", "Restart",
+                  "Reconfigure", "ReconfigureTLS", "RotateAuth", "StorageMigration", "MoveLeader", "Defragment",
+                  "Compact", "RecoverFromQuorumLoss", "Restore"] = pydantic.Field(
         description="The operation: `UpdateVersion`, `HorizontalScaling`, `VerticalScaling`, `Restart`, "
-                    "`Reconfigure`, `ReconfigureTLS`, `MoveLeader`, `Compact` or `Defragment`."
+                    "`Reconfigure`, `ReconfigureTLS`, `MoveLeader`, `Compact` or `Defragment`. KubeDB's other "
+                    "types (`VolumeExpansion`, `RotateAuth`, `StorageMigration`, `RecoverFromQuorumLoss`, `Restore`) "
+                    "are accepted by the schema and refused by the admission webhook as not supported yet."
     )
     vertical_scaling: VerticalScalingSpec | None = pydantic.Field(
         default=None, description="Required for `VerticalScaling`: the etcd container's new resources."

@@ -233,16 +233,28 @@ class KubernetesControlPlane:
         await child.wait_ready(probe, timeout=timeout, interval=0.2)
         return child
 
-    async def _start_etcd(self, etcd_bin: Path) -> None:
-        client, peer = children.free_port(self.host), children.free_port(self.host)
-        self.etcd_url = f"http://{self.host}:{client}"
-        argv = [str(etcd_bin), "--name", "apiserver-etcd", "--data-dir", str(self.dir / "etcd" / "data"),
-                "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
-                "--listen-peer-urls", f"http://{self.host}:{peer}",
-                "--initial-advertise-peer-urls", f"http://{self.host}:{peer}",
-                "--initial-cluster", f"apiserver-etcd=http://{self.host}:{peer}",
-                "--initial-cluster-state", "new", "--listen-metrics-urls", "", "--log-level", "warn"]
-        await self._start("etcd", argv, lambda: _get_ok(f"{self.etcd_url}/health"), 30.0)
+    async def _start_etcd(self, etcd_bin: Path, *, attempts: int = 3) -> None:
+        """The API server's etcd on two free ports. A free port is free when asked, not when etcd binds it a moment
+        later (parallel test workers start control planes at once): a bind that lost that race is retried on new
+        ports with a fresh data directory."""
+        for attempt in range(1, attempts + 1):
+            client, peer = children.free_port(self.host), children.free_port(self.host)
+            self.etcd_url = f"http://{self.host}:{client}"
+            data = self.dir / "etcd" / "data"
+            argv = [str(etcd_bin), "--name", "apiserver-etcd", "--data-dir", str(data),
+                    "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
+                    "--listen-peer-urls", f"http://{self.host}:{peer}",
+                    "--initial-advertise-peer-urls", f"http://{self.host}:{peer}",
+                    "--initial-cluster", f"apiserver-etcd=http://{self.host}:{peer}",
+                    "--initial-cluster-state", "new", "--listen-metrics-urls", "", "--log-level", "warn"]
+            try:
+                await self._start("etcd", argv, lambda: _get_ok(f"{self.etcd_url}/health"), 30.0)
+                return
+            except RuntimeError as err:
+                if "address already in use" not in str(err) or attempt == attempts:
+                    raise
+                log.info("the API server's etcd lost a port to another process (%s); new ports", err)
+                shutil.rmtree(data, ignore_errors=True)
 
     async def _start_apiserver(self, apiserver_bin: Path, f: dict[str, str]) -> None:
         self.port = self.port or children.free_port(self.host)

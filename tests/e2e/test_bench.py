@@ -76,8 +76,10 @@ def test_select_scenarios() -> None:
     assert bench.select("rotate") == (["rotate"], False, False)
     assert bench.select("scale") == ([], True, False)
     assert bench.select("webhook") == ([], False, True)
-    assert set(bench.OPERATION_KEYS) == {"add-tls", "rotate", "issuer-change", "remove-tls", "restart"}
-    assert all(op.naive for op in bench.OPERATIONS)
+    assert set(bench.OPERATION_KEYS) == {"add-tls", "rotate", "issuer-change", "remove-tls", "restart", "scale-up",
+                                         "upgrade", "defragment", "resize-in-place"}
+    # every operation beside a naive baseline, but the in-place resize (nobody restarts nothing another way)
+    assert [op.key for op in bench.OPERATIONS if not op.naive] == ["resize-in-place"]
 
 
 def test_markdown_has_machine_tables_and_every_row(tmp_path: pathlib.Path) -> None:
@@ -279,7 +281,7 @@ def test_wall_per_pass_and_where_the_rest_goes() -> None:
 
 def test_the_minus_move_leader_baseline_runs_for_every_operation_that_restarts() -> None:
     with_baseline = [op.key for op in bench.OPERATIONS if op.no_move_leader_baseline]
-    assert with_baseline == ["add-tls", "issuer-change", "remove-tls", "restart"]
+    assert with_baseline == ["add-tls", "issuer-change", "remove-tls", "restart", "upgrade"]
     assert bench.NO_MOVE_LEADER in bench.STRATEGY_TEXT
     makefile = (pathlib.Path(__file__).parents[2] / "Makefile").read_text()
     assert "REPEAT ?= 1" in makefile and "--repeat $(REPEAT)" in makefile

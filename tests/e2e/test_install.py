@@ -123,6 +123,24 @@ async def test_four_tls_operations_through_the_installed_operator_lose_no_write(
     await sc.drop_etcd(db)
 
 
+async def test_an_in_place_resize_through_the_installed_operator(sc: scenario.Scenario) -> None:
+    """VerticalScaling InPlace as the operator's ServiceAccount: pods/resize patched, nothing refused, no member
+    restarted (its traffic is part of the RBAC proof below)."""
+    db = "resized"
+    small = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
+    larger = {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}}
+    await sc.fresh_etcd(db, extra={"podTemplate": {"spec": {"resources": small}}})
+    since = time.monotonic()
+    async with scenario.PodTracker(sc, db) as uids:
+        result = await sc.operate(f"{db}-inplace", db, "VerticalScaling", timeout=300,
+                                  verticalScaling={"etcd": {"resources": larger}, "mode": "InPlace"})
+    assert result.phase == constants.PHASE_SUCCESSFUL, result.failure
+    assert result.writes_failed == 0 and uids.restarts() == {n: 0 for n in uids.names}, uids.uids
+    assert audit(sc).counts(user=OPERATOR_USER, since=since)[("patch", "pods/resize")] == 3
+    assert not [r for r in audit(sc).records(user=OPERATOR_USER) if r.code == 403]
+    await sc.drop_etcd(db)
+
+
 async def _one(names: Any) -> bool:
     return len(await names) == 1
 
@@ -308,7 +326,7 @@ async def _authorizer_sees(client: kube.Kube, calls: Collection[Call], *, allowe
 async def test_every_rule_of_the_bundle_is_needed(sc: scenario.Scenario) -> None:
     """For each rule: what the ServiceAccount did in this module under that rule (the audit log), replayed with the
     rule removed from the live ClusterRole, is refused (403 in the audit log). The rest of the module (install,
-    four operations, HA) is the traffic: run alone, rules it did not exercise fail the test."""
+    four operations, an in-place resize, HA) is the traffic: run alone, rules it did not exercise fail the test."""
     sandbox = sc.sandbox
     roles = _bundle_roles()
     assert set(roles) == set(ROLES)
