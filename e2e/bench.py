@@ -3,7 +3,8 @@ machine, measured the same way — plus scale (30 clusters at once) and the admi
 
 Why: "zero downtime" is a claim until it is measured side by side with what others do. For each operation (add
 TLS, rotate, issuer change, remove TLS, restart; scale 3 → 5 beside adding voting members directly; upgrade 3.5 →
-3.6 beside a bare binary swap; defragment beside every member at once, on a file with 64 MB free; resize in place)
+3.6 beside a bare binary swap; defragment beside every member at once, 192 MB live and 64 MB free; resize in place
+from requests already set)
 every strategy runs on a **fresh 3-member Etcd** in the same
 sandbox, with the same live writer (a put every 20 ms through every member, each scheme, a client identity from
 every CA, 0.5 s per try) and the same leader monitor (raft term increments):
@@ -108,12 +109,14 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("upgrade", f"upgrade {scenario.BUILT_ETCD_VERSION} → {ETCD_36}", None, constants.OPS_TYPE_UPDATE_VERSION,
               {"updateVersion": {"targetVersion": ETCD_36}}, 1,
               (NaiveVariant("naive-binary-swap", naive.binary_swap(ETCD_36)),)),
-    Operation("defragment", "defragment 64 MB free", None, constants.OPS_TYPE_DEFRAGMENT, {"defragment": {}}, 0,
+    Operation("defragment", "defragment 192 MB live, 64 MB free", None, constants.OPS_TYPE_DEFRAGMENT,
+              {"defragment": {}}, 0,
               (NaiveVariant("naive-defragment-all-at-once", naive.defragment_all_at_once),),
               no_move_leader_baseline=False, prepare=naive.fragment),
     Operation("resize-in-place", "resources in place", None, constants.OPS_TYPE_VERTICAL_SCALING,
-              {"verticalScaling": {"etcd": {"resources": {"requests": {"cpu": "100m"}}}, "mode": "InPlace"}}, 0,
-              (), no_move_leader_baseline=False),
+              {"verticalScaling": {"etcd": {"resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}},
+                                   "mode": "InPlace"}}, 0,
+              (), no_move_leader_baseline=False, prepare=naive.give_resources),
 )
 OPERATION_KEYS = tuple(op.key for op in OPERATIONS)
 SCENARIOS = ("all", "ops", *OPERATION_KEYS, "scale", "webhook", "soak", "api-cost")
@@ -378,6 +381,23 @@ def breakdown_lines(records: Sequence[Record]) -> list[str]:
     return out
 
 
+DAY2_TEXT = """
+The day-2 types beyond TLS, each beside what is done without the engine's safeguards:
+- **scale 3 → 5**: learners that are promoted once they have caught up, against voting members added directly.
+  On a small database the new voter has nothing to catch up, so both lose no write. The naive path waits for etcd's
+  5 s health window before each voter add. Its risk is a member failure while a new voter still receives a
+  snapshot, and this run does not include one.
+- **upgrade**: the leader-aware roll with each member's version and the cluster version checked, against a bare
+  binary swap in ordinal order. Both complete, since etcd supports a rolling upgrade by one minor. The swap
+  restarts the leader where it falls (an election), and nothing checks that the cluster version moved.
+- **defragment**: one member at a time, the leader last after MoveLeader, against every member at once. Nothing
+  answers while a member rewrites its file, so all at once stops every write for as long as the slowest member's
+  copy of the live data takes. One member at a time costs a fail-over of the writer's connection to that member.
+- **resources in place**: `pods/resize` with no restart. The members got their first requests from a Restart-mode
+  VerticalScaling before the run, because a BestEffort pod cannot be resized in place.
+"""
+
+
 API_COST_TEXT = """
 The operator runs behind a counting reverse proxy in front of the sandbox's API server (`e2e/scale.py`
 `CountingProxy`, `e2e/apicost.py`): every request it makes — kopf's and ours, watches included — is counted by
@@ -416,6 +436,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
         *ops_table(records),
         "",
     ]
+    if any(r.get("scenario") in ("scale-up", "upgrade", "defragment", "resize-in-place") for r in records):
+        out += [*DAY2_TEXT.strip("\n").splitlines(), ""]
     for bare in sorted((r for r in records if r.get("scenario") == "bare-restart"), key=order_key):
         out += [f"Bare member restart on the {control_plane_of(bare)} control plane (pod deleted on an idle cluster "
                 f"until its replacement is Ready), measured in the same run: {', '.join(bare.get('steps', []))}; "

@@ -39,6 +39,7 @@ from opsmanager.api import conditions, constants, pause
 from opsmanager.api import etcd as etcd_api
 from opsmanager.cluster import naming, render
 from opsmanager.etcd import client as etcd_client
+from opsmanager.etcd import errors as etcd_errors
 from opsmanager.tls import material
 
 PAUSE_REASON = "bench-naive"
@@ -418,8 +419,16 @@ async def scale_up_voters(sc: scenario.Scenario, db: str, target: int = 5) -> Na
     for index in range(model.spec.replicas, target):
         pod = naming.pods(db, target)[index]
         started = time.monotonic()
+        url = f"http://{naming.pod_fqdn(db, sc.namespace, pod)}:{naming.PEER_PORT_HTTP}"
         async with await _plain_client(sc, db, index) as client:
-            await client.member_add([f"http://{naming.pod_fqdn(db, sc.namespace, pod)}:{naming.PEER_PORT_HTTP}"])
+            while True:  # etcd refuses a voter until the leader has been connected to every voter for 5 s
+                try:
+                    await client.member_add([url])
+                    break
+                except etcd_errors.MembershipError as err:
+                    if not err.transient or time.monotonic() - started > MEMBER_TIMEOUT:
+                        raise
+                    await asyncio.sleep(0.5)
         model.spec.replicas = index + 1
         model.status = etcd_api.EtcdStatus(initialClusterState="existing")
         await replace_template(sc, model, render.Wiring.steady(None))
@@ -451,15 +460,31 @@ def binary_swap(version: str) -> Strategy:
     return swap
 
 
-async def fragment(sc: scenario.Scenario, db: str, megabytes: int = 64) -> None:
-    """Write ``megabytes`` of 64 KiB values, delete them and compact: a file with most of its pages free."""
+async def fragment(sc: scenario.Scenario, db: str, megabytes: int = 64, live_megabytes: int = 192) -> None:
+    """``live_megabytes`` of 64 KiB values that stay, and ``megabytes`` more written, deleted and compacted: a
+    defragmentation has that much to give back and the live data to copy (its duration, and so the stall when
+    every member does it at once, grows with the live data)."""
     async with await _plain_client(sc, db) as client:
+        for i in range(live_megabytes * 16):
+            await client.put(f"/live/{i:06d}", b"l" * 65536)
         for i in range(megabytes * 16):
             await client.put(f"/fragment/{i:06d}", b"x" * 65536)
         _deleted, revision = await client.delete_prefix("/fragment/")
         await client.compact(revision, physical=True)
 
 
+async def give_resources(sc: scenario.Scenario, db: str) -> None:
+    """Members with CPU and memory requests (a BestEffort pod cannot be resized in place: its QoS class would
+    change), by a VerticalScaling in Restart mode."""
+    name = f"{db}-resources"
+    await sc.submit(name, db, constants.OPS_TYPE_VERTICAL_SCALING,
+                    verticalScaling={"etcd": {"resources": {"requests": {"cpu": "50m", "memory": "64Mi"}}}})
+    done = await sc.watch_request(name, timeout=300)
+    if (done.get("status") or {}).get("phase") != constants.PHASE_SUCCESSFUL:
+        raise RuntimeError(f"{name}: {done.get('status')}")
+    await sc.wait_ready(db, timeout=120)
+
+
 __all__ = ["MEMBER_TIMEOUT", "MemberStep", "NaiveOutcome", "Strategy", "add_tls", "change_issuer",
            "cluster_healthy", "delete_and_wait", "kill_in_order", "member_healthy", "remove_tls", "rotate",
-           "simultaneous_roll", "set_paused", "scale_up_voters", "defragment_all_at_once", "binary_swap", "fragment"]
+           "simultaneous_roll", "set_paused", "scale_up_voters", "defragment_all_at_once", "binary_swap", "fragment", "give_resources"]

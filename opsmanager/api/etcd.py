@@ -256,6 +256,11 @@ class EtcdStatus(common.OpenModel):
     tls: lifecycle.TLSStatus | None = pydantic.Field(
         default=None, description="The last certificate scan of a TLS cluster: what each member really serves."
     )
+    version: str | None = pydantic.Field(
+        default=None,
+        description="The etcd version the members report (each one's own Status), read by the storage scan and "
+                    "written by UpdateVersion; several, comma-separated, while they differ.",
+    )
     storage: lifecycle.StorageStatus | None = pydantic.Field(
         default=None, description="The last storage scan: every member's database size, in-use size and quota."
     )

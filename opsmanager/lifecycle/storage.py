@@ -1,5 +1,5 @@
 """The storage lifecycle of one Etcd, as auto-renew is for certificates: every member's database size, in-use size
-and quota, read from the members (``Status``, and the quota from each member's metrics) every
+and quota (and the etcd version each runs, for ``status.version``), read from the members (``Status``, and the quota from each member's metrics) every
 ``spec.storageLifecycle.scanInterval``, written to ``status.storage``, published as metrics (the quota alert fires
 before ``NOSPACE``), and, when the policy says so, a Defragment request filed by the operator itself.
 
@@ -90,8 +90,9 @@ def due(obj: Mapping[str, Any], now: datetime.datetime) -> bool:
     return now - conditions.parse_rfc3339(last) >= db.storage_lifecycle.scan_interval_delta
 
 
-async def observe(k: kube.Kube, db: etcd_api.Etcd) -> dict[str, lifecycle.MemberStorage]:
-    """Every member's sizes and quota, from the members themselves; a member that does not answer is left out."""
+async def observe(k: kube.Kube, db: etcd_api.Etcd) -> tuple[dict[str, lifecycle.MemberStorage], set[str]]:
+    """Every member's sizes and quota, from the members themselves (a member that does not answer is left out),
+    and the etcd versions they report."""
     ns, name = db.metadata.namespace or "default", db.metadata.name or ""
     pods = await members.pods(k, ns, name)
     identity = None
@@ -101,8 +102,9 @@ async def observe(k: kube.Kube, db: etcd_api.Etcd) -> dict[str, lifecycle.Member
     eps = members.endpoints(name, ns, pods, naming.pods(name, db.spec.replicas), schemes=schemes,
                             peer_scheme=schemes[0], metrics=True)
     if not eps:
-        return {}
+        return {}, set()
     out: dict[str, lifecycle.MemberStorage] = {}
+    versions: set[str] = set()
     async with etcd_client.EtcdClient(eps, tls=identity, timeout=TIMEOUT) as client:
         for ep_name, status in (await client.statuses(timeout=TIMEOUT)).items():
             if not isinstance(status, etcd_client.MemberStatus):
@@ -113,7 +115,8 @@ async def observe(k: kube.Kube, db: etcd_api.Etcd) -> dict[str, lifecycle.Member
                 quota = None
             out[ep_name] = lifecycle.MemberStorage(db_size_bytes=status.db_size,
                                                    db_size_in_use_bytes=status.db_size_in_use, quota_bytes=quota)
-    return out
+            versions.add(status.version)
+    return out, versions
 
 
 def request_body(db: etcd_api.Etcd, now: datetime.datetime) -> dict[str, Any]:
@@ -137,13 +140,16 @@ async def scan_once(k: kube.Kube, obj: Mapping[str, Any], *, now: datetime.datet
     if db.spec.halted:
         return None
     ns, name = db.metadata.namespace or "default", db.metadata.name or ""
-    sizes = await observe(k, db)
+    sizes, versions = await observe(k, db)
     member, free, _size = reclaimable(sizes)
     record = lifecycle.StorageStatus(last_scan_time=conditions.rfc3339(now), members=sizes,
                                      reclaimable_bytes=free if member is not None else 0)
 
     def mutate(st: dict[str, Any]) -> dict[str, Any]:
-        return {**st, "storage": record.model_dump(by_alias=True, exclude_none=True, mode="json")}
+        out = {**st, "storage": record.model_dump(by_alias=True, exclude_none=True, mode="json")}
+        if versions:
+            out["version"] = ",".join(sorted(versions))
+        return out
 
     await k.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name, mutate)
     metrics.publish_storage(ns, name, sizes)

@@ -80,6 +80,8 @@ async def test_a_fragmented_database_is_defragmented_by_the_operator_itself(sc: 
         return storage if small and len(storage.get("members") or {}) == 3 else None
 
     storage = await aeventually(scanned_after, timeout=30, interval=0.5, what="a scan after the defragmentation")
+    scanned = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db)
+    assert ((scanned or {}).get("status") or {}).get("version") == sc.etcd_version  # what every member reports
     assert all(m.get("quotaBytes") for m in storage["members"].values()), storage
     assert sc.operator is not None
     async with aiohttp.ClientSession() as session, session.get(sc.operator.metrics_url) as resp:

@@ -61,7 +61,7 @@ async def test_up_to_3_6_and_back_to_3_5_under_the_writer(sc: scenario.Scenario)
     assert await sc.served_version(db) == {ETCD_36}
     assert await cluster_versions(sc, db) == {"3.6"}
     obj = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db)
-    assert obj is not None and obj["spec"]["version"] == ETCD_36
+    assert obj is not None and obj["spec"]["version"] == ETCD_36 and obj["status"]["version"] == ETCD_36
     await sc.wait_ready(db, timeout=120)
 
     async with scenario.PodTracker(sc, db) as uids:
@@ -76,7 +76,7 @@ async def test_up_to_3_6_and_back_to_3_5_under_the_writer(sc: scenario.Scenario)
     assert await sc.served_version(db) == {ETCD_35}
     assert await cluster_versions(sc, db) == {"3.5"}
     obj = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db)
-    assert obj is not None and obj["spec"]["version"] == ETCD_35
+    assert obj is not None and obj["spec"]["version"] == ETCD_35 and obj["status"]["version"] == ETCD_35
     assert not await sc.is_paused(db)
     for run in (up, down):
         print(f"\n{run.name}: {run.wall_seconds:.1f}s, {run.writes_ok} writes ok, {run.writes_failed} failed, "

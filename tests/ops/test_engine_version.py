@@ -37,6 +37,7 @@ async def test_up_one_minor_then_down_one_minor_through_the_downgrade_protocol(w
     assert await versions(world) == {p: "3.6.16" for p in PODS}
     assert world.cluster.cluster_version() == "3.6"
     assert (await world.get_etcd("db"))["spec"]["version"] == "3.6.16"
+    assert (await world.get_etcd("db"))["status"]["version"] == "3.6.16"  # status follows
     assert world.record.restarted_while_leader == [] and world.cluster.elections == []
     for pod in PODS:
         assert conditions.is_true(req["status"]["conditions"],
@@ -53,6 +54,7 @@ async def test_up_one_minor_then_down_one_minor_through_the_downgrade_protocol(w
     assert await versions(world) == {p: "3.5.35" for p in PODS}
     assert world.cluster.downgrade_target == "" and world.cluster.cluster_version() == "3.5"
     assert (await world.get_etcd("db"))["spec"]["version"] == "3.5.35"
+    assert (await world.get_etcd("db"))["status"]["version"] == "3.5.35"
     assert world.cluster.elections == []
     assert not await world.is_paused("db")
 

@@ -9,6 +9,8 @@ foreign one); after an issuer change, the CA probe Certificates.
 
 from __future__ import annotations
 
+from typing import Any
+
 from opsmanager.api import constants
 from opsmanager.ops import context, plan
 from opsmanager.tls import trust
@@ -40,6 +42,13 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
         if ctx.db.spec.version != ctx.plan.desired_version:
             ctx.db_obj = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace,
                                               ctx.db_name, {"spec": {"version": ctx.plan.desired_version}})
+        version = ctx.plan.desired_version
+
+        def verified(st: dict[str, Any]) -> dict[str, Any]:  # what VersionVerified saw every member report
+            return {**st, "version": version}
+
+        await ctx.kube.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name,
+                                       verified)
         return context.Done(step.message)
     desired = ctx.plan.desired_tls
     if ctx.plan.change is not None:
