@@ -21,6 +21,7 @@ DEFAULT_HEARTBEAT_MS: Final = 100
 DEFAULT_ELECTION_MS: Final = 1000
 MAX_ELECTION_MS: Final = 50000
 MAX_QUOTA_BYTES: Final = 8 * 1024 * 1024 * 1024
+QUOTA_HEADROOM: Final = 1.2  # a new quota at least this many times the largest database file
 _PERIOD = re.compile(r"^(\d+|(\d+(\.\d+)?(h|m|s|ms))+)$")
 
 
@@ -74,8 +75,11 @@ def merge(current: TuningConfig | None, change: TuningConfig | None) -> TuningCo
     return TuningConfig.model_validate(base)
 
 
-def problems(tuning: TuningConfig, path: str) -> list[tuple[str, object, str]]:
-    """etcd's rules on ``tuning`` (the values the members will run with): ``(field path, value, message)`` each."""
+def problems(tuning: TuningConfig, path: str, *, largest_db_bytes: int | None = None) -> list[tuple[str, object, str]]:
+    """etcd's rules on ``tuning`` (the values the members will run with): ``(field path, value, message)`` each.
+    ``largest_db_bytes``: the largest member database now (the Etcd's last storage scan), which a new quota must
+    leave room above — a member restarted onto a quota below its file raises NOSPACE, and that alarm stops every
+    write of the cluster, mid-roll."""
     out: list[tuple[str, object, str]] = []
     heartbeat = tuning.heartbeat_interval if tuning.heartbeat_interval is not None else DEFAULT_HEARTBEAT_MS
     election = tuning.election_timeout if tuning.election_timeout is not None else DEFAULT_ELECTION_MS
@@ -94,6 +98,10 @@ def problems(tuning: TuningConfig, path: str) -> list[tuple[str, object, str]]:
     if quota is not None and (quota < 0 or quota > MAX_QUOTA_BYTES):
         out.append((f"{path}.quotaBackendBytes", quota,
                     f"must be between 0 (etcd's default, 2 GiB) and etcd's maximum of {MAX_QUOTA_BYTES} (8 GiB)"))
+    if quota and largest_db_bytes and quota < largest_db_bytes * QUOTA_HEADROOM:
+        out.append((f"{path}.quotaBackendBytes", quota,
+                    f"is below {QUOTA_HEADROOM:.1f} × the largest member database now ({largest_db_bytes} bytes): the "
+                    "members would raise NOSPACE and refuse every write; compact and defragment first, or raise it"))
     retention = tuning.auto_compaction_retention
     if retention is not None:
         mode = tuning.auto_compaction_mode or "periodic"

@@ -658,7 +658,9 @@ def reconfigure_plan(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> Plan
         raise ValueError("spec.configuration.tuning must be specified")
     current = db.spec.configuration.tuning if db.spec.configuration is not None else None
     merged = tuning_api.merge(current, configuration.tuning)
-    problems = tuning_api.problems(merged, "spec.configuration.tuning")
+    storage = db.status.storage if db.status is not None else None
+    sizes = [m.db_size_bytes for m in (storage.members or {}).values()] if storage is not None else []
+    problems = tuning_api.problems(merged, "spec.configuration.tuning", largest_db_bytes=max(sizes, default=0))
     if problems:
         raise ValueError("; ".join(f"{field}: {message}" for field, _value, message in problems))
     tls = db.spec.tls

@@ -48,3 +48,11 @@ def test_a_change_wins_field_by_field() -> None:
 def test_etcds_rules_at_their_edges(config: tuning.TuningConfig, bad: str | None) -> None:
     found = [field for field, _value, _message in tuning.problems(config, "spec")]
     assert found == ([] if bad is None else [f"spec.{bad}"]), found
+
+
+def test_a_quota_below_the_largest_database_now_is_refused() -> None:
+    mib = 1024 * 1024
+    assert tuning.problems(T(quota_backend_bytes=120 * mib), "spec", largest_db_bytes=100 * mib) == []
+    found = tuning.problems(T(quota_backend_bytes=110 * mib), "spec", largest_db_bytes=100 * mib)
+    assert [f for f, _v, _m in found] == ["spec.quotaBackendBytes"] and "NOSPACE" in found[0][2]
+    assert tuning.problems(T(quota_backend_bytes=0), "spec", largest_db_bytes=100 * mib) == []  # etcd's default

@@ -23,6 +23,7 @@ from opsmanager.api import constants
 from opsmanager.cluster import naming
 from opsmanager.etcd import client as etcd_client
 from opsmanager_sandbox import realcp
+from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -49,7 +50,11 @@ async def cluster_versions(sc: scenario.Scenario, db: str) -> set[str]:
 async def test_up_to_3_6_and_back_to_3_5_under_the_writer(sc: scenario.Scenario) -> None:
     db = "version"
     await sc.fresh_etcd(db, version=ETCD_35)
-    assert await cluster_versions(sc, db) == {"3.5"}
+
+    async def decided() -> bool:  # a new cluster reports 3.0 until its leader has decided the cluster version
+        return await cluster_versions(sc, db) == {"3.5"}
+
+    await aeventually(decided, timeout=30, interval=0.5, what="the cluster version 3.5 decided")
     async with scenario.PodTracker(sc, db) as uids:
         up = await sc.operate(f"{db}-up", db, "UpdateVersion", timeout=300, updateVersion={"targetVersion": ETCD_36})
     assert up.phase == constants.PHASE_SUCCESSFUL, up.failure

@@ -130,3 +130,32 @@ async def test_a_voter_down_holds_the_next_member_add_saying_why(world: w.World)
     assert waiting is not None and waiting["status"] == constants.FALSE
     assert "db-2 not answering" in waiting["message"], waiting
     assert not [c for c in world.cluster.calls if c.startswith("member_add")]
+
+
+async def test_a_rollback_interrupted_by_a_crash_is_finished_not_added_again(world: w.World) -> None:
+    await world.etcd("db")
+    assert world.cluster is not None
+    world.cluster.lagging.add("db-3")
+    world.crash_points.add("after member_remove db-3")
+    await world.request("up", "db", "HorizontalScaling", horizontalScaling={"replicas": 4}, timeout="60s")
+
+    async def tick(_i: int) -> None:
+        world.clock.advance(2)
+
+    req = await world.run("up", between=tick)
+    assert world.crashes == ["after member_remove db-3"]
+    assert req["status"]["phase"] == constants.PHASE_FAILED, req["status"]
+    assert [c for c in world.cluster.calls if c.startswith("member_add")] == ["member_add db-3"], world.cluster.calls
+    assert sorted(world.cluster.members) == naming.pods("db", 3)
+    assert (await world.get_etcd("db"))["spec"]["replicas"] == 3
+
+
+async def test_a_member_that_is_down_is_removed_all_the_same(world: w.World) -> None:
+    await world.etcd("db", replicas=5)
+    assert world.cluster is not None
+    world.cluster.stop("db-4")
+    world.held.add("db-4")
+    await world.request("down", "db", "HorizontalScaling", horizontalScaling={"replicas": 4})
+    req = await world.run("down")
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
+    assert sorted(world.cluster.members) == naming.pods("db", 4)

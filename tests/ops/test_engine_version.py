@@ -101,3 +101,22 @@ def test_the_upgrade_path(monkeypatch: pytest.MonkeyPatch, start: str, target: s
     assert [s.version for s in downgrade] == (["3.5"] if start.startswith("3.6") and target.startswith("3.5") else [])
     apply = next(s for s in steps if isinstance(s, plan.ApplyStatefulSet))
     assert apply.wiring.version == target
+
+
+async def test_a_failed_downgrade_cancels_etcds_downgrade_mode(world: w.World) -> None:
+    await world.etcd("db")
+    assert world.cluster is not None
+    await world.request("up", "db", "UpdateVersion", updateVersion={"targetVersion": "3.6.16"})
+    assert (await world.run("up"))["status"]["phase"] == constants.PHASE_SUCCESSFUL
+    world.held.add("db-0")  # the first member the roll restarts never comes back
+
+    async def tick(_i: int) -> None:
+        world.clock.advance(2)
+
+    await world.request("down", "db", "UpdateVersion", updateVersion={"targetVersion": "3.5.35"}, timeout="30s")
+    req = await world.run("down", between=tick)
+    assert req["status"]["phase"] == constants.PHASE_FAILED, req["status"]
+    assert "downgrade CANCEL 3.5" in world.cluster.calls
+    assert world.cluster.downgrade_target == ""
+    failed = conditions.get_condition(req["status"]["conditions"], constants.COND_FAILED)
+    assert failed is not None and "etcd's downgrade to 3.5 was cancelled" in failed["message"], failed

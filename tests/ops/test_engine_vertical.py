@@ -90,3 +90,14 @@ async def test_an_infeasible_resize_fails_the_request_naming_the_member(world: w
     assert failed is not None and "cannot resize db-1" in failed["message"], failed
     assert "enough capacity" in failed["message"]
     assert world.record.resized == ["db-0"] and not await world.is_paused("db")
+
+
+async def test_a_limit_the_new_resources_leave_out_is_removed_not_kept(world: w.World) -> None:
+    await burstable(world)  # requests and limits
+    only_requests = {"requests": {"cpu": "300m", "memory": "300Mi"}}
+    await world.request("live", "db", "VerticalScaling",
+                        verticalScaling={"etcd": {"resources": only_requests}, "mode": "InPlace"})
+    req = await world.run("live")
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
+    for pod in await world.kube.list("v1", "Pod", w.NS):
+        assert etcd_resources(pod) == only_requests

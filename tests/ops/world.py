@@ -57,7 +57,7 @@ Obj = dict[str, Any]
 # bundle write to pass, the queue trusts an expiry observation for 5 s — must not run out of reconciles on a fast
 # machine, nor on a loaded one where those waits start late: the budget is reconciles AND this long. (A finished
 # request ends the loop at once; only a failing test waits this long.)
-MIN_REAL_SECONDS = 15.0
+MIN_REAL_SECONDS = 30.0
 
 
 class Crash(BaseException):
@@ -370,7 +370,9 @@ class World:
                 await between(i)
             if not left:
                 return {n: await self.get_request(n) for n in names}
-        raise AssertionError(f"{left} not finished after {max_rounds} rounds")
+        statuses = {n: (await self.get_request(n)).get("status") for n in left}
+        raise AssertionError(f"{left} not finished after {max_rounds} rounds: "
+                             f"{json.dumps(statuses, indent=1)[:3000]}")
 
     # --- the controllers ---------------------------------------------------------------------------------------
 

@@ -636,11 +636,11 @@ def scaling(phase: str, db: str = "etcd-plain", type_: str = "HorizontalScaling"
             "status": {"phase": phase}}
 
 
-def with_replicas(replicas: int, scaled_by: str | None = None) -> dict[str, Any]:
+def with_replicas(replicas: int, scaled_by: str | None = None, count: int | None = None) -> dict[str, Any]:
     new = copy.deepcopy(RUNNING)
     new["spec"]["replicas"] = replicas
     if scaled_by:
-        new["metadata"]["annotations"] = {"ops.opsmanager.dev/scaled-by": scaled_by}
+        new["metadata"]["annotations"] = {"ops.opsmanager.dev/scaled-by": f"{scaled_by}/{count or replicas}"}
     return new
 
 
@@ -652,6 +652,8 @@ def with_replicas(replicas: int, scaled_by: str | None = None) -> dict[str, Any]
     (with_replicas(4, "grow"), scaling("Successful"), False),  # a finished request holds nothing
     (with_replicas(4, "grow"), scaling("Progressing", type_="Restart"), False),
     (with_replicas(4, "grow"), scaling("Progressing", db="etcd-tls"), False),
+    # the annotation the engine left names 4: someone else's 2 while the request runs does not pass on it
+    (with_replicas(2, "grow", count=4), scaling("Progressing"), False),
 ])
 def test_a_running_etcds_member_count_changes_only_through_an_active_horizontal_scaling(
         new: dict[str, Any], request_: dict[str, Any] | None, allowed: bool) -> None:
@@ -667,3 +669,16 @@ def test_before_it_runs_the_member_count_is_free_to_change() -> None:
     new = copy.deepcopy(PLAIN_DB)
     new["spec"]["replicas"] = 5
     assert validation.validate_etcd("UPDATE", new, PLAIN_DB, lookup=validation.InMemoryEtcdLookup([PLAIN_DB])).allowed
+
+
+def test_a_quota_below_the_largest_database_of_the_last_scan_is_refused() -> None:
+    db = copy.deepcopy(PLAIN_DB)
+    db["status"] = {"storage": {"members": {"etcd-plain-0": {"dbSizeBytes": 100 * 1024 * 1024,
+                                                             "dbSizeInUseBytes": 90 * 1024 * 1024}}}}
+    lookup = validation.InMemoryEtcdLookup([db])
+    low = create(ops({"type": "Reconfigure", "databaseRef": {"name": "etcd-plain"},
+                      "configuration": {"tuning": {"quotaBackendBytes": 110 * 1024 * 1024}}}), lookup)
+    assert not low.allowed and "spec.configuration.tuning.quotaBackendBytes: Invalid value" in low.message
+    assert "NOSPACE" in low.message
+    assert create(ops({"type": "Reconfigure", "databaseRef": {"name": "etcd-plain"},
+                       "configuration": {"tuning": {"quotaBackendBytes": 200 * 1024 * 1024}}}), lookup).allowed

@@ -10,6 +10,7 @@ observed first (a downgrade already enabled to this target is not enabled twice)
 
 from __future__ import annotations
 
+from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
@@ -57,3 +58,21 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
                                     f"storage version to be {target}"
                                     + (f" (not yet: {', '.join(behind)})" if behind else ""), delay=0.5)
     return context.Done(step.message)
+
+
+async def cancel_after_failure(ctx: context.OpsContext) -> str:
+    """A request that enabled the downgrade and then failed (or timed out) leaves etcd in downgrade mode: the
+    cluster version stays at the target until every member runs it, so no later request could verify another
+    version. Cancel it (best effort); the text is appended to the failure message."""
+    step = next((s for s in ctx.plan.steps if isinstance(s, plan.EnableDowngrade)), None)
+    if step is None or not ctx.is_true(constants.COND_DOWNGRADE_ENABLED) \
+            or ctx.is_true(constants.COND_VERSION_VERIFIED):
+        return ""
+    try:
+        async with await ctx.etcd() as client:
+            await client.downgrade("CANCEL", step.version)
+    except (etcd_errors.EtcdError, kube.KubeError) as err:
+        return (f"; etcd is still in downgrade mode to {step.version} (cancelling failed: {err}): run "
+                "etcdctl downgrade cancel")
+    ctx.announce("DowngradeCancelled", f"Cancelled etcd's downgrade to {step.version}: the request failed")
+    return f"; etcd's downgrade to {step.version} was cancelled"

@@ -32,6 +32,19 @@ def _etcd_container(pod: dict[str, Any], key: str) -> dict[str, Any]:
     return {}
 
 
+def replacing(current: dict[str, Any], want: dict[str, Any]) -> dict[str, Any]:
+    """The strategic-merge value that makes the container's resources exactly ``want``: a request or limit the
+    container has and ``want`` leaves out is removed (null), not kept."""
+    out: dict[str, Any] = {}
+    for kind in ("requests", "limits"):
+        have, new = current.get(kind) or {}, want.get(kind) or {}
+        if not new and have:
+            out[kind] = None
+        elif new:
+            out[kind] = {**{k: None for k in have if k not in new}, **new}
+    return out
+
+
 def _describe(resources: dict[str, Any]) -> str:
     return "; ".join(f"{kind} " + ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
                      for kind, values in sorted(resources.items()) if values) or "no requests or limits"
@@ -49,14 +62,19 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
         pod = pods.get(name)
         if pod is None:
             return context.Progress(f"waiting for {name}'s pod", delay=ctx.until_watched(0.5))
-        if not common.same_resources(_etcd_container(pod, "spec").get("resources"), want):
+        current = _etcd_container(pod, "spec").get("resources") or {}
+        if not common.same_resources(current, want):
             try:
                 await ctx.kube.patch("v1", "Pod", ctx.namespace, name,
-                                     {"spec": {"containers": [{"name": naming.CONTAINER_NAME, "resources": want}]}},
+                                     {"spec": {"containers": [{"name": naming.CONTAINER_NAME,
+                                                               "resources": replacing(current, want)}]}},
                                      subresource="resize", patch_type="strategic")
-            except kube.Invalid as err:  # e.g. the QoS class would change: only a restart can do that
+            except (kube.Invalid, kube.Forbidden) as err:  # a QoS class change (only a restart can do that), or
+                # an API server or a role without pods/resize
                 return context.Fail(f"the API server refused to resize {name} in place ({err}); file the request "
                                     "again with mode: Restart", reason="ResizeRefused")
+            except kube.NotFound:
+                return context.Progress(f"waiting for {name}'s pod", delay=ctx.until_watched(0.5))
             ctx.set_condition(requested, T, f"asked for {_describe(want)} on {name}'s etcd container")
             ctx.announce("RequestInPlaceResize", f"Resizing {name} in place: {_describe(want)}")
             return context.Progress(f"waiting for the kubelet to resize {name}", delay=ctx.until_watched(0.5))

@@ -43,6 +43,7 @@ T, F = constants.TRUE, constants.FALSE
 CATCH_UP_SHARE = 0.5
 # Give up on a learner this long before the step's timeout would fail the request with the learner still in.
 ROLLBACK_MARGIN = datetime.timedelta(seconds=10)
+ROLLING_BACK = "RollingBack"  # EtcdLearnerPromoted--<pod>'s reason once its learner is being removed again
 EVEN_WARNING = ("an even member count tolerates no more failures than the odd count below it (4 members, like 3, "
                 "survive one loss) while every write needs one more acknowledgement")
 
@@ -99,10 +100,11 @@ def _waiting(why: str, what: str) -> context.Progress:
 
 async def _set_replicas(ctx: context.OpsContext, replicas: int) -> None:
     """The Etcd's ``spec.replicas``: the provisioner renders the StatefulSet (and ``--initial-cluster``) for it. The
-    write names this request (the webhook admits a running Etcd's member count from an active HorizontalScaling
-    only)."""
+    write names this request and the count (the webhook admits a running Etcd's member count from an active
+    HorizontalScaling only, and only the count that request wrote with it)."""
     updated = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name,
-                                   {"metadata": {"annotations": {constants.ANNOTATION_SCALED_BY: ctx.name}},
+                                   {"metadata": {"annotations": {
+                                       constants.ANNOTATION_SCALED_BY: f"{ctx.name}/{replicas}"}},
                                     "spec": {"replicas": replicas}})
     if updated is not None:
         ctx.db_obj = updated
@@ -145,6 +147,9 @@ async def _grow(ctx: context.OpsContext, step: plan.ScaleMembers, client: admin.
     names = naming.pods(ctx.db_name, step.replicas)
     for index, pod in enumerate(names):
         member = member_of(listed, ctx, pod)
+        promoted = ctx.condition(constants.per_pod_type(constants.STEP_ETCD_LEARNER_PROMOTED, pod)) or {}
+        if promoted.get("reason") == ROLLING_BACK:  # the operator stopped inside a rollback: finish it
+            return await _finish_rollback(ctx, client, member, pod, index)
         if member is not None and not member.is_learner:
             continue
         added = constants.per_pod_type(constants.STEP_ETCD_MEMBER_ADDED, pod)
@@ -213,12 +218,24 @@ async def _remove_learner(ctx: context.OpsContext, client: admin.EtcdAdmin, memb
                           index: int) -> context.StepResult:
     """Undo one learner that never caught up: out of the cluster, the StatefulSet back to ``index``, its data
     volume deleted (the PVC goes once the pod has, held until then by Kubernetes' protection)."""
-    await client.member_remove(member.id)
-    await _set_replicas(ctx, index)
+    promoted = constants.per_pod_type(constants.STEP_ETCD_LEARNER_PROMOTED, pod)
+    ctx.set_condition(promoted, F, f"{pod} did not catch up with the leader in time; removing it again",
+                      reason=ROLLING_BACK)
+    await ctx.flush()  # on record before the remove: a restarted operator finishes the rollback, never re-adds
+    return await _finish_rollback(ctx, client, member, pod, index)
+
+
+async def _finish_rollback(ctx: context.OpsContext, client: admin.EtcdAdmin, member: etcd_client.Member | None,
+                           pod: str, index: int) -> context.StepResult:
+    if member is not None:
+        await client.member_remove(member.id)
+    if ctx.db.spec.replicas > index:
+        await _set_replicas(ctx, index)
     await _delete_volume(ctx, pod)
     message = (f"{pod} did not catch up with the leader in time; it was removed from the cluster again, the Etcd "
                f"is back at {index} members and its data volume is deleted")
-    ctx.set_condition(constants.per_pod_type(constants.STEP_ETCD_LEARNER_PROMOTED, pod), F, message)
+    ctx.set_condition(constants.per_pod_type(constants.STEP_ETCD_LEARNER_PROMOTED, pod), F, message,
+                      reason=ROLLING_BACK)
     ctx.announce("EtcdMemberRemoved", message, "Warning")
     return context.Fail(message, reason="LearnerNotCaughtUp")
 
@@ -245,10 +262,11 @@ async def _shrink(ctx: context.OpsContext, step: plan.ScaleMembers, client: admi
             continue
         member = member_of(listed, ctx, pod)
         if member is not None:
-            why, statuses = await _unhealthy(client, listed)
+            # the member that goes need not answer (a lost member is removed too); the rest must
+            why, statuses = await _unhealthy(client, [m for m in listed if m.id != member.id])
             if why is not None:
                 return _waiting(why, f"removing {pod}")
-            leader_id = next(iter(statuses.values())).leader_id
+            leader_id = next((v.leader_id for v in statuses.values() if v.leader_id), 0)
             if member.id == leader_id:
                 stays = sorted((v for n, v in statuses.items() if n != pod and not v.is_learner
                                 and n in naming.pods(ctx.db_name, step.replicas)),

@@ -23,7 +23,11 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     assert isinstance(step, plan.VerifyConfiguration), step  # the engine runs a step with the module its kind names
     wrong = []
     async with await ctx.etcd() as client:
+        reachable = {ep.name for ep in client.endpoints}
         for name in ctx.pod_names():
+            if name not in reachable:
+                wrong.append(f"{name}: no pod address")
+                continue
             try:
                 started_with = set(await client.flags(name))
             except etcd_errors.EtcdError as err:

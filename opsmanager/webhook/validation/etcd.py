@@ -110,14 +110,17 @@ def etcd_errors(obj: Mapping[str, Any]) -> tuple[list[FieldError], list[str]]:
     return errors, warnings
 
 
-def tuning_errors(raw: Any, path: str, current: Any = None) -> list[FieldError]:
+def tuning_errors(raw: Any, path: str, current: Any = None, *, db: Mapping[str, Any] | None = None) -> list[FieldError]:
     """etcd's rules (:func:`opsmanager.api.tuning.problems`) on ``raw`` applied over ``current`` (schema-valid
-    tuning objects, or None)."""
+    tuning objects, or None); ``db``: the Etcd, whose last storage scan a new quota is checked against."""
     if not isinstance(raw, Mapping):
         return []
     merged = tuning.merge(tuning.TuningConfig.model_validate(current) if isinstance(current, Mapping) else None,
                           tuning.TuningConfig.model_validate(raw))
-    return [invalid(field, value, message) for field, value, message in tuning.problems(merged, path)]
+    members = as_dict(as_dict(as_dict((db or {}).get("status")).get("storage")).get("members"))
+    sizes = [m["dbSizeBytes"] for m in members.values() if isinstance(m, Mapping) and is_int(m.get("dbSizeBytes"))]
+    return [invalid(field, value, message)
+            for field, value, message in tuning.problems(merged, path, largest_db_bytes=max(sizes, default=0))]
 
 
 _SECRET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -267,12 +270,15 @@ def replicas_errors(obj: Mapping[str, Any], old: Mapping[str, Any], lookup: Etcd
         return []
     if not conditions.is_true(as_dict(old.get("status")).get("conditions"), constants.COND_PROVISIONED):
         return []  # not running yet: nothing to add members to
-    holder = as_dict(meta_of(obj).get("annotations")).get(constants.ANNOTATION_SCALED_BY)
-    request = lookup.get_opsrequest(meta_of(old).get("namespace") or "default", holder) \
-        if isinstance(holder, str) and holder else None
+    # "<request>/<count>": the engine names the count it writes, so a ±1 edit by anyone else while the request runs
+    # (a GitOps tool putting its own count back) does not pass on the annotation the engine left.
+    scaled_by = as_dict(meta_of(obj).get("annotations")).get(constants.ANNOTATION_SCALED_BY)
+    holder, _, count = scaled_by.rpartition("/") if isinstance(scaled_by, str) else ("", "", "")
+    request = lookup.get_opsrequest(meta_of(old).get("namespace") or "default", holder) if holder else None
     spec = as_dict((request or {}).get("spec"))
     if (pause.request_holds(request) and spec.get("type") == constants.OPS_TYPE_HORIZONTAL_SCALING
-            and as_dict(spec.get("databaseRef")).get("name") == name_of(old) and abs(new - before) == 1):
+            and as_dict(spec.get("databaseRef")).get("name") == name_of(old) and abs(new - before) == 1
+            and count == str(new)):
         return []
     return [forbidden("spec.replicas", messages.MSG_REPLICAS_BY_REQUEST.format(replicas=new))]
 

@@ -127,7 +127,7 @@ def opsrequest_errors(obj: Mapping[str, Any], namespace: str, lookup: EtcdLookup
             errors.append(invalid("spec.configuration", name, messages.MSG_CONFIGURATION_NOT_SUPPORTED))
         else:  # ours: etcd's own rules on the flags the members will run with
             current = as_dict(as_dict(db.get("spec")).get("configuration")).get("tuning")
-            errors += etcd_rules.tuning_errors(configuration["tuning"], "spec.configuration.tuning", current)
+            errors += etcd_rules.tuning_errors(configuration["tuning"], "spec.configuration.tuning", current, db=db)
     if type_ == constants.OPS_TYPE_HORIZONTAL_SCALING:
         scaling = spec.get("horizontalScaling")
         if not isinstance(scaling, Mapping):
