@@ -38,7 +38,6 @@ from opsmanager import kube, pki
 from opsmanager.api import conditions, constants, pause
 from opsmanager.api import etcd as etcd_api
 from opsmanager.cluster import naming, render
-from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.tls import material
 
@@ -396,11 +395,6 @@ async def simultaneous_roll(sc: scenario.Scenario, db: str, replicas: int = 3) -
 # --- the day-2 types beyond TLS: what is done without a learner, a MoveLeader or the downgrade protocol ----------
 
 
-async def _plain_client(sc: scenario.Scenario, db: str, replicas: int = 3) -> etcd_client.EtcdClient:
-    eps = [dataclasses.replace(ep, schemes=("http",)) for ep in await sc.endpoints(db, replicas)]
-    return etcd_client.EtcdClient(eps, tls=None, timeout=10.0)
-
-
 async def _wait_ready(sc: scenario.Scenario, pod_name: str, started: float, *,
                       timeout: float = MEMBER_TIMEOUT) -> MemberStep:
     while time.monotonic() - started < timeout:
@@ -420,7 +414,7 @@ async def scale_up_voters(sc: scenario.Scenario, db: str, target: int = 5) -> Na
         pod = naming.pods(db, target)[index]
         started = time.monotonic()
         url = f"http://{naming.pod_fqdn(db, sc.namespace, pod)}:{naming.PEER_PORT_HTTP}"
-        async with await _plain_client(sc, db, index) as client:
+        async with await sc.plain_client(db, index) as client:
             while True:  # etcd refuses a voter until the leader has been connected to every voter for 5 s
                 try:
                     await client.member_add([url])
@@ -441,7 +435,7 @@ async def defragment_all_at_once(sc: scenario.Scenario, db: str) -> NaiveOutcome
     """Every member defragmented at the same time (``etcdctl defrag --cluster`` run in parallel): no member answers
     while its file is rewritten, so all of them at once stops every write."""
     started = time.monotonic()
-    async with await _plain_client(sc, db) as client:
+    async with await sc.plain_client(db) as client:
         await asyncio.gather(*(client.defragment(ep.name, timeout=120.0) for ep in client.endpoints))
     took = time.monotonic() - started
     return NaiveOutcome("every member defragmented at once",
@@ -464,7 +458,7 @@ async def fragment(sc: scenario.Scenario, db: str, megabytes: int = 64, live_meg
     """``live_megabytes`` of 64 KiB values that stay, and ``megabytes`` more written, deleted and compacted: a
     defragmentation has that much to give back and the live data to copy (its duration, and so the stall when
     every member does it at once, grows with the live data)."""
-    async with await _plain_client(sc, db) as client:
+    async with await sc.plain_client(db) as client:
         for i in range(live_megabytes * 16):
             await client.put(f"/live/{i:06d}", b"l" * 65536)
         for i in range(megabytes * 16):

@@ -288,6 +288,11 @@ class Scenario:
 
     # --- requests --------------------------------------------------------------------------------------------
 
+    async def plain_client(self, db: str, replicas: int = 3, *, timeout: float = 10.0) -> etcd_client.EtcdClient:
+        """An etcd client over plain http to every member of ``db`` (a cluster without TLS)."""
+        return etcd_client.EtcdClient([ep.with_schemes("http") for ep in await self.endpoints(db, replicas)],
+                                      tls=None, timeout=timeout)
+
     async def submit(self, request_name: str, db: str, type_: str, *, annotations: dict[str, str] | None = None,
                      **spec: Any) -> None:
         metadata: dict[str, Any] = {"name": request_name, "namespace": self.namespace}

@@ -271,3 +271,16 @@ def same_resources(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
         return {kind: {k: quantity_value(v) for k, v in ((r or {}).get(kind) or {}).items()}
                 for kind in ("requests", "limits") if (r or {}).get(kind)}
     return values(a) == values(b)
+
+
+def replacing_resources(current: dict[str, Any] | None, want: dict[str, Any]) -> dict[str, Any]:
+    """The patch value (JSON merge or strategic merge) that turns ``{requests, limits}`` ``current`` into exactly
+    ``want``: a request or limit ``current`` has and ``want`` leaves out is removed (null), not kept."""
+    out: dict[str, Any] = {}
+    for kind in ("requests", "limits"):
+        have, new = (current or {}).get(kind) or {}, want.get(kind) or {}
+        if not new and have:
+            out[kind] = None
+        elif new:
+            out[kind] = {**{k: None for k in have if k not in new}, **new}
+    return out

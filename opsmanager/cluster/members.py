@@ -134,3 +134,21 @@ async def observe(client: admin.EtcdAdmin | None, member_pods: Mapping[str, Mapp
             applied_index=st.raft_applied_index if isinstance(st, etcd_client.MemberStatus) else 0,
             up_to_date=up_to_date))
     return views
+
+
+async def answering(client: admin.EtcdAdmin, *, timeout: float = 1.5) -> dict[str, etcd_client.MemberStatus]:
+    """The Status of every member that answers, by endpoint (pod) name."""
+    views = await client.statuses(timeout=timeout)
+    return {name: view for name, view in views.items() if isinstance(view, etcd_client.MemberStatus)}
+
+
+def not_answering(names: Iterable[str], statuses: Mapping[str, etcd_client.MemberStatus], *,
+                  leader: bool = True) -> str | None:
+    """Why a change must wait (``"a, b not answering"``, or ``"no leader"`` when ``leader`` is asked for), or None
+    when every named member answers (and one of them leads)."""
+    down = [n for n in names if n not in statuses]
+    if down:
+        return f"{', '.join(down)} not answering"
+    if leader and not any(v.is_leader for v in statuses.values()):
+        return "no leader"
+    return None

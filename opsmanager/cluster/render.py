@@ -28,7 +28,7 @@ import copy
 import dataclasses
 from typing import Any, Final
 
-from opsmanager.api import common, constants
+from opsmanager.api import common, constants, versions
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import tuning as tuning_api
 from opsmanager.cluster import naming
@@ -382,10 +382,9 @@ READYZ_SINCE: Final = (3, 5, 35)
 
 def readiness_path(version: str) -> str:
     try:
-        parsed = tuple(int(x) for x in version.split("-")[0].split("."))
+        return "/readyz" if versions.parse(version) >= READYZ_SINCE else "/health"
     except ValueError:
         return "/health"
-    return "/readyz" if parsed >= READYZ_SINCE else "/health"
 
 
 def render_statefulset(

@@ -37,13 +37,14 @@ from collections.abc import Sequence
 from typing import Self
 
 from opsmanager import pki
+from opsmanager.api import versions
 from opsmanager.etcd import access, client, errors, probes
 
 CLUSTER_ID = 0xC1D
 
 
 def _minor(version: str) -> tuple[int, int]:
-    major, minor, *_ = (int(x) for x in version.split("-")[0].split("."))
+    major, minor, _patch = versions.parse(version)
     return major, minor
 
 
@@ -169,7 +170,7 @@ class FakeCluster:
 
     def _finish_downgrade(self) -> None:
         """etcd ends downgrade mode by itself once every member runs the target minor."""
-        if self.downgrade_target and all(f"{_minor(m.version)[0]}.{_minor(m.version)[1]}" == self.downgrade_target
+        if self.downgrade_target and all(versions.minor(m.version) == self.downgrade_target
                                          for m in self.members.values()):
             self.downgrade_target = ""
 

@@ -231,19 +231,26 @@ async def http_cluster_version(session: aiohttp.ClientSession, endpoint: access.
 
 async def _get_on_metrics_port(session: aiohttp.ClientSession, endpoint: access.Endpoint, path: str, *,
                                timeout: float) -> tuple[int, str]:
-    """``GET <metrics_url>/<path>``: (HTTP status, body); :class:`errors.MemberUnreachable` when the port does not
-    accept the connection, :class:`errors.RequestTimeout` when it accepts but does not answer in time."""
+    """``GET <metrics_url>/<path>`` (:func:`_http_get`)."""
     if endpoint.metrics_url is None:
         raise ValueError(f"endpoint {endpoint.name!r} has no metrics_port; /{path} over HTTP needs one")
-    url = f"{endpoint.metrics_url}/{path}"
+    return await _http_get(session, endpoint, f"{endpoint.metrics_url}/{path}", f"/{path}", timeout=timeout)
+
+
+async def _http_get(session: aiohttp.ClientSession, endpoint: access.Endpoint, url: str, what: str, *,
+                    timeout: float, tls: ssl.SSLContext | None = None) -> tuple[int, str]:
+    """``GET url`` on a member: (HTTP status, body); :class:`errors.MemberUnreachable` when the port does not accept
+    the connection (or the handshake fails), :class:`errors.RequestTimeout` when it accepts but does not answer in
+    time."""
     try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+        async with session.get(url, ssl=tls if tls is not None else False,
+                               timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
             return resp.status, await resp.text()
     except TimeoutError as exc:
-        raise errors.RequestTimeout(f"{path} on {endpoint.label}: {url} gave no answer within {timeout}s",
+        raise errors.RequestTimeout(f"{what} on {endpoint.label}: {url} gave no answer within {timeout}s",
                                     endpoint=endpoint.label) from exc
-    except aiohttp.ClientError as exc:
-        raise errors.MemberUnreachable(f"{path} on {endpoint.label}: {url} unreachable ({exc})",
+    except (aiohttp.ClientError, ssl.SSLError) as exc:
+        raise errors.MemberUnreachable(f"{what} on {endpoint.label}: {url} unreachable ({exc})",
                                        endpoint=endpoint.label) from exc
 
 
@@ -260,19 +267,9 @@ async def debug_cmdline(session: aiohttp.ClientSession, endpoint: access.Endpoin
                         identity: access.TLSIdentity | None, timeout: float) -> tuple[str, ...]:
     """``cmdline`` from ``GET <scheme>://<member>:<client port>/debug/vars``: the flags the member really started
     with. On https the request carries ``identity``'s certificate (etcd asks for one)."""
-    url = f"{endpoint.url(scheme)}/debug/vars"
     tls = _client_context(identity) if scheme == "https" else None
-    try:
-        async with session.get(url, ssl=tls if tls is not None else False,
-                               timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-            body = await resp.text()
-            status = resp.status
-    except TimeoutError as exc:
-        raise errors.RequestTimeout(f"/debug/vars on {endpoint.label}: no answer within {timeout}s",
-                                    endpoint=endpoint.label) from exc
-    except (aiohttp.ClientError, ssl.SSLError) as exc:
-        raise errors.MemberUnreachable(f"/debug/vars on {endpoint.label}: {url} unreachable ({exc})",
-                                       endpoint=endpoint.label) from exc
+    status, body = await _http_get(session, endpoint, f"{endpoint.url(scheme)}/debug/vars", "/debug/vars",
+                                   timeout=timeout, tls=tls)
     try:
         cmdline = json.loads(body).get("cmdline") if status == 200 else None
     except ValueError:

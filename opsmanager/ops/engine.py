@@ -39,7 +39,7 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 import transitions
 
@@ -583,21 +583,21 @@ def _etcd_state(db_obj: dict[str, Any]) -> queue.EtcdState:
     return queue.EtcdState(phase=phase, not_ready=not_ready, paused_by=paused_by)
 
 
+SUCCESS_MESSAGES: Final = {
+    constants.OPS_TYPE_RECONFIGURE_TLS: "Successfully reconfigured the etcd TLS configuration",
+    constants.OPS_TYPE_RESTART: "Successfully restarted the etcd members",
+    constants.OPS_TYPE_MOVE_LEADER: "Successfully moved the etcd leader",
+    constants.OPS_TYPE_COMPACT: "Successfully compacted the etcd key-value history",
+    constants.OPS_TYPE_DEFRAGMENT: "Successfully defragmented the etcd members",
+    constants.OPS_TYPE_RECONFIGURE: "Successfully reconfigured etcd",
+    constants.OPS_TYPE_VERTICAL_SCALING: "Successfully scaled the etcd container's resources",
+}
+
+
 def _success_message(p: plan.Plan) -> str:
-    if p.request_type == constants.OPS_TYPE_RECONFIGURE_TLS:
-        return "Successfully reconfigured the etcd TLS configuration"
-    if p.request_type == constants.OPS_TYPE_RESTART:
-        return "Successfully restarted the etcd members"
-    if p.request_type == constants.OPS_TYPE_COMPACT:
-        return "Successfully compacted the etcd key-value history"
-    if p.request_type == constants.OPS_TYPE_DEFRAGMENT:
-        return "Successfully defragmented the etcd members"
+    """The ``Successful`` condition's message; scaling and versions name where the cluster ended."""
     if p.request_type == constants.OPS_TYPE_HORIZONTAL_SCALING:
         return p.steps[-1].message
-    if p.request_type == constants.OPS_TYPE_RECONFIGURE:
-        return "Successfully reconfigured etcd"
-    if p.request_type == constants.OPS_TYPE_VERTICAL_SCALING:
-        return "Successfully scaled the etcd container's resources"
     if p.request_type == constants.OPS_TYPE_UPDATE_VERSION:
         return f"Successfully updated the etcd version to {p.desired_version}"
-    return "Successfully moved the etcd leader"
+    return SUCCESS_MESSAGES[p.request_type]

@@ -41,7 +41,7 @@ import dataclasses
 import enum
 from typing import ClassVar
 
-from opsmanager.api import common, constants, tlschange
+from opsmanager.api import common, constants, tlschange, versions
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.api import tuning as tuning_api
@@ -605,11 +605,6 @@ def plan_for(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest,
     raise ValueError(f"unsupported EtcdOpsRequest type {spec.type!r}")
 
 
-def _semver(version: str) -> tuple[int, int, int]:
-    major, minor, patch = (int(x) for x in version.split("-")[0].split("."))
-    return major, minor, patch
-
-
 def update_version_plan(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> Plan:
     """Up by at most one minor, or down by exactly one (etcd's downgrade protocol first), any patch within a minor:
     the template onto the target, the leader-aware roll, every member's version and the cluster version checked,
@@ -623,7 +618,7 @@ def update_version_plan(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> P
                          f"{', '.join(constants.SUPPORTED_ETCD_VERSIONS)}")
     origin = request.status.origin if request.status is not None else None
     start = origin.version if origin is not None and origin.version else db.spec.version
-    current, wanted = _semver(start), _semver(target)
+    current, wanted = versions.parse(start), versions.parse(target)
     tls = db.spec.tls
     wiring = dataclasses.replace(render.Wiring.steady(tls), version=target)
     steps: list[Step] = [_running(f"Etcd ops request is updating etcd from {start} to {target}")]

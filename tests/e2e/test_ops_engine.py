@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
-import dataclasses
 from typing import Any
 
 import pytest
@@ -24,7 +23,6 @@ import pytest_asyncio
 from e2e import scenario
 from opsmanager import pki
 from opsmanager.api import conditions, constants
-from opsmanager.etcd import client as etcd_client
 from opsmanager_sandbox import realcp
 from tests import operator_metrics
 from tests.polling import aeventually
@@ -312,8 +310,7 @@ async def test_compact_then_defragment_give_the_space_back_under_the_writer(sc: 
     # member's file shrinks, one member at a time, the leader last after MoveLeader, with no write lost.
     db = "defrag"
     await sc.fresh_etcd(db)
-    plain = [dataclasses.replace(ep, schemes=("http",)) for ep in await sc.endpoints(db)]  # a cluster without TLS
-    async with etcd_client.EtcdClient(plain, tls=None, timeout=10.0) as client:
+    async with await sc.plain_client(db) as client:  # a cluster without TLS
         for i in range(1600):
             await client.put(f"/bulk/{i:05d}", b"x" * 65536)
         deleted, _ = await client.delete_prefix("/bulk/")

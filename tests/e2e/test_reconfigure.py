@@ -9,7 +9,6 @@ were; a request breaking etcd's rules is refused at admission, naming the field.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from typing import Any
 
@@ -20,7 +19,6 @@ import pytest_asyncio
 from e2e import scenario
 from opsmanager import kube
 from opsmanager.api import constants
-from opsmanager.etcd import client as etcd_client
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -34,9 +32,8 @@ async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 async def running_flags(sc: scenario.Scenario, db: str) -> dict[str, set[str]]:
-    eps = [dataclasses.replace(ep, schemes=("http",)) for ep in await sc.endpoints(db)]
-    async with etcd_client.EtcdClient(eps, tls=None, timeout=5.0) as client:
-        return {ep.name: set(await client.flags(ep.name)) for ep in eps}
+    async with await sc.plain_client(db, timeout=5.0) as client:
+        return {ep.name: set(await client.flags(ep.name)) for ep in client.endpoints}
 
 
 async def quota_metric(sc: scenario.Scenario, db: str) -> set[int]:

@@ -9,7 +9,6 @@ member that is left, the stall bounded, no election a MoveLeader did not cause, 
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
@@ -36,8 +35,7 @@ def umbrella(result: scenario.OpResult) -> list[str]:
 
 async def membership(sc: scenario.Scenario, db: str, replicas: int) -> tuple[list[etcd_client.Member], set[int]]:
     """etcd's own member list, and the cluster IDs the members report (a plain-http cluster)."""
-    eps = [dataclasses.replace(ep, schemes=("http",)) for ep in await sc.endpoints(db, replicas)]
-    async with etcd_client.EtcdClient(eps, tls=None, timeout=5.0) as client:
+    async with await sc.plain_client(db, replicas, timeout=5.0) as client:
         listed = await client.members()
         views = await client.statuses(timeout=3.0)
     return listed, {v.cluster_id for v in views.values() if isinstance(v, etcd_client.MemberStatus)}

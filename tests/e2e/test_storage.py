@@ -11,7 +11,6 @@ operator's ``opsmanager_etcd_db_size_bytes`` series describe every member.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import time
 from typing import Any
@@ -23,7 +22,6 @@ import pytest_asyncio
 from e2e import scenario
 from opsmanager.api import conditions, constants
 from opsmanager.cluster import naming
-from opsmanager.etcd import client as etcd_client
 from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -46,8 +44,7 @@ async def auto_defragments(sc: scenario.Scenario, db: str) -> list[dict[str, Any
 async def test_a_fragmented_database_is_defragmented_by_the_operator_itself(sc: scenario.Scenario) -> None:
     db = "fragmented"
     await sc.fresh_etcd(db, extra={"storageLifecycle": POLICY})
-    plain = [dataclasses.replace(ep, schemes=("http",)) for ep in await sc.endpoints(db)]
-    async with etcd_client.EtcdClient(plain, tls=None, timeout=10.0) as client:
+    async with await sc.plain_client(db) as client:
         for i in range(320):
             await client.put(f"/bulk/{i:05d}", b"x" * 65536)
         deleted, revision = await client.delete_prefix("/bulk/")

@@ -12,7 +12,6 @@ certificates).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
@@ -21,7 +20,6 @@ import pytest_asyncio
 from e2e import scenario
 from opsmanager.api import constants
 from opsmanager.cluster import naming
-from opsmanager.etcd import client as etcd_client
 from opsmanager_sandbox import realcp
 from tests.polling import aeventually
 
@@ -42,9 +40,8 @@ def umbrella(result: scenario.OpResult) -> list[str]:
 
 
 async def cluster_versions(sc: scenario.Scenario, db: str) -> set[str]:
-    eps = [dataclasses.replace(ep, schemes=("http",)) for ep in await sc.endpoints(db)]
-    async with etcd_client.EtcdClient(eps, tls=None, timeout=5.0) as client:
-        return {await client.cluster_version(ep.name) for ep in eps}
+    async with await sc.plain_client(db, timeout=5.0) as client:
+        return {await client.cluster_version(ep.name) for ep in client.endpoints}
 
 
 async def test_up_to_3_6_and_back_to_3_5_under_the_writer(sc: scenario.Scenario) -> None:

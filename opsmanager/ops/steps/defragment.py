@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from opsmanager.api import constants
+from opsmanager.cluster import members
 from opsmanager.etcd import client as etcd_client
 from opsmanager.ops import context, plan, restart, rollout
 
@@ -41,12 +42,8 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     if not pending:
         return context.Done(f"{step.message}: {summary(sizes)}")
     async with await ctx.etcd() as client:
-        views = await client.statuses(timeout=1.5)
-        statuses = {n: v for n, v in views.items() if isinstance(v, etcd_client.MemberStatus)}
-        down = [n for n in names if n not in statuses]
-        leader = next((v for v in statuses.values() if v.is_leader), None)
-        if down or leader is None:
-            why = f"{', '.join(down)} not answering" if down else "no leader"
+        statuses = await members.answering(client)
+        if (why := members.not_answering(names, statuses)) is not None:
             return context.Progress(f"waiting for a healthy cluster before the next defragmentation ({why})",
                                     delay=0.5)
         # followers first (by name), the leader last

@@ -11,8 +11,8 @@ observed first (a downgrade already enabled to this target is not enabled twice)
 from __future__ import annotations
 
 from opsmanager import kube
-from opsmanager.api import constants
-from opsmanager.etcd import client as etcd_client
+from opsmanager.api import constants, versions
+from opsmanager.cluster import members
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan
 
@@ -20,21 +20,14 @@ from opsmanager.ops import context, plan
 CONDITIONS: tuple[str, ...] = (constants.COND_DOWNGRADE_ENABLED,)
 
 
-def minor(version: str) -> str:
-    return ".".join(version.split(".")[:2])
-
-
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     assert isinstance(step, plan.EnableDowngrade), step  # the engine runs a step with the module its kind names
     target = step.version
     async with await ctx.etcd() as client:
-        views = await client.statuses(timeout=1.5)
-        statuses = {n: v for n, v in views.items() if isinstance(v, etcd_client.MemberStatus)}
-        down = sorted(n for n in ctx.pod_names() if n not in statuses)
-        if down:
-            return context.Progress(f"waiting for every member before enabling the downgrade ({', '.join(down)} "
-                                    "not answering)", delay=0.5)
-        enabled = {minor(v.downgrade_target) for v in statuses.values() if v.downgrade_target}  # etcd says 3.5.0
+        statuses = await members.answering(client)
+        if (why := members.not_answering(ctx.pod_names(), statuses, leader=False)) is not None:
+            return context.Progress(f"waiting for every member before enabling the downgrade ({why})", delay=0.5)
+        enabled = {versions.minor(v.downgrade_target) for v in statuses.values() if v.downgrade_target}  # etcd says 3.5.0
         other = enabled - {target}
         if other:
             return context.Fail(f"a downgrade to {', '.join(sorted(other))} is in progress; cancel it (etcdctl "

@@ -32,19 +32,6 @@ def _etcd_container(pod: dict[str, Any], key: str) -> dict[str, Any]:
     return {}
 
 
-def replacing(current: dict[str, Any], want: dict[str, Any]) -> dict[str, Any]:
-    """The strategic-merge value that makes the container's resources exactly ``want``: a request or limit the
-    container has and ``want`` leaves out is removed (null), not kept."""
-    out: dict[str, Any] = {}
-    for kind in ("requests", "limits"):
-        have, new = current.get(kind) or {}, want.get(kind) or {}
-        if not new and have:
-            out[kind] = None
-        elif new:
-            out[kind] = {**{k: None for k in have if k not in new}, **new}
-    return out
-
-
 def _describe(resources: dict[str, Any]) -> str:
     return "; ".join(f"{kind} " + ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
                      for kind, values in sorted(resources.items()) if values) or "no requests or limits"
@@ -67,7 +54,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
             try:
                 await ctx.kube.patch("v1", "Pod", ctx.namespace, name,
                                      {"spec": {"containers": [{"name": naming.CONTAINER_NAME,
-                                                               "resources": replacing(current, want)}]}},
+                                                               "resources": common.replacing_resources(current, want)}]}},
                                      subresource="resize", patch_type="strategic")
             except (kube.Invalid, kube.Forbidden) as err:  # a QoS class change (only a restart can do that), or
                 # an API server or a role without pods/resize

@@ -29,7 +29,7 @@ from typing import Any
 
 from opsmanager import kube
 from opsmanager.api import conditions, constants
-from opsmanager.cluster import naming
+from opsmanager.cluster import members, naming
 from opsmanager.etcd import admin
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
@@ -80,8 +80,7 @@ async def _unhealthy(client: admin.EtcdAdmin, listed: list[etcd_client.Member],
                      ) -> tuple[str | None, dict[str, etcd_client.MemberStatus]]:
     """Why the membership must not change now (None: every voter answers and there is a leader), and the
     members' Status by pod name."""
-    views = await client.statuses(timeout=1.5)
-    statuses = {n: v for n, v in views.items() if isinstance(v, etcd_client.MemberStatus)}
+    statuses = await members.answering(client)
     answering = {v.member_id for v in statuses.values()}
     down = [m.name or m.id_hex for m in listed if not m.is_learner and m.id not in answering]
     if down:
@@ -205,12 +204,11 @@ async def _promote(ctx: context.OpsContext, step: plan.ScaleMembers, client: adm
 
 
 async def _catch_up(client: admin.EtcdAdmin, pod: str) -> str:
-    views = await client.statuses(timeout=1.5)
-    mine = views.get(pod)
-    if not isinstance(mine, etcd_client.MemberStatus):
+    statuses = await members.answering(client)
+    mine = statuses.get(pod)
+    if mine is None:
         return "its etcd is not answering yet"
-    leader = next((v for v in views.values() if isinstance(v, etcd_client.MemberStatus)
-                   and v.member_id == v.leader_id), None)
+    leader = next((v for v in statuses.values() if v.is_leader), None)
     return f"applied index {mine.raft_applied_index}" + (f", the leader's {leader.raft_index}" if leader else "")
 
 

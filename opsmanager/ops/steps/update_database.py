@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from opsmanager.api import constants
+from opsmanager.api import common, constants
 from opsmanager.ops import context, plan
 from opsmanager.tls import trust
 
@@ -22,12 +22,12 @@ CONDITIONS: tuple[str, ...] = (constants.COND_UPDATE_DATABASE,)
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     if ctx.plan.desired_resources is not None:
         template = ctx.db.spec.pod_template
-        if template is None or template.spec is None or template.spec.resources != ctx.plan.desired_resources:
-            # a merge patch would keep a request or limit the new resources leave out: replace the whole object
-            ctx.db_obj = await ctx.kube.patch(
-                constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name,
-                [{"op": "add", "path": path, "value": value} for path, value in _resources_patch(ctx)],
-                patch_type="json")
+        current = template.spec.resources if template is not None and template.spec is not None else None
+        if current != ctx.plan.desired_resources:
+            change = common.replacing_resources(current.to_dict() if current is not None else None,
+                                                ctx.plan.desired_resources.to_dict())
+            ctx.db_obj = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace,
+                                              ctx.db_name, {"spec": {"podTemplate": {"spec": {"resources": change}}}})
         return context.Done(step.message)
     if ctx.plan.desired_tuning is not None:
         flags = ctx.plan.desired_tuning.to_dict()
@@ -69,15 +69,3 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
             await trust.delete_probes(ctx, desired)
     return context.Done()
 
-
-def _resources_patch(ctx: context.OpsContext) -> list[tuple[str, object]]:
-    """JSON-patch ``add`` operations writing ``spec.podTemplate.spec.resources`` (creating the parents it lacks)."""
-    assert ctx.plan.desired_resources is not None
-    spec = ctx.db_obj.get("spec") or {}
-    ops: list[tuple[str, object]] = []
-    if "podTemplate" not in spec:
-        ops.append(("/spec/podTemplate", {}))
-    if "spec" not in (spec.get("podTemplate") or {}):
-        ops.append(("/spec/podTemplate/spec", {}))
-    ops.append(("/spec/podTemplate/spec/resources", ctx.plan.desired_resources.to_dict()))
-    return ops

@@ -9,8 +9,8 @@ kept its old image) or while the cluster still speaks the old minor's protocol.
 
 from __future__ import annotations
 
-from opsmanager.api import constants
-from opsmanager.etcd import client as etcd_client
+from opsmanager.api import constants, versions
+from opsmanager.cluster import members
 from opsmanager.ops import context, plan
 
 # The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
@@ -21,10 +21,9 @@ T = constants.TRUE
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     assert isinstance(step, plan.VerifyVersion), step  # the engine runs a step with the module its kind names
-    minor = ".".join(step.version.split(".")[:2])
+    minor = versions.minor(step.version)
     async with await ctx.etcd() as client:
-        views = await client.statuses(timeout=1.5)
-        statuses = {n: v for n, v in views.items() if isinstance(v, etcd_client.MemberStatus)}
+        statuses = await members.answering(client)
         wrong = []
         for name in ctx.pod_names():
             status = statuses.get(name)
