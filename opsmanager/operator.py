@@ -247,17 +247,19 @@ def make_client(kubeconfig: str | None, namespaces: Sequence[str] = (), *, cache
     client.track_by_name("v1", "Secret")
     client.use_wakeups(naming.owner_of)  # a change of an Etcd's objects wakes the loops waiting on that Etcd
     return client
-# Seniority priorities count down from this many seconds: positive, and with the tie-breaker below an exact
-# integer in JSON (< 2**53) for any start time before the year 5138.
-_PRIORITY_EPOCH = 10**11
-_TIE_BREAKER = 1000
+# Seniority priorities count down from this many milliseconds (the year 2286): positive, and with the tie-breaker
+# an exact integer in JSON (< 2**53). Milliseconds, because a second's resolution left two replicas started in the
+# same second ordered by the random tie-breaker alone, so the younger could pre-empt the elder.
+_PRIORITY_EPOCH_MS = 10**13
+_TIE_BREAKER = 100
 
 
 def seniority_priority(now: float | None = None, *, rng: random.Random | None = None) -> int:
-    """A kopf peering priority that is higher the earlier this process started (seconds), with a random tie-breaker
-    for replicas started within the same second (kopf pauses every peer of equal priority, itself included)."""
-    started = int(time.time() if now is None else now)
-    return (_PRIORITY_EPOCH - started) * _TIE_BREAKER + (rng or random.SystemRandom()).randrange(_TIE_BREAKER)
+    """A kopf peering priority that is higher the earlier this process started (milliseconds), with a random
+    tie-breaker for replicas started within the same millisecond (kopf pauses every peer of equal priority, itself
+    included)."""
+    started_ms = int((time.time() if now is None else now) * 1000)
+    return (_PRIORITY_EPOCH_MS - started_ms) * _TIE_BREAKER + (rng or random.SystemRandom()).randrange(_TIE_BREAKER)
 
 
 def peering_options(*, standalone: bool, peering_name: str | None, priority: int | None,
