@@ -57,7 +57,8 @@ async def _one_status(clients: Sequence[etcd_client.EtcdClient], ep: access.Endp
 
 
 async def hashkv_agree(endpoints: Sequence[access.Endpoint], identities: Sequence[access.TLSIdentity | None], *,
-                       timeout: float = 30.0, check: bool = True, expected: int | None = None) -> HashKV:
+                       timeout: float = 30.0, check: bool = True, expected: int | None = None,
+                       credentials: access.Credentials | None = None) -> HashKV:
     """Wait (up to ``timeout`` s) until every member answers at one revision, then compare their HashKV there.
     With ``check`` a disagreement (or no common revision in time) raises :class:`HashKVDisagree`. ``expected``:
     how many members there should be (fewer endpoints — pods without an address — cannot agree)."""
@@ -71,7 +72,7 @@ async def hashkv_agree(endpoints: Sequence[access.Endpoint], identities: Sequenc
     deadline = loop.time() + timeout
     # Plain http needs no identity: the no-identity client gets the http scheme only.
     clients = [etcd_client.EtcdClient([e if i is not None else e.with_schemes("http") for e in endpoints], tls=i,
-                                      timeout=2.0) for i in identities]
+                                      timeout=2.0, credentials=credentials) for i in identities]
     try:
         while True:
             found = await asyncio.gather(*(_one_status(clients, ep, 2.0) for ep in endpoints))
@@ -148,7 +149,7 @@ class Consistency:
 
 async def check(w: writer.Writer, endpoints: Sequence[access.Endpoint],
                 identities: Sequence[access.TLSIdentity | None], *, timeout: float = 30.0,
-                expected: int | None = None) -> Consistency:
+                expected: int | None = None, credentials: access.Credentials | None = None) -> Consistency:
     """Read-back and HashKV after ``w`` stopped; never raises for a failed check (see :meth:`Consistency.problems`)."""
     read: writer.ReadBack | None = None
     error = ""
@@ -157,7 +158,8 @@ async def check(w: writer.Writer, endpoints: Sequence[access.Endpoint],
     except errors.EtcdError as err:
         error = f"{type(err).__name__}: {err}"
     try:
-        hashes = await hashkv_agree(endpoints, identities, timeout=timeout, check=False, expected=expected)
+        hashes = await hashkv_agree(endpoints, identities, timeout=timeout, check=False, expected=expected,
+                                    credentials=credentials)
     except (errors.EtcdError, ValueError) as err:  # a member answered Status, then not HashKV
         hashes = HashKV(agree=False, revision=0, hashes={}, problem=f"{type(err).__name__}: {err}")
     return Consistency(read, error, hashes)

@@ -333,11 +333,13 @@ class Scenario:
                    and (e.get("involvedObject") or {}).get("name") == request_name)
 
     @contextlib.asynccontextmanager
-    async def live(self, db: str, replicas: int = 3) -> AsyncIterator[tuple[writer.Writer, monitor.LeaderMonitor]]:
-        """The live writer and leader monitor on ``db``."""
+    async def live(self, db: str, replicas: int = 3, *,
+                   login: writer.Login | None = None) -> AsyncIterator[tuple[writer.Writer, monitor.LeaderMonitor]]:
+        """The live writer and leader monitor on ``db`` (``login``: where the writer reads its credentials, on a
+        cluster with etcd's authentication)."""
         eps = await self.endpoints(db, replicas)
         ids = self.writer_identities()
-        w = writer.Writer(writer.targets_for(eps, identities=[*ids, None]))
+        w = writer.Writer(writer.targets_for(eps, identities=[*ids, None]), login=login)
         mon = monitor.LeaderMonitor(eps, identities=ids)
         await w.start()
         await mon.start()
@@ -349,9 +351,9 @@ class Scenario:
             await w.stop()
 
     async def operate(self, request_name: str, db: str, type_: str, *, timeout: float = 300.0,
-                      **spec: Any) -> OpResult:
+                      login: writer.Login | None = None, **spec: Any) -> OpResult:
         """Submit a request and follow it with the live writer and the leader monitor running."""
-        async with self.live(db) as (w, mon):
+        async with self.live(db, login=login) as (w, mon):
             before = w.snapshot()
             started = time.monotonic()
             await self.submit(request_name, db, type_, **spec)
@@ -380,7 +382,7 @@ class Scenario:
         """After ``w`` stopped: every acknowledged write read back, and HashKV on every member of ``db`` at one
         revision (with whichever of the writer's identities, or plain http, each member accepts)."""
         return await consistency.check(w, await self.endpoints(db, replicas), [*self.writer_identities(), None],
-                                       timeout=timeout, expected=replicas)
+                                       timeout=timeout, expected=replicas, credentials=w.credentials)
 
     async def assert_no_loss(self, run: OpResult | writer.Writer, *, max_stall: float = ENGINE_MAX_STALL,
                              db: str = "", since: writer.WriterResult | None = None,

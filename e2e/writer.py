@@ -50,7 +50,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from opsmanager import kube
-from opsmanager.cluster import naming
+from opsmanager.api import auth
+from opsmanager.cluster import credentials, naming
 from opsmanager.etcd import access, errors
 from opsmanager.etcd import client as etcd_client
 
@@ -141,6 +142,23 @@ class SecretMaterial:
         client = await self.k.get("v1", "Secret", self.namespace, self.client_secret)
         return _identity(_secret_bytes(bundle, "ca.crt"), _secret_bytes(client, "tls.crt"),
                          _secret_bytes(client, "tls.key"))
+
+
+class Login(Protocol):
+    """Where a writer reads the credentials it logs in with (a cluster with etcd's authentication on)."""
+
+    async def read(self) -> access.Credentials | None: ...
+
+
+class SecretLogin:
+    """The root credentials from the Etcd's auth Secret, as an application that re-reads it would: ``password``
+    first, then ``password.next`` (staged by a RotateAuth before etcd changes the password)."""
+
+    def __init__(self, k: kube.Kube, namespace: str, secret: str) -> None:
+        self.k, self.namespace, self.secret = k, namespace, secret
+
+    async def read(self) -> access.Credentials | None:
+        return credentials.credentials([auth.decode(await self.k.get("v1", "Secret", self.namespace, self.secret))])
 
 
 class FileMaterial:
@@ -255,12 +273,19 @@ class Writer:
 
     def __init__(self, targets: Sequence[Target], *, interval: float = 0.02, try_timeout: float = 0.5,
                  prefix: bytes | None = None, keep_errors: int = 50, material: Material | None = None,
-                 refresh_interval: float = 1.0) -> None:
+                 refresh_interval: float = 1.0, login: Login | None = None,
+                 login_as: access.Credentials | None = None) -> None:
         """``material``: follow this source (see :meth:`following`); the targets' endpoints are kept and their
-        identity replaced whenever the material changes, re-read every ``refresh_interval`` seconds."""
+        identity replaced whenever the material changes, re-read every ``refresh_interval`` seconds.
+        ``login``: log in with what it holds (a cluster with authentication), re-read every ``refresh_interval``
+        seconds and at once after an op that failed (then the op is tried again); ``login_as``: the credentials to
+        start with (else the first read)."""
         if interval <= 0 or try_timeout <= 0 or refresh_interval <= 0:
             raise ValueError("Writer: interval, try_timeout and refresh_interval must be positive seconds")
         self.material, self.refresh_interval = material, refresh_interval
+        self.login, self._credentials = login, login_as
+        self._login_task: asyncio.Task[None] | None = None
+        self._login_changes = 0
         self._identity: access.TLSIdentity | None = None  # the material in use (following writer)
         self._pending: access.TLSIdentity | None = None  # newer material, taken up by the next op
         self._material_task: asyncio.Task[None] | None = None
@@ -296,6 +321,11 @@ class Writer:
     @property
     def targets(self) -> tuple[Target, ...]:
         return tuple(self._targets)
+
+    @property
+    def credentials(self) -> access.Credentials | None:
+        """What the writer logs in with now (None on a cluster without authentication)."""
+        return self._credentials
 
     def set_targets(self, targets: Sequence[Target]) -> None:
         """Replace the targets; the next op uses the new list (still starting with the last good one if kept)."""
@@ -367,9 +397,28 @@ class Writer:
         key = target.identity.fingerprint if target.identity is not None else None
         c = self._clients.get(key)
         if c is None:
-            c = etcd_client.EtcdClient([target.endpoint], tls=target.identity, timeout=self.try_timeout)
+            c = etcd_client.EtcdClient([target.endpoint], tls=target.identity, timeout=self.try_timeout,
+                                       credentials=self._credentials)
             self._clients[key] = c
         return c
+
+    def _log_in_with(self, creds: access.Credentials | None) -> bool:
+        """Use ``creds`` from the next call on (every client); True when they changed."""
+        if creds is None or creds == self._credentials:
+            return False
+        self._credentials = creds
+        self._login_changes += 1
+        self.mark(f"credentials changed (#{self._login_changes})")
+        for c in self._clients.values():
+            c.set_credentials(creds)
+        return True
+
+    async def _refresh_login(self) -> None:
+        assert self.login is not None
+        while not self._stopping:
+            with contextlib.suppress(kube.KubeError, OSError):
+                self._log_in_with(await self.login.read())
+            await asyncio.sleep(self.refresh_interval)
 
     # -- running --
 
@@ -385,16 +434,21 @@ class Writer:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="etcd-live-writer")
         if self.material is not None:
             self._material_task = asyncio.get_running_loop().create_task(self._refresh(), name="writer-material")
+        if self.login is not None:
+            if self._credentials is None:
+                self._credentials = await self.login.read()
+            self._login_task = asyncio.get_running_loop().create_task(self._refresh_login(), name="writer-login")
 
     async def stop(self) -> WriterResult:
         """Finish the op in flight, stop, close the channels; returns (and keeps as ``.result``) the counts."""
         if self._task is None:
             raise RuntimeError("Writer not started")
         self._stopping = True
-        if self._material_task is not None:
-            self._material_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._material_task
+        for task in (self._material_task, self._login_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         try:
             await self._task
         finally:
@@ -444,8 +498,12 @@ class Writer:
         endpoints = list(dict.fromkeys(t.endpoint for t in self._targets))
         tries = [*self._targets, *(Target(ep, "https", ident) for ident in identities for ep in endpoints)]
         last: errors.EtcdError | None = None
+        if self.login is not None:
+            with contextlib.suppress(kube.KubeError, OSError):
+                self._log_in_with(await self.login.read())
         for target in tries:
-            async with etcd_client.EtcdClient([target.endpoint], tls=target.identity, timeout=timeout) as c:
+            async with etcd_client.EtcdClient([target.endpoint], tls=target.identity, timeout=timeout,
+                                              credentials=self._credentials) as c:
                 try:
                     pairs, revision = await c.range_prefix(self.prefix + b"/", endpoint=target.endpoint,
                                                            scheme=target.scheme, timeout=timeout)
@@ -519,6 +577,12 @@ class Writer:
                 await self._close_stale_clients()
                 if await self._try_targets(key, value, tried):
                     return
+        if self.login is not None:  # a refused login may be a password that changed: re-read it, try once more
+            fresh_login: access.Credentials | None = None
+            with contextlib.suppress(kube.KubeError, OSError):
+                fresh_login = await self.login.read()
+            if self._log_in_with(fresh_login) and await self._try_targets(key, value, tried):
+                return
         self._failed += 1
         offset = self._now() - self._started_at
         self._failure_offsets.append(offset)
@@ -560,5 +624,5 @@ class Writer:
         return False
 
 
-__all__ = ["FileMaterial", "LostWrites", "Material", "ReadBack", "SecretMaterial", "Target", "Writer", "WriterResult",
-           "key_for", "missing_writes", "targets_for"]
+__all__ = ["FileMaterial", "Login", "LostWrites", "Material", "ReadBack", "SecretLogin", "SecretMaterial", "Target",
+           "Writer", "WriterResult", "key_for", "missing_writes", "targets_for"]

@@ -23,6 +23,7 @@ pytest_plugins = [
     "tests.fixtures.etcd_cluster",
     "tests.fixtures.sandbox",
     "tests.fixtures.sandbox_controllers",
+    "tests.fixtures.objectstore",
 ]
 
 # The modules that take longest, longest first (serial wall time measured 2026-12-01 on the 2-core CI machine).

@@ -86,6 +86,7 @@ COND_PROVISIONED: Final = "Provisioned"
 COND_PAUSED: Final = "Paused"  # set by the ops engine while a request owns the cluster; the provisioner keeps off
 COND_HALTED: Final = "Halted"
 COND_CERTIFICATES_VALID: Final = "CertificatesValid"  # the certificate-lifecycle scan
+COND_BACKUP_UP_TO_DATE: Final = "BackupUpToDate"  # the backup schedule: the last good backup is recent enough
 # The material gate: True when every mounted Secret holds its source's released material; False with
 # the gate's reason (UntrustedCA, KeyMismatch, SANMismatch, Expired, …) while a source is held back.
 COND_TLS_MATERIAL_READY: Final = "TLSMaterialReady"
@@ -146,14 +147,17 @@ OPS_TYPE_MOVE_LEADER: Final = "MoveLeader"
 # In KubeDB's declaration order (its webhook lists them in this order in the "not supported" message).
 OPS_TYPE_COMPACT: Final = "Compact"
 OPS_TYPE_DEFRAGMENT: Final = "Defragment"
+OPS_TYPE_ROTATE_AUTH: Final = "RotateAuth"
+OPS_TYPE_RESTORE: Final = "Restore"
+OPS_TYPE_BACKUP: Final = "Backup"  # ours: KubeDB's backups come from KubeStash
 # Every type KubeDB's EtcdOpsRequest CRD admits, in its order: the CRD accepts them all, so a request of a type
 # this operator does not run yet reaches the webhook and gets KubeDB's "not supported" message, not a schema error.
 KUBEDB_OPS_TYPES: Final = ("UpdateVersion", "HorizontalScaling", "VerticalScaling", "VolumeExpansion", "Restart",
                            "Reconfigure", "ReconfigureTLS", "RotateAuth", "StorageMigration", "MoveLeader",
                            "Defragment", "Compact", "RecoverFromQuorumLoss", "Restore")
 OPS_TYPES: Final = (OPS_TYPE_UPDATE_VERSION, OPS_TYPE_HORIZONTAL_SCALING, OPS_TYPE_VERTICAL_SCALING, OPS_TYPE_RESTART,
-                    OPS_TYPE_RECONFIGURE, OPS_TYPE_RECONFIGURE_TLS, OPS_TYPE_MOVE_LEADER, OPS_TYPE_COMPACT,
-                    OPS_TYPE_DEFRAGMENT)
+                    OPS_TYPE_RECONFIGURE, OPS_TYPE_RECONFIGURE_TLS, OPS_TYPE_ROTATE_AUTH, OPS_TYPE_MOVE_LEADER,
+                    OPS_TYPE_COMPACT, OPS_TYPE_DEFRAGMENT, OPS_TYPE_RESTORE, OPS_TYPE_BACKUP)
 
 APPLY_IF_READY: Final = "IfReady"
 APPLY_ALWAYS: Final = "Always"
@@ -202,6 +206,20 @@ COND_CONFIGURATION_VERIFIED: Final = "ConfigurationVerified"
 # VerticalScaling InPlace: every member's pod resized through its resize subresource, with no restart.
 COND_IN_PLACE_RESIZED: Final = "InPlaceResized"
 COND_ETCD_ALARM_CLEARED: Final = "EtcdAlarmCleared"
+# RotateAuth (KubeDB's conditions): the new root password staged in the auth Secret (`password.next`); applied with
+# UserChangePassword (the first one turns authentication on) and verified by a fresh login with it; then the Secret
+# holds it as `password` (the old one as `password.prev`) and the Etcd's spec.authSecret names that Secret.
+# Backup (ours): a snapshot from a follower, verified, uploaded with its SHA-256 and revision; the store pruned to
+# spec.backup.retention and the Etcd's status.backup written.
+COND_SNAPSHOT_UPLOADED: Final = "SnapshotUploaded"
+COND_SNAPSHOTS_PRUNED: Final = "SnapshotsPruned"
+# Restore: the snapshot downloaded and checked (SHA-256, etcd's trailer, the bbolt file) before anything changes;
+# every member re-seeded from it (a new cluster ID); the keys checked against it (HashKV at its revision).
+COND_SNAPSHOT_VERIFIED: Final = "SnapshotVerified"
+COND_MEMBERS_RESTORED: Final = "MembersRestored"
+COND_RESTORE_VERIFIED: Final = "RestoreVerified"
+COND_UPDATE_CREDENTIAL: Final = "UpdateCredential"
+COND_ETCD_CREDENTIAL_APPLIED: Final = "EtcdCredentialApplied"
 COND_SKIPPED: Final = "Skipped"  # a Pending request superseded by a newer one of the same type (never started)
 # Why a request waits (True, reason WaitingForRequest / WaitingForReady / EtcdPaused) and, once it started, how
 # (False, reason Started / StartedAsRescue): written only for a request that waited or started as a rescue.
@@ -262,6 +280,7 @@ LABEL_OPS_TRIGGER: Final = "ops.opsmanager.dev/trigger"  # who created a request
 ANNOTATION_SCALED_BY: Final = "ops.opsmanager.dev/scaled-by"
 TRIGGER_AUTO_RENEW: Final = "auto-renew"
 TRIGGER_AUTO_DEFRAGMENT: Final = "auto-defragment"  # filed by the storage scan when much of a file is free
+TRIGGER_SCHEDULED_BACKUP: Final = "scheduled-backup"  # filed by the backup schedule (spec.backup.schedule)
 TRIGGER_CA_ROLLOVER: Final = "ca-rollover"  # filed by the provisioner when the CA behind the issuer changed
 
 

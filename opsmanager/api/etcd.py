@@ -18,6 +18,7 @@ from typing import Final, Literal
 
 import pydantic
 
+from opsmanager.api import backup as backup_api
 from opsmanager.api import common, constants, lifecycle
 from opsmanager.api import tuning as tuning_api
 
@@ -160,6 +161,16 @@ class TLSConfig(common.Model):
         return None
 
 
+class AuthSecret(common.Model):
+    """The Secret of etcd's own authentication: `username` (always `root`) and `password`."""
+
+    name: str = pydantic.Field(
+        min_length=1,
+        description="Secret in the Etcd's namespace with `username: root` and `password`; generated (a random "
+                    "password) when it does not exist. Rotate the password with a `RotateAuth` request.",
+    )
+
+
 class ConfigurationSpec(common.Model):
     """How etcd is configured beyond what the operator decides itself (listeners, TLS, membership)."""
 
@@ -202,6 +213,18 @@ class EtcdSpec(common.Model):
             "TLS for client (2379) and peer (2380) traffic. Change it on a live cluster with an "
             "`EtcdOpsRequest` of type `ReconfigureTLS`, not by editing this field."
         ),
+    )
+    auth_secret: AuthSecret | None = pydantic.Field(
+        default=None,
+        description=(
+            "Turns etcd's own authentication on: the `root` user's password lives in this Secret, and every client "
+            "(the operator's too) logs in with it. Absent: no authentication (a first `RotateAuth` request turns "
+            "it on). It cannot be removed or renamed by an edit: a `RotateAuth` request names another Secret."
+        ),
+    )
+    backup: backup_api.BackupPolicy | None = pydantic.Field(
+        default=None,
+        description="Scheduled snapshots to S3-compatible storage, and where a `Restore` request reads them from.",
     )
     storage_lifecycle: lifecycle.StorageLifecycle | None = pydantic.Field(
         default=None, description="Storage-lifecycle policy: size scans, metrics and automatic defragmentation."
@@ -263,6 +286,13 @@ class EtcdStatus(common.OpenModel):
     )
     storage: lifecycle.StorageStatus | None = pydantic.Field(
         default=None, description="The last storage scan: every member's database size, in-use size and quota."
+    )
+    backup: backup_api.BackupStatus | None = pydantic.Field(
+        default=None, description="The last good backup (key, SHA-256, revision) and the last failure.")
+    auth_enabled: bool | None = pydantic.Field(
+        default=None,
+        description="True once etcd's authentication is on (the `root` user exists with the password of "
+                    "`spec.authSecret`); set by the provisioner or a `RotateAuth` request.",
     )
     initial_cluster_state: Literal["new", "existing"] | None = pydantic.Field(
         default=None,

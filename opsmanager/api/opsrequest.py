@@ -4,7 +4,7 @@ Shaped after KubeDB's ``EtcdOpsRequest`` (``shared/reference/kubedb-etcd-ops.md`
 and is immutable once created (a CEL rule in the CRD and the webhook both enforce it); ``status`` is a phase from
 a closed set plus one condition per step, written only by the ops engine.
 
-Types supported now: ``Restart``, ``ReconfigureTLS``, ``MoveLeader``. ``ReconfigureTLS`` does exactly one of:
+Types run: ``constants.OPS_TYPES``; the schema admits all of KubeDB's. ``ReconfigureTLS`` does exactly one of:
 remove TLS (``tls.remove``), rotate the certificates (``tls.rotateCertificates``), or add TLS / change the issuer /
 change certificate fields (``tls.issuerRef`` and/or ``tls.certificates``).
 """
@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import pydantic
 
+from opsmanager.api import backup as backup_api
 from opsmanager.api import common, constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import tuning as tuning_api
@@ -117,6 +118,35 @@ class HorizontalScalingSpec(common.Model):
     )
 
 
+class SecretReference(common.Model):
+    """A Secret in the request's namespace (KubeDB's `TypedLocalObjectReference`)."""
+
+    api_group: str | None = pydantic.Field(default=None, description="Empty for a core Secret.")
+    kind: str | None = pydantic.Field(default=None, description="`Secret`.")
+    name: str | None = pydantic.Field(default=None, description="The Secret's name.")
+
+
+class AuthenticationSpec(common.Model):
+    """The new `root` password: from ``secretRef`` (a Secret with `username: root` and a non-empty `password`, which
+    the Etcd uses from then on), or generated into the Etcd's own auth Secret when ``secretRef`` is absent."""
+
+    secret_ref: SecretReference | None = pydantic.Field(
+        default=None, description="The Secret holding the new password; absent: a random one is generated."
+    )
+
+
+class BackupSpec(common.Model):
+    """An on-demand backup: one full snapshot to the Etcd's `spec.backup.destination`, like a scheduled one."""
+
+
+class RestoreSpec(common.Model):
+    """Restore the Etcd from one of its snapshots: every member's data replaced by it (a new cluster ID)."""
+
+    source: str | None = pydantic.Field(
+        default=None,
+        description="The snapshot: its object key (as in `status.backup.lastSuccess.key`) or `latest`.")
+
+
 class RestartSpec(common.Model):
     """A leader-aware rolling restart: followers one at a time, the leader last after moving leadership."""
 
@@ -158,11 +188,12 @@ class EtcdOpsRequestSpec(common.Model):
     )
     type: Literal["UpdateVersion", "HorizontalScaling", "VerticalScaling", "VolumeExpansion", "Restart",
                   "Reconfigure", "ReconfigureTLS", "RotateAuth", "StorageMigration", "MoveLeader", "Defragment",
-                  "Compact", "RecoverFromQuorumLoss", "Restore"] = pydantic.Field(
+                  "Compact", "RecoverFromQuorumLoss", "Restore", "Backup"] = pydantic.Field(
         description="The operation: `UpdateVersion`, `HorizontalScaling`, `VerticalScaling`, `Restart`, "
-                    "`Reconfigure`, `ReconfigureTLS`, `MoveLeader`, `Compact` or `Defragment`. KubeDB's other "
-                    "types (`VolumeExpansion`, `RotateAuth`, `StorageMigration`, `RecoverFromQuorumLoss`, `Restore`) "
-                    "are accepted by the schema and refused by the admission webhook as not supported yet."
+                    "`Reconfigure`, `ReconfigureTLS`, `RotateAuth`, `MoveLeader`, `Compact`, `Defragment`, "
+                    "`Backup` (ours) or `Restore`. KubeDB's other types (`VolumeExpansion`, `StorageMigration`, "
+                    "`RecoverFromQuorumLoss`) are accepted by the schema and refused by the admission webhook as not "
+                    "supported yet."
     )
     vertical_scaling: VerticalScalingSpec | None = pydantic.Field(
         default=None, description="Required for `VerticalScaling`: the etcd container's new resources."
@@ -179,6 +210,12 @@ class EtcdOpsRequestSpec(common.Model):
     tls: ReconfigureTLSSpec | None = pydantic.Field(
         default=None, description="Required for `ReconfigureTLS`: what to change."
     )
+    authentication: AuthenticationSpec | None = pydantic.Field(
+        default=None, description="Options of `RotateAuth`: where the new password comes from."
+    )
+    backup: BackupSpec | None = pydantic.Field(default=None, description="Options of `Backup` (none yet).")
+    restore: RestoreSpec | None = pydantic.Field(
+        default=None, description="Required for `Restore`: the snapshot to restore (`timeout` is required too).")
     restart: RestartSpec | None = pydantic.Field(default=None, description="Options of `Restart` (none yet).")
     move_leader: MoveLeaderSpec | None = pydantic.Field(default=None, description="Options of `MoveLeader`.")
     compact: CompactSpec | None = pydantic.Field(default=None, description="Required for `Compact`: the revision.")
@@ -236,6 +273,11 @@ class RequestOrigin(common.OpenModel):
         default=None,
         description="The Etcd's `spec.version` when the request started: an UpdateVersion upgrades or downgrades "
                     "from it.",
+    )
+    auth_secret: str | None = pydantic.Field(
+        default=None,
+        description="RotateAuth: the auth Secret the Etcd used when the request started (absent: authentication "
+                    "was off); the new password is staged there as `password.next`.",
     )
 
 
@@ -303,6 +345,8 @@ class EtcdOpsRequestStatus(common.OpenModel):
     warnings: list[str] | None = pydantic.Field(
         default=None, description="What the request was accepted with but should know (an even member count)."
     )
+    snapshot: backup_api.SnapshotRecord | None = pydantic.Field(
+        default=None, description="`Backup`: the snapshot it wrote; `Restore`: the snapshot it restores.")
 
 
 class EtcdOpsRequest(common.Model):

@@ -111,6 +111,11 @@ def trust_bundle_secret(db: str) -> str:
     return f"{db}-ca-bundle"
 
 
+def auth_secret(db: str) -> str:
+    """The auth Secret (etcd's root password) the operator generates when nothing names one: ``<db>-auth``."""
+    return f"{db}-auth"
+
+
 def tls_mount(alias: str) -> str:
     return f"{TLS_ROOT}/{alias}"
 

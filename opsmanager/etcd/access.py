@@ -1,5 +1,6 @@
-"""Where a member is and how to talk to it: :class:`Endpoint` (address, ports, URL schemes) and
-:class:`TLSIdentity` (trust bundle + optional client certificate, as bytes).
+"""Where a member is and how to talk to it: :class:`Endpoint` (address, ports, URL schemes),
+:class:`TLSIdentity` (trust bundle + optional client certificate, as bytes) and :class:`Credentials` (an etcd
+user for clusters with auth enabled).
 
 An endpoint may carry several schemes ("dual view"): while a cluster moves between plaintext and TLS a member can
 serve ``http`` and ``https`` on the same client port, and the operator cannot know in advance which one its own
@@ -180,3 +181,43 @@ class TLSIdentity:
             key_pem=raw(data, "tls.key", "the Secret") if has_cert else None,
             name=name,
         )
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class Credentials:
+    """An etcd user and its password, for a cluster with auth enabled (``etcdctl auth enable``). The client trades
+    them for a token (Authenticate) and sends the token with every call.
+
+    ``alternates``: other passwords to try, in order, when etcd refuses ``password`` — a password change in flight
+    (the new one staged beside the old): a login that fails with one tries the next, and the client keeps using the
+    one that worked.
+
+    Not part of the TLS identity: with ``--client-cert-auth`` etcd takes the certificate's CN as the user only when a
+    call carries no token, so a client with credentials acts as ``username`` whatever its certificate says.
+
+    ``repr`` and ``str`` never show a password.
+    """
+
+    username: str
+    password: str
+    alternates: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.username, str) or not self.username:
+            raise ValueError("Credentials: username is empty; give the etcd user (e.g. 'root')")
+        if not isinstance(self.password, str):
+            raise TypeError(f"Credentials {self.username!r}: password must be a str, not {type(self.password).__name__}")
+        if isinstance(self.alternates, str) or not all(isinstance(p, str) for p in self.alternates):
+            raise TypeError(f"Credentials {self.username!r}: alternates must be a tuple of str")
+        object.__setattr__(self, "alternates", tuple(self.alternates))
+
+    @property
+    def passwords(self) -> tuple[str, ...]:
+        """``password``, then each alternate (without repeats): the order a login tries them in."""
+        return tuple(dict.fromkeys((self.password, *self.alternates)))
+
+    def __repr__(self) -> str:
+        more = f", alternates=<{len(self.alternates)} redacted>" if self.alternates else ""
+        return f"Credentials(username={self.username!r}, password=<redacted>{more})"
+
+    __str__ = __repr__

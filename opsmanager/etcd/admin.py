@@ -12,6 +12,7 @@ same typed errors the real client raises, or the engine's error handling is not 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Protocol, Self
 
@@ -73,6 +74,12 @@ class EtcdAdmin(Protocol):
         """Defragment one member's backend (it answers nothing else meanwhile)."""
         ...
 
+    async def hash_kv(self, endpoint: access.Endpoint | str, *, revision: int = 0, timeout: float | None = None,
+                      deadline: float | None = None) -> client.KVHash:
+        """HashKV of one member at ``revision`` (0: its current one); :class:`errors.Compacted` below the
+        compaction."""
+        ...
+
     async def alarms(self, *, timeout: float | None = None) -> list[client.Alarm]:
         """Every member's raised alarms."""
         ...
@@ -110,20 +117,78 @@ class EtcdAdmin(Protocol):
         """The certificate ``endpoint`` serves now on its client or peer port."""
         ...
 
+    # -- auth: with credentials every call acts as that etcd user; without, a cluster with auth enabled refuses
+    # -- calls with errors.AuthRequired (or takes the client certificate's CN as the user, --client-cert-auth)
+
+    @property
+    def credentials(self) -> access.Credentials | None:
+        """The etcd user this admin acts as (None: none)."""
+        ...
+
+    def set_credentials(self, credentials: access.Credentials | None) -> None:
+        """Act as this user from the next call on (logging in lazily)."""
+        ...
+
+    async def auth_status(self, *, timeout: float | None = None) -> bool:
+        """Is auth enabled?"""
+        ...
+
+    async def auth_enable(self, *, timeout: float | None = None) -> None:
+        """Enable auth; :class:`errors.RootUserNotExist` / :class:`errors.RootRoleNotExist` until ``root`` exists
+        with the role ``root``."""
+        ...
+
+    async def auth_disable(self, *, timeout: float | None = None) -> None:
+        """Disable auth (every token is dropped)."""
+        ...
+
+    async def user_add(self, name: str, password: str, *, timeout: float | None = None) -> None:
+        """Create a user; :class:`errors.UserExists` when it exists."""
+        ...
+
+    async def user_get(self, name: str, *, timeout: float | None = None) -> tuple[str, ...]:
+        """A user's roles; :class:`errors.UserNotFound`."""
+        ...
+
+    async def user_grant_role(self, name: str, role: str, *, timeout: float | None = None) -> None:
+        """Grant a role (again: no-op); :class:`errors.UserNotFound`, :class:`errors.RoleNotFound`."""
+        ...
+
+    async def user_change_password(self, name: str, password: str, *, timeout: float | None = None) -> None:
+        """Change a password: the user's tokens are dropped, only the new password logs in (this admin's own
+        credentials follow when ``name`` is its user)."""
+        ...
+
+    async def check_login(self, endpoint: access.Endpoint | str | None, username: str, password: str, *,
+                          timeout: float | None = None) -> bool:
+        """Would etcd accept this user and password (a login of its own; this admin's is untouched)? False on
+        :class:`errors.AuthFailed`; :class:`errors.AuthNotEnabled` while auth is off."""
+        ...
+
+    async def snapshot(self, endpoint: access.Endpoint | str, dest_path: str | os.PathLike[str], *,
+                       timeout: float) -> client.SnapshotResult:
+        """Save one member's backend to ``dest_path`` (verified against etcd's sha256 trailer, renamed into place
+        only when complete); :class:`errors.SnapshotFailed`."""
+        ...
+
 
 TIMEOUT = 2.0
 """Seconds per attempt of the engine's etcd calls."""
 
 AdminFactory = Callable[[Sequence[access.Endpoint], access.TLSIdentity | None], EtcdAdmin]
-"""Builds the admin of one reconcile from the member endpoints and the operator's identity (None: plaintext)."""
+"""Builds the admin of one reconcile from the member endpoints and the operator's identity (None: plaintext). Both
+factories here (:func:`connect`, ``FakeCluster.admin``) also take ``credentials=`` (keyword); an admin without them
+gets its user by :meth:`EtcdAdmin.set_credentials`."""
 
 
-def connect(endpoints: Sequence[access.Endpoint], tls: access.TLSIdentity | None) -> EtcdAdmin:
-    """The real admin: the gRPC :class:`~opsmanager.etcd.client.EtcdClient`, 2 s per attempt.
+def connect(endpoints: Sequence[access.Endpoint], tls: access.TLSIdentity | None, *,
+            credentials: access.Credentials | None = None) -> EtcdAdmin:
+    """The real admin: the gRPC :class:`~opsmanager.etcd.client.EtcdClient`, 2 s per attempt, acting as
+    ``credentials`` when given.
 
     No endpoint at all (no member pod has an address yet, e.g. every pod is being recreated) is
     :class:`errors.MemberUnreachable` — transient, so the engine retries within the step's timeout — rather than
     the client's ``ValueError`` for a programming error."""
     if not endpoints:
         raise errors.MemberUnreachable("no etcd member has an address yet (every member pod is missing or starting)")
-    return client.EtcdClient(endpoints, tls=tls, timeout=TIMEOUT)
+    return client.EtcdClient(endpoints, tls=tls, timeout=TIMEOUT, credentials=credentials)

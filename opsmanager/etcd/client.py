@@ -1,5 +1,6 @@
 """The async etcd admin client the operator uses to see and steer a cluster: Status, MemberList, MemberUpdate,
-MoveLeader, health, the "recovered?" gate after a restart, and the certificate a port serves.
+MoveLeader, health, the "recovered?" gate after a restart, the certificate a port serves, auth (users, enabling it)
+and snapshots.
 
 Why our own client (not etcdctl, not etcd3gw): every decision of a leader-aware rolling restart rests on facts
 only the v3 API gives — who the leader is (``Status.header.member_id == Status.leader``), how far a member has
@@ -18,6 +19,11 @@ with``). TLS material is bytes (:class:`access.TLSIdentity`); ``Endpoint.server_
 An endpoint may list several schemes ("dual view" during a TLS transition): each is tried with its own budget,
 starting with the one that last worked. The identity can be swapped while running (:meth:`EtcdClient.set_tls`).
 
+Auth: with :class:`access.Credentials` (``credentials=`` or :meth:`EtcdClient.set_credentials`) every call carries
+the token etcd gave for them, obtained lazily and renewed once when etcd forgets it (:mod:`opsmanager.etcd.tokens`,
+interceptors on every channel, so no call site knows about tokens). Without credentials calls go as they are (with
+``--client-cert-auth``, etcd then takes the client certificate's CN as the user).
+
 Timeouts: ``timeout`` is the budget of one attempt (one endpoint, one scheme); calls that may try several
 endpoints or schemes take at most attempts x timeout. ``deadline`` (absolute ``loop.time()``) caps everything.
 Every call has a deadline: nothing here can hang.
@@ -29,6 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import pathlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -36,9 +44,10 @@ from typing import Any, TypeVar
 import aiohttp
 import grpc
 import grpc.aio
+from google.protobuf import unknown_fields
 
 from opsmanager import pki
-from opsmanager.etcd import access, errors, probes
+from opsmanager.etcd import access, errors, probes, snapshot, tokens
 from opsmanager.etcd._pb import rpc_pb2, rpc_pb2_grpc
 
 T = TypeVar("T")
@@ -198,6 +207,19 @@ def inconsistent_hashes(hashes: Sequence[KVHash]) -> list[str]:
 
 
 Health = probes.Health
+SnapshotResult = snapshot.SnapshotResult
+
+SNAPSHOT_VERSION_FIELD = 4  # SnapshotResponse.version, etcd 3.6+ (not in our proto: see rpc.proto)
+
+
+def snapshot_version(response: rpc_pb2.SnapshotResponse) -> str:
+    """etcd 3.6's ``SnapshotResponse.version`` (the storage version), read from the message's unknown fields; ""
+    from etcd 3.5, which does not send it."""
+    fields = unknown_fields.UnknownFieldSet(response)
+    for field in (fields[i] for i in range(len(fields))):
+        if field.field_number == SNAPSHOT_VERSION_FIELD and field.wire_type == 2:  # length-delimited: a string
+            return bytes(field.data).decode("utf-8", "replace")
+    return ""
 
 
 # ---- the client -----------------------------------------------------------------------------------------------
@@ -208,6 +230,7 @@ class _Conn:
     kv: rpc_pb2_grpc.KVStub
     cluster: rpc_pb2_grpc.ClusterStub
     maintenance: rpc_pb2_grpc.MaintenanceStub
+    auth: rpc_pb2_grpc.AuthStub
 
 
 class EtcdClient:
@@ -216,10 +239,11 @@ class EtcdClient:
     ``endpoints``: the members to talk to (their ``name`` is how the other calls refer to them).
     ``tls``: trust bundle and client identity for ``https`` schemes; None for plaintext-only endpoints.
     ``timeout``: default per-attempt budget in seconds.
+    ``credentials``: the etcd user to act as when the cluster has auth enabled (None: no token is sent).
     """
 
     def __init__(self, endpoint_list: Iterable[access.Endpoint], *, tls: access.TLSIdentity | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, credentials: access.Credentials | None = None) -> None:
         self._endpoints: list[access.Endpoint] = []
         self._tls: access.TLSIdentity | None = None
         self.timeout = timeout
@@ -229,8 +253,10 @@ class EtcdClient:
         self._ids: dict[int, access.Endpoint] = {}  # member ID -> endpoint, learned from Status
         self._http: aiohttp.ClientSession | None = None
         self._closed = False
+        self._login = tokens.Login()
         self.set_endpoints(endpoint_list)
         self.set_tls(tls)
+        self.set_credentials(credentials)
 
     # -- configuration --
 
@@ -241,6 +267,15 @@ class EtcdClient:
     @property
     def tls(self) -> access.TLSIdentity | None:
         return self._tls
+
+    @property
+    def credentials(self) -> access.Credentials | None:
+        return self._login.credentials
+
+    @property
+    def logins(self) -> int:
+        """How many times this client has authenticated (a new token each time)."""
+        return self._login.logins
 
     def set_endpoints(self, endpoint_list: Iterable[access.Endpoint]) -> None:
         """Replace the endpoint set (e.g. after a member was replaced). Channels already open stay cached."""
@@ -260,6 +295,14 @@ class EtcdClient:
         if tls is not None and not isinstance(tls, access.TLSIdentity):
             raise TypeError(f"tls must be an access.TLSIdentity or None, not {type(tls).__name__}")
         self._tls = tls
+
+    def set_credentials(self, credentials: access.Credentials | None) -> None:
+        """Act as this etcd user from the next call on (None: send no token). The token of the previous
+        credentials is dropped; the next call logs in (lazily, on the channel it uses). Channels are not touched:
+        credentials are not part of the TLS identity."""
+        if credentials is not None and not isinstance(credentials, access.Credentials):
+            raise TypeError(f"credentials must be an access.Credentials or None, not {type(credentials).__name__}")
+        self._login.set_credentials(credentials)
 
     def endpoint(self, ref: access.Endpoint | str) -> access.Endpoint:
         """The configured endpoint named ``ref`` (an :class:`Endpoint` is returned as is)."""
@@ -293,6 +336,7 @@ class EtcdClient:
         conn = self._conns.get(key)
         if conn is None:
             options = list(CHANNEL_OPTIONS)
+            interceptors, bind = tokens.interceptors(self._login, f"{ep.label} [{scheme}]")
             if scheme == "https":
                 assert identity is not None
                 creds = grpc.ssl_channel_credentials(root_certificates=identity.ca_pem,
@@ -300,12 +344,14 @@ class EtcdClient:
                                                      certificate_chain=identity.cert_pem)
                 if ep.server_name:
                     options.append(("grpc.ssl_target_name_override", ep.server_name))
-                channel = grpc.aio.secure_channel(ep.target, creds, options=options)
+                channel = grpc.aio.secure_channel(ep.target, creds, options=options, interceptors=interceptors)
             else:
-                channel = grpc.aio.insecure_channel(ep.target, options=options)
+                channel = grpc.aio.insecure_channel(ep.target, options=options, interceptors=interceptors)
+            bind(channel)
             conn = _Conn(channel, rpc_pb2_grpc.KVStub(channel),  # type: ignore[no-untyped-call]
                          rpc_pb2_grpc.ClusterStub(channel),  # type: ignore[no-untyped-call]
-                         rpc_pb2_grpc.MaintenanceStub(channel))  # type: ignore[no-untyped-call]
+                         rpc_pb2_grpc.MaintenanceStub(channel),  # type: ignore[no-untyped-call]
+                         rpc_pb2_grpc.AuthStub(channel))  # type: ignore[no-untyped-call]
             self._conns[key] = conn
         return conn
 
@@ -332,10 +378,11 @@ class EtcdClient:
                     scheme: str | None = None) -> tuple[T, str]:
         """Run ``fn(conn, timeout)`` on ``ep``, trying its schemes in order; returns (result, scheme).
 
-        The only place gRPC errors are caught and translated.
+        The only place gRPC errors are caught and translated (a login the token interceptor made on the way raises
+        its error translated already).
         """
         per_try = self.timeout if timeout is None else timeout
-        failures: list[tuple[str, errors.EtcdError, BaseException]] = []
+        failures: list[tuple[str, errors.EtcdError, BaseException | None]] = []
         for s in self._schemes(ep, scheme):
             budget = self._attempt_timeout(per_try, deadline)
             if budget <= 0:
@@ -343,11 +390,14 @@ class EtcdClient:
             conn = self._conn(ep, s)
             try:
                 result = await fn(conn, budget)
-            except _GRPC_RAISES as exc:
+            except (*_GRPC_RAISES, errors.EtcdError) as exc:
                 err = errors.translate(exc, endpoint=f"{ep.label} [{s}]", call=call)
+                cause = exc.__cause__ if err is exc else exc
                 if not isinstance(err, _TRY_NEXT_SCHEME):
+                    if err is exc:
+                        raise
                     raise err from exc
-                failures.append((s, err, exc))
+                failures.append((s, err, cause))
                 continue
             self._preferred_scheme[ep.target] = s
             return result, s
@@ -754,6 +804,196 @@ class EtcdClient:
 
         resp, _ = await self._on_any("MemberPromote", fn, timeout=timeout)
         return [Member.from_pb(m) for m in resp.members]
+
+    # -- Auth --
+
+    async def _auth_rpc(self, call: str, fn: Callable[[_Conn, float], Awaitable[T]], *,
+                        endpoint: access.Endpoint | str | None = None, timeout: float | None = None) -> T:
+        if endpoint is None:
+            resp, _ = await self._on_any(call, fn, timeout=timeout)
+        else:
+            resp, _ = await self._call(self.endpoint(endpoint), call, fn, timeout=timeout)
+        return resp
+
+    @staticmethod
+    def _check_name(value: str, what: str, call: str) -> str:
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{call}: {what} must be a non-empty string")
+        return value
+
+    async def auth_status(self, *, timeout: float | None = None) -> bool:
+        """Is auth enabled? (etcd 3.5+.) etcd checks the caller's user only while auth is on, so a refusal of the
+        question itself — :class:`errors.AuthRequired` (no credentials, no certificate CN) or
+        :class:`errors.UserNotFound` (no credentials, ``--client-cert-auth`` and a CN that is no user) — answers
+        True too."""
+        request = rpc_pb2.AuthStatusRequest()
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.AuthStatusResponse:
+            return await c.auth.AuthStatus(request, timeout=t)  # type: ignore[no-any-return]
+
+        try:
+            resp = await self._auth_rpc("AuthStatus", fn, timeout=timeout)
+        except (errors.PermissionDenied, errors.UserNotFound):
+            return True
+        return bool(resp.enabled)
+
+    async def auth_enable(self, *, timeout: float | None = None) -> None:
+        """Enable auth (through consensus, every member). Needs the user ``root`` with the role ``root``
+        (:class:`errors.RootUserNotExist`, :class:`errors.RootRoleNotExist`). Enabling it again is a no-op. From
+        the next call on this client logs in (with its credentials; without, calls are refused with
+        :class:`errors.AuthRequired` unless a client certificate's CN names a user)."""
+        request = rpc_pb2.AuthEnableRequest()
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.AuthEnableResponse:
+            return await c.auth.AuthEnable(request, timeout=t)  # type: ignore[no-any-return]
+
+        await self._auth_rpc("AuthEnable", fn, timeout=timeout)
+        self._login.forget()
+
+    async def auth_disable(self, *, timeout: float | None = None) -> None:
+        """Disable auth (needs the root role while it is on). etcd drops every token; calls go without one from
+        then on."""
+        request = rpc_pb2.AuthDisableRequest()
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.AuthDisableResponse:
+            return await c.auth.AuthDisable(request, timeout=t)  # type: ignore[no-any-return]
+
+        await self._auth_rpc("AuthDisable", fn, timeout=timeout)
+        self._login.forget()
+
+    async def user_add(self, name: str, password: str, *, timeout: float | None = None) -> None:
+        """Create user ``name`` with ``password`` (etcd stores a bcrypt hash). :class:`errors.UserExists` when there
+        is one already — catch it to create idempotently (the password is then not changed)."""
+        self._check_name(name, "name", "user_add")
+        request = rpc_pb2.AuthUserAddRequest(name=name, password=password)
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.AuthUserAddResponse:
+            return await c.auth.UserAdd(request, timeout=t)  # type: ignore[no-any-return]
+
+        await self._auth_rpc(f"UserAdd {name!r}", fn, timeout=timeout)
+
+    async def user_get(self, name: str, *, timeout: float | None = None) -> tuple[str, ...]:
+        """The roles of user ``name`` (sorted, as etcd keeps them); :class:`errors.UserNotFound`."""
+        self._check_name(name, "name", "user_get")
+        request = rpc_pb2.AuthUserGetRequest(name=name)
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.AuthUserGetResponse:
+            return await c.auth.UserGet(request, timeout=t)  # type: ignore[no-any-return]
+
+        resp = await self._auth_rpc(f"UserGet {name!r}", fn, timeout=timeout)
+        return tuple(resp.roles)
+
+    async def user_grant_role(self, name: str, role: str, *, timeout: float | None = None) -> None:
+        """Grant ``role`` to user ``name`` (granting it again is a no-op; the role ``root`` always exists).
+        :class:`errors.UserNotFound`, :class:`errors.RoleNotFound`."""
+        self._check_name(name, "name", "user_grant_role")
+        self._check_name(role, "role", "user_grant_role")
+        request = rpc_pb2.AuthUserGrantRoleRequest(user=name, role=role)
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.AuthUserGrantRoleResponse:
+            return await c.auth.UserGrantRole(request, timeout=t)  # type: ignore[no-any-return]
+
+        await self._auth_rpc(f"UserGrantRole {name!r} {role!r}", fn, timeout=timeout)
+
+    async def user_change_password(self, name: str, password: str, *, timeout: float | None = None) -> None:
+        """Set user ``name``'s password. etcd drops that user's tokens at once: every client logged in as ``name``
+        must log in again, and only the new password works. When ``name`` is this client's own user, the client
+        takes the new password as its credentials (else its very next call would fail to log in).
+        :class:`errors.UserNotFound`."""
+        self._check_name(name, "name", "user_change_password")
+        request = rpc_pb2.AuthUserChangePasswordRequest(name=name, password=password)
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.AuthUserChangePasswordResponse:
+            return await c.auth.UserChangePassword(request, timeout=t)  # type: ignore[no-any-return]
+
+        await self._auth_rpc(f"UserChangePassword {name!r}", fn, timeout=timeout)
+        own = self._login.credentials
+        if own is not None and own.username == name:
+            self.set_credentials(access.Credentials(name, password))
+
+    async def check_login(self, endpoint: access.Endpoint | str | None, username: str, password: str, *,
+                          timeout: float | None = None) -> bool:
+        """Would etcd accept ``username`` / ``password``? A fresh Authenticate (on ``endpoint``, else on any member)
+        whose token is thrown away: this client's own login is not touched. False when etcd refuses the pair
+        (:class:`errors.AuthFailed`); :class:`errors.AuthNotEnabled` when auth is off (there is no login to check)."""
+        self._check_name(username, "username", "check_login")
+        request = rpc_pb2.AuthenticateRequest(name=username, password=password)
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.AuthenticateResponse:
+            return await c.auth.Authenticate(request, timeout=t)  # type: ignore[no-any-return]
+
+        try:
+            await self._auth_rpc(f"Authenticate as {username!r}", fn, endpoint=endpoint, timeout=timeout)
+        except errors.AuthFailed:
+            return False
+        return True
+
+    # -- snapshots --
+
+    async def snapshot(self, endpoint: access.Endpoint | str, dest_path: str | os.PathLike[str], *,
+                       timeout: float) -> SnapshotResult:
+        """Save ``endpoint``'s backend (any member: a follower or a learner serves it too) to ``dest_path``.
+
+        The stream goes to a temporary file beside ``dest_path`` (one write buffer in memory, never the whole
+        database); the sha256 trailer etcd appends is checked, and only then is the file fsynced and renamed onto
+        ``dest_path`` — the file etcdctl's ``snapshot save`` writes, which ``etcdutl snapshot restore`` accepts.
+        ``timeout`` bounds everything (a Status of the member first, then the stream).
+
+        The result's ``revision`` is the revision the database holds (etcd sends no header with the stream, so it is
+        read from the file as ``etcdutl snapshot status`` does), ``member_id`` the member's (from that Status),
+        ``version`` the storage version etcd 3.6+ names ("" from 3.5). Raises :class:`errors.SnapshotFailed` (short
+        stream, trailer mismatch: nothing is left at ``dest_path``), :class:`errors.RequestTimeout`, the auth errors
+        (a snapshot needs the root role), and ``OSError`` for the local file.
+        """
+        ep = self.endpoint(endpoint)
+        dest = pathlib.Path(dest_path)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        status = await self.status(ep, timeout=min(self.timeout, timeout), deadline=deadline)
+        label = f"{ep.label} [{status.scheme}]"
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise errors.DeadlinePassed(f"Snapshot on {label}: deadline passed before the stream", endpoint=label)
+        conn = self._conn(ep, status.scheme)
+        out = snapshot.SnapshotFile(dest)
+        call = conn.maintenance.Snapshot(rpc_pb2.SnapshotRequest(), timeout=remaining)
+        header_revision, header_member, version, chunks = 0, 0, "", 0
+        try:
+            while True:
+                try:
+                    resp = await call.read()
+                except (*_GRPC_RAISES, errors.EtcdError) as exc:
+                    err = errors.translate(exc, endpoint=label, call="Snapshot")
+                    err = errors.past_deadline(err, deadline, loop.time())
+                    if err is exc:
+                        raise
+                    raise err from exc
+                if resp is grpc.aio.EOF:
+                    break
+                if chunks == 0:
+                    out.expected_db_size = len(resp.blob) + resp.remaining_bytes
+                    header_revision, header_member = resp.header.revision, resp.header.member_id
+                    version = snapshot_version(resp)
+                chunks += 1
+                out.write(resp.blob)
+            try:
+                size, digest = await asyncio.to_thread(out.finish)
+            except ValueError as exc:
+                raise errors.SnapshotFailed(f"Snapshot on {label}: {exc}", endpoint=label) from exc
+        except BaseException:
+            call.cancel()
+            out.abort()
+            raise
+        revision = header_revision
+        if not revision:
+            try:
+                revision = await asyncio.to_thread(snapshot.db_revision, dest)
+            except ValueError as exc:
+                dest.unlink(missing_ok=True)
+                raise errors.SnapshotFailed(f"Snapshot on {label}: the file is not an etcd backend: {exc}",
+                                            endpoint=label) from exc
+        return SnapshotResult(path=dest, size=size, sha256_hex=digest, revision=revision,
+                              member_id=header_member or status.member_id, version=version)
 
     # -- KV --
 

@@ -19,7 +19,16 @@ happened.
     ├── MembershipError          a membership change was refused (unknown member, duplicate peer URL, ...)
     │   ├── MemberNotFound
     │   └── BadLeaderTransferee  MoveLeader target is not a voting member
-    ├── PermissionDenied         etcd auth refused the call
+    ├── AuthError                etcd's authentication refused or failed (never names a password)
+    │   ├── AuthFailed           wrong user name or password (Authenticate)
+    │   ├── PermissionDenied     the user may not do this (no root role, or no permission on the key)
+    │   │   └── AuthRequired     auth is on and the call carried no user ("user name is empty")
+    │   ├── InvalidAuthToken     the token is unknown or expired (internal: the client re-authenticates once)
+    │   │   └── AuthOldRevision  the token predates the last users/roles change (internal, same treatment)
+    │   ├── AuthNotEnabled       Authenticate while auth is off
+    │   ├── UserExists / UserNotFound / RoleNotFound
+    │   └── RootUserNotExist / RootRoleNotExist   AuthEnable before root exists with the root role
+    ├── SnapshotFailed           a snapshot stream ended short or its sha256 trailer did not match
     ├── NotRecovered             wait_recovered's gate did not pass before its deadline (reason attached)
     ├── DataInconsistent         members hash their key-value store differently at the same revision
     └── EtcdServerError          anything else etcd or gRPC reported (the gRPC code name is kept)
@@ -119,10 +128,72 @@ class BadLeaderTransferee(MembershipError):
     """MoveLeader's target is not a voting member ("etcdserver: bad leader transferee"). Fatal."""
 
 
-class PermissionDenied(EtcdError):
-    """etcd authentication/authorisation refused the call. Fatal: needs a different user or role."""
+class AuthError(EtcdError):
+    """etcd's authentication or user management refused the call. Messages carry etcd's text and the user name,
+    never a password (etcd never echoes one, and the client never formats one)."""
 
     transient = False
+
+
+class AuthFailed(AuthError):
+    """Authenticate refused the user name and password ("authentication failed, invalid user ID or password"; etcd
+    says the same for an unknown user). Fatal: the credentials are wrong (or were changed)."""
+
+
+class PermissionDenied(AuthError):
+    """etcd authentication/authorisation refused the call: the user lacks the root role (maintenance, membership,
+    auth management) or a permission on the key. Fatal: needs a different user or role."""
+
+
+class AuthRequired(PermissionDenied):
+    """Auth is enabled and the call carried no user: no token and no client certificate CN ("user name is empty").
+    Fatal for a client without credentials; a client with credentials authenticates and retries once."""
+
+
+class InvalidAuthToken(AuthError):
+    """etcd does not know the token (expired after ``--auth-token-ttl``, forgotten by a restarted member, dropped by
+    a password change or by AuthDisable). Internal: the client re-authenticates once and retries, so callers only
+    see it when that retry failed the same way. Transient."""
+
+    transient = True
+
+
+class AuthOldRevision(InvalidAuthToken):
+    """The token was issued before the auth store's last change ("revision of auth store is old"; JWT tokens, or a
+    race with a users/roles change). Treated as an invalid token: re-authenticate, retry."""
+
+
+class AuthNotEnabled(AuthError):
+    """Authenticate while auth is disabled ("authentication is not enabled"). The client then runs without a
+    token; :meth:`~opsmanager.etcd.client.EtcdClient.check_login` raises it (there is no login to check)."""
+
+
+class UserExists(AuthError):
+    """UserAdd of a user that exists ("user name already exists"): treat as done when creating idempotently."""
+
+
+class UserNotFound(AuthError):
+    """No such user ("user name not found"): UserGet/UserGrantRole/UserChangePassword of an unknown user, or an
+    admin call made as a client certificate CN that is not a user."""
+
+
+class RoleNotFound(AuthError):
+    """No such role ("role name not found"); the role ``root`` always exists."""
+
+
+class RootUserNotExist(AuthError):
+    """AuthEnable before the user ``root`` exists ("root user does not exist")."""
+
+
+class RootRoleNotExist(AuthError):
+    """AuthEnable while ``root`` lacks the role ``root`` ("root user does not have root role")."""
+
+
+class SnapshotFailed(EtcdError):
+    """A snapshot stream ended before the size it announced, or the sha256 trailer etcd appends does not match the
+    bytes received. Transient: take it again (the partial file was removed)."""
+
+    transient = True
 
 
 class NotRecovered(EtcdError):
@@ -180,8 +251,45 @@ def _code_and_details(err: grpc.RpcError) -> tuple[str, str]:
     return (code.name if code is not None else "UNKNOWN"), (details or str(err))
 
 
+# etcd's auth errors by their text: the gRPC layer says "etcdserver: <text>" with the code of rpctypes; 3.5's
+# maintenance calls (Defragment, HashKV, MoveLeader, Snapshot, ...) return the auth package's own error,
+# "auth: <text>" (server/auth/store.go, partly other words: "user not found"), as UNKNOWN. The first phrase found
+# wins.
+_AUTH_MARKERS: tuple[tuple[str, type[EtcdError], str], ...] = (
+    ("invalid auth token", InvalidAuthToken, "invalid auth token"),
+    ("revision of auth store is old", AuthOldRevision, "the auth token predates the last auth change"),
+    ("revision in header is old", AuthOldRevision, "the auth token predates the last auth change"),
+    ("authentication failed", AuthFailed, "authentication failed"),
+    ("authentication is not enabled", AuthNotEnabled, "authentication is not enabled"),
+    ("user name is empty", AuthRequired, "authentication required (no user)"),
+    ("user name already exists", UserExists, "the user exists"),
+    ("auth: user already exists", UserExists, "the user exists"),
+    ("user name not found", UserNotFound, "no such user"),
+    ("auth: user not found", UserNotFound, "no such user"),
+    ("role name not found", RoleNotFound, "no such role"),
+    ("auth: role not found", RoleNotFound, "no such role"),
+    ("root user does not exist", RootUserNotExist, "the root user does not exist"),
+    ("root user does not have root role", RootRoleNotExist, "the root user lacks the root role"),
+    ("auth: permission denied", PermissionDenied, "permission denied"),
+    ("etcdserver: permission denied", PermissionDenied, "permission denied"),
+)
+
+
+def auth_error_class(details: str) -> type[EtcdError] | None:
+    """Pure: the auth error class etcd's text names (either prefix), or None when it is not an auth error."""
+    low = details.lower()
+    for marker, cls, _what in _AUTH_MARKERS:
+        if marker in low:
+            return cls
+    return None
+
+
 def _classify(code: str, low: str) -> tuple[type[EtcdError], str, bool | None]:
     """(error class, what happened, per-instance transient override) for a gRPC code and lower-cased details."""
+    if code not in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+        for marker, cls, what in _AUTH_MARKERS:
+            if marker in low:
+                return cls, what, None
     if code == "UNAVAILABLE":
         if "rpc not supported for learner" in low:
             return LearnerNotSupported, "the member is a learner and only answers Status", None
@@ -225,6 +333,20 @@ def from_grpc(err: grpc.RpcError, *, endpoint: str, call: str) -> EtcdError:
     if transient is not None:
         out.transient = transient
     return out
+
+
+def past_deadline(err: EtcdError, deadline: float | None, now: float) -> EtcdError:
+    """``err`` as a :class:`RequestTimeout` when it came once the caller's ``deadline`` (loop time) had passed: etcd
+    may reset the stream when its copy of the deadline fires (gRPC then says CANCELLED "Received RST_STREAM"), a
+    moment before our own timer would say DEADLINE_EXCEEDED. Other errors are returned as they are."""
+    if deadline is None or now < deadline - 0.005 or isinstance(err, RequestTimeout):
+        return err
+    if isinstance(err, EtcdServerError) and err.code in ("CANCELLED", "DEADLINE_EXCEEDED", "UNKNOWN"):
+        out = RequestTimeout(f"{err} (the deadline had passed)", endpoint=err.endpoint, code=err.code,
+                             details=err.details)
+        out.__cause__ = err.__cause__
+        return out
+    return err
 
 
 def translate(err: BaseException, *, endpoint: str, call: str) -> EtcdError:

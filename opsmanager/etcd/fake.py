@@ -21,6 +21,18 @@ is an :data:`~opsmanager.etcd.admin.AdminFactory`: ``Engine(client, etcd=cluster
   target).
 - **served certificates**: :meth:`FakeCluster.serve` sets the certificate a member hands out on its client or
   peer port (a test sets it from the Secret mounted when the pod was created).
+- **auth**: users (password, roles), auth on or off, tokens. With auth on, every call that reaches etcd needs a
+  user and raises what etcd raises: no credentials → :class:`errors.AuthRequired` (or, with
+  :attr:`FakeCluster.client_cert_auth`, the client certificate's CN is the user), a wrong password →
+  :class:`errors.AuthFailed`; admin calls (membership, MoveLeader, defragment, compaction, setting alarms,
+  downgrade, snapshot, auth management) need the role ``root``: :class:`errors.PermissionDenied` without it,
+  :class:`errors.UserNotFound` for a CN that is no user. Each :class:`FakeAdmin` logs in lazily and once more when its token
+  is gone (:meth:`FakeCluster.expire_tokens`: the TTL passed), as the real client does. A password change drops the
+  user's tokens, so an admin still holding the old password fails to log in again; AuthDisable drops every token.
+  Status, MemberList and reading alarms need any user. HTTP probes (health, flags, cluster version) and served
+  certificates need none, as on etcd.
+- **snapshots**: :meth:`FakeAdmin.snapshot` writes a small file (a fake backend + its sha256 trailer, through the
+  same verified writer as the real client) and reports the cluster's revision.
 
 Nothing waits: ``wait_recovered`` answers from the current state at once (the real one polls until its timeout),
 so a test drives time itself. Why it lives in the package and not under ``tests/``: it is the reference double of
@@ -31,14 +43,18 @@ imports it.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import itertools
+import os
+import pathlib
 import urllib.parse
 from collections.abc import Sequence
 from typing import Self
 
 from opsmanager import pki
 from opsmanager.api import versions
-from opsmanager.etcd import access, client, errors, probes
+from opsmanager.etcd import access, client, errors, probes, snapshot
 
 CLUSTER_ID = 0xC1D
 
@@ -60,6 +76,15 @@ class FakeMember:
     flags: tuple[str, ...] = ()  # the command line it started with (its pod's args)
     applied_index: int = 0
     served: dict[str, pki.CertInfo] = dataclasses.field(default_factory=dict)  # "client"/"peer" -> certificate
+
+
+@dataclasses.dataclass
+class FakeUser:
+    password: str
+    roles: list[str] = dataclasses.field(default_factory=list)
+
+
+ROOT = "root"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +120,12 @@ class FakeCluster:
         self.downgrade_target = ""  # a downgrade in progress (etcd 3.6+): its major.minor
         self._next_id = 0x2000
         self.open_admins = 0
+        self.auth_enabled = False
+        self.users: dict[str, FakeUser] = {}
+        self.tokens: dict[str, str] = {}  # token -> user name
+        self.auth_revision = 1
+        self.client_cert_auth = False  # --client-cert-auth: a call with no token acts as its certificate's CN
+        self._tokens = itertools.count(1)
 
     # --- the cluster's life (driven by the test) --------------------------------------------------------------
 
@@ -174,6 +205,40 @@ class FakeCluster:
                                          for m in self.members.values()):
             self.downgrade_target = ""
 
+    def add_user(self, name: str, password: str, *roles: str) -> None:
+        """Set up a user directly (test setup; an admin's :meth:`FakeAdmin.user_add` is the checked way)."""
+        self.users[name] = FakeUser(password, sorted(set(roles)))
+        self.auth_revision += 1
+
+    def enable_auth(self) -> None:
+        """Turn auth on directly (test setup): ``root`` with the role ``root`` must exist, as for AuthEnable."""
+        self._check_root()
+        self.auth_enabled = True
+        self.auth_revision += 1
+
+    def _check_root(self) -> None:
+        root = self.users.get(ROOT)
+        if root is None:
+            raise errors.RootUserNotExist("AuthEnable: etcdserver: root user does not exist",
+                                          code="FAILED_PRECONDITION")
+        if ROOT not in root.roles:
+            raise errors.RootRoleNotExist("AuthEnable: etcdserver: root user does not have root role",
+                                          code="FAILED_PRECONDITION")
+
+    def expire_tokens(self) -> None:
+        """Every token is gone (``--auth-token-ttl`` passed, or the members restarted): the next call of each admin
+        logs in again."""
+        self.tokens.clear()
+
+    def _issue_token(self, user: str) -> str:
+        token = f"fake-{next(self._tokens)}"
+        self.tokens[token] = user
+        return token
+
+    def _drop_tokens(self, user: str | None = None) -> None:
+        for token in [t for t, u in self.tokens.items() if user is None or u == user]:
+            del self.tokens[token]
+
     @property
     def elections(self) -> list[LeaderChange]:
         """Leader changes nobody asked for (a leader went down)."""
@@ -181,21 +246,25 @@ class FakeCluster:
 
     # --- the factory --------------------------------------------------------------------------------------------
 
-    def admin(self, endpoints: Sequence[access.Endpoint], tls: access.TLSIdentity | None) -> FakeAdmin:
+    def admin(self, endpoints: Sequence[access.Endpoint], tls: access.TLSIdentity | None, *,
+              credentials: access.Credentials | None = None) -> FakeAdmin:
         """An :data:`~opsmanager.etcd.admin.AdminFactory` over this cluster."""
-        return FakeAdmin(self, endpoints, tls)
+        return FakeAdmin(self, endpoints, tls, credentials=credentials)
 
 
 class FakeAdmin:
     """One reconcile's view of a :class:`FakeCluster`, through the given endpoints (members by name)."""
 
     def __init__(self, cluster: FakeCluster, endpoints: Sequence[access.Endpoint],
-                 tls: access.TLSIdentity | None) -> None:
+                 tls: access.TLSIdentity | None, *, credentials: access.Credentials | None = None) -> None:
         if not endpoints:
             raise ValueError("EtcdClient needs at least one endpoint")  # as the real client
         self.cluster = cluster
         self._endpoints = tuple(endpoints)
         self.tls = tls
+        self._credentials = credentials
+        self._token: str | None = None
+        self.logins = 0
 
     @property
     def endpoints(self) -> tuple[access.Endpoint, ...]:
@@ -220,11 +289,52 @@ class FakeAdmin:
                                            code="UNAVAILABLE")
         return member
 
-    def _consensus(self, call: str) -> None:
+    def _consensus(self, call: str, *, auth: str = "root") -> None:
         if not any(self.cluster.members.get(ep.name) and self.cluster.members[ep.name].up for ep in self._endpoints):
             raise errors.MemberUnreachable(f"{call}: no endpoint reachable")
         if self.cluster.leader is None or not self.cluster.has_quorum():
             raise errors.NoQuorum(f"{call}: etcdserver: no leader")
+        self._authorize(call, auth)
+
+    # --- auth -------------------------------------------------------------------------------------------------
+
+    def _user(self, call: str) -> str | None:
+        """The user this call acts as (None while auth is off); logs in when there is no valid token."""
+        cluster = self.cluster
+        if not cluster.auth_enabled:
+            return None
+        if self._credentials is not None:
+            if self._token not in cluster.tokens:
+                self._login(call)
+            assert self._token is not None
+            return cluster.tokens[self._token]
+        if cluster.client_cert_auth and self.tls is not None and self.tls.cert_pem is not None:
+            return pki.cert_info(self.tls.cert_pem).common_name
+        raise errors.AuthRequired(f"{call}: etcdserver: user name is empty", code="INVALID_ARGUMENT")
+
+    def _login(self, call: str) -> None:
+        credentials = self._credentials
+        assert credentials is not None
+        user = self.cluster.users.get(credentials.username)
+        if user is None or user.password not in credentials.passwords:  # the client tries each password
+            raise errors.AuthFailed(f"Authenticate as {credentials.username!r} (before {call}): etcdserver: "
+                                    "authentication failed, invalid user ID or password", code="INVALID_ARGUMENT")
+        self._token = self.cluster._issue_token(credentials.username)
+        self.logins += 1
+
+    def _authorize(self, call: str, need: str) -> None:
+        """``need``: "user" (any user: Status, MemberList, reading alarms), "root" (admin calls: the role root,
+        UserNotFound for an unknown user), "key" (KV: the role root here, PermissionDenied for an unknown user)."""
+        user = self._user(call)
+        if user is None or need == "user":
+            return
+        record = self.cluster.users.get(user)
+        if record is None and need == "root":
+            raise errors.UserNotFound(f"{call} as {user!r}: etcdserver: user name not found",
+                                      code="FAILED_PRECONDITION")
+        if record is None or ROOT not in record.roles:
+            raise errors.PermissionDenied(f"{call} as {user!r}: etcdserver: permission denied",
+                                          code="PERMISSION_DENIED")
 
     def _member_list(self) -> list[client.Member]:
         return [client.Member(id=m.id, name=m.name if m.started else "", peer_urls=m.peer_urls,
@@ -233,6 +343,7 @@ class FakeAdmin:
 
     def _status(self, ep: access.Endpoint) -> client.MemberStatus:
         member = self._reachable(ep, "Status")
+        self._authorize("Status", "user")
         leader = self.cluster.members.get(self.cluster.leader or "")
         scheme = "https" if self.tls is not None and "https" in ep.schemes else ep.schemes[-1]
         return client.MemberStatus(
@@ -271,7 +382,9 @@ class FakeAdmin:
     async def members(self, *, linearizable: bool = True, timeout: float | None = None,
                       deadline: float | None = None) -> list[client.Member]:
         if linearizable:
-            self._consensus("MemberList")
+            self._consensus("MemberList", auth="user")
+        else:
+            self._authorize("MemberList", "user")
         return self._member_list()
 
     async def member_update(self, member_id: int, peer_urls: Sequence[str], *,
@@ -355,11 +468,26 @@ class FakeAdmin:
 
     async def defragment(self, endpoint: access.Endpoint | str, *, timeout: float | None = None) -> None:
         member = self._reachable(self._endpoint(endpoint), "Defragment")
+        self._authorize("Defragment", "root")
         self.cluster.defragmented.append((member.name, self.cluster.leader))
         self.cluster.db_size[member.name] = 1 << 15
 
+    async def hash_kv(self, endpoint: access.Endpoint | str, *, revision: int = 0, timeout: float | None = None,
+                      deadline: float | None = None) -> client.KVHash:
+        ep = self._endpoint(endpoint)
+        member = self._reachable(ep, "HashKV")
+        self._authorize("HashKV", "root")
+        at = revision or self.cluster.raft_index
+        if at <= self.cluster.compacted:
+            raise errors.Compacted(f"HashKV: revision {at} has been compacted (at {self.cluster.compacted})")
+        if at > self.cluster.raft_index:
+            raise errors.EtcdServerError(f"HashKV: revision {at} is a future revision")
+        # Every member holds the same history in the fake: the hash is a function of the revision alone.
+        return client.KVHash(endpoint=ep.name, member_id=member.id, revision=at, hash=(at * 2654435761) % 2**32,
+                             compact_revision=self.cluster.compacted)
+
     async def alarms(self, *, timeout: float | None = None) -> list[client.Alarm]:
-        self._consensus("Alarm")
+        self._consensus("Alarm", auth="user")
         return list(self.cluster.alarms)
 
     async def set_alarm(self, member_id: int, alarm: str, *, raised: bool,
@@ -416,7 +544,7 @@ class FakeAdmin:
                              timeout: float = 30.0, poll_interval: float = 0.1,
                              check_hash: bool = False) -> client.Recovery:
         ep = self._endpoint(member)
-        self._consensus("wait_recovered")
+        self._consensus("wait_recovered", auth="key")  # MemberList, Status and a linearizable read
         cluster = self.cluster
         voters = cluster.voters
         learners = [m.name for m in cluster.members.values() if m.is_learner]
@@ -441,3 +569,105 @@ class FakeAdmin:
             raise errors.TLSHandshakeFailed(f"served_certificate {ep.label} {port}: no TLS on this port",
                                             endpoint=ep.label)
         return cert
+
+    # --- auth -------------------------------------------------------------------------------------------------
+
+    @property
+    def credentials(self) -> access.Credentials | None:
+        return self._credentials
+
+    def set_credentials(self, credentials: access.Credentials | None) -> None:
+        if credentials != self._credentials:
+            self._credentials, self._token = credentials, None
+
+    async def auth_status(self, *, timeout: float | None = None) -> bool:
+        try:
+            self._consensus("AuthStatus", auth="user")
+        except (errors.PermissionDenied, errors.UserNotFound):
+            return True  # as the real client: refused for want of a user means auth is on
+        return self.cluster.auth_enabled
+
+    async def auth_enable(self, *, timeout: float | None = None) -> None:
+        self._consensus("AuthEnable")
+        self.cluster.calls.append("auth_enable")
+        if not self.cluster.auth_enabled:
+            self.cluster.enable_auth()
+        self._token = None
+
+    async def auth_disable(self, *, timeout: float | None = None) -> None:
+        self._consensus("AuthDisable")
+        self.cluster.calls.append("auth_disable")
+        if self.cluster.auth_enabled:
+            self.cluster.auth_enabled = False
+            self.cluster.auth_revision += 1
+            self.cluster._drop_tokens()
+        self._token = None
+
+    async def user_add(self, name: str, password: str, *, timeout: float | None = None) -> None:
+        self._consensus(f"UserAdd {name!r}")
+        if name in self.cluster.users:
+            raise errors.UserExists(f"UserAdd {name!r}: etcdserver: user name already exists",
+                                    code="FAILED_PRECONDITION")
+        self.cluster.calls.append(f"user_add {name}")
+        self.cluster.add_user(name, password)
+
+    def _known(self, call: str, name: str) -> FakeUser:
+        record = self.cluster.users.get(name)
+        if record is None:
+            raise errors.UserNotFound(f"{call}: etcdserver: user name not found", code="FAILED_PRECONDITION")
+        return record
+
+    async def user_get(self, name: str, *, timeout: float | None = None) -> tuple[str, ...]:
+        self._consensus(f"UserGet {name!r}")
+        return tuple(self._known(f"UserGet {name!r}", name).roles)
+
+    async def user_grant_role(self, name: str, role: str, *, timeout: float | None = None) -> None:
+        call = f"UserGrantRole {name!r} {role!r}"
+        self._consensus(call)
+        record = self._known(call, name)
+        if role != ROOT:  # the fake knows no role but root
+            raise errors.RoleNotFound(f"{call}: etcdserver: role name not found", code="FAILED_PRECONDITION")
+        if role not in record.roles:
+            record.roles = sorted({*record.roles, role})
+            self.cluster.auth_revision += 1
+        self.cluster.calls.append(f"user_grant_role {name} {role}")
+
+    async def user_change_password(self, name: str, password: str, *, timeout: float | None = None) -> None:
+        call = f"UserChangePassword {name!r}"
+        self._consensus(call)
+        self._known(call, name).password = password
+        self.cluster.auth_revision += 1
+        self.cluster._drop_tokens(name)
+        self.cluster.calls.append(f"user_change_password {name}")
+        if self._credentials is not None and self._credentials.username == name:
+            self.set_credentials(access.Credentials(name, password))
+
+    async def check_login(self, endpoint: access.Endpoint | str | None, username: str, password: str, *,
+                          timeout: float | None = None) -> bool:
+        if endpoint is not None:
+            self._reachable(self._endpoint(endpoint), "Authenticate")
+        elif not any(m.up for m in self.cluster.members.values()):
+            raise errors.MemberUnreachable("Authenticate: no endpoint reachable")
+        if not self.cluster.auth_enabled:
+            raise errors.AuthNotEnabled(f"Authenticate as {username!r}: etcdserver: authentication is not enabled",
+                                        code="FAILED_PRECONDITION")
+        user = self.cluster.users.get(username)
+        return user is not None and user.password == password
+
+    # --- snapshots --------------------------------------------------------------------------------------------
+
+    async def snapshot(self, endpoint: access.Endpoint | str, dest_path: str | os.PathLike[str], *,
+                       timeout: float) -> client.SnapshotResult:
+        ep = self._endpoint(endpoint)
+        member = self._reachable(ep, "Snapshot")
+        self._authorize("Snapshot", "root")
+        cluster = self.cluster
+        revision = cluster.raft_index
+        db = (f"fake etcd backend: cluster {CLUSTER_ID:x} member {member.id:x} revision {revision}\n"
+              .encode().ljust(4096, b"\0"))
+        dest = pathlib.Path(dest_path)
+        size, digest = await asyncio.to_thread(snapshot.write_verified, dest, db)
+        cluster.calls.append(f"snapshot {member.name}")
+        return client.SnapshotResult(path=dest, size=size, sha256_hex=digest, revision=revision,
+                                     member_id=member.id,
+                                     version=cluster.storage_version() if _minor(member.version) >= (3, 6) else "")

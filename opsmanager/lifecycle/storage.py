@@ -33,7 +33,7 @@ from typing import Any, Final
 from opsmanager import kube
 from opsmanager.api import conditions, constants, lifecycle, pause
 from opsmanager.api import etcd as etcd_api
-from opsmanager.cluster import members, naming
+from opsmanager.cluster import credentials, members, naming
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.lifecycle import metrics
@@ -105,7 +105,8 @@ async def observe(k: kube.Kube, db: etcd_api.Etcd) -> tuple[dict[str, lifecycle.
         return {}, set()
     out: dict[str, lifecycle.MemberStorage] = {}
     versions: set[str] = set()
-    async with etcd_client.EtcdClient(eps, tls=identity, timeout=TIMEOUT) as client:
+    async with etcd_client.EtcdClient(eps, tls=identity, timeout=TIMEOUT,
+                                      credentials=await credentials.for_etcd(k, db)) as client:
         for ep_name, status in (await client.statuses(timeout=TIMEOUT)).items():
             if not isinstance(status, etcd_client.MemberStatus):
                 continue

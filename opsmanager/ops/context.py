@@ -47,7 +47,7 @@ from opsmanager import kube
 from opsmanager.api import conditions, constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
-from opsmanager.cluster import members, naming
+from opsmanager.cluster import credentials, members, naming
 from opsmanager.etcd import access, admin, pool
 from opsmanager.ops import plan as plan_mod
 from opsmanager.tls import identity as tls_identity
@@ -360,9 +360,21 @@ class OpsContext:
         schemes = ("https", "http") if identity is not None else ("http",)
         eps = members.endpoints(self.db_name, self.namespace, pods, self.pod_names(), schemes=schemes,
                                 peer_scheme=peer_scheme, metrics=True)
-        if self.etcd_pool is None:
-            return self.admin_factory(eps, identity)
-        if not eps:
-            return self.admin_factory(eps, identity)  # raises MemberUnreachable, as without a pool
-        return await self.etcd_pool.lease(self.namespace, self.db_name, eps, identity, timeout=admin.TIMEOUT,
-                                            user=ENGINE_USER)
+        if self.etcd_pool is None or not eps:  # no endpoint: the factory raises MemberUnreachable
+            made = self.admin_factory(eps, identity)
+        else:
+            made = await self.etcd_pool.lease(self.namespace, self.db_name, eps, identity, timeout=admin.TIMEOUT,
+                                              user=ENGINE_USER)
+        creds = await self.credentials()
+        if creds != made.credentials:
+            made.set_credentials(creds)
+        return made
+
+    async def credentials(self) -> access.Credentials | None:
+        """The root credentials of this cluster (etcd's authentication): from ``spec.authSecret``, and during a
+        RotateAuth from the Secrets it stages in and moves to; None on a cluster without authentication."""
+        also = tuple(s for s in (self.plan.auth_secrets or ()) if s)
+        auth = self.spec.authentication
+        if auth is not None and auth.secret_ref is not None and auth.secret_ref.name:
+            also += (auth.secret_ref.name,)
+        return await credentials.for_etcd(self.kube, self.db, also=also)

@@ -52,6 +52,7 @@ from opsmanager.etcd import errors as etcd_errors
 from opsmanager.kube import cache as kube_cache
 from opsmanager.ops import context, observe, plan, queue
 from opsmanager.ops.steps import (
+    apply_credential,
     clear_alarms,
     compact,
     defragment,
@@ -59,15 +60,18 @@ from opsmanager.ops.steps import (
     issue,
     move_leader,
     pause,
+    prune_snapshots,
     rescue_chosen,
     resize_in_place,
     restart_pods,
     roll_pass,
     scale_members,
     sync_certificates,
+    update_credential,
     update_database,
     update_peer_urls,
     update_statefulset,
+    upload_snapshot,
     verify_configuration,
     verify_served,
     verify_version,
@@ -99,6 +103,10 @@ STEPS: dict[plan.StepKind, Executor] = {
     plan.StepKind.RESIZE_IN_PLACE: resize_in_place.run,
     plan.StepKind.CLEAR_ALARMS: clear_alarms.run,
     plan.StepKind.VERIFY_SERVED: verify_served.run,
+    plan.StepKind.UPLOAD_SNAPSHOT: upload_snapshot.run,
+    plan.StepKind.PRUNE_SNAPSHOTS: prune_snapshots.run,
+    plan.StepKind.UPDATE_CREDENTIAL: update_credential.run,
+    plan.StepKind.APPLY_CREDENTIAL: apply_credential.run,
     plan.StepKind.UPDATE_DATABASE: update_database.run,
     plan.StepKind.RESCUE_CHOSEN: rescue_chosen.run,
     plan.StepKind.RESTART_ALL: restart_pods.run,
@@ -399,6 +407,8 @@ class Engine:
             origin["replicas"] = replicas  # a HorizontalScaling's direction, fixed before it changes the count
         if isinstance(version := (db_obj.get("spec") or {}).get("version"), str):
             origin["version"] = version  # an UpdateVersion's direction, fixed before it writes the new version
+        if isinstance(auth := ((db_obj.get("spec") or {}).get("authSecret") or {}).get("name"), str):
+            origin["authSecret"] = auth  # where a RotateAuth stages the new password, fixed before it moves it
 
         def record(st: dict[str, Any]) -> dict[str, Any]:
             return st if isinstance(st.get("origin"), dict) else {**st, "origin": origin}

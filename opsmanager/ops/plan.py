@@ -45,7 +45,7 @@ from opsmanager.api import common, constants, tlschange, versions
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.api import tuning as tuning_api
-from opsmanager.cluster import render
+from opsmanager.cluster import naming, render
 
 
 class TLSChange(enum.Enum):
@@ -78,6 +78,10 @@ class StepKind(enum.Enum):
     VERIFY_SERVED = "VerifyServed"  # rotate: every member serves its new leaf (hot reload), else restart it alone
     RESCUE_CHOSEN = "RescueChosen"  # rescue: record why the rescue plan was chosen (from the persisted observation)
     RESTART_ALL = "RestartAll"  # rescue CA: restart every member at once (each once), wait for quorum (bounded)
+    UPLOAD_SNAPSHOT = "UploadSnapshot"  # Backup: a snapshot from a follower, checked, uploaded with its SHA-256
+    PRUNE_SNAPSHOTS = "PruneSnapshots"  # Backup: the store pruned to the retention, status.backup written
+    UPDATE_CREDENTIAL = "UpdateCredential"  # RotateAuth: stage the new root password in the auth Secret
+    APPLY_CREDENTIAL = "ApplyCredential"  # RotateAuth: UserChangePassword (or turn auth on), verified by a login
     UPDATE_DATABASE = "UpdateDatabase"  # write spec.tls back to the Etcd, clean up what is no longer used
 
 
@@ -307,6 +311,30 @@ class RestartAll(Step):
 
 
 @dataclasses.dataclass(frozen=True)
+class UploadSnapshot(Step):
+    kind: ClassVar[StepKind] = StepKind.UPLOAD_SNAPSHOT
+
+
+@dataclasses.dataclass(frozen=True)
+class PruneSnapshots(Step):
+    kind: ClassVar[StepKind] = StepKind.PRUNE_SNAPSHOTS
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateCredential(Step):
+    kind: ClassVar[StepKind] = StepKind.UPDATE_CREDENTIAL
+    staging_secret: str  # the auth Secret clients read: the new password goes there as password.next
+    source_secret: str | None  # the request's secretRef (the new password is its password); None: generate one
+
+
+@dataclasses.dataclass(frozen=True)
+class ApplyCredential(Step):
+    kind: ClassVar[StepKind] = StepKind.APPLY_CREDENTIAL
+    staging_secret: str
+    source_secret: str | None
+
+
+@dataclasses.dataclass(frozen=True)
 class UpdateDatabase(Step):
     kind: ClassVar[StepKind] = StepKind.UPDATE_DATABASE
 
@@ -328,6 +356,8 @@ class Plan:
     desired_tuning: tuning_api.TuningConfig | None = None  # Reconfigure: the spec.configuration.tuning it writes
     pending_restart: bool = False  # Reconfigure with restart "false": the members take the flags when they restart
     desired_resources: etcd_api.ResourceRequirements | None = None  # VerticalScaling: the resources it writes
+    # RotateAuth: (the Secret the new password was staged in, the Secret spec.authSecret names from now on)
+    auth_secrets: tuple[str, str] | None = None
 
     @property
     def summary(self) -> str:
@@ -582,6 +612,14 @@ def plan_for(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest,
         return Plan(spec.type, None, db.spec.tls, defragment, pauses=False)
     if spec.type == constants.OPS_TYPE_UPDATE_VERSION:
         return update_version_plan(db, request)
+    if spec.type == constants.OPS_TYPE_ROTATE_AUTH:
+        return rotate_auth_plan(db, request)
+    if spec.type == constants.OPS_TYPE_BACKUP:
+        if db.spec.backup is None:
+            raise ValueError(f"Etcd {db.metadata.name} has no spec.backup: set spec.backup.destination first")
+        backup = (UploadSnapshot(constants.COND_SNAPSHOT_UPLOADED, "Successfully uploaded a snapshot"),
+                  PruneSnapshots(constants.COND_SNAPSHOTS_PRUNED, "The store keeps the retention's snapshots"))
+        return Plan(spec.type, None, db.spec.tls, backup, pauses=False)
     if spec.type == constants.OPS_TYPE_RECONFIGURE:
         return reconfigure_plan(db, request)
     if spec.type == constants.OPS_TYPE_VERTICAL_SCALING:
@@ -641,6 +679,39 @@ def update_version_plan(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> P
         _update_database(f"Successfully updated the Etcd's version to {target}"),
     ]
     return Plan(spec.type, None, tls, tuple(steps), desired_version=target)
+
+
+def rotate_auth_plan(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> Plan:
+    """A new root password, live: staged as ``password.next`` in the auth Secret clients read (the Etcd's, else the
+    one the request names, else ``<etcd>-auth``), applied with UserChangePassword — or, on a cluster without
+    authentication, the root user created and authentication turned on — and verified by a fresh login; then the
+    Secret holds it as ``password`` and ``spec.authSecret`` names the Secret the request named. No member restarts:
+    etcd keeps users in its data."""
+    origin = request.status.origin if request.status is not None else None
+    recorded = origin.auth_secret if origin is not None and origin.observed_at else None
+    current = recorded if origin is not None and origin.observed_at else (
+        db.spec.auth_secret.name if db.spec.auth_secret is not None else None)
+    auth = request.spec.authentication
+    source = auth.secret_ref.name if auth is not None and auth.secret_ref is not None else None
+    if auth is not None and auth.secret_ref is not None and not source:
+        raise ValueError("spec.authentication.secretRef.name can not be empty")
+    name = db.metadata.name or ""
+    staging = current or source or naming.auth_secret(name)
+    final = source or staging
+    turning_on = current is None
+    steps = (
+        _running("Etcd ops request is turning authentication on" if turning_on
+                 else "Etcd ops request is rotating the root password"),
+        UpdateCredential(constants.COND_UPDATE_CREDENTIAL, f"The new root password is staged in Secret {staging}",
+                         staging_secret=staging, source_secret=source),
+        ApplyCredential(constants.COND_ETCD_CREDENTIAL_APPLIED,
+                        "etcd authentication is on with the new root password, verified by a fresh login"
+                        if turning_on else "etcd has the new root password, verified by a fresh login; the old one "
+                                           "is refused",
+                        staging_secret=staging, source_secret=source),
+        _update_database(f"Successfully rotated the root password; spec.authSecret is {final}"),
+    )
+    return Plan(request.spec.type, None, db.spec.tls, steps, auth_secrets=(staging, final))
 
 
 def reconfigure_plan(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> Plan:

@@ -50,6 +50,7 @@ from opsmanager import kube, pki
 from opsmanager.api import conditions, constants, pause
 from opsmanager.api import etcd as etcd_api
 from opsmanager.cluster import naming, render
+from opsmanager.provisioner import auth
 from opsmanager.tls import gate, material, ownership, release
 
 Obj = dict[str, Any]
@@ -499,6 +500,7 @@ async def reconcile(k: kube.Kube, obj: Mapping[str, Any]) -> Outcome:
         if outcome is not None:
             return dataclasses.replace(outcome, changed=tuple(changed), held=held)
 
+    await auth.ensure_secret(k, db, changed)
     for manifest in [*render.render_services(db), render.render_pdb(db)]:
         outcome = await _ensure_owned(k, db, manifest, changed)
         if outcome is not None:
@@ -589,5 +591,6 @@ async def finalize(k: kube.Kube, obj: Mapping[str, Any]) -> Outcome:
     tls = db.spec.tls
     for alias in constants.CERT_ALIASES:
         changed += await release.delete_released(k, db, tls, alias)
+    changed += await auth.delete_generated(k, db)
     return Outcome(DONE, REASON_DELETED, "members, their volumes and the certificate Secrets deleted",
                    changed=tuple(changed))

@@ -12,12 +12,17 @@ prove nothing about TLS.
 
 from __future__ import annotations
 
+import logging
+
 from opsmanager import kube
 from opsmanager.api import etcd as etcd_api
-from opsmanager.cluster import health, members, naming
+from opsmanager.cluster import credentials, health, members, naming
 from opsmanager.etcd import access, pool
-from opsmanager.provisioner import applying
+from opsmanager.etcd import errors as etcd_errors
+from opsmanager.provisioner import applying, auth
 from opsmanager.tls import identity as tls_identity
+
+log = logging.getLogger(__name__)
 
 TIMEOUT = 2.0  # per member and call: a status pass stays well inside the timer interval
 
@@ -48,5 +53,17 @@ async def observe(k: kube.Kube, db: etcd_api.Etcd) -> health.Verdict:
     if not eps:
         return health.assess(replicas, await members.observe(None, pods, expected, timeout=TIMEOUT), blocked=blocked)
     c = await pool.shared.lease(ns, name, eps, identity, timeout=TIMEOUT, user="status")  # channels stay open
+    creds = await credentials.for_etcd(k, db)
+    if creds != c.credentials:
+        c.set_credentials(creds)
     views = await members.observe(c, pods, expected, timeout=TIMEOUT)
-    return health.assess(replicas, views, blocked=blocked)
+    verdict = health.assess(replicas, views, blocked=blocked)
+    if verdict.all_healthy_one_leader and db.spec.auth_secret is not None and not (db.status and db.status.auth_enabled):
+        try:
+            did = await auth.turn_on(k, db, c)
+        except etcd_errors.EtcdError as err:  # the next status pass tries again
+            log.info("Etcd %s/%s: turning etcd authentication on: %s", ns, name, err)
+        else:
+            if did:
+                await k.event(db.to_dict(), reason="AuthenticationEnabled", message=did)
+    return verdict

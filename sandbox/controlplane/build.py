@@ -1,5 +1,6 @@
 """Build the real control plane from Go modules: kube-apiserver, kube-controller-manager, kube-scheduler, and etcd
-(etcd, etcdctl, etcdutl) of each supported minor — into a cache keyed by version, rebuilding nothing present.
+(etcd, etcdctl, etcdutl) of each supported minor — and SeaweedFS's ``weed``, the S3 server the backup tests store
+snapshots in — into a cache keyed by version, rebuilding nothing present.
 
 Each component is a Go module of this repository (``<component>/go.mod``) whose ``tool`` directives name the main
 packages; the version it pins is the one built. No third-party source is copied here: the Go module proxy serves it.
@@ -48,11 +49,38 @@ class Component:
 
     def version(self) -> str:
         """The version ``go.mod`` pins for :attr:`module` (read as text: needs no Go)."""
-        text = (self.directory / "go.mod").read_text()
-        match = re.search(rf"^\s*{re.escape(self.module)}\s+(v\S+)", text, re.MULTILINE)
-        if match is None:
+        found = required_version((self.directory / "go.mod").read_text(), self.module)
+        if found is None:
             raise SystemExit(f"{self.directory / 'go.mod'} does not require {self.module}")
-        return match.group(1)
+        return found
+
+
+_REQUIRE_LINE = re.compile(r"^(?:require\s+)?(\S+)\s+(v\S+)$")
+
+
+def required_version(gomod: str, module: str) -> str | None:
+    """The version a go.mod text requires ``module`` at: a ``require`` line (``require m v1.2.3``, what ``go mod
+    tidy`` writes for a lone requirement) or an entry of a ``require (…)`` block — a release or a pseudo-version
+    (``v0.0.0-20261109003541-7506e5f91cd6``), ``// indirect`` or not. ``replace``, ``exclude``, ``tool`` and
+    ``retract`` lines never count, nor does a module whose path only starts with ``module``."""
+    block = ""
+    for raw in gomod.splitlines():
+        line = raw.split("//", 1)[0].strip()
+        if block:
+            if line == ")":
+                block = ""
+                continue
+            entry = line if block == "require" else ""
+        else:
+            opened = re.fullmatch(r"(\w+)\s*\(", line)
+            if opened:
+                block = opened.group(1)
+                continue
+            entry = line if line.startswith("require ") else ""
+        match = _REQUIRE_LINE.match(entry)
+        if match and match.group(1) == module:
+            return match.group(2)
+    return None
 
 
 COMPONENTS = {c.name: c for c in (
@@ -68,6 +96,11 @@ COMPONENTS = {c.name: c for c in (
     Component("etcd-3.6", "go.etcd.io/etcd/server/v3", {
         "etcd": "go.etcd.io/etcd/server/v3", "etcdctl": "go.etcd.io/etcd/etcdctl/v3",
         "etcdutl": "go.etcd.io/etcd/etcdutl/v3",
+    }),
+    # An S3 server for the backup tests (opsmanager_sandbox.objectstore). The module publishes no release tags the
+    # proxy serves, so the pin is a pseudo-version; its go.mod repeats SeaweedFS's one replace (go-bip39).
+    Component("seaweedfs", "github.com/seaweedfs/seaweedfs", {
+        "weed": "github.com/seaweedfs/seaweedfs/weed",
     }),
 )}
 
@@ -135,9 +168,16 @@ def _module_time(go: str, c: Component) -> str:
     return stamp.split(".")[0].rstrip("Z") + "Z"
 
 
+PSEUDO_VERSION: Final = re.compile(r"^v\d+\.\d+\.\d+-(?:\S*\.)?\d{14}-([0-9a-f]{12})$")
+"""A Go pseudo-version (``v0.0.0-20261109003541-7506e5f91cd6``, or ``vX.Y.Z-pre.0.<time>-<commit>``): group 1 is the
+commit's 12-hex-digit prefix."""
+
+
 def ldflags(go: str, c: Component) -> str:
     """``-s -w`` and the version stamp: Kubernetes' ``/version`` (gitVersion, major, minor; the proxy serves no git
-    commit, so that is zeros) and etcd's git SHA field."""
+    commit, so that is zeros), etcd's git SHA field, SeaweedFS's commit (what its release workflows stamp; its own
+    version number is a constant in the source). A stamp names one module's variable only: weed links etcd's client
+    packages too, and those must not claim a version of etcd."""
     version = c.version()
     flags = ["-s", "-w"]
     if c.module == "k8s.io/kubernetes":
@@ -146,8 +186,12 @@ def ldflags(go: str, c: Component) -> str:
         for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
             flags += [f"-X {pkg}.gitVersion={version}", f"-X {pkg}.gitMajor=1", f"-X {pkg}.gitMinor={minor}",
                       f"-X {pkg}.gitCommit={'0' * 40}", f"-X {pkg}.gitTreeState=clean", f"-X {pkg}.buildDate={built}"]
-    else:
+    elif c.module.startswith("go.etcd.io/etcd/"):
         flags.append(f"-X go.etcd.io/etcd/api/v3/version.GitSHA=module-{version}")
+    elif c.module == "github.com/seaweedfs/seaweedfs":
+        pseudo = PSEUDO_VERSION.match(version)
+        flags.append(f"-X github.com/seaweedfs/seaweedfs/weed/util/version.COMMIT="
+                     f"{pseudo.group(1) if pseudo else 'module-' + version}")
     return " ".join(flags)
 
 
@@ -162,8 +206,8 @@ def build(names: list[str]) -> int:
               f"in {cache_root()}")
         return 0
     print(f"control plane: building {len(todo)} binaries into {cache_root()} — a cold build (empty Go caches) takes "
-          "about 12 minutes and 3 GiB of memory on 2 cores (kube-apiserver alone 6-7 minutes); a rebuild from a "
-          "warm Go cache about a minute", flush=True)
+          "about 16 minutes and 3 GiB of memory on 2 cores (kube-apiserver alone 6-7 minutes, SeaweedFS's weed "
+          "about 4); a rebuild from a warm Go cache about a minute", flush=True)
     started = time.monotonic()
     for c, tool in todo:
         target = binary(c.name, tool)

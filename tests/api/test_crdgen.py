@@ -189,7 +189,8 @@ def test_opsrequest_crd_identity_columns_and_immutability() -> None:
     assert columns["Age"] == ".metadata.creationTimestamp"
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert {"rule": "self == oldSelf", "message": "spec is immutable"} in spec["x-kubernetes-validations"]
-    assert spec["properties"]["type"]["enum"] == list(constants.KUBEDB_OPS_TYPES)
+    # KubeDB's fourteen, and ours: Backup (KubeDB's backups come from KubeStash)
+    assert spec["properties"]["type"]["enum"] == [*constants.KUBEDB_OPS_TYPES, constants.OPS_TYPE_BACKUP]
     assert spec["properties"]["timeout"]["default"] == "10m"
     assert spec["properties"]["apply"]["default"] == "IfReady"
     assert spec["required"] == ["databaseRef", "type"]

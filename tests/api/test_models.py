@@ -172,8 +172,8 @@ def test_opsrequest_defaults_fill_in() -> None:
     ("spec", "field", "fragment"),
     [
         ({"type": "Upgrade", "databaseRef": {"name": "e"}}, "spec.type",
-         "'RotateAuth', 'StorageMigration', 'MoveLeader', 'Defragment', 'Compact', 'RecoverFromQuorumLoss' or "
-         "'Restore'"),
+         "'RotateAuth', 'StorageMigration', 'MoveLeader', 'Defragment', 'Compact', 'RecoverFromQuorumLoss', "
+         "'Restore' or 'Backup'"),
         ({"type": "Restart"}, "spec.databaseRef", "Field required"),
         ({"type": "Restart", "databaseRef": {"name": "e"}, "timeout": "0s"}, "spec.timeout", "greater than zero"),
         ({"type": "Restart", "databaseRef": {"name": "e"}, "timeout": "ten"}, "spec.timeout", "invalid duration"),

@@ -95,7 +95,8 @@ async def test_kubectl_shows_why_a_request_waits(sc: scenario.Scenario) -> None:
 BAD_REQUESTS: list[tuple[dict[str, Any], str, str]] = [
     ({"type": "StorageMigration"}, "spec.type",
      "defined OpsRequestType StorageMigration is not supported, supported types for Etcd are UpdateVersion, "
-     "HorizontalScaling, VerticalScaling, Restart, Reconfigure, ReconfigureTLS, MoveLeader, Compact, Defragment"),
+     "HorizontalScaling, VerticalScaling, Restart, Reconfigure, ReconfigureTLS, RotateAuth, MoveLeader, Compact, "
+     "Defragment, Restore, Backup"),
     ({"type": "Restart", "databaseRef": {"name": "nowhere"}}, "spec.databaseRef",
      "spec.databaseRef {ns}/nowhere is invalid or not found"),
     ({"type": "UpdateVersion"}, "spec.updateVersion", "spec.updateVersion is nil, not supported in UpdateVersion type"),
@@ -129,6 +130,8 @@ BAD_REQUESTS: list[tuple[dict[str, Any], str, str]] = [
      "spec.tls", "tls.issuerRef is required for Etcd ReconfigureTLS"),
     ({"type": "Compact"}, "spec.compact", "spec.compact is nil, not supported in Compact type"),
     ({"type": "Compact", "compact": {"revision": -1}}, "spec.compact", "spec.compact.revision can not be negative"),
+    ({"type": "RotateAuth", "authentication": {"secretRef": {}}}, "spec.authentication",
+     "spec.authentication.secretRef.name can not be empty"),
 ]
 
 

@@ -214,3 +214,47 @@ def test_the_rescue_plans_reissue_release_and_restart_only_for_an_expired_ca() -
     assert ca.steps[3].trust is plan.Trust.DESIRED  # any CA; the bundle rewritten from the released CAs
     assert ca.steps[4].kind is plan.StepKind.RESTART_ALL and ca.summary == "RescueCA"
     assert [s.kind for s in ca.steps].count(plan.StepKind.RESTART_ALL) == 1
+
+
+# --- RotateAuth: where the password is staged and which Secret the Etcd names at the end --------------------------
+
+def _rotate(secret_ref: str | None = None, origin: dict[str, Any] | None = None) -> ops_api.EtcdOpsRequest:
+    spec: dict[str, Any] = {"type": "RotateAuth", "databaseRef": {"name": "db"}}
+    if secret_ref is not None:
+        spec["authentication"] = {"secretRef": {"name": secret_ref}}
+    obj: dict[str, Any] = {"metadata": {"name": "r"}, "spec": spec}
+    if origin is not None:
+        obj["status"] = {"origin": {"observedAt": "2026-12-02T10:00:00Z", **origin}}
+    return ops_api.EtcdOpsRequest.model_validate(obj)
+
+
+def _with_auth(secret: str | None) -> etcd_api.Etcd:
+    d = db()
+    return d if secret is None else d.model_copy(update={"spec": d.spec.model_copy(
+        update={"auth_secret": etcd_api.AuthSecret(name=secret)})})
+
+
+@pytest.mark.parametrize(("current", "ref", "staging", "final", "running"), [
+    (None, None, "db-auth", "db-auth", "turning authentication on"),  # generated into <etcd>-auth
+    (None, "mine", "mine", "mine", "turning authentication on"),  # the user's Secret already holds it
+    ("db-auth", None, "db-auth", "db-auth", "rotating the root password"),
+    ("db-auth", "mine", "db-auth", "mine", "rotating the root password"),  # staged where clients read, then moved
+])
+def test_rotate_auth_stages_where_clients_read_and_ends_on_the_named_secret(
+        current: str | None, ref: str | None, staging: str, final: str, running: str) -> None:
+    p = plan.plan_for(_with_auth(current), _rotate(ref))
+    assert conditions(p) == ["Running", "UpdateCredential", "EtcdCredentialApplied", "UpdateDatabase"]
+    assert running in p.steps[0].message
+    assert p.auth_secrets == (staging, final)
+    step = p.steps[1]
+    assert isinstance(step, plan.UpdateCredential) and step.staging_secret == staging and step.source_secret == ref
+    assert not any(isinstance(s, (plan.Roll, plan.RollPass, plan.Restart)) for s in p.steps)  # no member restarts
+
+
+def test_rotate_auth_plans_from_the_secret_recorded_when_it_started() -> None:
+    # its own UpdateDatabase renamed spec.authSecret to "mine": the plan still stages where it started
+    p = plan.plan_for(_with_auth("mine"), _rotate("mine", origin={"authSecret": "db-auth"}))
+    assert p.auth_secrets == ("db-auth", "mine")
+    # authentication was off when it started (no authSecret recorded), though spec.authSecret is set by now
+    p = plan.plan_for(_with_auth("db-auth"), _rotate(origin={}))
+    assert p.auth_secrets == ("db-auth", "db-auth") and "turning authentication on" in p.steps[0].message

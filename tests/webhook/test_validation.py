@@ -68,7 +68,7 @@ def test_unsupported_type_is_the_first_check(bad_type: Any, lookup: validation.I
     assert verdict.message == (
         PREFIX + f'spec.type: Invalid value: "my-op": defined OpsRequestType {shown} is not supported, '
         "supported types for Etcd are UpdateVersion, HorizontalScaling, VerticalScaling, Restart, Reconfigure, "
-        "ReconfigureTLS, MoveLeader, Compact, Defragment"
+        "ReconfigureTLS, RotateAuth, MoveLeader, Compact, Defragment, Restore, Backup"
     )
     assert [e.field for e in verdict.errors] == ["spec.type"]
 
@@ -682,3 +682,114 @@ def test_a_quota_below_the_largest_database_of_the_last_scan_is_refused() -> Non
     assert "NOSPACE" in low.message
     assert create(ops({"type": "Reconfigure", "databaseRef": {"name": "etcd-plain"},
                        "configuration": {"tuning": {"quotaBackendBytes": 200 * 1024 * 1024}}}), lookup).allowed
+
+
+# --- RotateAuth: KubeDB's secretRef checks; spec.authSecret never removed, renamed only by the RotateAuth -------
+
+@pytest.mark.parametrize(("authentication", "message"), [
+    (None, None),  # a generated password
+    ({}, None),
+    ({"secretRef": {"name": "any"}}, None),  # the Secret itself is checked by the request's first step
+    ({"secretRef": {}}, "spec.authentication.secretRef.name can not be empty"),
+    ({"secretRef": {"name": ""}}, "spec.authentication.secretRef.name can not be empty"),
+])
+def test_rotate_auth_rules_and_messages(authentication: Any, message: str | None,
+                                        lookup: validation.InMemoryEtcdLookup) -> None:
+    spec: dict[str, Any] = {"type": "RotateAuth", "databaseRef": {"name": "etcd-plain"}}
+    if authentication is not None:
+        spec["authentication"] = authentication
+    verdict = create(ops(spec), lookup)
+    if message is None:
+        assert verdict.allowed, verdict.message
+        return
+    assert not verdict.allowed and verdict.code == 422
+    assert verdict.message == PREFIX + f'spec.authentication: Invalid value: "my-op": {message}'
+
+
+def _with_auth(name: str | None) -> dict[str, Any]:
+    db = copy.deepcopy(RUNNING)
+    if name is not None:
+        db["spec"]["authSecret"] = {"name": name}
+    return db
+
+
+def _holding(db: dict[str, Any], request: str) -> dict[str, Any]:
+    held = copy.deepcopy(db)
+    held["status"]["conditions"].append({"type": "Paused", "status": "True", "reason": request,
+                                         "message": f"EtcdOpsRequest {request} is in process",
+                                         "lastTransitionTime": "2026-12-02T10:00:00Z"})
+    return held
+
+
+def _rotate(secret: str | None, phase: str = "Progressing") -> dict[str, Any]:
+    spec: dict[str, Any] = {"type": "RotateAuth", "databaseRef": {"name": "etcd-plain"}}
+    if secret:
+        spec["authentication"] = {"secretRef": {"name": secret}}
+    return {"apiVersion": "ops.opsmanager.dev/v1alpha1", "kind": "EtcdOpsRequest",
+            "metadata": {"name": "rot", "namespace": NS}, "spec": spec, "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize(("old", "new", "request_", "fragment"), [
+    (None, "fresh", None, None),  # turning authentication on by an edit: the provisioner does it
+    ("a", "a", None, None),
+    ("a", None, None, "spec.authSecret: Forbidden: spec.authSecret can not be removed"),
+    ("a", "b", None, "spec.authSecret.name: Forbidden: spec.authSecret.name can not be changed by an edit (a → b)"),
+    ("a", "b", _rotate("b"), None),  # the RotateAuth holding the Etcd moved the password to b
+    ("a", "b", _rotate("c"), "can not be changed by an edit"),
+    ("a", "b", _rotate("b", phase="Successful"), "can not be changed by an edit"),
+])
+def test_spec_auth_secret_is_never_removed_and_renamed_only_by_the_rotate_auth_holding_the_etcd(
+        old: str | None, new: str | None, request_: dict[str, Any] | None, fragment: str | None) -> None:
+    before = _with_auth(old)
+    if request_ is not None:
+        before = _holding(before, request_["metadata"]["name"])
+    lookup = validation.InMemoryEtcdLookup([before, *([request_] if request_ else [])])
+    verdict = validation.validate_etcd("UPDATE", _with_auth(new), before, lookup=lookup)
+    if fragment is None:
+        assert verdict.allowed, verdict.message
+    else:
+        assert not verdict.allowed and fragment in verdict.message, verdict.message
+
+
+# --- Backup and Restore: the Etcd's spec.backup, and a Restore's source and timeout ------------------------------
+
+BACKED_UP = {**PLAIN_DB, "metadata": {"name": "etcd-backed", "namespace": NS},
+             "spec": {**PLAIN_DB["spec"], "backup": {"schedule": "0 * * * *", "destination": {
+                 "endpoint": "https://s3.example", "bucket": "backups", "credentialsSecret": {"name": "s3"}}}}}
+NO_POLICY = "Etcd demo/etcd-plain has no spec.backup: set spec.backup.destination (endpoint, bucket, credentialsSecret)"
+
+
+@pytest.mark.parametrize(("db", "fields", "expected"), [
+    ("etcd-backed", {"type": "Backup"}, []),
+    ("etcd-plain", {"type": "Backup"}, [("spec.backup", NO_POLICY)]),
+    ("etcd-backed", {"type": "Restore", "restore": {"source": "latest"}, "timeout": "30m"}, []),
+    ("etcd-backed", {"type": "Restore"}, [("spec.restore", "spec.restore is nil, not supported in Restore type")]),
+    ("etcd-backed", {"type": "Restore", "restore": {}, "timeout": "30m"},
+     [("spec.restore", "spec.restore.source can not be empty")]),
+    ("etcd-backed", {"type": "Restore", "restore": {"source": "latest"}},
+     [("spec.timeout", "spec.timeout is required for Restore ops request, adjust timeout according to the size of "
+                       "your database")]),
+    ("etcd-plain", {"type": "Restore", "restore": {"source": "latest"}, "timeout": "30m"},
+     [("spec.restore", NO_POLICY)]),
+])
+def test_backup_and_restore_rules(db: str, fields: dict[str, Any], expected: list[tuple[str, str]]) -> None:
+    lookup = validation.InMemoryEtcdLookup([PLAIN_DB, BACKED_UP])
+    verdict = create(ops({"databaseRef": {"name": db}, **fields}), lookup)
+    if not expected:
+        assert verdict.allowed, verdict.message
+        return
+    assert not verdict.allowed and verdict.code == 422
+    for field, fragment in expected:
+        assert f'{field}: Invalid value: "my-op": {fragment}' in verdict.message, verdict.message
+
+
+@pytest.mark.parametrize(("schedule", "fragment"), [
+    ("every hour", "is not a five-field cron expression"),
+    ("61 * * * *", "is not a valid cron expression"),
+])
+def test_a_backup_schedule_that_is_not_cron_is_refused_naming_the_field(schedule: str, fragment: str) -> None:
+    db = copy.deepcopy(BACKED_UP)
+    db["spec"]["backup"]["schedule"] = schedule
+    verdict = validation.validate_etcd("CREATE", db, None, lookup=validation.InMemoryEtcdLookup([]))
+    assert not verdict.allowed and "spec.backup.schedule" in verdict.message and fragment in verdict.message
+

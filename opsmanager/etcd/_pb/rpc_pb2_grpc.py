@@ -509,6 +509,11 @@ class MaintenanceStub:
                 request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DowngradeRequest.SerializeToString,
                 response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DowngradeResponse.FromString,
                 _registered_method=True)
+        self.Snapshot = channel.unary_stream(
+                '/etcdserverpb.Maintenance/Snapshot',
+                request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.SnapshotRequest.SerializeToString,
+                response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.SnapshotResponse.FromString,
+                _registered_method=True)
 
 
 class MaintenanceServicer:
@@ -550,6 +555,14 @@ class MaintenanceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Snapshot(self, request, context):
+        """The member's whole backend (bbolt file), streamed in chunks and followed by one message holding the sha256 of
+        every byte sent before it. Learners answer it too.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MaintenanceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -582,6 +595,11 @@ def add_MaintenanceServicer_to_server(servicer, server):
                     servicer.Downgrade,
                     request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DowngradeRequest.FromString,
                     response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DowngradeResponse.SerializeToString,
+            ),
+            'Snapshot': grpc.unary_stream_rpc_method_handler(
+                    servicer.Snapshot,
+                    request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.SnapshotRequest.FromString,
+                    response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.SnapshotResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -746,6 +764,412 @@ class Maintenance:
             '/etcdserverpb.Maintenance/Downgrade',
             opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DowngradeRequest.SerializeToString,
             opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.DowngradeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Snapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/etcdserverpb.Maintenance/Snapshot',
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.SnapshotRequest.SerializeToString,
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.SnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class AuthStub:
+    """With auth enabled, every other RPC needs a user: the token Authenticate returns, sent as gRPC metadata "token"
+    (or, with --client-cert-auth and no token, the client certificate's CN).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.AuthEnable = channel.unary_unary(
+                '/etcdserverpb.Auth/AuthEnable',
+                request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthEnableRequest.SerializeToString,
+                response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthEnableResponse.FromString,
+                _registered_method=True)
+        self.AuthDisable = channel.unary_unary(
+                '/etcdserverpb.Auth/AuthDisable',
+                request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthDisableRequest.SerializeToString,
+                response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthDisableResponse.FromString,
+                _registered_method=True)
+        self.AuthStatus = channel.unary_unary(
+                '/etcdserverpb.Auth/AuthStatus',
+                request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthStatusRequest.SerializeToString,
+                response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthStatusResponse.FromString,
+                _registered_method=True)
+        self.Authenticate = channel.unary_unary(
+                '/etcdserverpb.Auth/Authenticate',
+                request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthenticateRequest.SerializeToString,
+                response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthenticateResponse.FromString,
+                _registered_method=True)
+        self.UserAdd = channel.unary_unary(
+                '/etcdserverpb.Auth/UserAdd',
+                request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserAddRequest.SerializeToString,
+                response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserAddResponse.FromString,
+                _registered_method=True)
+        self.UserGet = channel.unary_unary(
+                '/etcdserverpb.Auth/UserGet',
+                request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserGetRequest.SerializeToString,
+                response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserGetResponse.FromString,
+                _registered_method=True)
+        self.UserChangePassword = channel.unary_unary(
+                '/etcdserverpb.Auth/UserChangePassword',
+                request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserChangePasswordRequest.SerializeToString,
+                response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserChangePasswordResponse.FromString,
+                _registered_method=True)
+        self.UserGrantRole = channel.unary_unary(
+                '/etcdserverpb.Auth/UserGrantRole',
+                request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserGrantRoleRequest.SerializeToString,
+                response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserGrantRoleResponse.FromString,
+                _registered_method=True)
+
+
+class AuthServicer:
+    """With auth enabled, every other RPC needs a user: the token Authenticate returns, sent as gRPC metadata "token"
+    (or, with --client-cert-auth and no token, the client certificate's CN).
+    """
+
+    def AuthEnable(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AuthDisable(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AuthStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Authenticate(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UserAdd(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UserGet(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UserChangePassword(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UserGrantRole(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_AuthServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'AuthEnable': grpc.unary_unary_rpc_method_handler(
+                    servicer.AuthEnable,
+                    request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthEnableRequest.FromString,
+                    response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthEnableResponse.SerializeToString,
+            ),
+            'AuthDisable': grpc.unary_unary_rpc_method_handler(
+                    servicer.AuthDisable,
+                    request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthDisableRequest.FromString,
+                    response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthDisableResponse.SerializeToString,
+            ),
+            'AuthStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.AuthStatus,
+                    request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthStatusRequest.FromString,
+                    response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthStatusResponse.SerializeToString,
+            ),
+            'Authenticate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Authenticate,
+                    request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthenticateRequest.FromString,
+                    response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthenticateResponse.SerializeToString,
+            ),
+            'UserAdd': grpc.unary_unary_rpc_method_handler(
+                    servicer.UserAdd,
+                    request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserAddRequest.FromString,
+                    response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserAddResponse.SerializeToString,
+            ),
+            'UserGet': grpc.unary_unary_rpc_method_handler(
+                    servicer.UserGet,
+                    request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserGetRequest.FromString,
+                    response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserGetResponse.SerializeToString,
+            ),
+            'UserChangePassword': grpc.unary_unary_rpc_method_handler(
+                    servicer.UserChangePassword,
+                    request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserChangePasswordRequest.FromString,
+                    response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserChangePasswordResponse.SerializeToString,
+            ),
+            'UserGrantRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.UserGrantRole,
+                    request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserGrantRoleRequest.FromString,
+                    response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserGrantRoleResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'etcdserverpb.Auth', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('etcdserverpb.Auth', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Auth:
+    """With auth enabled, every other RPC needs a user: the token Authenticate returns, sent as gRPC metadata "token"
+    (or, with --client-cert-auth and no token, the client certificate's CN).
+    """
+
+    @staticmethod
+    def AuthEnable(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.Auth/AuthEnable',
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthEnableRequest.SerializeToString,
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthEnableResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AuthDisable(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.Auth/AuthDisable',
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthDisableRequest.SerializeToString,
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthDisableResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AuthStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.Auth/AuthStatus',
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthStatusRequest.SerializeToString,
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Authenticate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.Auth/Authenticate',
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthenticateRequest.SerializeToString,
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthenticateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UserAdd(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.Auth/UserAdd',
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserAddRequest.SerializeToString,
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserAddResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UserGet(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.Auth/UserGet',
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserGetRequest.SerializeToString,
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserGetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UserChangePassword(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.Auth/UserChangePassword',
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserChangePasswordRequest.SerializeToString,
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserChangePasswordResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UserGrantRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.Auth/UserGrantRole',
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserGrantRoleRequest.SerializeToString,
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.AuthUserGrantRoleResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,6 +1,7 @@
 """``UpdateDatabase``: write the request's TLS into the Etcd's ``spec.tls`` (an UpdateVersion: its target into
 ``spec.version``; a Reconfigure: the flags into ``spec.configuration.tuning``; a VerticalScaling: the resources into
-``spec.podTemplate.spec.resources``), then clean up what is unused.
+``spec.podTemplate.spec.resources``; a RotateAuth: the staged password into ``password`` and the Secret into
+``spec.authSecret``), then clean up what is unused.
 
 Last, so during the roll the Etcd still showed the old state. Failure prevented: an Etcd whose spec claims a
 state its members are not in. After a removal it deletes the certificates this operator created (never a
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from opsmanager.api import common, constants
+from opsmanager.api import auth, common, constants
+from opsmanager.cluster import credentials
 from opsmanager.ops import context, plan
 from opsmanager.tls import trust
 
@@ -19,7 +21,32 @@ from opsmanager.tls import trust
 CONDITIONS: tuple[str, ...] = (constants.COND_UPDATE_DATABASE,)
 
 
+async def _auth(ctx: context.OpsContext, staging: str, final: str) -> None:
+    """RotateAuth: the staged password becomes ``password`` (the old one ``password.prev``), then
+    ``spec.authSecret`` names ``final`` and ``status.authEnabled`` is true. Each write is skipped once done, so a
+    crash in between resumes."""
+    data = await credentials.read(ctx.kube, ctx.namespace, staging)
+    if data is not None and data.get(auth.KEY_NEXT):
+        moved: dict[str, str | None] = {**auth.encode({auth.KEY_USERNAME: auth.USERNAME,
+                                                       auth.KEY_PASSWORD: data[auth.KEY_NEXT]}), auth.KEY_NEXT: None}
+        if data.get(auth.KEY_PASSWORD):
+            moved[auth.KEY_PREV] = auth.encode({auth.KEY_PREV: data[auth.KEY_PASSWORD]})[auth.KEY_PREV]
+        await ctx.kube.patch("v1", "Secret", ctx.namespace, staging, {"data": moved})
+    if ctx.db.spec.auth_secret is None or ctx.db.spec.auth_secret.name != final:
+        ctx.db_obj = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace,
+                                          ctx.db_name, {"spec": {"authSecret": {"name": final}}})
+
+    def enabled(st: dict[str, Any]) -> dict[str, Any]:
+        return {**st, "authEnabled": True}
+
+    await ctx.kube.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name,
+                                   enabled)
+
+
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    if ctx.plan.auth_secrets is not None:
+        await _auth(ctx, *ctx.plan.auth_secrets)
+        return context.Done(step.message)
     if ctx.plan.desired_resources is not None:
         template = ctx.db.spec.pod_template
         current = template.spec.resources if template is not None and template.spec is not None else None

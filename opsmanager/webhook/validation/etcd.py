@@ -283,6 +283,26 @@ def replicas_errors(obj: Mapping[str, Any], old: Mapping[str, Any], lookup: Etcd
     return [forbidden("spec.replicas", messages.MSG_REPLICAS_BY_REQUEST.format(replicas=new))]
 
 
+def auth_secret_errors(obj: Mapping[str, Any], old: Mapping[str, Any], lookup: EtcdLookup) -> list[FieldError]:
+    """Ours: ``spec.authSecret`` may be added (the provisioner then turns etcd's authentication on), but never
+    removed (etcd's authentication stays on), and renamed only by the RotateAuth request holding the Etcd whose
+    ``authentication.secretRef`` names the new Secret (it moved the root password there first). Raises
+    :class:`EtcdLookupError` when that request cannot be read."""
+    before = as_dict(as_dict(old.get("spec")).get("authSecret")).get("name")
+    after = as_dict(as_dict(obj.get("spec")).get("authSecret")).get("name")
+    if not before or after == before:
+        return []
+    if not after:
+        return [forbidden("spec.authSecret", messages.MSG_AUTH_SECRET_REMOVED)]
+    holder = _held_by_request(old)
+    request = lookup.get_opsrequest(meta_of(old).get("namespace") or "default", holder) if holder else None
+    spec = as_dict((request or {}).get("spec"))
+    moved_to = as_dict(as_dict(spec.get("authentication")).get("secretRef")).get("name")
+    if pause.request_holds(request) and spec.get("type") == constants.OPS_TYPE_ROTATE_AUTH and moved_to == after:
+        return []
+    return [forbidden("spec.authSecret.name", messages.MSG_AUTH_SECRET_RENAMED.format(old=before, new=after))]
+
+
 def validate_etcd(
     operation: str, obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None, *, lookup: EtcdLookup
 ) -> Verdict:
@@ -304,6 +324,7 @@ def validate_etcd(
         try:
             errors += paused_tls_errors(obj, old, lookup)
             errors += replicas_errors(obj, old, lookup)
+            errors += auth_secret_errors(obj, old, lookup)
         except EtcdLookupError as exc:
             return Verdict.deny(
                 f"could not validate {kind} {meta_of(old).get('namespace') or 'default'}/{name_of(old)}: it is paused "

@@ -106,3 +106,23 @@ MSG_HORIZONTAL_EVEN: Final = ("spec.horizontalScaling.replicas is even ({replica
                               "failures than {below} members, and every write needs one more acknowledgement")
 MSG_COMPACT_NIL: Final = "spec.compact is nil, not supported in Compact type"
 MSG_COMPACT_NEGATIVE: Final = "spec.compact.revision can not be negative"
+MSG_AUTH_SECRET_NAME_EMPTY: Final = "spec.authentication.secretRef.name can not be empty"
+# Ours: etcd's authentication is turned on by spec.authSecret or a RotateAuth, and never off or over by an edit.
+MSG_AUTH_SECRET_REMOVED: Final = (
+    "spec.authSecret can not be removed: etcd's authentication stays on once it is on (clients log in as root)"
+)
+MSG_AUTH_SECRET_RENAMED: Final = (
+    "spec.authSecret.name can not be changed by an edit ({old} → {new}): file a RotateAuth EtcdOpsRequest with "
+    "spec.authentication.secretRef.name: {new}, which moves etcd's root password to it"
+)
+# Backup and Restore (ours; KubeDB's Restore reads KubeStash): the Etcd's spec.backup is where snapshots live.
+MSG_NO_BACKUP_POLICY: Final = (
+    "Etcd {namespace}/{name} has no spec.backup: set spec.backup.destination (endpoint, bucket, credentialsSecret) "
+    "on the Etcd first"
+)
+MSG_RESTORE_NIL: Final = "spec.restore is nil, not supported in Restore type"
+MSG_RESTORE_SOURCE_EMPTY: Final = 'spec.restore.source can not be empty: give a snapshot\'s key or "latest"'
+MSG_RESTORE_TIMEOUT: Final = (
+    "spec.timeout is required for Restore ops request, adjust timeout according to the size of your database"
+)
+

@@ -18,8 +18,10 @@ The order on create:
    run with (the request's over the Etcd's), each naming its field.
    ``HorizontalScaling``: ``spec.horizontalScaling
    is nil, ...``, ``... replicas can not be empty``, ``... replicas must be at least 1``; an even count is
-   allowed with a warning. ``Compact``: nil, negative revision. ``Restart``, ``MoveLeader``, ``Defragment``:
-   nothing more.
+   allowed with a warning. ``Compact``: nil, negative revision. ``RotateAuth`` with
+   ``authentication.secretRef``: ``... secretRef.name can not be empty`` (KubeDB's checks of the Secret itself are
+   the request's first step: this webhook reads no Secret). ``Restart``, ``MoveLeader``, ``Defragment``: nothing
+   more.
 
 On update only the precondition runs (:func:`~.objects.precondition_error`): ``spec`` must not change. As in
 KubeDB, the "value" of an ops-request error is the request's name.
@@ -80,6 +82,37 @@ def reconfigure_tls_error(tls: Any, db: Mapping[str, Any]) -> str | None:
     return None  # an issuerRef on an externalSecrets Etcd is the handover to cert-manager: allowed
 
 
+def rotate_auth_error(authentication: Any) -> str | None:
+    """KubeDB's first RotateAuth check: a ``secretRef`` needs a name. Its other three (the Secret exists, has a
+    non-empty ``password``, and ``username`` ``root``) read the Secret, and this webhook reads no Secret: the
+    request's first step makes them, with KubeDB's words, before anything changes (docs/decisions.md D27.3)."""
+    ref = as_dict(authentication).get("secretRef")
+    if ref is not None and not as_dict(ref).get("name"):
+        return messages.MSG_AUTH_SECRET_NAME_EMPTY
+    return None
+
+
+def backup_errors(spec: Mapping[str, Any], db: Mapping[str, Any], name: str) -> list[FieldError]:
+    """Backup: the Etcd must have ``spec.backup``. Restore: ``spec.restore`` with a ``source``, ``spec.timeout``
+    given (KubeDB's rule: a restore takes as long as the data), and ``spec.backup`` on the Etcd."""
+    out: list[FieldError] = []
+    field = "spec.backup"
+    if spec.get("type") == constants.OPS_TYPE_RESTORE:
+        field = "spec.restore"
+        restore = spec.get("restore")
+        if not isinstance(restore, Mapping):
+            return [invalid(field, name, messages.MSG_RESTORE_NIL)]
+        if not restore.get("source"):
+            out.append(invalid(field, name, messages.MSG_RESTORE_SOURCE_EMPTY))
+        if not spec.get("timeout"):
+            out.append(invalid("spec.timeout", name, messages.MSG_RESTORE_TIMEOUT))
+    if not isinstance(as_dict(db.get("spec")).get("backup"), Mapping):
+        meta = as_dict(db.get("metadata"))
+        out.append(invalid(field, name, messages.MSG_NO_BACKUP_POLICY.format(
+            namespace=meta.get("namespace") or "default", name=meta.get("name"))))
+    return out
+
+
 def opsrequest_errors(obj: Mapping[str, Any], namespace: str, lookup: EtcdLookup) -> list[FieldError]:
     """Create-time rules for an EtcdOpsRequest, in KubeDB's order (the first two stop at once).
 
@@ -136,6 +169,12 @@ def opsrequest_errors(obj: Mapping[str, Any], namespace: str, lookup: EtcdLookup
             errors.append(invalid("spec.horizontalScaling", name, messages.MSG_HORIZONTAL_REPLICAS_EMPTY))
         elif isinstance(scaling.get("replicas"), int) and scaling["replicas"] < 1:
             errors.append(invalid("spec.horizontalScaling", name, messages.MSG_HORIZONTAL_REPLICAS_TOO_FEW))
+    if type_ == constants.OPS_TYPE_ROTATE_AUTH:
+        message = rotate_auth_error(spec.get("authentication"))
+        if message:
+            errors.append(invalid("spec.authentication", name, message))
+    if type_ in (constants.OPS_TYPE_BACKUP, constants.OPS_TYPE_RESTORE):
+        errors += backup_errors(spec, db, name)
     if type_ == constants.OPS_TYPE_COMPACT:
         compact = spec.get("compact")
         if not isinstance(compact, Mapping):

@@ -1,0 +1,53 @@
+"""The auth Secret's shape (etcd's own authentication): pure rules shared by the webhook, the engine and the
+provisioner.
+
+``username`` is always ``root``; ``password`` is what clients log in with. A ``RotateAuth`` stages the new password
+as ``password.next`` before etcd changes it and keeps the old one as ``password.prev`` afterwards.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from typing import Any, Final
+
+USERNAME: Final = "root"  # the one user this operator manages (KubeDB's rule: the auth Secret's user is root)
+ROOT_ROLE: Final = "root"
+KEY_USERNAME: Final = "username"
+KEY_PASSWORD: Final = "password"
+KEY_NEXT: Final = "password.next"
+KEY_PREV: Final = "password.prev"
+
+
+def decode(secret: Mapping[str, Any] | None) -> dict[str, str]:
+    """A Secret's ``data`` (base64) and ``stringData`` as text; keys that do not decode are left out."""
+    if not secret:
+        return {}
+    out: dict[str, str] = {}
+    data = secret.get("data")
+    for key, raw in (data.items() if isinstance(data, Mapping) else ()):
+        try:
+            out[key] = base64.b64decode(raw).decode()
+        except (binascii.Error, ValueError, UnicodeDecodeError, TypeError):
+            continue
+    strings = secret.get("stringData")
+    out.update({k: v for k, v in (strings.items() if isinstance(strings, Mapping) else ()) if isinstance(v, str)})
+    return out
+
+
+def encode(values: Mapping[str, str]) -> dict[str, str]:
+    """``data`` for a Secret."""
+    return {k: base64.b64encode(v.encode()).decode() for k, v in values.items()}
+
+
+def source_problem(data: Mapping[str, str] | None, where: str) -> tuple[str, str] | None:
+    """Why a Secret named to hold a new root password cannot (KubeDB's words, with a reason), or None:
+    missing, no ``password``, or a ``username`` other than ``root`` (absent counts as root)."""
+    if data is None:
+        return "SecretNotFound", f"referenced secret {where} not found"
+    if not data.get(KEY_PASSWORD):
+        return "NoPassword", f'referenced secret {where} must contain a non-empty "password"'
+    if data.get(KEY_USERNAME, USERNAME) != USERNAME:
+        return "NotRoot", f'username in referenced secret {where} must be "root"'
+    return None

@@ -1,0 +1,246 @@
+"""The client's etcd login: :class:`Login` holds the credentials and the token etcd gave for them, and
+:func:`interceptors` attaches that token to every call a channel makes.
+
+How etcd authenticates a call: with auth enabled, each call needs a user — the token ``Authenticate`` returned, in
+the gRPC metadata key ``token``, or, with ``--client-cert-auth`` and no token, the client certificate's CN. A token
+therefore always wins over the certificate, which is what we want: a client with :class:`~access.Credentials` acts
+as that user whatever certificate its TLS identity holds.
+
+Why interceptors: every call site of :class:`~opsmanager.etcd.client.EtcdClient` (unary and the Snapshot stream)
+keeps working unchanged, and the token and the retry live in one place. One :class:`Login` per client is shared by
+the interceptors of all its channels (the channel cache is keyed by TLS identity; credentials and the token are the
+client's, so a channel carries whatever the client's login is at call time).
+
+What the interceptors do, per call (``Authenticate`` itself passes through untouched, with no token):
+
+* no credentials: nothing;
+* credentials and no token yet: log in first (on the same channel, within the call's deadline). If etcd answers
+  "authentication is not enabled", remember that and send calls without a token;
+* etcd answers "invalid auth token" (a simple token expires ``--auth-token-ttl`` after its last use, a restarted
+  member forgets every token, a password change or AuthDisable drops them), "revision of auth store is old", or
+  "user name is empty": log in again — once, and only if no other call has done so meanwhile — and resend;
+* a call sent without a token because auth looked off that is refused for want of a user (or as the certificate's
+  CN, "user name not found" / "permission denied"): auth may have been enabled since; log in and resend once.
+
+Everything else, including the second failure, goes back to the caller (translated there by the client). A login
+tries :attr:`~access.Credentials.passwords` in turn (the one that worked last first); when none works it raises the
+translated error (:class:`errors.AuthFailed` ...), whose message names the user, never a password.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from opsmanager.etcd import access, errors
+from opsmanager.etcd._pb import rpc_pb2, rpc_pb2_grpc
+
+TOKEN_KEY = "token"  # etcd's rpctypes.TokenFieldNameGRPC
+AUTHENTICATE = "/etcdserverpb.Auth/Authenticate"
+
+_GRPC_RAISES = (grpc.RpcError, grpc.aio.BaseError, OSError, TimeoutError)
+
+
+def _details(exc: grpc.RpcError) -> str:
+    details = exc.details() if hasattr(exc, "details") else None
+    return str(details or exc)
+
+
+class Login:
+    """Credentials and the current token of one client (shared by every channel's interceptors)."""
+
+    def __init__(self, credentials: access.Credentials | None = None) -> None:
+        self.credentials = credentials
+        self.token: str | None = None
+        self.enabled: bool | None = None  # False: Authenticate said auth is off, calls go without a token
+        self.logins = 0  # successful Authenticate calls (for tests and logs)
+        self._epoch = 0  # bumped by every login attempt that settled something, and by forget()
+        self._worked: str | None = None  # the password etcd accepted last (tried first next time)
+        self._lock = asyncio.Lock()
+
+    def set_credentials(self, credentials: access.Credentials | None) -> None:
+        """Use ``credentials`` from the next call on (the same value keeps the current token)."""
+        if credentials != self.credentials:
+            self.credentials = credentials
+            self._worked = None
+            self.forget()
+
+    def forget(self) -> None:
+        """Drop the token (and what we knew of auth being on): the next call logs in again."""
+        self.token = None
+        self.enabled = None
+        self._epoch += 1
+
+    async def current(self, stub: rpc_pb2_grpc.AuthStub, label: str, deadline: float | None) -> str | None:
+        """The token to send now (logging in first when there is none yet); None: send the call without one."""
+        if self.credentials is None or self.enabled is False:
+            return None
+        if self.token is not None:
+            return self.token
+        return await self.renew(stub, label, None, deadline)
+
+    async def renew(self, stub: rpc_pb2_grpc.AuthStub, label: str, used: str | None,
+                    deadline: float | None) -> str | None:
+        """A token newer than ``used`` (the one a refused call carried; None: it carried none). Logs in unless
+        another call already did; None when there are no credentials or etcd says auth is not enabled."""
+        credentials, epoch = self.credentials, self._epoch
+        if credentials is None:
+            return None
+        async with self._lock:
+            if (self.credentials is not credentials or self._epoch != epoch
+                    or (self.token is not None and self.token != used)):
+                return self.token  # another call logged in (or learnt auth is off) meanwhile: use that
+            token = await self._authenticate(stub, label, credentials, deadline)
+            if self.credentials is credentials:
+                self.token, self.enabled, self._epoch = token, token is not None, self._epoch + 1
+            return token
+
+    async def _authenticate(self, stub: rpc_pb2_grpc.AuthStub, label: str, credentials: access.Credentials,
+                            deadline: float | None) -> str | None:
+        """A new token, trying the password that worked last first, then the others in order; None when auth is
+        off. The last refusal is raised when no password works."""
+        passwords = list(credentials.passwords)
+        if self._worked in passwords:
+            passwords.remove(self._worked)
+            passwords.insert(0, self._worked)
+        call = f"Authenticate as {credentials.username!r}"
+        for tried, password in enumerate(passwords, 1):
+            loop = asyncio.get_running_loop()
+            timeout = None if deadline is None else deadline - loop.time()
+            if timeout is not None and timeout <= 0:
+                raise errors.DeadlinePassed(f"{call} on {label}: deadline passed before the login", endpoint=label)
+            request = rpc_pb2.AuthenticateRequest(name=credentials.username, password=password)
+            try:
+                response = await stub.Authenticate(request, timeout=timeout)
+            except _GRPC_RAISES as exc:
+                err = errors.past_deadline(errors.translate(exc, endpoint=label, call=call), deadline, loop.time())
+                if isinstance(err, errors.AuthNotEnabled):
+                    return None
+                if isinstance(err, errors.AuthFailed) and tried < len(passwords):
+                    continue  # the next password (a change in flight)
+                if isinstance(err, errors.AuthFailed) and tried > 1:
+                    err.args = (f"{err} (tried {tried} passwords)",)
+                raise err from exc
+            self.logins += 1
+            self._worked = password
+            return str(response.token)
+        raise AssertionError("Credentials.passwords is never empty")
+
+    def should_renew(self, exc: BaseException, used: str | None) -> bool:
+        """Is ``exc`` (a refused call that carried ``used``) one a fresh login may cure?"""
+        if self.credentials is None or not isinstance(exc, grpc.RpcError):
+            return False
+        kind = errors.auth_error_class(_details(exc))
+        if kind is None:
+            return False
+        if issubclass(kind, (errors.InvalidAuthToken, errors.AuthRequired)):
+            return True
+        # Sent without a token (auth looked off) and refused as nobody or as the certificate's CN: auth is on now.
+        return used is None and issubclass(kind, (errors.PermissionDenied, errors.UserNotFound))
+
+
+def _method(details: grpc.aio.ClientCallDetails) -> str:
+    method = details.method
+    return method.decode() if isinstance(method, bytes) else str(method)
+
+
+def _deadline(details: grpc.aio.ClientCallDetails) -> float | None:
+    return None if details.timeout is None else asyncio.get_running_loop().time() + details.timeout
+
+
+def _with_token(details: grpc.aio.ClientCallDetails, token: str | None,
+                deadline: float | None) -> grpc.aio.ClientCallDetails:
+    metadata = grpc.aio.Metadata(*((k, v) for k, v in (details.metadata or ()) if k != TOKEN_KEY))
+    if token:
+        metadata.add(TOKEN_KEY, token)
+    timeout = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
+    return grpc.aio.ClientCallDetails(details.method, timeout, metadata, details.credentials,
+                                      details.wait_for_ready)
+
+
+class _Interceptor:
+    def __init__(self, login: Login, label: str) -> None:
+        self.login = login
+        self.label = label
+        self.stub: rpc_pb2_grpc.AuthStub | None = None  # set once the channel exists (it carries this interceptor)
+
+    def _stub(self) -> rpc_pb2_grpc.AuthStub:
+        assert self.stub is not None, "interceptors() returned before its channel was bound"
+        return self.stub
+
+    def _passes_through(self, details: grpc.aio.ClientCallDetails) -> bool:
+        return self.login.credentials is None or _method(details) == AUTHENTICATE
+
+    async def _retry_token(self, exc: BaseException, used: str | None, deadline: float | None) -> str | None:
+        """The token to resend with after ``exc``; None: do not resend (the caller re-raises ``exc``)."""
+        if not self.login.should_renew(exc, used):
+            return None
+        fresh = await self.login.renew(self._stub(), self.label, used, deadline)
+        if fresh is None or fresh == used:
+            return None
+        if deadline is not None and deadline <= asyncio.get_running_loop().time():
+            return None
+        return fresh
+
+
+class _UnaryUnary(_Interceptor, grpc.aio.UnaryUnaryClientInterceptor):
+    async def intercept_unary_unary(self, continuation: Callable[..., Awaitable[Any]],
+                                    client_call_details: grpc.aio.ClientCallDetails, request: Any) -> Any:
+        if self._passes_through(client_call_details):
+            return await continuation(client_call_details, request)
+        deadline = _deadline(client_call_details)
+        token = await self.login.current(self._stub(), self.label, deadline)
+        call = await continuation(_with_token(client_call_details, token, deadline), request)
+        try:
+            return await call
+        except grpc.aio.AioRpcError as exc:
+            fresh = await self._retry_token(exc, token, deadline)
+            if fresh is None:
+                raise
+        call = await continuation(_with_token(client_call_details, fresh, deadline), request)
+        return await call
+
+
+class _UnaryStream(_Interceptor, grpc.aio.UnaryStreamClientInterceptor):
+    """etcd checks the user before it sends the first message: the first read tells whether to log in again."""
+
+    async def intercept_unary_stream(self, continuation: Callable[..., Awaitable[Any]],
+                                     client_call_details: grpc.aio.ClientCallDetails, request: Any) -> Any:
+        if self._passes_through(client_call_details):
+            return await continuation(client_call_details, request)
+        deadline = _deadline(client_call_details)
+        token = await self.login.current(self._stub(), self.label, deadline)
+        call = await continuation(_with_token(client_call_details, token, deadline), request)
+        try:
+            first = await call.read()
+        except grpc.aio.AioRpcError as exc:
+            fresh = await self._retry_token(exc, token, deadline)
+            if fresh is None:
+                raise
+            call = await continuation(_with_token(client_call_details, fresh, deadline), request)
+            first = await call.read()
+        return _chain(call, first)
+
+
+async def _chain(call: Any, first: Any) -> AsyncIterator[Any]:
+    message = first
+    while message is not grpc.aio.EOF:
+        yield message
+        message = await call.read()
+
+
+def interceptors(login: Login, label: str) -> tuple[list[grpc.aio.ClientInterceptor],
+                                                    Callable[[grpc.aio.Channel], None]]:
+    """The interceptors for a new channel to ``label`` (pass them to ``grpc.aio.*_channel``) and the function to
+    call with that channel once it exists (logins go over the channel of the call that needs them)."""
+    unary, stream = _UnaryUnary(login, label), _UnaryStream(login, label)
+
+    def bind(channel: grpc.aio.Channel) -> None:
+        stub = rpc_pb2_grpc.AuthStub(channel)  # type: ignore[no-untyped-call]
+        unary.stub = stream.stub = stub
+
+    return [unary, stream], bind
