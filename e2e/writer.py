@@ -429,14 +429,14 @@ class Writer:
     async def start(self) -> None:
         if self._task is not None:
             raise RuntimeError("Writer already started")
+        if self.login is not None and self._credentials is None:
+            self._credentials = await self.login.read()  # before the first op: it makes the clients
         self._started_at = self._now()
         self._stopping = False
         self._task = asyncio.get_running_loop().create_task(self._run(), name="etcd-live-writer")
         if self.material is not None:
             self._material_task = asyncio.get_running_loop().create_task(self._refresh(), name="writer-material")
         if self.login is not None:
-            if self._credentials is None:
-                self._credentials = await self.login.read()
             self._login_task = asyncio.get_running_loop().create_task(self._refresh_login(), name="writer-login")
 
     async def stop(self) -> WriterResult:

@@ -601,6 +601,9 @@ SUCCESS_MESSAGES: Final = {
     constants.OPS_TYPE_DEFRAGMENT: "Successfully defragmented the etcd members",
     constants.OPS_TYPE_RECONFIGURE: "Successfully reconfigured etcd",
     constants.OPS_TYPE_VERTICAL_SCALING: "Successfully scaled the etcd container's resources",
+    constants.OPS_TYPE_ROTATE_AUTH: "Successfully rotated the etcd root password",
+    constants.OPS_TYPE_BACKUP: "Successfully backed up the etcd cluster",
+    constants.OPS_TYPE_RESTORE: "Successfully restored the etcd cluster from the snapshot",
 }
 
 
