@@ -24,12 +24,16 @@ from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.etcd import pool
-from opsmanager.lifecycle import autorenew, metrics, scan, storage, triggers
+from opsmanager.lifecycle import autorenew, backups, metrics, scan, storage, triggers
 
 RESOURCE = (constants.ETCD_GROUP, constants.ETCD_VERSION, constants.ETCD_PLURAL)
 DEFAULT_TICK = 5.0
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
+
+
+def _has_backup(spec: Any, **_: Any) -> bool:
+    return bool((spec or {}).get("backup"))
 
 
 def _has_tls(spec: Any, **_: Any) -> bool:
@@ -78,11 +82,22 @@ def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, tick: float 
             logger.info("storage scan of %s/%s: %s; next tick retries", body.get("metadata", {}).get("namespace"),
                         body.get("metadata", {}).get("name"), err)
 
+    @kopf.timer(*RESOURCE, registry=registry, id="backup-schedule", interval=tick, when=_has_backup)
+    async def backup_schedule(body: kopf.Body, logger: Logger, **_: Any) -> None:
+        try:
+            filed = await backups.tick(client, dict(body), now=datetime.datetime.now(datetime.UTC))
+            if filed:
+                logger.info("backup schedule: filed %s", filed)
+        except kube.KubeError as err:
+            logger.info("backup schedule of %s/%s: %s; next tick retries",
+                        body.get("metadata", {}).get("namespace"), body.get("metadata", {}).get("name"), err)
+
     @kopf.on.delete(*RESOURCE, registry=registry, id="tls-scan-forget", optional=True)
     async def forget(body: kopf.Body, **_: Any) -> None:
         meta = body.get("metadata", {})
         metrics.forget(meta.get("namespace") or "default", meta.get("name") or "")
         metrics.forget_storage(meta.get("namespace") or "default", meta.get("name") or "")
+        metrics.forget_backup(meta.get("namespace") or "default", meta.get("name") or "")
         await pool.shared.forget(meta.get("namespace") or "default", meta.get("name") or "")  # its etcd clients
 
     @kopf.on.startup(registry=registry, id="tls-scan-triggers")

@@ -165,3 +165,29 @@ def forget_storage(namespace: str, etcd: str) -> None:
     publish_storage(namespace, etcd, {})
     with _lock:
         _storage_series.pop((namespace, etcd), None)
+
+
+BACKUP_LAST_SUCCESS = prometheus_client.Gauge(
+    "opsmanager_etcd_backup_last_success_timestamp_seconds",
+    "When the last good backup of an Etcd was taken (Unix seconds); absent before the first",
+    ["namespace", "etcd"], registry=REGISTRY)
+BACKUP_INTERVAL = prometheus_client.Gauge(
+    "opsmanager_etcd_backup_interval_seconds",
+    "The interval of an Etcd's backup schedule (spec.backup.schedule), in seconds",
+    ["namespace", "etcd"], registry=REGISTRY)
+
+
+def publish_backup(namespace: str, etcd: str, *, last_success: float | None, interval: float) -> None:
+    """The backup schedule's view of one Etcd: its interval, and its last good backup once there is one."""
+    BACKUP_INTERVAL.labels(namespace, etcd).set(interval)
+    if last_success is not None:
+        BACKUP_LAST_SUCCESS.labels(namespace, etcd).set(last_success)
+
+
+def forget_backup(namespace: str, etcd: str) -> None:
+    for gauge in (BACKUP_LAST_SUCCESS, BACKUP_INTERVAL):
+        try:
+            gauge.remove(namespace, etcd)
+        except KeyError:
+            pass
+
