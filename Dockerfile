@@ -2,6 +2,16 @@
 # extra, no e2e harness; tests/test_packaging.py checks this file). Default command: `opsmanager run` (the
 # operator). The admission webhook runs from the same image with args `webhook serve --host 0.0.0.0 --port 8443 --tls-cert /tls/tls.crt --tls-key /tls/tls.key`
 # (deploy/base/webhook/deployment.yaml); the install bundle names this image in one place, deploy/base/kustomization.yaml.
+# etcdutl of each supported etcd minor, for the members' restore init container (`opsmanager restore-member`,
+# which looks for /usr/local/lib/opsmanager/etcd-<major>.<minor>/etcdutl): built from the same pinned Go modules as
+# the test control plane (sandbox/controlplane/etcd-*/go.mod).
+FROM golang:1.26 AS etcdutl
+WORKDIR /src
+COPY sandbox/controlplane/etcd-3.5/go.mod sandbox/controlplane/etcd-3.5/go.sum ./etcd-3.5/
+COPY sandbox/controlplane/etcd-3.6/go.mod sandbox/controlplane/etcd-3.6/go.sum ./etcd-3.6/
+RUN cd etcd-3.5 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/etcd-3.5/etcdutl go.etcd.io/etcd/etcdutl/v3 \
+ && cd ../etcd-3.6 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/etcd-3.6/etcdutl go.etcd.io/etcd/etcdutl/v3
+
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -10,6 +20,7 @@ RUN pip install --no-cache-dir --prefix=/install .
 
 FROM python:3.11-slim
 COPY --from=build /install /usr/local
+COPY --from=etcdutl /out /usr/local/lib/opsmanager
 RUN useradd --system --uid 65532 --no-create-home --shell /usr/sbin/nologin opsmanager
 USER 65532:65532
 ENV PYTHONUNBUFFERED=1

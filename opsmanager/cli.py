@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "crds": ("opsmanager.api.crdgen:main", "generate CRDs from the API models (--out DIR, --check)"),
     "webhook": ("opsmanager.webhook.server:main", "admission webhook server (webhook serve --port P --tls-cert F --tls-key F)"),
     "run": ("opsmanager.operator:main", "run the operator (kopf) against a kubeconfig"),
+    "restore-member": ("opsmanager.backup.restore:main",
+                       "init container: restore this member's data dir from a snapshot (restore-member --plan F)"),
 }
 
 

@@ -124,7 +124,7 @@ def test_product_commands_work_without_the_sandbox(venv: pathlib.Path, tmp_path:
         assert path.read_text() == (ROOT / "crds" / path.name).read_text()
     usage = _run(cli, "--help")
     commands = re.findall(r"^  (\S+)", usage, flags=re.M)
-    assert commands == ["crds", "webhook", "run"]
+    assert commands == ["crds", "webhook", "run", "restore-member"]
     # No harness in site-packages: the test tooling is not importable from the installed product.
     for harness in ("e2e", "webhooks", "tests"):
         probe = subprocess.run([python, "-c", f"import {harness}"], capture_output=True, cwd=tmp_path)
@@ -135,7 +135,7 @@ def test_sandbox_up_from_the_wheels_finds_its_crds(venv: pathlib.Path, sandbox_w
                                                    tmp_path: pathlib.Path) -> None:
     _pip_install(venv, str(sandbox_wheel))
     usage = _run(venv / "bin" / "opsmanager", "--help")
-    assert re.findall(r"^  (\S+)", usage, flags=re.M) == ["crds", "webhook", "run", "sandbox"]
+    assert re.findall(r"^  (\S+)", usage, flags=re.M) == ["crds", "webhook", "run", "restore-member", "sandbox"]
     log = tmp_path / "up.log"
     with open(log, "w") as out:
         # Run from an empty directory, so nothing of the checkout (crds/) can be found by a relative path.
@@ -165,7 +165,9 @@ def test_dockerfile_ships_the_product_only() -> None:
     instructions = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     copies = [line for line in instructions if line.upper().startswith("COPY") and "--from=" not in line]
     sources = {word for line in copies for word in line.split()[1:-1]}
-    assert sources == {"pyproject.toml", "README.md", "opsmanager"}, copies
+    # the etcdutl stage reads only the pinned go.mod/go.sum of each etcd minor (no sandbox code reaches the image)
+    pins = {f"sandbox/controlplane/etcd-{minor}/{f}" for minor in ("3.5", "3.6") for f in ("go.mod", "go.sum")}
+    assert sources == {"pyproject.toml", "README.md", "opsmanager", *pins}, copies
     installs = [line for line in instructions if "pip install" in line]
     assert installs, "the Dockerfile installs nothing"
     for line in installs:

@@ -100,6 +100,15 @@ class SnapshotRecord(common.OpenModel):
     seconds: float | None = pydantic.Field(default=None, description="Snapshot and upload time.")
 
 
+class RestoreRecord(common.OpenModel):
+    """The last Restore of an Etcd."""
+
+    key: str = pydantic.Field(description="The snapshot's object key.")
+    revision: int = pydantic.Field(description="Its revision: the restored store's.")
+    request: str = pydantic.Field(description="The Restore request.")
+    at: str = pydantic.Field(description="When it ended (RFC 3339).")
+
+
 class BackupStatus(common.OpenModel):
     """The backups of an Etcd."""
 
@@ -109,3 +118,5 @@ class BackupStatus(common.OpenModel):
     last_scheduled: str | None = pydantic.Field(
         default=None, description="The schedule slot (RFC 3339) of the last scheduled Backup request filed.")
     snapshots: int | None = pydantic.Field(default=None, description="Snapshots in the store after the last prune.")
+    last_restore: RestoreRecord | None = pydantic.Field(
+        default=None, description="The last Restore: the snapshot's key and revision, the request, when.")

@@ -312,6 +312,13 @@ class DatabaseSize(common.OpenModel):
     after_bytes: int | None = pydantic.Field(default=None, description="The file's size after; absent until done.")
 
 
+class RestoreProgress(common.OpenModel):
+    """What a Restore recorded before replacing the members."""
+
+    cluster_ids_before: list[str] | None = pydantic.Field(
+        default=None, description="The cluster ID(s) the members reported before (hex): the restored one differs.")
+
+
 class EtcdOpsRequestStatus(common.OpenModel):
     """Progress of the request, written only by the ops engine."""
 
@@ -347,6 +354,8 @@ class EtcdOpsRequestStatus(common.OpenModel):
     )
     snapshot: backup_api.SnapshotRecord | None = pydantic.Field(
         default=None, description="`Backup`: the snapshot it wrote; `Restore`: the snapshot it restores.")
+    restore: RestoreProgress | None = pydantic.Field(
+        default=None, description="`Restore`: what it saw before it replaced the members.")
 
 
 class EtcdOpsRequest(common.Model):

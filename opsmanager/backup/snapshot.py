@@ -1,6 +1,7 @@
 """etcd snapshot files: what one must look like, how its object is named in the store, which to prune.
 
-Pure logic: the only I/O is reading the one file it is given (:func:`verify`, :func:`sha256_file`).
+Pure logic: the only I/O is reading the one file it is given (:func:`verify`, :func:`sha256_file`,
+:func:`content_revision`).
 
 **The file.** etcd's ``Snapshot`` RPC streams the backend's bbolt database and then one more message with the
 SHA-256 of the bytes it sent (etcd ``server/etcdserver/api/v3rpc/maintenance.go``); ``etcdctl snapshot save``
@@ -10,6 +11,12 @@ hashes the rest and refuses a mismatch unless ``--skip-hash-check``. :func:`veri
 restore would trip over later: the bbolt meta pages (magic ``0xED0CDAED``, version 2, their FNV-64a checksum; bbolt
 ``internal/common/meta.go``) and the database length they promise (``pgid × pageSize``: ``Tx.WriteTo`` writes
 exactly ``Tx.Size()`` bytes), so a truncated file is told apart from a corrupted one.
+
+**What it holds.** :func:`content_revision` walks the bbolt B+tree (meta page → root bucket → the ``key``
+bucket, inline or a tree of branch and leaf pages) to the highest revision — ``etcdutl snapshot status``'s
+``revision`` — and reads the ``meta`` bucket's consistent index, term, compaction revisions and storage version;
+with ``keys=True`` it counts the live keys as etcdutl 3.6 does (``totalKey``). Every page id, element and offset is
+checked against the file, so a truncated or corrupted database is a :class:`SnapshotContentError` saying where.
 
 **The key.** ``<prefix>/<namespace>/<etcd>/<UTC timestamp>-rev<revision>.db``, e.g.
 ``backups/demo/etcd-cluster/20261202T160455Z-rev1234.db``: one folder per cluster, names that sort by time, the
@@ -25,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
-import mmap
 import re
 import struct
 from collections.abc import Callable, Iterable, Iterator
@@ -223,7 +229,7 @@ _PAGE_HEADER: Final = struct.Struct("<QHHI")  # id, flags, count, overflow
 _LEAF_ELEMENT: Final = struct.Struct("<IIII")  # flags, pos, ksize, vsize
 _BRANCH_ELEMENT: Final = struct.Struct("<IIQ")  # pos, ksize, pgid
 _BUCKET_HEADER: Final = struct.Struct("<QQ")  # root pgid (0: inline), sequence
-_MAX_DEPTH: Final = 64  # a B+tree of 4 KiB pages is 5 levels deep at a few TB; deeper is a loop or garbage
+_MAX_DEPTH: Final = 64  # bbolt's trees are a handful of levels deep; deeper is a loop or garbage
 
 
 class SnapshotContentError(InvalidSnapshot):
@@ -259,15 +265,16 @@ class SnapshotContent:
     @property
     def served_revision(self) -> int:
         """The revision etcd serves once it opens this database: its restore takes the highest of :attr:`revision`
-        and the two compaction revisions (a compaction may have removed the newest revision's tombstone)."""
-        return max(self.revision, self.compact_revision or 0, self.scheduled_compact_revision or 0)
+        and the two compaction revisions (a compaction may have removed the newest revision's tombstone), and an
+        empty store is at revision 1."""
+        return max(1, self.revision, self.compact_revision or 0, self.scheduled_compact_revision or 0)
 
 
 def content_revision(path: str | Path, *, keys: bool = False) -> SnapshotContent:
     """The highest revision in an etcd snapshot (or a member's ``db`` file: the trailer is optional), read by walking
     bbolt's B+tree from the meta page with the higher txid through the root bucket to the ``key`` bucket, and its
-    other facts (:class:`SnapshotContent`). Reads only the pages it needs (``keys=True``: every leaf of the ``key``
-    bucket with its values). Raises :class:`SnapshotContentError` naming what is wrong with a truncated or corrupted
+    other facts (:class:`SnapshotContent`). Reads the pages of the buckets it looks at, never the whole file into
+    memory (a page at a time; ``keys=True`` also parses every value of the ``key`` bucket). Raises :class:`SnapshotContentError` naming what is wrong with a truncated or corrupted
     file; an unreadable path raises :class:`OSError` as ``open`` does."""
     path = Path(path)
     with path.open("rb") as f:
@@ -275,31 +282,30 @@ def content_revision(path: str | Path, *, keys: bool = False) -> SnapshotContent
         if size < 2 * MIN_PAGE_SIZE:
             raise SnapshotContentError(f"{path}: {size} bytes is too short for a bbolt database (two meta pages: at "
                                        f"least {2 * MIN_PAGE_SIZE})")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            try:
-                return _BoltReader(str(path), buf, size).content(count_keys=keys)
-            except SnapshotContentError:
-                raise
-            except (struct.error, IndexError, OverflowError) as err:  # a bound not checked above; still corruption
-                raise SnapshotContentError(f"{path}: corrupted bbolt database ({type(err).__name__}: {err})") from err
+        try:
+            return _BoltReader(str(path), f, size).content(count_keys=keys)
+        except SnapshotContentError:
+            raise
+        except (struct.error, IndexError, OverflowError) as err:  # a bound not checked above; still corruption
+            raise SnapshotContentError(f"{path}: corrupted bbolt database ({type(err).__name__}: {err})") from err
 
 
-_Node = tuple[bytes | mmap.mmap, int, int, int]
-"""One B+tree node: (buffer, offset of its page header, end of its page(s), element count)."""
+_Node = tuple[bytes, int, int, int]
+"""One B+tree node: (buffer, offset of its page header in it, end of its page(s), element count)."""
 
 
 class _BoltReader:
     """Read-only walk of one bbolt file; every offset is checked against the page it belongs to."""
 
-    def __init__(self, name: str, buf: mmap.mmap, size: int) -> None:
+    def __init__(self, name: str, f: BinaryIO, size: int) -> None:
         self.name = name
-        self.buf = buf
+        self.f = f
         self.size = size
-        first = parse_meta(buf[:PAGE_HEADER_SIZE + META_SIZE], 0)
+        first = parse_meta(self.read(0, PAGE_HEADER_SIZE + META_SIZE), 0)
         assert first is not None  # size ≥ 2 pages of the smallest size
         candidates = [first]
         if first.magic == BOLT_MAGIC and MIN_PAGE_SIZE <= first.page_size <= MAX_PAGE_SIZE:
-            second = parse_meta(buf[first.page_size:first.page_size + PAGE_HEADER_SIZE + META_SIZE], 1)
+            second = parse_meta(self.read(first.page_size, PAGE_HEADER_SIZE + META_SIZE), 1)
             if second is not None:
                 candidates.append(second)
         valid = [m for m in candidates if m.valid and _power_of_two(m.page_size)]
@@ -323,6 +329,13 @@ class _BoltReader:
     def error(self, message: str) -> SnapshotContentError:
         return SnapshotContentError(f"{self.name}: {message}")
 
+    def read(self, offset: int, n: int) -> bytes:
+        self.f.seek(offset)
+        data = self.f.read(n)
+        if len(data) != n:
+            raise self.error(f"the file shrank while it was read ({n - len(data)} bytes short at offset {offset})")
+        return data
+
     # -- pages and nodes --------------------------------------------------------------------------------------------
 
     def page(self, pgid: int, what: str) -> tuple[_Node, int]:
@@ -331,7 +344,7 @@ class _BoltReader:
             raise self.error(f"corrupted: {what} points to page {pgid}, outside the database's pages 2.."
                              f"{self.meta.high_water - 1}")
         offset = pgid * self.page_size
-        page_id, flags, count, overflow = _PAGE_HEADER.unpack_from(self.buf, offset)
+        page_id, flags, count, overflow = _PAGE_HEADER.unpack(self.read(offset, PAGE_HEADER_SIZE))
         if page_id != pgid:
             raise self.error(f"corrupted: page {pgid} ({what}) says it is page {page_id}")
         if flags not in (_BRANCH_PAGE, _LEAF_PAGE):
@@ -340,9 +353,9 @@ class _BoltReader:
         if end > self.database_size:
             raise self.error(f"corrupted: page {pgid} ({what}) runs {overflow} overflow pages past the database's "
                              f"end")
-        return self.node(self.buf, offset, end, count, f"page {pgid} ({what})"), flags
+        return self.node(self.read(offset, end - offset), 0, end - offset, count, f"page {pgid} ({what})"), flags
 
-    def node(self, buf: bytes | mmap.mmap, offset: int, end: int, count: int, where: str) -> _Node:
+    def node(self, buf: bytes, offset: int, end: int, count: int, where: str) -> _Node:
         if offset + PAGE_HEADER_SIZE + count * _LEAF_ELEMENT.size > end:
             raise self.error(f"corrupted: {where} claims {count} elements, more than it can hold")
         return buf, offset, end, count
@@ -369,10 +382,10 @@ class _BoltReader:
             pos, ksize, child = _BRANCH_ELEMENT.unpack_from(buf, at)
             if at + pos + ksize > end:
                 raise self.error(f"corrupted: element {i} of {where} points past its page")
-            out.append((child, bytes(buf[at + pos:at + pos + ksize])))
+            out.append((child, buf[at + pos:at + pos + ksize]))
         return out
 
-    def leaves(self, bucket: bytes, header: bytes | mmap.mmap, at: int, end: int) -> Iterator[tuple[_Node, str]]:
+    def leaves(self, bucket: bytes, header: bytes, at: int, end: int) -> Iterator[tuple[_Node, str]]:
         """Every leaf of a bucket in key order, given its 16-byte header at ``header[at:]`` (an inline bucket's page
         follows it, up to ``end``). Each page is visited once (a loop in the tree is corruption)."""
         what = f"bucket {bucket.decode(errors='replace')!r}"
@@ -392,9 +405,9 @@ class _BoltReader:
 
     def tree(self, root: int, what: str) -> Iterator[tuple[_Node, str]]:
         seen: set[int] = set()
-        stack: list[tuple[int, int, bytes | None]] = [(root, 0, None)]  # pgid, depth, lower bound
+        stack: list[tuple[int, int]] = [(root, 0)]  # pgid, depth
         while stack:
-            pgid, depth, _low = stack.pop()
+            pgid, depth = stack.pop()
             if pgid in seen:
                 raise self.error(f"corrupted: page {pgid} appears twice in the tree of {what}")
             if depth > _MAX_DEPTH:
@@ -405,7 +418,7 @@ class _BoltReader:
             if flags == _LEAF_PAGE:
                 yield node, where
                 continue
-            stack.extend((child, depth + 1, key) for child, key in reversed(self.children(node, where)))
+            stack.extend((child, depth + 1) for child, _key in reversed(self.children(node, where)))
 
     # -- buckets ------------------------------------------------------------------------------------------------
 
@@ -417,8 +430,8 @@ class _BoltReader:
             for i in range(node[3]):
                 flags, k0, k1, v0, v1 = self.leaf(node, i, where)
                 if not flags & _BUCKET_LEAF:
-                    raise self.error(f"corrupted: {bytes(buf[k0:k1])!r} in the root bucket is not a bucket")
-                out[bytes(buf[k0:k1])] = bytes(buf[v0:v1])
+                    raise self.error(f"corrupted: {buf[k0:k1]!r} in the root bucket is not a bucket")
+                out[buf[k0:k1]] = buf[v0:v1]
         return out
 
     def content(self, *, count_keys: bool) -> SnapshotContent:
@@ -439,7 +452,7 @@ class _BoltReader:
             indexes = range(n) if live is not None else (0, n - 1) if n > 1 else (0,)
             for i in indexes:
                 _flags, k0, k1, v0, v1 = self.leaf(node, i, where)
-                key = bytes(buf[k0:k1])
+                key = buf[k0:k1]
                 _check_revision_key(key, where, self.error)
                 if last is not None and key <= last:
                     raise self.error(f"corrupted: the 'key' bucket's keys are out of order at {where}")
@@ -469,7 +482,7 @@ class _BoltReader:
             buf = node[0]
             for i in range(node[3]):
                 _flags, k0, k1, v0, v1 = self.leaf(node, i, where)
-                out[bytes(buf[k0:k1])] = bytes(buf[v0:v1])
+                out[buf[k0:k1]] = buf[v0:v1]
         return out
 
 
@@ -481,7 +494,7 @@ def _check_revision_key(key: bytes, where: str, error: Callable[[str], SnapshotC
     if len(key) == REVISION_KEY_SIZE or (len(key) == REVISION_KEY_SIZE + 1 and key[-1] == TOMBSTONE_MARK):
         if key[8] == ord("_"):
             return
-    raise error(f"corrupted: {key!r} in the 'key' bucket ({where}) is not a revision (<8-byte main>_<8-byte sub>, "
+    raise error(f"corrupted: {key[:40]!r} in the 'key' bucket ({where}) is not a revision (<8-byte main>_<8-byte sub>, "
                 "'t' after a tombstone's)")
 
 
@@ -497,7 +510,7 @@ def _main(value: bytes | None) -> int | None:
     return int.from_bytes(value[:8], "big") if value is not None and len(value) >= 8 else None
 
 
-def _varint(data: bytes | mmap.mmap, at: int, end: int) -> tuple[int, int]:
+def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
     value = shift = 0
     while at < end and shift < 64:
         byte = data[at]
@@ -509,7 +522,7 @@ def _varint(data: bytes | mmap.mmap, at: int, end: int) -> tuple[int, int]:
     raise ValueError("varint runs past its message")
 
 
-def _kv_key(value: bytes | mmap.mmap) -> bytes | None:
+def _kv_key(value: bytes) -> bytes | None:
     """Field 1 (``key``) of a marshalled ``mvccpb.KeyValue``; None when the bytes are not one."""
     at, end = 0, len(value)
     try:

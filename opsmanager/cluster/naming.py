@@ -116,6 +116,18 @@ def auth_secret(db: str) -> str:
     return f"{db}-auth"
 
 
+def restore_plan(db: str) -> str:
+    """The ConfigMap a Restore writes its plan into (the members' ``restore`` init container reads it)."""
+    return f"{db}-restore"
+
+
+# Where the ``restore`` init container finds its plan and the store's CA (opsmanager.backup.restore's defaults).
+RESTORE_PLAN_MOUNT: Final = "/etc/opsmanager/restore"
+RESTORE_PLAN_FILE: Final = "plan.json"
+RESTORE_CA_MOUNT: Final = "/etc/opsmanager/restore-ca"
+RESTORE_CONTAINER: Final = "restore"
+
+
 def tls_mount(alias: str) -> str:
     return f"{TLS_ROOT}/{alias}"
 

@@ -26,8 +26,11 @@ from __future__ import annotations
 import base64
 import copy
 import dataclasses
+import os
 from typing import Any, Final
 
+import opsmanager
+from opsmanager.api import backup as backup_api
 from opsmanager.api import common, constants, versions
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import tuning as tuning_api
@@ -311,6 +314,8 @@ def render_pdb(db: etcd_api.Etcd) -> Manifest:
     }
 
 
+OPERATOR_IMAGE_ENV: Final = "OPSMANAGER_IMAGE"
+
 # --- the StatefulSet -------------------------------------------------------------------------------------------
 
 
@@ -326,10 +331,7 @@ def etcd_args(db: etcd_api.Etcd, wiring: Wiring) -> list[str]:
     name, namespace = _name(db), _namespace(db)
     me = f"$(POD_NAME).{naming.headless_service(name)}.{namespace}.svc"
     peer_scheme = wiring.advertised_peer_scheme
-    initial = ",".join(
-        f"{p}={peer_scheme}://{naming.pod_fqdn(name, namespace, p)}:{naming.peer_port(peer_scheme)}"
-        for p in naming.pods(name, db.spec.replicas)
-    )
+    initial = initial_cluster(db, wiring)
     args = [
         "--name=$(POD_NAME)",
         f"--data-dir={naming.DATA_DIR}",
@@ -385,6 +387,55 @@ def readiness_path(version: str) -> str:
         return "/readyz" if versions.parse(version) >= READYZ_SINCE else "/health"
     except ValueError:
         return "/health"
+
+
+def operator_image() -> str:
+    """The operator's own image, for the members' ``restore`` init container: ``$OPSMANAGER_IMAGE`` (the install
+    bundle sets it to the image it runs), else ``opsmanager:<version>``."""
+    return os.environ.get(OPERATOR_IMAGE_ENV) or f"opsmanager:{opsmanager.__version__}"
+
+
+def _restore_container(db: etcd_api.Etcd) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The ``restore`` init container of an Etcd with backups (``opsmanager restore-member``): it does nothing unless
+    a Restore request wrote its plan into the ``<etcd>-restore`` ConfigMap (an optional volume). The store's keys
+    come from the credentials Secret (optional too: a missing Secret must not keep etcd from starting; a restore
+    then fails naming it)."""
+    assert db.spec.backup is not None
+    dest = db.spec.backup.destination
+    name = _name(db)
+
+    def key(env: str, secret_key: str) -> dict[str, Any]:
+        return {"name": env, "valueFrom": {"secretKeyRef": {"name": dest.credentials_secret.name, "key": secret_key,
+                                                            "optional": True}}}
+
+    volumes: list[dict[str, Any]] = [
+        {"name": "restore-plan", "configMap": {"name": naming.restore_plan(name), "optional": True}}]
+    mounts: list[dict[str, Any]] = [{"name": naming.DATA_VOLUME, "mountPath": naming.DATA_MOUNT},
+                                    {"name": "restore-plan", "mountPath": naming.RESTORE_PLAN_MOUNT, "readOnly": True}]
+    if dest.ca is not None:
+        volumes.append({"name": "restore-ca", "secret": {"secretName": dest.ca.name, "optional": True}})
+        mounts.append({"name": "restore-ca", "mountPath": naming.RESTORE_CA_MOUNT, "readOnly": True})
+    container = {
+        "name": naming.RESTORE_CONTAINER,
+        "image": operator_image(),
+        "args": ["restore-member", f"--plan={naming.RESTORE_PLAN_MOUNT}/{naming.RESTORE_PLAN_FILE}"],
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                key("AWS_ACCESS_KEY_ID", backup_api.KEY_ACCESS_KEY_ID),
+                key("AWS_SECRET_ACCESS_KEY", backup_api.KEY_SECRET_ACCESS_KEY)],
+        "volumeMounts": mounts,
+        # The data dir is the etcd container's (root in etcd's images): the restore renames it, so it runs as the
+        # same user, not as the operator image's own.
+        "securityContext": {"runAsUser": 0},
+    }
+    return container, volumes
+
+
+def initial_cluster(db: etcd_api.Etcd, wiring: Wiring) -> str:
+    """``--initial-cluster``: every member's name and the peer URL it advertises."""
+    name, namespace = _name(db), _namespace(db)
+    scheme = wiring.advertised_peer_scheme
+    return ",".join(f"{p}={scheme}://{naming.pod_fqdn(name, namespace, p)}:{naming.peer_port(scheme)}"
+                    for p in naming.pods(name, db.spec.replicas))
 
 
 def render_statefulset(
@@ -443,7 +494,13 @@ def render_statefulset(
     if resources is not None:
         container["resources"] = resources.to_dict()
 
+    init_containers: list[dict[str, Any]] = []
+    if db.spec.backup is not None:
+        restore, restore_volumes = _restore_container(db)
+        init_containers.append(restore)
+        volumes += restore_volumes
     pod_spec: dict[str, Any] = {
+        **({"initContainers": init_containers} if init_containers else {}),
         "containers": [container],
         "volumes": volumes,
         "terminationGracePeriodSeconds": (

@@ -1034,13 +1034,13 @@ class EtcdClient:
         return bytes(resp.kvs[0].value) if resp.kvs else None
 
     async def range_prefix(self, prefix: bytes | str, *, endpoint: access.Endpoint | str | None = None,
-                           page: int = 1000, scheme: str | None = None,
-                           timeout: float | None = None) -> tuple[list[tuple[bytes, bytes]], int]:
+                           page: int = 1000, scheme: str | None = None, timeout: float | None = None,
+                           revision: int = 0) -> tuple[list[tuple[bytes, bytes]], int]:
         """Every key under ``prefix`` with its value, in key order, and the revision read at: a linearizable
-        read, paged ``page`` keys at a time, every page at the first page's revision (one consistent view)."""
+        read, paged ``page`` keys at a time, every page at the first page's revision (one consistent view) — or at
+        ``revision`` when given (the store as it was then; :class:`errors.Compacted` below the compaction)."""
         start, end = self._bytes(prefix), prefix_end(self._bytes(prefix))
         out: list[tuple[bytes, bytes]] = []
-        revision = 0
         while True:
             request = rpc_pb2.RangeRequest(key=start, range_end=end, limit=page, revision=revision)
 

@@ -47,7 +47,8 @@ from opsmanager import kube
 from opsmanager.api import conditions, constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
-from opsmanager.cluster import credentials, members, naming
+from opsmanager.backup import store
+from opsmanager.cluster import backups, credentials, members, naming
 from opsmanager.etcd import access, admin, pool
 from opsmanager.ops import plan as plan_mod
 from opsmanager.tls import identity as tls_identity
@@ -369,6 +370,14 @@ class OpsContext:
         if creds != made.credentials:
             made.set_credentials(creds)
         return made
+
+    async def backup_store(self) -> store.ObjectStore | Fail:
+        """The object store of the Etcd's backups (close it after use), or the failure naming the field when the
+        destination cannot be used (no spec.backup, a missing credentials or CA Secret)."""
+        try:
+            return await backups.open_store(self.kube, self.db)
+        except backups.DestinationError as err:
+            return Fail(str(err), reason="DestinationInvalid")
 
     async def credentials(self) -> access.Credentials | None:
         """The root credentials of this cluster (etcd's authentication): from ``spec.authSecret``, and during a

@@ -64,6 +64,7 @@ from opsmanager.ops.steps import (
     rescue_chosen,
     resize_in_place,
     restart_pods,
+    restore_members,
     roll_pass,
     scale_members,
     sync_certificates,
@@ -73,7 +74,9 @@ from opsmanager.ops.steps import (
     update_statefulset,
     upload_snapshot,
     verify_configuration,
+    verify_restore,
     verify_served,
+    verify_snapshot,
     verify_version,
 )
 
@@ -105,6 +108,9 @@ STEPS: dict[plan.StepKind, Executor] = {
     plan.StepKind.VERIFY_SERVED: verify_served.run,
     plan.StepKind.UPLOAD_SNAPSHOT: upload_snapshot.run,
     plan.StepKind.PRUNE_SNAPSHOTS: prune_snapshots.run,
+    plan.StepKind.VERIFY_SNAPSHOT: verify_snapshot.run,
+    plan.StepKind.RESTORE_MEMBERS: restore_members.run,
+    plan.StepKind.VERIFY_RESTORE: verify_restore.run,
     plan.StepKind.UPDATE_CREDENTIAL: update_credential.run,
     plan.StepKind.APPLY_CREDENTIAL: apply_credential.run,
     plan.StepKind.UPDATE_DATABASE: update_database.run,

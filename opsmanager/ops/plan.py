@@ -80,6 +80,9 @@ class StepKind(enum.Enum):
     RESTART_ALL = "RestartAll"  # rescue CA: restart every member at once (each once), wait for quorum (bounded)
     UPLOAD_SNAPSHOT = "UploadSnapshot"  # Backup: a snapshot from a follower, checked, uploaded with its SHA-256
     PRUNE_SNAPSHOTS = "PruneSnapshots"  # Backup: the store pruned to the retention, status.backup written
+    VERIFY_SNAPSHOT = "VerifySnapshot"  # Restore: find, download and check the snapshot before anything changes
+    RESTORE_MEMBERS = "RestoreMembers"  # Restore: the plan for the init containers, every member replaced together
+    VERIFY_RESTORE = "VerifyRestore"  # Restore: HashKV at the snapshot's revision on every member, as recorded
     UPDATE_CREDENTIAL = "UpdateCredential"  # RotateAuth: stage the new root password in the auth Secret
     APPLY_CREDENTIAL = "ApplyCredential"  # RotateAuth: UserChangePassword (or turn auth on), verified by a login
     UPDATE_DATABASE = "UpdateDatabase"  # write spec.tls back to the Etcd, clean up what is no longer used
@@ -321,6 +324,22 @@ class PruneSnapshots(Step):
 
 
 @dataclasses.dataclass(frozen=True)
+class VerifySnapshot(Step):
+    kind: ClassVar[StepKind] = StepKind.VERIFY_SNAPSHOT
+    source: str  # an object key, or "latest"
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreMembers(Step):
+    kind: ClassVar[StepKind] = StepKind.RESTORE_MEMBERS
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyRestore(Step):
+    kind: ClassVar[StepKind] = StepKind.VERIFY_RESTORE
+
+
+@dataclasses.dataclass(frozen=True)
 class UpdateCredential(Step):
     kind: ClassVar[StepKind] = StepKind.UPDATE_CREDENTIAL
     staging_secret: str  # the auth Secret clients read: the new password goes there as password.next
@@ -358,6 +377,7 @@ class Plan:
     desired_resources: etcd_api.ResourceRequirements | None = None  # VerticalScaling: the resources it writes
     # RotateAuth: (the Secret the new password was staged in, the Secret spec.authSecret names from now on)
     auth_secrets: tuple[str, str] | None = None
+    restores: bool = False  # Restore: UpdateDatabase removes the restore plan and records the restore
 
     @property
     def summary(self) -> str:
@@ -620,6 +640,20 @@ def plan_for(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest,
         backup = (UploadSnapshot(constants.COND_SNAPSHOT_UPLOADED, "Successfully uploaded a snapshot"),
                   PruneSnapshots(constants.COND_SNAPSHOTS_PRUNED, "The store keeps the retention's snapshots"))
         return Plan(spec.type, None, db.spec.tls, backup, pauses=False)
+    if spec.type == constants.OPS_TYPE_RESTORE:
+        source = spec.restore.source if spec.restore is not None else None
+        if not source:
+            raise ValueError("spec.restore.source can not be empty")
+        if db.spec.backup is None:
+            raise ValueError(f"Etcd {db.metadata.name} has no spec.backup: a Restore reads from its destination")
+        restore = (
+            _running(f"Etcd ops request is restoring the cluster from {source}"),
+            VerifySnapshot(constants.COND_SNAPSHOT_VERIFIED, "The snapshot is whole and as recorded", source=source),
+            RestoreMembers(constants.COND_MEMBERS_RESTORED, "Every member was restored from the snapshot"),
+            VerifyRestore(constants.COND_RESTORE_VERIFIED, "Every member holds the snapshot's keys"),
+            _update_database("Successfully restored the cluster from the snapshot"),
+        )
+        return Plan(spec.type, None, db.spec.tls, restore, restores=True)
     if spec.type == constants.OPS_TYPE_RECONFIGURE:
         return reconfigure_plan(db, request)
     if spec.type == constants.OPS_TYPE_VERTICAL_SCALING:

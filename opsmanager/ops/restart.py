@@ -284,3 +284,29 @@ def report_stale_restarts_done(ctx: context.OpsContext, restarted: list[str], to
     message = stale_restart_message(restarted, total, after)
     ctx.set_condition(constants.COND_RESTART_PODS, T, message)
     return message
+
+
+# --- every member replaced together (a CA rescue, a Restore) --------------------------------------------------
+
+
+async def delete_recorded(ctx: context.OpsContext, record: dict[str, str],
+                          pods: dict[str, dict[str, Any]]) -> list[str]:
+    """Delete each member pod that still has the UID ``record`` holds for it (a pod with another UID is its
+    replacement: never deleted again), at once; returns the names deleted."""
+    deleted = []
+    for name, uid in record.items():
+        pod = pods.get(name)
+        if pod is None or members.terminating(pod) or pod["metadata"].get("uid") != uid:
+            continue
+        if await ctx.kube.delete("v1", "Pod", ctx.namespace, name, uid=uid, grace_period_seconds=0):
+            deleted.append(name)
+    if deleted:
+        metrics.member_restarted(len(deleted))
+    return deleted
+
+
+def not_replaced(names: list[str], record: dict[str, str], pods: dict[str, dict[str, Any]]) -> list[str]:
+    """The members whose pod is missing, terminating, still the recorded one, or not serving yet."""
+    return [n for n in names if (p := pods.get(n)) is None or members.terminating(p)
+            or p["metadata"].get("uid") == record.get(n) or not members.serving(p)]
+

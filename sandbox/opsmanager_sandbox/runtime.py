@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from opsmanager_sandbox import (
@@ -189,6 +191,10 @@ class ContainerRunner:
         else:
             argv = containers.build_argv(self.spec, self.env, pod_ip=w.ip)
         mounts = w.mounts_for(self.spec, self.env)
+        if product:  # `opsmanager restore-member` finds each built etcdutl by its variable, mounted at its host path
+            tools_env, tools_mounts = product_etcdutls()
+            self.env.update(tools_env)
+            mounts += tools_mounts
         n = self.restart_count
         spec = process.ProcessSpec(
             argv=argv, env=self.env, root=w.dir / "containers" / f"{self.name}-{n}",
@@ -297,6 +303,34 @@ class ContainerRunner:
         for task in self._probe_tasks:
             task.cancel()
         self._probe_tasks.clear()
+
+
+@functools.cache
+def built_etcdutls() -> dict[str, str]:
+    """``OPSMANAGER_ETCDUTL_<major>_<minor>`` → the etcdutl ``make controlplane`` built for that etcd minor (what the
+    operator image has at ``/usr/local/lib/opsmanager/etcd-<major>.<minor>/etcdutl``); empty when nothing is built."""
+    from opsmanager_sandbox import realcp
+
+    try:
+        build = realcp.build_module()
+    except realcp.NotBuilt:
+        return {}
+    out: dict[str, str] = {}
+    for name in build.COMPONENTS:
+        minor = name.removeprefix("etcd-")
+        tool = Path(build.binary(name, "etcdutl")) if name != minor else None
+        if tool is not None and tool.is_file():
+            out["OPSMANAGER_ETCDUTL_" + minor.replace(".", "_")] = str(tool)
+    return out
+
+
+def product_etcdutls() -> tuple[dict[str, str], list[process.Mount]]:
+    """What a container of the operator's image gets for ``restore-member``: :func:`built_etcdutls` as environment
+    variables, and each one's directory bind-mounted read-only at its own path (the container's root is not the
+    host's)."""
+    tools = built_etcdutls()
+    directories = sorted({str(Path(tool).parent) for tool in tools.values()})
+    return dict(tools), [process.Mount(Path(d), d, True) for d in directories]
 
 
 def _fmt_seconds(s: float) -> str:

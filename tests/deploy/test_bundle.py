@@ -352,6 +352,7 @@ OPERATOR_RIGHTS: dict[tuple[str, str], set[str]] = {
     ("", "pods/eviction"): {"create"},
     ("", "pods/resize"): {"patch"},  # VerticalScaling InPlace
     ("", "persistentvolumeclaims"): {"list", "delete"},
+    ("", "configmaps"): {"get", "create", "patch", "delete"},  # a Restore's plan for the members' init container
     ("", "events"): {"create", "patch"},  # core/v1 only: nothing posts events.k8s.io Events (test_install.py)
 }
 

@@ -14,7 +14,6 @@ from typing import Any
 
 from opsmanager.api import constants
 from opsmanager.backup import store
-from opsmanager.cluster import backups
 from opsmanager.ops import context, plan
 
 # The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
@@ -28,10 +27,9 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     if policy is None or not record:
         return context.Fail("no snapshot was recorded by SnapshotUploaded, or spec.backup was removed meanwhile",
                             reason="NothingToPrune")
-    try:
-        objects = await backups.open_store(ctx.kube, ctx.db)
-    except backups.DestinationError as err:
-        return context.Fail(str(err), reason="DestinationInvalid")
+    objects = await ctx.backup_store()
+    if isinstance(objects, context.Fail):
+        return objects
     with objects:
         try:
             deleted = await objects.aio.prune(ctx.namespace, ctx.db_name, policy.retention)

@@ -18,9 +18,8 @@ a leader and a linearizable read; no TLS chain trusted), bounded by the request'
 
 from __future__ import annotations
 
-from opsmanager import metrics
 from opsmanager.api import conditions, constants
-from opsmanager.cluster import health, members
+from opsmanager.cluster import health
 from opsmanager.ops import context, plan, restart
 from opsmanager.tls import gate, trust
 
@@ -63,21 +62,13 @@ async def _restart_all(ctx: context.OpsContext, step: plan.RestartAll) -> contex
         record = {n: str(pods[n]["metadata"].get("uid") or "") for n in names if n in pods}
         ctx.record("restarts", {**ctx.recorded("restarts"), "allTogether": record})
     await ctx.flush()  # the record and the step in flight are written before any member is deleted
-    deleted = []
-    for name, uid in record.items():
-        pod = pods.get(name)
-        if pod is None or members.terminating(pod) or pod["metadata"].get("uid") != uid:
-            continue
-        if await ctx.kube.delete("v1", "Pod", ctx.namespace, name, uid=uid, grace_period_seconds=0):
-            deleted.append(name)
+    deleted = await restart.delete_recorded(ctx, record, pods)
     if deleted:
-        metrics.member_restarted(len(deleted))
         # Not "RestartPods": that reason is the step's own transition Event, when quorum is back.
         ctx.announce("RestartAllPods", f"Restarted every etcd member together onto the new CA: "
                                        f"{', '.join(deleted)}")
         return context.Progress(f"restarted {', '.join(deleted)} together", delay=ctx.until_watched(0.5))
-    waiting = [n for n in names if (p := pods.get(n)) is None or members.terminating(p)
-               or p["metadata"].get("uid") == record.get(n) or not members.serving(p)]
+    waiting = restart.not_replaced(names, record, pods)
     if waiting:
         return context.Progress(f"waiting for {', '.join(waiting)} to be recreated and Ready",
                                 delay=ctx.until_watched(0.5))

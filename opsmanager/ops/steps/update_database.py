@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from opsmanager.api import auth, common, constants
-from opsmanager.cluster import credentials
+from opsmanager.api import auth, common, conditions, constants
+from opsmanager.cluster import credentials, naming
 from opsmanager.ops import context, plan
 from opsmanager.tls import trust
 
@@ -43,7 +43,26 @@ async def _auth(ctx: context.OpsContext, staging: str, final: str) -> None:
                                    enabled)
 
 
+async def _restored(ctx: context.OpsContext) -> None:
+    """Restore: the plan is removed (a member's init container then does nothing) and the Etcd records the
+    snapshot it was restored from."""
+    await ctx.kube.delete("v1", "ConfigMap", ctx.namespace, naming.restore_plan(ctx.db_name))
+    record = ctx.recorded("snapshot")
+
+    def restored(st: dict[str, Any]) -> dict[str, Any]:
+        backup = {**(st.get("backup") or {}), "lastRestore": {"key": record.get("key"), "revision":
+                                                              record.get("revision"), "request": ctx.name,
+                                                              "at": conditions.rfc3339(ctx.now)}}
+        return {**st, "backup": backup}
+
+    await ctx.kube.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name,
+                                   restored)
+
+
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    if ctx.plan.restores:
+        await _restored(ctx)
+        return context.Done(step.message)
     if ctx.plan.auth_secrets is not None:
         await _auth(ctx, *ctx.plan.auth_secrets)
         return context.Done(step.message)

@@ -24,7 +24,7 @@ import tempfile
 from opsmanager.api import backup as backup_api
 from opsmanager.api import conditions, constants
 from opsmanager.backup import snapshot, store
-from opsmanager.cluster import backups, members
+from opsmanager.cluster import members
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan
@@ -47,10 +47,9 @@ def choose(up: dict[str, etcd_client.MemberStatus]) -> str | None:
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     assert isinstance(step, plan.UploadSnapshot), step  # the engine runs a step with the module its kind names
-    try:
-        objects = await backups.open_store(ctx.kube, ctx.db)
-    except backups.DestinationError as err:
-        return context.Fail(str(err), reason="DestinationInvalid")
+    objects = await ctx.backup_store()
+    if isinstance(objects, context.Fail):
+        return objects
     with objects:
         async with await ctx.etcd() as client:
             views = await members.answering(client, timeout=2.0)

@@ -1,0 +1,569 @@
+"""Restore one etcd member from a snapshot in the object store: ``opsmanager restore-member``, the init container
+each member pod of an Etcd with backups runs (the operator's own image) before etcd starts.
+
+**The plan** (:class:`RestorePlan`, JSON, written by the engine into a ConfigMap mounted as an optional volume at
+:data:`DEFAULT_PLAN_PATH`): which object to restore (``endpoint``, ``bucket``, ``key``, ``region``, ``prefix``,
+``caFile``), what it must be (``sha256``, ``revision``), the new cluster (``initialCluster``, ``token``, every
+member's ``peerURLs``), where the member's data lives (``dataDir``) and which etcd writes it (``etcdVersion``: the
+``etcdutl`` of that minor restores). The S3 credentials come from the environment (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, from a Secret), never from the plan, and are never printed.
+
+**What a run does** (:func:`restore_member`):
+
+1. no plan file → nothing (exit 0): the volume is optional, an Etcd that is not being restored has none;
+2. the plan's ``id`` already in the marker beside the data dir (``<parent of dataDir>/.restored``) → nothing: this
+   member was restored by this plan before (the pod restarted, or etcd has run since and must keep its data);
+3. download the object into a work directory beside the data dir (same filesystem, so the final rename is atomic);
+4. check it: the file's SHA-256 is the plan's, etcd's sha256 trailer and the bbolt meta pages
+   (:func:`~opsmanager.backup.snapshot.verify`), and the revision inside (:func:`~opsmanager.backup.snapshot
+   .content_revision`) is the plan's;
+5. ``etcdutl snapshot restore`` into the work directory (:func:`etcdutl_argv`): this member's name and peer URL,
+   the plan's initial cluster and token — a new cluster ID, the revisions kept exactly (no ``--bump-revision``, so
+   no ``--mark-compacted``: both etcd 3.5 and 3.6 allow bumping only together with marking compacted, and a restore
+   to the snapshot's own revision needs neither);
+6. swap: the old data dir renamed into the work directory, the restored one renamed into its place, the marker
+   written (atomically), the work directory deleted.
+
+Any failure leaves the old data dir as it was (a swap that fails half-way is rolled back; a run that finds the work
+directory of a run that died mid-swap puts the old data dir back first) and raises :class:`RestoreFailed`, whose
+message is one line naming what failed and the fix; :func:`main` prints it to stderr and exits 1.
+
+The subprocess call is :func:`run_etcdutl` (a parameter of :func:`restore_member`, so tests can replace it); the
+download is :func:`download_snapshot` (likewise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import pydantic
+
+from opsmanager.backup import snapshot
+
+if TYPE_CHECKING:
+    from opsmanager.backup import store
+
+PLAN_MOUNT: Final = "/etc/opsmanager/restore"
+"""Where the init container mounts the plan's ConfigMap (an optional volume)."""
+PLAN_FILE: Final = "plan.json"
+"""The ConfigMap's key, the file name under :data:`PLAN_MOUNT`."""
+DEFAULT_PLAN_PATH: Final = f"{PLAN_MOUNT}/{PLAN_FILE}"
+MARKER_NAME: Final = ".restored"
+"""The marker file, beside the data dir: JSON with the ``id`` of the plan that restored this member."""
+WORK_PREFIX: Final = ".restore-"
+"""The work directory beside the data dir: ``.restore-<id>`` (the download, the restored data dir, the old one)."""
+ENV_ACCESS_KEY_ID: Final = "AWS_ACCESS_KEY_ID"
+ENV_SECRET_ACCESS_KEY: Final = "AWS_SECRET_ACCESS_KEY"
+ENV_POD_NAME: Final = "POD_NAME"
+ETCDUTL_ENV_PREFIX: Final = "OPSMANAGER_ETCDUTL_"
+"""``OPSMANAGER_ETCDUTL_<major>_<minor>``: the etcdutl of that etcd minor (the sandbox sets it)."""
+ETCDUTL_IMAGE_PATH: Final = "/usr/local/lib/opsmanager/etcd-{major}.{minor}/etcdutl"
+"""Where the operator's image keeps the etcdutl of each supported etcd minor."""
+ETCDUTL_TIMEOUT: Final = 3600.0
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+].*)?$")
+_URL = re.compile(r"^https?://[^\s,=]+$")
+
+
+class PlanError(ValueError):
+    """The plan file is not a valid restore plan (the message names the field)."""
+
+
+class RestoreFailed(Exception):
+    """A restore that did not happen; the message is one line: what failed, then the fix. The old data dir is as it
+    was."""
+
+
+# -- the plan ---------------------------------------------------------------------------------------------------------
+
+
+class RestorePlan(pydantic.BaseModel):
+    """One restore of an Etcd, the same for every member (each picks its own peer URL by its name). JSON keys are
+    camelCase (``initialCluster``, ``peerURLs``, ``dataDir``, ``etcdVersion``, ``caFile``); :meth:`to_json` and
+    :meth:`from_json` convert."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", populate_by_name=True, serialize_by_alias=True)
+
+    id: str = pydantic.Field(description="This restore (e.g. the EtcdOpsRequest's UID): the marker holds it.")
+    bucket: str = pydantic.Field(min_length=1)
+    key: str = pydantic.Field(min_length=1, description="The snapshot's object key (under ``prefix``).")
+    endpoint: str = pydantic.Field(pattern=r"^https?://", description="The S3 endpoint URL.")
+    region: str = "us-east-1"
+    prefix: str = ""
+    ca_file: str | None = pydantic.Field(default=None, alias="caFile",
+                                         description="A mounted PEM bundle to trust for an https endpoint.")
+    sha256: str = pydantic.Field(description="The SHA-256 of the whole object (hex), as the backup recorded it.")
+    revision: int = pydantic.Field(ge=0, description="The revision inside the snapshot, as the backup recorded it.")
+    initial_cluster: str = pydantic.Field(alias="initialCluster", description="``name=peerURL,…`` of every member.")
+    token: str = pydantic.Field(
+        min_length=1, description="The new cluster's ``--initial-cluster-token``: with the peer URLs it makes the "
+                                  "cluster and member IDs, so it must differ from the old cluster's (e.g. name the "
+                                  "restore) for the restored cluster to be a new one.")
+    peer_urls: dict[str, str] = pydantic.Field(alias="peerURLs", description="Member name → its peer URL.")
+    data_dir: str = pydantic.Field(alias="dataDir", description="The member's ``--data-dir``.")
+    etcd_version: str = pydantic.Field(alias="etcdVersion", description="The etcd version (``3.6.16``).")
+
+    @pydantic.field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not _ID.match(value):
+            raise ValueError(f"{value!r}: 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit")
+        return value
+
+    @pydantic.field_validator("sha256")
+    @classmethod
+    def _sha(cls, value: str) -> str:
+        if not _SHA256.match(value):
+            raise ValueError(f"{value!r} is not 64 lower-case hex digits")
+        return value
+
+    @pydantic.field_validator("etcd_version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if not _VERSION.match(value):
+            raise ValueError(f"{value!r} is not an etcd version such as 3.6.16")
+        return value
+
+    @pydantic.field_validator("data_dir")
+    @classmethod
+    def _data_dir(cls, value: str) -> str:
+        path = Path(value)
+        if not path.is_absolute() or path.parent == path or ".." in path.parts:
+            raise ValueError(f"{value!r}: an absolute path below a directory (e.g. /var/lib/etcd/data)")
+        return value
+
+    @pydantic.field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        return snapshot.normalize_prefix(value)
+
+    @pydantic.model_validator(mode="after")
+    def _members(self) -> RestorePlan:
+        cluster = self.initial_cluster_map
+        if not self.peer_urls:
+            raise ValueError("peerURLs is empty")
+        for name, url in self.peer_urls.items():
+            if not _URL.match(url):
+                raise ValueError(f"peerURLs[{name!r}] {url!r} is not an http(s) URL")
+            if cluster.get(name) != [url]:  # etcdutl compares the two as strings first (no DNS lookup if equal)
+                raise ValueError(f"peerURLs[{name!r}] is {url!r}, initialCluster lists {name!r} with "
+                                 f"{cluster.get(name, [])}: they must be the same one URL")
+        if set(cluster) != set(self.peer_urls):
+            raise ValueError(f"initialCluster names {sorted(cluster)}, peerURLs {sorted(self.peer_urls)}")
+        prefix = self.prefix
+        if prefix and not self.key.startswith(prefix + "/"):
+            raise ValueError(f"key {self.key!r} is not under prefix {prefix!r}")
+        return self
+
+    @property
+    def initial_cluster_map(self) -> dict[str, list[str]]:
+        """``initialCluster`` parsed: name → its peer URLs (a name may be listed with several)."""
+        out: dict[str, list[str]] = {}
+        for part in self.initial_cluster.split(","):
+            name, sep, url = part.strip().partition("=")
+            if not sep or not name or not _URL.match(url):
+                raise ValueError(f"initialCluster {self.initial_cluster!r}: {part!r} is not name=http(s)://host:port")
+            out.setdefault(name, []).append(url)
+        return out
+
+    @property
+    def etcd_minor(self) -> tuple[int, int]:
+        match = _VERSION.match(self.etcd_version)
+        assert match is not None  # validated
+        return int(match.group(1)), int(match.group(2))
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, exclude_none=True, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> RestorePlan:
+        """The plan in ``text``; :class:`PlanError` naming each bad field."""
+        try:
+            return cls.model_validate_json(text)
+        except pydantic.ValidationError as err:
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'plan'}: {e['msg']}" for e in err.errors())
+            raise PlanError(problems) from None
+
+
+def load_plan(path: str | Path) -> RestorePlan | None:
+    """The plan at ``path``; None when there is no file (no restore: the optional volume is absent or empty)."""
+    try:
+        text = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise PlanError(f"{path} is a directory, not a plan file") from None
+    return RestorePlan.from_json(text)
+
+
+# -- etcdutl ----------------------------------------------------------------------------------------------------------
+
+
+def find_etcdutl(version: tuple[int, int], env: Mapping[str, str] | None = None) -> str:
+    """The etcdutl of etcd ``major.minor``: ``$OPSMANAGER_ETCDUTL_<major>_<minor>``, else the image's
+    :data:`ETCDUTL_IMAGE_PATH`; :class:`RestoreFailed` naming both when neither is an executable file."""
+    env = os.environ if env is None else env
+    major, minor = version
+    variable = f"{ETCDUTL_ENV_PREFIX}{major}_{minor}"
+    image_path = ETCDUTL_IMAGE_PATH.format(major=major, minor=minor)
+    configured = env.get(variable)
+    for candidate in ([configured] if configured else []) + [image_path]:
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    said = f"${variable}={configured} is not an executable file" if configured else f"${variable} is not set"
+    raise RestoreFailed(f"no etcdutl for etcd {major}.{minor}: {said} and {image_path} does not exist; run the "
+                        f"operator's image (it ships the etcdutl of every supported etcd minor) or set ${variable}")
+
+
+def etcdutl_argv(etcdutl: str, snapshot_file: str | Path, plan: RestorePlan, name: str,
+                 out_dir: str | Path) -> list[str]:
+    """``etcdutl snapshot restore`` for member ``name`` into ``out_dir`` (which must not exist). No
+    ``--bump-revision``/``--mark-compacted``: the restored cluster serves the snapshot's revisions exactly. The hash
+    check stays on (the file is a ``snapshot save`` with its trailer)."""
+    return [etcdutl, "snapshot", "restore", str(snapshot_file), "--name", name,
+            "--initial-cluster", plan.initial_cluster, "--initial-cluster-token", plan.token,
+            "--initial-advertise-peer-urls", plan.peer_urls[name], "--data-dir", str(out_dir)]
+
+
+Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+
+
+def run_etcdutl(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    """Run etcdutl (output captured; no S3 credentials in its environment; bounded by :data:`ETCDUTL_TIMEOUT`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    return subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=ETCDUTL_TIMEOUT,
+                          stdin=subprocess.DEVNULL, check=False)
+
+
+def _tool_error(result: subprocess.CompletedProcess[str]) -> str:
+    """etcdutl's own complaint: its last line of output that says something (its logs are JSON lines)."""
+    for line in reversed((result.stderr + "\n" + result.stdout).strip().splitlines()):
+        line = line.strip()
+        if not line:
+            continue
+        with contextlib.suppress(ValueError, AttributeError):
+            entry = json.loads(line)
+            line = str(entry.get("error") or entry.get("msg") or line)
+        return line.removeprefix("Error: ")[:400]
+    return f"exit status {result.returncode}, no output"
+
+
+# -- the download ------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Credentials:
+    """The S3 access key pair; ``repr`` shows neither."""
+
+    access_key_id: str = dataclasses.field(repr=False)
+    secret_access_key: str = dataclasses.field(repr=False)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Credentials:
+        env = os.environ if env is None else env
+        missing = [v for v in (ENV_ACCESS_KEY_ID, ENV_SECRET_ACCESS_KEY) if not env.get(v)]
+        if missing:
+            raise RestoreFailed(f"no S3 credentials: {' and '.join(missing)} not set; the init container takes them "
+                                "from spec.backup.destination.credentialsSecret (keys accessKeyId, secretAccessKey)")
+        return cls(env[ENV_ACCESS_KEY_ID], env[ENV_SECRET_ACCESS_KEY])
+
+
+Fetcher = Callable[[RestorePlan, Path], None]
+
+
+def download_snapshot(credentials: Credentials) -> Fetcher:
+    """A fetcher that downloads the plan's object to a path with :class:`~opsmanager.backup.store.ObjectStore`
+    (bounded timeouts and attempts; :class:`RestoreFailed` with the store's message, which names the setting)."""
+
+    def fetch(plan: RestorePlan, dest: Path) -> None:
+        from opsmanager.backup import store  # boto3: only when a restore runs
+
+        ca_bundle = None
+        if plan.ca_file:
+            try:
+                ca_bundle = Path(plan.ca_file).read_bytes()
+            except OSError as err:
+                raise RestoreFailed(f"the CA bundle of the store {plan.ca_file}: {err.strerror}; check "
+                                    "spec.backup.destination.ca (the Secret and key must exist)") from None
+        try:
+            with store.ObjectStore(plan.endpoint, plan.bucket, access_key_id=credentials.access_key_id,
+                                   secret_access_key=credentials.secret_access_key, prefix=plan.prefix,
+                                   region=plan.region, ca_bundle=ca_bundle) as s3:
+                try:
+                    s3.download(plan.key, dest)
+                except store.AccessDenied as err:
+                    raise _diagnosed(s3, err) from None
+        except store.ObjectNotFound:
+            raise RestoreFailed(f"downloading {plan.bucket}/{plan.key}: no such object at {plan.endpoint}; restore a "
+                                "snapshot the store holds (the Restore request's source)") from None
+        except store.StoreError as err:
+            raise RestoreFailed(f"downloading {plan.bucket}/{plan.key}: {err}") from None
+        except ValueError as err:  # a bad endpoint or CA bundle: the plan's values
+            raise RestoreFailed(f"downloading {plan.bucket}/{plan.key}: {err}") from None
+
+    return fetch
+
+
+def _diagnosed(s3: store.ObjectStore, err: store.AccessDenied) -> store.StoreError:
+    """A HEAD or GET refused with a bare 403 does not say whether the keys are wrong or only lack a permission; a
+    listing's answer does (``InvalidAccessKeyId``, ``SignatureDoesNotMatch``): the error it raises when it says the
+    keys are wrong, else the original."""
+    from opsmanager.backup import store
+
+    try:
+        s3.check()
+    except store.AccessDenied as listed:
+        if listed.code in ("InvalidAccessKeyId", "SignatureDoesNotMatch"):
+            return listed
+    except store.StoreError:
+        pass
+    return err
+
+
+# -- the restore ------------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreResult:
+    """What :func:`restore_member` did: ``restored`` False when the marker said it was done already."""
+
+    restored: bool
+    plan_id: str
+    data_dir: Path
+    revision: int | None = None
+    seconds: float = 0.0
+    timings: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+
+def marker_path(plan: RestorePlan) -> Path:
+    return Path(plan.data_dir).parent / MARKER_NAME
+
+
+def work_dir(plan: RestorePlan) -> Path:
+    return Path(plan.data_dir).parent / f"{WORK_PREFIX}{plan.id}"
+
+
+def restored_id(plan: RestorePlan) -> str | None:
+    """The plan id in this member's marker, None when there is none (or it cannot be read as a marker)."""
+    try:
+        found = json.loads(marker_path(plan).read_text()).get("id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, str) else None
+
+
+def restore_member(plan: RestorePlan, name: str, *, fetch: Fetcher, etcdutl: str,
+                   run: Runner = run_etcdutl, log: Callable[[str], None] | None = None) -> RestoreResult:
+    """Restore member ``name``'s data dir from the plan's snapshot (see the module docstring); a no-op when the
+    marker holds the plan's id. :class:`RestoreFailed` on any failure it can explain, :class:`OSError` when the
+    filesystem fails it (a full volume, a marker that cannot be written); either way the old data dir is as it
+    was."""
+    say = log or (lambda _message: None)
+    started = time.monotonic()
+    data_dir = Path(plan.data_dir)
+    if name not in plan.peer_urls:
+        raise RestoreFailed(f"member {name!r} is not in the restore plan (members: {', '.join(sorted(plan.peer_urls))})"
+                            "; the plan was written for another Etcd or another size: re-run the Restore request")
+    if restored_id(plan) == plan.id:
+        return RestoreResult(False, plan.id, data_dir)
+    parent = data_dir.parent
+    if not parent.is_dir():
+        raise RestoreFailed(f"{parent} (the parent of the data dir {data_dir}) does not exist; the data volume must "
+                            "be mounted there")
+    work = work_dir(plan)
+    _recover(data_dir, say)
+    timings: dict[str, float] = {}
+    try:
+        work.mkdir(mode=0o700)
+    except OSError as err:
+        raise RestoreFailed(f"cannot create the work directory {work}: {err.strerror}; the data volume must be "
+                            "writable by the init container's user") from None
+    try:
+        downloaded = work / "snapshot.db"
+        t0 = time.monotonic()
+        fetch(plan, downloaded)
+        timings["download"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        content = _check(plan, downloaded)
+        timings["verify"] = time.monotonic() - t0
+        restored = work / "data"
+        t0 = time.monotonic()
+        try:
+            result = run(etcdutl_argv(etcdutl, downloaded, plan, name, restored))
+        except subprocess.TimeoutExpired:
+            raise RestoreFailed(f"etcdutl snapshot restore did not finish within {ETCDUTL_TIMEOUT:g} s; check the "
+                                "data volume's speed and free space") from None
+        except OSError as err:
+            raise RestoreFailed(f"cannot run {etcdutl}: {err.strerror}; the operator's image must ship it") from None
+        timings["etcdutl"] = time.monotonic() - t0
+        if result.returncode != 0:
+            raise RestoreFailed(f"etcdutl snapshot restore failed: {_tool_error(result)}; the data dir was not "
+                                "touched (check the free space on the data volume, and the plan)")
+        if not (restored / "member" / "snap" / "db").is_file():
+            raise RestoreFailed(f"etcdutl snapshot restore exited 0 but wrote no {restored}/member/snap/db; the data "
+                                "dir was not touched")
+        downloaded.unlink()  # room for the swap on a tight volume
+        t0 = time.monotonic()
+        _swap(data_dir, restored, work / "old")
+        try:
+            _write_marker(plan, content.revision)
+        except BaseException:
+            _unswap(data_dir, restored, work / "old")
+            raise
+        timings["swap"] = time.monotonic() - t0
+    except BaseException:
+        if not data_dir.exists() and (work / "old").is_dir():  # interrupted mid-swap: put the old data back
+            os.rename(work / "old", data_dir)
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    shutil.rmtree(work, ignore_errors=True)
+    _fsync_dir(parent)
+    return RestoreResult(True, plan.id, data_dir, content.revision, time.monotonic() - started, timings)
+
+
+def _check(plan: RestorePlan, path: Path) -> snapshot.SnapshotContent:
+    where = f"{plan.bucket}/{plan.key}"
+    digest = snapshot.sha256_file(path)
+    if digest != plan.sha256:
+        raise RestoreFailed(f"{where} is not the snapshot the backup recorded: its sha256 is {digest}, the plan's "
+                            f"{plan.sha256} (the object was replaced or corrupted in the store); restore another "
+                            "snapshot")
+    check = snapshot.verify(path)
+    if not check.ok:
+        raise RestoreFailed(f"{where} is not a complete etcd snapshot: {check.reason}; restore another snapshot")
+    try:
+        content = snapshot.content_revision(path)
+    except snapshot.SnapshotContentError as err:
+        raise RestoreFailed(f"{where}: {err}; restore another snapshot") from None
+    if content.revision != plan.revision:
+        raise RestoreFailed(f"{where} holds revision {content.revision}, the plan says {plan.revision}; the plan does "
+                            "not match the snapshot: re-run the Restore request")
+    return content
+
+
+def _recover(data_dir: Path, say: Callable[[str], None]) -> None:
+    """Undo what runs that died left behind (``.restore-*`` beside the data dir): the old data dir put back if it
+    was moved away and nothing took its place, then the work directories removed."""
+    for work in sorted(data_dir.parent.glob(f"{WORK_PREFIX}*")):
+        if not work.is_dir() or work.is_symlink():
+            continue
+        old = work / "old"
+        if old.is_dir() and not data_dir.exists():
+            os.rename(old, data_dir)
+            say(f"put the data dir back from {old} (an earlier run stopped half-way through the swap)")
+        shutil.rmtree(work)
+
+
+def _swap(data_dir: Path, restored: Path, old: Path) -> None:
+    """The restored data dir in the place of the old one: rename old away, rename restored in, fsync the parent.
+    A failure of the second rename puts the old one back."""
+    had_old = data_dir.exists()
+    if had_old:
+        os.rename(data_dir, old)
+    try:
+        os.rename(restored, data_dir)
+    except OSError:
+        if had_old:
+            os.rename(old, data_dir)
+        raise
+    _fsync_dir(data_dir.parent)
+
+
+def _unswap(data_dir: Path, restored: Path, old: Path) -> None:
+    """:func:`_swap` undone: the restored data dir back to ``restored``, the old one (if any) in its place."""
+    os.rename(data_dir, restored)
+    if old.exists():
+        os.rename(old, data_dir)
+    _fsync_dir(data_dir.parent)
+
+
+def _write_marker(plan: RestorePlan, revision: int) -> None:
+    marker = marker_path(plan)
+    part = marker.with_name(marker.name + ".part")
+    text = json.dumps({"id": plan.id, "key": plan.key, "sha256": plan.sha256, "revision": revision,
+                       "restoredAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    try:
+        with part.open("w") as f:
+            f.write(text + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(part, marker)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            part.unlink()
+        raise
+    _fsync_dir(marker.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# -- the command ------------------------------------------------------------------------------------------------------
+
+PROG: Final = "opsmanager restore-member"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``opsmanager restore-member [--plan PATH] [--name NAME]``: 0 restored or nothing to do, 1 failed (one line
+    on stderr), 2 usage."""
+    parser = argparse.ArgumentParser(prog=PROG, description="Restore this etcd member's data dir from the snapshot "
+                                     "a restore plan names (an init container; no plan file: nothing to do).")
+    parser.add_argument("--plan", default=DEFAULT_PLAN_PATH, help=f"the plan file ({DEFAULT_PLAN_PATH})")
+    parser.add_argument("--name", default=None, help=f"this member's name (${ENV_POD_NAME})")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+
+    def say(message: str) -> None:
+        print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+    try:
+        plan = load_plan(args.plan)
+        if plan is None:
+            say(f"no restore plan at {args.plan}: nothing to do")
+            return 0
+        name = args.name or os.environ.get(ENV_POD_NAME, "")
+        if not name:
+            raise RestoreFailed(f"no member name: ${ENV_POD_NAME} is not set (the init container sets it from "
+                                "metadata.name) and no --name")
+        if name in plan.peer_urls and restored_id(plan) == plan.id:
+            say(f"member {name} was restored by plan {plan.id} already: nothing to do")
+            return 0
+        etcdutl = find_etcdutl(plan.etcd_minor)
+        fetch = download_snapshot(Credentials.from_env())
+        result = restore_member(plan, name, fetch=fetch, etcdutl=etcdutl, log=say)
+    except PlanError as err:
+        say(f"the restore plan {args.plan} is invalid: {err}; the operator writes it: re-run the Restore request")
+        return 1
+    except RestoreFailed as err:
+        say(f"failed: {err}")
+        return 1
+    except OSError as err:
+        say(f"failed: {err.strerror or err} ({err.filename or 'no file'}); the data dir was not replaced: check the "
+            "data volume's free space and that the init container may write to it")
+        return 1
+    if not result.restored:
+        say(f"member {name} was restored by plan {plan.id} already: nothing to do")
+        return 0
+    steps = ", ".join(f"{k} {v:.2f} s" for k, v in result.timings.items())
+    say(f"restored member {name} from {plan.bucket}/{plan.key} (revision {result.revision}) into {result.data_dir} "
+        f"for plan {plan.id} in {result.seconds:.1f} s ({steps})")
+    return 0

@@ -1,0 +1,102 @@
+"""``MembersRestored``: every member's data replaced by the snapshot, and a new cluster formed from it.
+
+How: the Etcd's member pods carry the ``restore`` init container whenever ``spec.backup`` is set (the operator's
+image, ``opsmanager restore-member``), which does nothing unless the ``<etcd>-restore`` ConfigMap holds a plan. This
+step writes that plan — the verified snapshot's key, SHA-256 and revision, every member's name and peer URL, and a
+new ``--initial-cluster-token`` named after the request, so the restored cluster gets new cluster and member IDs —,
+applies the StatefulSet (the init container is in its template), records the member pods' UIDs and deletes them all
+together. Each new pod's init container downloads the snapshot, checks it again, runs ``etcdutl snapshot restore``
+into a directory beside the data dir, swaps the two and marks the member restored (a restart does not restore
+again). The step ends when every member answers with a leader, the same cluster ID as the others, and not the
+cluster ID they had before.
+
+Failures prevented: members restored from different data (one plan, one checksum, checked in every pod); a member
+that keeps its old data and joins the restored ones (every pod is replaced; the old cluster ID is refused); a pod
+restored twice (the marker); a restore that half-replaces a data dir (the init container swaps atomically and
+keeps the old data dir until the new one is in place).
+"""
+
+from __future__ import annotations
+
+from opsmanager.api import constants
+from opsmanager.backup import restore
+from opsmanager.cluster import members, naming, render
+from opsmanager.ops import context, plan, restart
+from opsmanager.provisioner import applying
+
+# The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
+CONDITIONS: tuple[str, ...] = (constants.COND_MEMBERS_RESTORED,)
+
+
+def restore_plan(ctx: context.OpsContext) -> restore.RestorePlan:
+    """The plan every member's init container follows (from the snapshot SnapshotVerified recorded)."""
+    policy = ctx.db.spec.backup
+    assert policy is not None
+    record = ctx.recorded("snapshot")
+    wiring = render.Wiring.steady(ctx.db.spec.tls)
+    cluster = render.initial_cluster(ctx.db, wiring)
+    peers = dict(part.split("=", 1) for part in cluster.split(","))
+    uid = str(ctx.request["metadata"].get("uid") or ctx.name)
+    dest = policy.destination
+    return restore.RestorePlan(
+        id=uid, bucket=dest.bucket, key=record["key"], endpoint=dest.endpoint, region=dest.region,
+        prefix=dest.prefix, ca_file=f"{naming.RESTORE_CA_MOUNT}/{dest.ca.key}" if dest.ca is not None else None,
+        sha256=record["sha256"], revision=int(record["revision"]), initial_cluster=cluster,
+        token=f"{ctx.namespace}-{ctx.db_name}-restore-{uid[:8]}", peer_urls=peers, data_dir=naming.DATA_DIR,
+        etcd_version=ctx.db.spec.version)
+
+
+def config_map(ctx: context.OpsContext, the_plan: restore.RestorePlan) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": naming.restore_plan(ctx.db_name), "namespace": ctx.namespace,
+                         "labels": naming.labels(ctx.db_name),
+                         "ownerReferences": [{"apiVersion": constants.OPS_API_VERSION, "kind": constants.OPS_KIND,
+                                              "name": ctx.name, "uid": ctx.request["metadata"].get("uid")}]},
+            "data": {naming.RESTORE_PLAN_FILE: the_plan.to_json()}}
+
+
+async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    assert isinstance(step, plan.RestoreMembers), step  # the engine runs a step with the module its kind names
+    pods = await ctx.pods()
+    names = ctx.pod_names()
+    deleted_record = ctx.recorded("restarts").get("allTogether")
+    if not isinstance(deleted_record, dict):
+        objects = await ctx.backup_store()  # the credentials Secret is there (the pods read it)
+        if isinstance(objects, context.Fail):
+            return objects
+        objects.close()
+        await ctx.kube.apply(config_map(ctx, restore_plan(ctx)))
+        sts = await applying.apply_statefulset(ctx.kube, ctx.db, render.Wiring.steady(ctx.db.spec.tls),
+                                               restarted_at=f"{ctx.name}/{step.condition}")
+        status = sts.get("status") or {}
+        if status.get("observedGeneration", 0) < sts["metadata"].get("generation", 0):
+            return context.Progress("waiting for the StatefulSet controller to observe the template",
+                                    delay=ctx.until_watched(0.2))
+        deleted_record = {n: str(pods[n]["metadata"].get("uid") or "") for n in names if n in pods}
+        ctx.record("restarts", {**ctx.recorded("restarts"), "allTogether": deleted_record})
+        await ctx.flush()  # the record is written before any member is deleted
+    deleted = await restart.delete_recorded(ctx, deleted_record, pods)
+    if deleted:
+        ctx.announce("RestoreMembers", f"Replaced every member to restore it from {ctx.recorded('snapshot')['key']}: "
+                                       f"{', '.join(deleted)}")
+        return context.Progress(f"replaced {', '.join(deleted)}; each restores its data before etcd starts",
+                                delay=ctx.until_watched(0.5))
+    waiting = restart.not_replaced(names, deleted_record, pods)
+    if waiting:
+        return context.Progress(f"waiting for {', '.join(waiting)} to restore and become Ready",
+                                delay=ctx.until_watched(0.5))
+    before = set(ctx.recorded("restore").get("clusterIdsBefore") or ())
+    async with await ctx.etcd(pods) as client:
+        up = await members.answering(client, timeout=2.0)
+    why = members.not_answering(names, up)
+    if why:
+        return context.Progress(f"waiting for the restored cluster: {why}", delay=0.5)
+    ids = {format(v.cluster_id, "x") for v in up.values()}
+    if len(ids) != 1:
+        return context.Progress(f"the members report different cluster IDs {sorted(ids)}", delay=0.5)
+    if ids & before:
+        return context.Fail(f"the members still report the cluster ID {sorted(ids)[0]} they had before the restore: "
+                            "their data was not replaced; read the restore init container's log of each pod",
+                            reason="NotRestored")
+    return context.Done(f"Every member was restored from {ctx.recorded('snapshot')['key']}: a new cluster "
+                        f"{sorted(ids)[0]} of {len(up)} members formed")
