@@ -28,6 +28,8 @@ time) and keeps median, worst and raw values per figure.
 the machine and the date. Scenarios: ``ops`` (all five operations), each operation by name, ``scale``
 (:mod:`e2e.scale`), ``webhook`` (:mod:`e2e.webhook_load`), ``soak`` (:mod:`e2e.soak`: the CA churn soak, one run per
 strategy, both at once in child processes: 7.5 min by default, ``--soak-duration``/``--soak-ca``/``--soak-leaf``),
+``rotate-auth`` and ``backup-restore`` (:mod:`e2e.databench`: RotateAuth, Backup and Restore on a ~100 MB cluster
+beside their baselines, on the real control plane when it is chosen; ``data-ops``: both; ``--data-mb``),
 ``all`` (default). The whole run's time is printed at the end and shown in the page's header (``all`` only).
 """
 
@@ -119,7 +121,9 @@ OPERATIONS: tuple[Operation, ...] = (
               (), no_move_leader_baseline=False, prepare=naive.give_resources),
 )
 OPERATION_KEYS = tuple(op.key for op in OPERATIONS)
-SCENARIOS = ("all", "ops", *OPERATION_KEYS, "scale", "webhook", "soak", "api-cost")
+# The data rows (RotateAuth, Backup, Restore on ~100 MB: e2e/databench.py), on the real control plane when chosen.
+DATA_SCENARIOS = ("data-ops", "rotate-auth", "backup-restore")
+SCENARIOS = ("all", "ops", *OPERATION_KEYS, *DATA_SCENARIOS, "scale", "webhook", "soak", "api-cost")
 
 STRATEGY_TEXT = {
     ENGINE: "opsmanager EtcdOpsRequest",
@@ -284,7 +288,8 @@ def record_key(record: Record) -> tuple[Any, ...]:
 
 
 def order_key(record: Record) -> tuple[int, int, str, int]:
-    order = ["bare-restart", *OPERATION_KEYS, "api-cost", "scale", "webhook-latency", "webhook-fuzz", "soak"]
+    order = ["bare-restart", *OPERATION_KEYS, "rotate-auth", "backup", "restore", "api-cost", "scale",
+             "webhook-latency", "webhook-fuzz", "soak"]
     scen = record.get("scenario", "")
     rank = {ENGINE: 0, NO_MOVE_LEADER: 1}.get(record.get("strategy", ""), 2)
     return (order.index(scen) if scen in order else len(order), rank, record.get("strategy", ""),
@@ -451,6 +456,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if where:
         out += ["Where the engine's wall time goes (from its request's condition transitions, observed every 0.2 s; "
                 "medians when repeated):", "", *where, ""]
+    from e2e import databench
+
+    out += databench.markdown_lines(records)
     costs = sorted((r for r in records if r.get("scenario") == "api-cost"), key=order_key)
     if costs:
         out += ["## API cost: requests the operator makes", "",
@@ -786,6 +794,7 @@ class Measured:
     writer_notes: tuple[str, ...]  # the writer's first failed tries and failed ops, for reading stalls
     failovers: int  # ops acknowledged by a target other than the one they tried first
     checked: consistency.Consistency  # every acknowledged write read back? HashKV equal on every member?
+    credential_changes: int = 0  # a writer with a login: new credentials it took up in the window
 
     def record(self) -> Record:
         """The fields every operation run adds to its record."""
@@ -793,12 +802,13 @@ class Measured:
 
 
 async def measure(sc: scenario.Scenario, db: str, action: Callable[[], Awaitable[Any]], *,
-                  check_timeout: float = 30.0) -> Measured:
+                  check_timeout: float = 30.0, login: Any = None) -> Measured:
     """Run ``action`` with the live writer and the leader monitor on ``db`` — the same for every strategy — then
     read every acknowledged write back and compare HashKV on every member (waiting up to ``check_timeout`` s for
-    them to reach one revision: a cluster a naive strategy broke never does)."""
+    them to reach one revision: a cluster a naive strategy broke never does). ``login``: where the writer reads
+    its credentials (a :class:`e2e.writer.Login`, on a cluster with etcd's authentication)."""
     error, value = "", None
-    async with sc.live(db) as (w, mon):
+    async with sc.live(db, login=login) as (w, mon):
         before = w.snapshot()
         started = time.monotonic()
         progress = [started]
@@ -816,9 +826,10 @@ async def measure(sc: scenario.Scenario, db: str, action: Callable[[], Awaitable
         stall = max(after.max_gap, time.monotonic() - progress[0])
         mres = mon.result
     checked = await sc.consistency(db, w, timeout=check_timeout)
+    changes = sum(1 for _at, text in after.marks[len(before.marks):] if text.startswith("credentials changed"))
     return Measured(value, error, wall, after.ok - before.ok, after.failed - before.failed, stall, mres.elections,
                     tuple(note[:300] for note in after.errors[len(before.errors):][:8]),
-                    after.failovers - before.failovers, checked)
+                    after.failovers - before.failovers, checked, changes)
 
 
 def _suffix(run_index: int) -> str:
@@ -993,6 +1004,12 @@ async def run(args: argparse.Namespace, say: Printer) -> list[Record]:
         records += await webhook_load.bench(say)
     for plane in planes if keys else ():
         records += await run_operations(workdir, keys, say, repeat=args.repeat, control_plane=plane)
+    from e2e import databench
+
+    data_keys = databench.select(args.scenario)
+    if data_keys:  # on the real control plane when it is one of the chosen (where the e2e tests prove them)
+        records += await databench.bench_data(workdir, data_keys, say, control_plane=planes[-1],
+                                              megabytes=args.data_mb)
     if with_scale:
         from e2e import scale
 
@@ -1031,8 +1048,10 @@ def verdict(records: Sequence[Record]) -> list[str]:
     """What is wrong with our engine's numbers (empty when it met the bar in every repeated run: Successful, 0
     failed writes, 0 unplanned elections, every acknowledged write read back, HashKV equal on every member, every
     scale operation Successful; a soak strategy held to the bar: 0 failed writes, 0 unplanned elections, every
-    member healthy at the end, no acknowledged write missing, HashKV equal)."""
-    problems = []
+    member healthy at the end, no acknowledged write missing, HashKV equal; the data rows: :func:`e2e.databench.problems`)."""
+    from e2e import databench
+
+    problems = databench.problems(records)
     for r in records:
         if r.get("scenario") == "soak" and r.get("error"):
             if r.get("held_to_the_bar"):
@@ -1076,6 +1095,8 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--repeat", type=int, default=1, metavar="N",
                         help="run each operation's strategies N times, fresh Etcd each time, and report median and "
                              "worst per figure (scale, webhook and soak run once; %(default)s)")
+    parser.add_argument("--data-mb", type=int, default=100, metavar="N",
+                        help="rotate-auth and backup-restore: N values of 1 MB written before the rows (%(default)s)")
     parser.add_argument("--soak-duration", type=float, default=soak.BENCH.duration,
                         help="seconds each soak strategy runs (%(default)s)")
     parser.add_argument("--soak-ca", type=float, default=soak.BENCH.ca_lifetime,
@@ -1089,6 +1110,8 @@ def main(argv: Sequence[str]) -> int:
         parser.error("--clusters must be at least 1")
     if args.repeat < 1:
         parser.error("--repeat must be at least 1 (how many times each operation's strategies run)")
+    if args.data_mb < 1:
+        parser.error("--data-mb must be at least 1 (values of 1 MB written before the data rows)")
     if args.render_only:
         if not args.json:
             parser.error("--render-only needs --json PATH (the results to render)")

@@ -66,6 +66,7 @@ from opsmanager.kube import config as kube_config
 from opsmanager.lifecycle import handlers as lifecycle_handlers
 from opsmanager.lifecycle import metrics
 from opsmanager.provisioner import handlers as provisioner_handlers
+from opsmanager.provisioner import status as provisioner_status
 
 log = logging.getLogger("opsmanager.operator")
 
@@ -174,7 +175,8 @@ async def ensure_peering_objects(client: kube.Kube, name: str, *, namespaces: Co
 def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float,
                    with_ops: bool = True,
                    delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT,
-                   namespaces: Collection[str] = ()) -> kopf.OperatorRegistry:
+                   namespaces: Collection[str] = (),
+                   quorum_loss_after: float = provisioner_status.DEFAULT_QUORUM_LOSS_AFTER) -> kopf.OperatorRegistry:
     """A new kopf registry with login, settings, the peering object (with ``--peering``), the provisioner and (when
     present) the ops engine, whose handlers use ``client`` — the one Kubernetes client of the operator process
     (also ``memo.kube``). ``namespaces``: the operator's ``--namespace`` list (empty: all); what it watches and
@@ -213,7 +215,7 @@ def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float
             await ensure_peering_objects(client, settings.peering.name, namespaces=namespaces,
                                          clusterwide=settings.peering.clusterwide)
 
-    provisioner_handlers.register(registry, interval=interval)
+    provisioner_handlers.register(registry, interval=interval, quorum_loss_after=quorum_loss_after)
     lifecycle_handlers.register(registry, client, tick=interval, delivery_grace=delivery_timeout,
                                 namespaces=namespaces)
     if with_ops:
@@ -300,11 +302,13 @@ async def run_async(
     ready_flag: asyncio.Event | None = None,
     with_ops: bool = True,
     delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT,
+    quorum_loss_after: float = provisioner_status.DEFAULT_QUORUM_LOSS_AFTER,
 ) -> None:
     """Run the operator in the current event loop until ``stop_flag`` is set (or it is cancelled)."""
     client = make_client(kubeconfig, list(namespaces))
     registry = build_registry(kubeconfig, client, interval=interval, with_ops=with_ops,
-                              delivery_timeout=delivery_timeout, namespaces=namespaces)
+                              delivery_timeout=delivery_timeout, namespaces=namespaces,
+                              quorum_loss_after=quorum_loss_after)
     memo = make_memo(client)
     quiet_routine_logs()
     try:
@@ -350,6 +354,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         default=constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT,
                         help="how long the kubelet may take to deliver a changed Secret into a member before the "
                              "operator calls it stuck (default %(default)s)")
+    parser.add_argument("--quorum-loss-after", type=float, metavar="SECONDS",
+                        default=provisioner_status.DEFAULT_QUORUM_LOSS_AFTER,
+                        help="how long a majority of an Etcd's members must not answer before its QuorumLost "
+                             "condition turns True (default %(default)s)")
     parser.add_argument("--no-ops", action="store_true", help="run the provisioner only, without the ops engine")
     parser.add_argument("--no-watch-cache", action="store_true",
                         help="read every object from the API server instead of watch-fed caches (a diagnostic and "
@@ -387,7 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         quiet_routine_logs()
     client = make_client(args.kubeconfig, args.namespace, cached=not args.no_watch_cache)
     registry = build_registry(args.kubeconfig, client, interval=args.interval, with_ops=not args.no_ops,
-                              delivery_timeout=args.certificate_delivery_timeout, namespaces=args.namespace)
+                              delivery_timeout=args.certificate_delivery_timeout, namespaces=args.namespace,
+                              quorum_loss_after=args.quorum_loss_after)
     memo = make_memo(client)
     clusterwide = not args.namespace
     log.info("opsmanager operator: %s, api %s", "all namespaces" if clusterwide else ", ".join(args.namespace),

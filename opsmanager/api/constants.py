@@ -86,7 +86,10 @@ COND_PROVISIONED: Final = "Provisioned"
 COND_PAUSED: Final = "Paused"  # set by the ops engine while a request owns the cluster; the provisioner keeps off
 COND_HALTED: Final = "Halted"
 COND_CERTIFICATES_VALID: Final = "CertificatesValid"  # the certificate-lifecycle scan
-COND_BACKUP_UP_TO_DATE: Final = "BackupUpToDate"  # the backup schedule: the last good backup is recent enough
+COND_BACKUP_UP_TO_DATE: Final = "BackupUpToDate"
+# A majority of the members has not answered for longer than the bound (`opsmanager run --quorum-loss-after`); the
+# message names the member a RecoverFromQuorumLoss would keep (status.quorumLoss.survivor).
+COND_QUORUM_LOST: Final = "QuorumLost"  # the backup schedule: the last good backup is recent enough
 # The material gate: True when every mounted Secret holds its source's released material; False with
 # the gate's reason (UntrustedCA, KeyMismatch, SANMismatch, Expired, …) while a source is held back.
 COND_TLS_MATERIAL_READY: Final = "TLSMaterialReady"
@@ -149,6 +152,7 @@ OPS_TYPE_COMPACT: Final = "Compact"
 OPS_TYPE_DEFRAGMENT: Final = "Defragment"
 OPS_TYPE_ROTATE_AUTH: Final = "RotateAuth"
 OPS_TYPE_RESTORE: Final = "Restore"
+OPS_TYPE_RECOVER_FROM_QUORUM_LOSS: Final = "RecoverFromQuorumLoss"
 OPS_TYPE_BACKUP: Final = "Backup"  # ours: KubeDB's backups come from KubeStash
 # Every type KubeDB's EtcdOpsRequest CRD admits, in its order: the CRD accepts them all, so a request of a type
 # this operator does not run yet reaches the webhook and gets KubeDB's "not supported" message, not a schema error.
@@ -157,7 +161,8 @@ KUBEDB_OPS_TYPES: Final = ("UpdateVersion", "HorizontalScaling", "VerticalScalin
                            "Defragment", "Compact", "RecoverFromQuorumLoss", "Restore")
 OPS_TYPES: Final = (OPS_TYPE_UPDATE_VERSION, OPS_TYPE_HORIZONTAL_SCALING, OPS_TYPE_VERTICAL_SCALING, OPS_TYPE_RESTART,
                     OPS_TYPE_RECONFIGURE, OPS_TYPE_RECONFIGURE_TLS, OPS_TYPE_ROTATE_AUTH, OPS_TYPE_MOVE_LEADER,
-                    OPS_TYPE_COMPACT, OPS_TYPE_DEFRAGMENT, OPS_TYPE_RESTORE, OPS_TYPE_BACKUP)
+                    OPS_TYPE_COMPACT, OPS_TYPE_DEFRAGMENT, OPS_TYPE_RECOVER_FROM_QUORUM_LOSS, OPS_TYPE_RESTORE,
+                    OPS_TYPE_BACKUP)
 
 APPLY_IF_READY: Final = "IfReady"
 APPLY_ALWAYS: Final = "Always"
@@ -218,6 +223,11 @@ COND_SNAPSHOTS_PRUNED: Final = "SnapshotsPruned"
 COND_SNAPSHOT_VERIFIED: Final = "SnapshotVerified"
 COND_MEMBERS_RESTORED: Final = "MembersRestored"
 COND_RESTORE_VERIFIED: Final = "RestoreVerified"
+# RecoverFromQuorumLoss: the loss and the survivor checked again; the survivor restarted alone with
+# --force-new-cluster (the others wiped), then once more without it; the others re-added one at a time as learners.
+COND_QUORUM_LOSS_CONFIRMED: Final = "QuorumLossConfirmed"
+COND_SURVIVOR_FORCED: Final = "SurvivorForcedNewCluster"
+COND_MEMBERS_REJOINED: Final = "MembersRejoined"
 COND_UPDATE_CREDENTIAL: Final = "UpdateCredential"
 COND_ETCD_CREDENTIAL_APPLIED: Final = "EtcdCredentialApplied"
 COND_SKIPPED: Final = "Skipped"  # a Pending request superseded by a newer one of the same type (never started)

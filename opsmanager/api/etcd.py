@@ -262,6 +262,17 @@ class EtcdSpec(common.Model):
         return value
 
 
+class QuorumLoss(common.OpenModel):
+    """A majority of the members not answering (the provisioner's status pass)."""
+
+    since: str = pydantic.Field(description="When the status pass first saw too few members answer (RFC 3339).")
+    answering: dict[str, int] | None = pydantic.Field(
+        default=None, description="The members that answer, each with its raft committed index.")
+    survivor: str | None = pydantic.Field(
+        default=None, description="The member a RecoverFromQuorumLoss would keep: the highest committed index "
+                                  "among those that answer (their data is there); ties to the lowest ordinal.")
+
+
 class EtcdStatus(common.OpenModel):
     """What the provisioner observed."""
 
@@ -289,6 +300,9 @@ class EtcdStatus(common.OpenModel):
     )
     backup: backup_api.BackupStatus | None = pydantic.Field(
         default=None, description="The last good backup (key, SHA-256, revision) and the last failure.")
+    quorum_loss: QuorumLoss | None = pydantic.Field(
+        default=None, description="Set while a majority of the members does not answer; `QuorumLost` is True once "
+                                  "that lasted longer than the operator's bound.")
     auth_enabled: bool | None = pydantic.Field(
         default=None,
         description="True once etcd's authentication is on (the `root` user exists with the password of "

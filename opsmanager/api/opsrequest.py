@@ -147,6 +147,17 @@ class RestoreSpec(common.Model):
         description="The snapshot: its object key (as in `status.backup.lastSuccess.key`) or `latest`.")
 
 
+class RecoverFromQuorumLossSpec(common.Model):
+    """Rebuild a cluster that lost quorum from one surviving member (destructive: the others are wiped and re-added).
+    Only while the Etcd reports ``QuorumLost=True``; ``confirmMember`` must name the member the operator would keep
+    (the Etcd's ``status.quorumLoss.survivor``, shown in the condition's message), or ``member`` when given."""
+
+    member: str | None = pydantic.Field(
+        default=None, description="The member to keep, if not the operator's choice (one that answers).")
+    confirm_member: str | None = pydantic.Field(
+        default=None, description="The member that will be kept, typed again: required, and it must match.")
+
+
 class RestartSpec(common.Model):
     """A leader-aware rolling restart: followers one at a time, the leader last after moving leadership."""
 
@@ -191,8 +202,8 @@ class EtcdOpsRequestSpec(common.Model):
                   "Compact", "RecoverFromQuorumLoss", "Restore", "Backup"] = pydantic.Field(
         description="The operation: `UpdateVersion`, `HorizontalScaling`, `VerticalScaling`, `Restart`, "
                     "`Reconfigure`, `ReconfigureTLS`, `RotateAuth`, `MoveLeader`, `Compact`, `Defragment`, "
-                    "`Backup` (ours) or `Restore`. KubeDB's other types (`VolumeExpansion`, `StorageMigration`, "
-                    "`RecoverFromQuorumLoss`) are accepted by the schema and refused by the admission webhook as not "
+                    "`RecoverFromQuorumLoss`, `Backup` (ours) or `Restore`. KubeDB's other types (`VolumeExpansion`, "
+                    "`StorageMigration`) are accepted by the schema and refused by the admission webhook as not "
                     "supported yet."
     )
     vertical_scaling: VerticalScalingSpec | None = pydantic.Field(
@@ -214,6 +225,8 @@ class EtcdOpsRequestSpec(common.Model):
         default=None, description="Options of `RotateAuth`: where the new password comes from."
     )
     backup: BackupSpec | None = pydantic.Field(default=None, description="Options of `Backup` (none yet).")
+    recover_from_quorum_loss: RecoverFromQuorumLossSpec | None = pydantic.Field(
+        default=None, description="Required for `RecoverFromQuorumLoss`: the member to keep, confirmed.")
     restore: RestoreSpec | None = pydantic.Field(
         default=None, description="Required for `Restore`: the snapshot to restore (`timeout` is required too).")
     restart: RestartSpec | None = pydantic.Field(default=None, description="Options of `Restart` (none yet).")
@@ -319,6 +332,17 @@ class RestoreProgress(common.OpenModel):
         default=None, description="The cluster ID(s) the members reported before (hex): the restored one differs.")
 
 
+class RecoveryProgress(common.OpenModel):
+    """What a RecoverFromQuorumLoss recorded before each restart of the survivor (so a crash restarts it once)."""
+
+    forced_from: str | None = pydantic.Field(
+        default=None, description="The survivor pod's UID before its restart with --force-new-cluster.")
+    forced: bool | None = pydantic.Field(
+        default=None, description="True once the survivor led a cluster of one after --force-new-cluster.")
+    unforced_from: str | None = pydantic.Field(
+        default=None, description="Its UID before the restart without --force-new-cluster.")
+
+
 class EtcdOpsRequestStatus(common.OpenModel):
     """Progress of the request, written only by the ops engine."""
 
@@ -356,6 +380,8 @@ class EtcdOpsRequestStatus(common.OpenModel):
         default=None, description="`Backup`: the snapshot it wrote; `Restore`: the snapshot it restores.")
     restore: RestoreProgress | None = pydantic.Field(
         default=None, description="`Restore`: what it saw before it replaced the members.")
+    recovery: RecoveryProgress | None = pydantic.Field(
+        default=None, description="`RecoverFromQuorumLoss`: the survivor's restarts, recorded before each.")
 
 
 class EtcdOpsRequest(common.Model):

@@ -43,6 +43,7 @@ class MemberView:
     is_learner: bool = False
     applied_index: int = 0
     up_to_date: bool = True
+    raft_index: int = 0  # its raft committed index (Status ``raftIndex``; 0 when it did not answer)
 
     @property
     def answering(self) -> bool:
@@ -67,6 +68,7 @@ class Verdict:
     has_quorum: bool
     problems: tuple[str, ...]
     blocked: str = ""  # why nothing could be asked at all (no StatefulSet, no client identity)
+    committed: tuple[tuple[str, int], ...] = ()  # (member, raft committed index) of every member that answers
 
     @property
     def accepting_connections(self) -> bool:
@@ -113,6 +115,7 @@ def assess(replicas: int, views: Sequence[MemberView], *, blocked: str = "") -> 
         has_quorum=len(healthy) >= quorum(replicas),
         problems=problems,
         blocked=blocked,
+        committed=tuple(sorted((v.name, v.raft_index) for v in views if v.answering)),
     )
 
 
@@ -127,3 +130,17 @@ def phase_of(verdict: Verdict, *, halted: bool, provisioned: bool) -> str:
     if verdict.has_quorum:
         return constants.DB_PHASE_CRITICAL
     return constants.DB_PHASE_NOT_READY
+
+
+def survivor(committed: Sequence[tuple[str, int]]) -> str | None:
+    """The member a recovery from lost quorum keeps: the highest raft committed index among the members that answer
+    (their data is there, and it has every write any of them acknowledged); a tie goes to the lowest ordinal."""
+    if not committed:
+        return None
+    return max(committed, key=lambda c: (c[1], -_ordinal(c[0])))[0]
+
+
+def _ordinal(pod: str) -> int:
+    tail = pod.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+

@@ -21,6 +21,7 @@ Only the I/O of reading pods, Secrets and members is here; the verdicts (health,
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -132,6 +133,7 @@ async def observe(client: admin.EtcdAdmin | None, member_pods: Mapping[str, Mapp
             reason=_short_reason(h, st),
             is_learner=name in learner_names or (isinstance(st, etcd_client.MemberStatus) and st.is_learner),
             applied_index=st.raft_applied_index if isinstance(st, etcd_client.MemberStatus) else 0,
+            raft_index=st.raft_index if isinstance(st, etcd_client.MemberStatus) else 0,
             up_to_date=up_to_date))
     return views
 
@@ -152,3 +154,13 @@ def not_answering(names: Iterable[str], statuses: Mapping[str, etcd_client.Membe
     if leader and not any(v.is_leader for v in statuses.values()):
         return "no leader"
     return None
+
+
+def find_member(listed: Iterable[etcd_client.Member], pod: str, fqdn: str) -> etcd_client.Member | None:
+    """The member ``pod`` runs: by name, or (a member added but not started yet has no name) by its peer URL's
+    host, the pod's stable DNS name ``fqdn``."""
+    for m in listed:
+        if m.name == pod or any(urllib.parse.urlsplit(u).hostname == fqdn for u in m.peer_urls):
+            return m
+    return None
+

@@ -57,6 +57,12 @@ class Wiring:
     version: str | None = None  # the etcd the members run (an UpdateVersion's target); None: the Etcd's spec.version
     tuning: tuning_api.TuningConfig | None = None  # a Reconfigure's flags; None: the Etcd's own
     resources: etcd_api.ResourceRequirements | None = None  # a VerticalScaling's; None: the Etcd's own
+    # RecoverFromQuorumLoss: the members that run (ordinals start..start+count-1 of the StatefulSet, an etcd member
+    # each), the members ``--initial-cluster`` lists (the cluster a member started on an empty data dir joins), and
+    # ``--force-new-cluster`` (the survivor's one restart that makes it a cluster of one). None: every replica.
+    ordinals: tuple[int, int] | None = None
+    initial_members: tuple[str, ...] | None = None
+    force_new_cluster: bool = False
 
     def __post_init__(self) -> None:
         for field, schemes in (("client_schemes", self.client_schemes), ("peer_schemes", self.peer_schemes)):
@@ -346,6 +352,8 @@ def etcd_args(db: etcd_api.Etcd, wiring: Wiring) -> list[str]:
     ]
     configured = db.spec.configuration.tuning if db.spec.configuration is not None else None
     args += tuning_api.flags(wiring.tuning if wiring.tuning is not None else configured)
+    if wiring.force_new_cluster:
+        args.append("--force-new-cluster")
     if wiring.tls is not None:
         server, peer, trust = naming.tls_mount("server"), naming.tls_mount("peer"), naming.TRUST_MOUNT
         args += [
@@ -431,11 +439,13 @@ def _restore_container(db: etcd_api.Etcd) -> tuple[dict[str, Any], list[dict[str
 
 
 def initial_cluster(db: etcd_api.Etcd, wiring: Wiring) -> str:
-    """``--initial-cluster``: every member's name and the peer URL it advertises."""
+    """``--initial-cluster``: every member's name (``wiring.initial_members``, else every replica) and the peer URL
+    it advertises."""
     name, namespace = _name(db), _namespace(db)
     scheme = wiring.advertised_peer_scheme
+    listed = wiring.initial_members if wiring.initial_members is not None else naming.pods(name, db.spec.replicas)
     return ",".join(f"{p}={scheme}://{naming.pod_fqdn(name, namespace, p)}:{naming.peer_port(scheme)}"
-                    for p in naming.pods(name, db.spec.replicas))
+                    for p in listed)
 
 
 def render_statefulset(
@@ -512,13 +522,15 @@ def render_statefulset(
     if pod_annotations:
         template_meta["annotations"] = pod_annotations
     spec: dict[str, Any] = {
-        "replicas": 0 if db.spec.halted else db.spec.replicas,
+        "replicas": 0 if db.spec.halted else (wiring.ordinals[1] if wiring.ordinals else db.spec.replicas),
         "serviceName": naming.headless_service(name),
         "selector": {"matchLabels": selector},
         "podManagementPolicy": "Parallel",
         "updateStrategy": {"type": "OnDelete"},
         "template": {"metadata": template_meta, "spec": pod_spec},
     }
+    if wiring.ordinals is not None and wiring.ordinals[0]:
+        spec["ordinals"] = {"start": wiring.ordinals[0]}
     if db.spec.storage_type == constants.STORAGE_DURABLE:
         pvc_spec = db.spec.storage.to_dict() if db.spec.storage is not None else {}
         pvc_spec.setdefault("accessModes", ["ReadWriteOnce"])

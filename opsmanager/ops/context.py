@@ -371,6 +371,20 @@ class OpsContext:
             made.set_credentials(creds)
         return made
 
+    async def joins_existing(self) -> None:
+        """From now on a member started on an empty data directory joins the running cluster (recorded on the Etcd,
+        ``status.initialClusterState: existing``, before a member is added or the others wiped)."""
+        if ((self.db_obj.get("status") or {}).get("initialClusterState")) == "existing":
+            return
+
+        def mutate(st: dict[str, Any]) -> dict[str, Any]:
+            return {**st, "initialClusterState": "existing"}
+
+        updated = await self.kube.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, self.namespace,
+                                                  self.db_name, mutate)
+        if updated is not None:
+            self.db_obj = updated
+
     async def backup_store(self) -> store.ObjectStore | Fail:
         """The object store of the Etcd's backups (close it after use), or the failure naming the field when the
         destination cannot be used (no spec.backup, a missing credentials or CA Secret)."""

@@ -61,6 +61,7 @@ from opsmanager.ops.steps import (
     move_leader,
     pause,
     prune_snapshots,
+    recover_quorum,
     rescue_chosen,
     resize_in_place,
     restart_pods,
@@ -111,6 +112,9 @@ STEPS: dict[plan.StepKind, Executor] = {
     plan.StepKind.VERIFY_SNAPSHOT: verify_snapshot.run,
     plan.StepKind.RESTORE_MEMBERS: restore_members.run,
     plan.StepKind.VERIFY_RESTORE: verify_restore.run,
+    plan.StepKind.CONFIRM_QUORUM_LOSS: recover_quorum.run,
+    plan.StepKind.FORCE_NEW_CLUSTER: recover_quorum.run,
+    plan.StepKind.REJOIN_MEMBERS: recover_quorum.run,
     plan.StepKind.UPDATE_CREDENTIAL: update_credential.run,
     plan.StepKind.APPLY_CREDENTIAL: apply_credential.run,
     plan.StepKind.UPDATE_DATABASE: update_database.run,
@@ -574,10 +578,13 @@ def _count_finished(req: dict[str, Any], phase: str, now: datetime.datetime) -> 
 def _queued(obj: dict[str, Any]) -> queue.Queued:
     spec = obj.get("spec") or {}
     tls = spec.get("tls") or {}
+    # A recovery from quorum loss is for a cluster that cannot be Ready: waiting for Ready would wait forever.
+    apply = (constants.APPLY_ALWAYS if spec.get("type") == constants.OPS_TYPE_RECOVER_FROM_QUORUM_LOSS
+             else spec.get("apply", constants.APPLY_IF_READY))
     return queue.Queued(
         name=obj["metadata"]["name"], type=spec.get("type", ""),
         phase=(obj.get("status") or {}).get("phase") or "",
-        created=obj["metadata"].get("creationTimestamp") or "", apply=spec.get("apply", constants.APPLY_IF_READY),
+        created=obj["metadata"].get("creationTimestamp") or "", apply=apply,
         rescues=spec.get("type") == constants.OPS_TYPE_RECONFIGURE_TLS and bool(
             tls.get("rotateCertificates") or tls.get("issuerRef")) and not tls.get("remove"),
     )
@@ -610,6 +617,7 @@ SUCCESS_MESSAGES: Final = {
     constants.OPS_TYPE_ROTATE_AUTH: "Successfully rotated the etcd root password",
     constants.OPS_TYPE_BACKUP: "Successfully backed up the etcd cluster",
     constants.OPS_TYPE_RESTORE: "Successfully restored the etcd cluster from the snapshot",
+    constants.OPS_TYPE_RECOVER_FROM_QUORUM_LOSS: "Successfully recovered the etcd cluster from quorum loss",
 }
 
 

@@ -83,6 +83,9 @@ class StepKind(enum.Enum):
     VERIFY_SNAPSHOT = "VerifySnapshot"  # Restore: find, download and check the snapshot before anything changes
     RESTORE_MEMBERS = "RestoreMembers"  # Restore: the plan for the init containers, every member replaced together
     VERIFY_RESTORE = "VerifyRestore"  # Restore: HashKV at the snapshot's revision on every member, as recorded
+    CONFIRM_QUORUM_LOSS = "ConfirmQuorumLoss"  # RecoverFromQuorumLoss: still lost, and the survivor still the one
+    FORCE_NEW_CLUSTER = "ForceNewCluster"  # the survivor alone, restarted with --force-new-cluster, then without
+    REJOIN_MEMBERS = "RejoinMembers"  # the others wiped and re-added one at a time as learners, then promoted
     UPDATE_CREDENTIAL = "UpdateCredential"  # RotateAuth: stage the new root password in the auth Secret
     APPLY_CREDENTIAL = "ApplyCredential"  # RotateAuth: UserChangePassword (or turn auth on), verified by a login
     UPDATE_DATABASE = "UpdateDatabase"  # write spec.tls back to the Etcd, clean up what is no longer used
@@ -340,6 +343,24 @@ class VerifyRestore(Step):
 
 
 @dataclasses.dataclass(frozen=True)
+class ConfirmQuorumLoss(Step):
+    kind: ClassVar[StepKind] = StepKind.CONFIRM_QUORUM_LOSS
+    survivor: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ForceNewCluster(Step):
+    kind: ClassVar[StepKind] = StepKind.FORCE_NEW_CLUSTER
+    survivor: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RejoinMembers(Step):
+    kind: ClassVar[StepKind] = StepKind.REJOIN_MEMBERS
+    survivor: str
+
+
+@dataclasses.dataclass(frozen=True)
 class UpdateCredential(Step):
     kind: ClassVar[StepKind] = StepKind.UPDATE_CREDENTIAL
     staging_secret: str  # the auth Secret clients read: the new password goes there as password.next
@@ -378,6 +399,7 @@ class Plan:
     # RotateAuth: (the Secret the new password was staged in, the Secret spec.authSecret names from now on)
     auth_secrets: tuple[str, str] | None = None
     restores: bool = False  # Restore: UpdateDatabase removes the restore plan and records the restore
+    recovers: bool = False  # RecoverFromQuorumLoss: UpdateDatabase puts the StatefulSet back to every replica
 
     @property
     def summary(self) -> str:
@@ -640,6 +662,8 @@ def plan_for(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest,
         backup = (UploadSnapshot(constants.COND_SNAPSHOT_UPLOADED, "Successfully uploaded a snapshot"),
                   PruneSnapshots(constants.COND_SNAPSHOTS_PRUNED, "The store keeps the retention's snapshots"))
         return Plan(spec.type, None, db.spec.tls, backup, pauses=False)
+    if spec.type == constants.OPS_TYPE_RECOVER_FROM_QUORUM_LOSS:
+        return recovery_plan(db, request)
     if spec.type == constants.OPS_TYPE_RESTORE:
         source = spec.restore.source if spec.restore is not None else None
         if not source:
@@ -746,6 +770,37 @@ def rotate_auth_plan(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> Plan
         _update_database(f"Successfully rotated the root password; spec.authSecret is {final}"),
     )
     return Plan(request.spec.type, None, db.spec.tls, steps, auth_secrets=(staging, final))
+
+
+def recovery_plan(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> Plan:
+    """Rebuild a cluster that lost quorum from its survivor: the loss and the survivor checked again; the survivor
+    restarted alone with ``--force-new-cluster`` (the others' pods gone and their volumes wiped), then once more
+    without it (a later restart must never force again); the others added back one at a time as learners and
+    promoted; the StatefulSet back to every replica. No MoveLeader: the survivor leads throughout."""
+    recover = request.spec.recover_from_quorum_loss
+    if recover is None or not recover.confirm_member:
+        raise ValueError("spec.recoverFromQuorumLoss.confirmMember can not be empty")
+    if recover.member and recover.member != recover.confirm_member:
+        raise ValueError(f"spec.recoverFromQuorumLoss.confirmMember {recover.confirm_member} is not "
+                         f"spec.recoverFromQuorumLoss.member {recover.member}")
+    survivor = recover.confirm_member
+    pods = naming.pods(db.metadata.name or "", db.spec.replicas)
+    if survivor not in pods:
+        raise ValueError(f"spec.recoverFromQuorumLoss.confirmMember {survivor} is not a member of "
+                         f"{db.metadata.name}: one of {', '.join(pods)}")
+    steps = (
+        _running(f"Etcd ops request is recovering the cluster from {survivor}"),
+        ConfirmQuorumLoss(constants.COND_QUORUM_LOSS_CONFIRMED,
+                          f"Quorum is lost and {survivor} has the highest committed index of the members that answer",
+                          survivor=survivor),
+        ForceNewCluster(constants.COND_SURVIVOR_FORCED,
+                        f"{survivor} runs alone as a new cluster of one with its data (--force-new-cluster, then "
+                        "restarted without it); the other members were wiped", survivor=survivor),
+        RejoinMembers(constants.COND_MEMBERS_REJOINED, "Every other member was added back as a learner and promoted",
+                      survivor=survivor),
+        _update_database(f"Successfully recovered the cluster from {survivor}"),
+    )
+    return Plan(request.spec.type, None, db.spec.tls, steps, recovers=True)
 
 
 def reconfigure_plan(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> Plan:

@@ -132,13 +132,15 @@ async def reconcile_once(k: kube.Kube, namespace: str, name: str, memo: Any,
         return outcome, fresh
 
 
-async def report_status(k: kube.Kube, obj: Mapping[str, Any]) -> None:
+async def report_status(k: kube.Kube, obj: Mapping[str, Any], *,
+                        quorum_loss_after: float = status.DEFAULT_QUORUM_LOSS_AFTER) -> None:
     """Observe the members and write the phase and conditions."""
     ns, name, generation = _ident(obj)
     db = applying.parse(obj)
     verdict = await observe.observe(k, db)
     await k.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name,
-                            status.observed(verdict, halted=db.spec.halted, generation=generation))
+                            status.observed(verdict, halted=db.spec.halted, generation=generation,
+                                            quorum_loss_after=quorum_loss_after))
 
 
 def _reissued(etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> bool:
@@ -152,8 +154,10 @@ def _reissued(etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> bo
     return old is None or issued(obj) != issued(old)
 
 
-def register(registry: kopf.OperatorRegistry, *, interval: float = DEFAULT_INTERVAL) -> None:
-    """Register the provisioner's handlers in ``registry``; the timer runs every ``interval`` seconds."""
+def register(registry: kopf.OperatorRegistry, *, interval: float = DEFAULT_INTERVAL,
+             quorum_loss_after: float = status.DEFAULT_QUORUM_LOSS_AFTER) -> None:
+    """Register the provisioner's handlers in ``registry``; the timer runs every ``interval`` seconds;
+    ``QuorumLost`` turns True after ``quorum_loss_after`` seconds without a quorum."""
 
     @kopf.on.resume(*RESOURCE, registry=registry, id="provision")
     @kopf.on.create(*RESOURCE, registry=registry, id="provision")
@@ -178,7 +182,7 @@ def register(registry: kopf.OperatorRegistry, *, interval: float = DEFAULT_INTER
             # pass meanwhile would cost etcd calls (a Status call to every member of every paused Etcd)
             # for a phase nobody may write. The next pass after the resume (within the interval) reports it.
             return
-        await report_status(k, fresh)
+        await report_status(k, fresh, quorum_loss_after=quorum_loss_after)
 
     @kopf.daemon(*RESOURCE, registry=registry, id="sources", cancellation_timeout=2.0)
     async def sources(body: kopf.Body, memo: Any, logger: Logger, stopped: kopf.DaemonStopped, **_: Any) -> None:

@@ -36,6 +36,7 @@ OWNED_CONDITIONS = (
     COND_RECONCILED,
     COND_DELETION_BLOCKED,
     constants.COND_TLS_MATERIAL_READY,
+    constants.COND_QUORUM_LOST,
 )
 
 # Reasons (KubeDB's where it has one).
@@ -113,8 +114,45 @@ def deletion_blocked(message: str, generation: int | None, *, now: datetime.date
     return mutate
 
 
+REASON_QUORUM_LOST = "QuorumLost"
+REASON_QUORUM_AT_RISK = "QuorumAtRisk"
+REASON_QUORUM_BACK = "QuorumRestored"
+# How long a majority must be silent before QuorumLost turns True (`opsmanager run --quorum-loss-after`): a rolling
+# restart or a node reboot loses quorum for seconds, and a recovery from quorum loss wipes members.
+DEFAULT_QUORUM_LOSS_AFTER = 60.0
+
+
+def _quorum(status: Status, verdict: health.Verdict, generation: int | None, now: datetime.datetime,
+            after: float) -> None:
+    """``status.quorumLoss`` and ``QuorumLost``: since when a majority does not answer, who answers (with its
+    committed index) and the survivor a recovery would keep; True once that lasted ``after`` seconds."""
+    if verdict.has_quorum or verdict.blocked or not is_provisioned(status):
+        if status.pop("quorumLoss", None) is not None or conditions.is_true(status.get("conditions"),
+                                                                            constants.COND_QUORUM_LOST):
+            _set(status, constants.COND_QUORUM_LOST, constants.FALSE, REASON_QUORUM_BACK,
+                 f"a quorum of members answers again ({len(verdict.healthy)}/{verdict.replicas})", generation, now)
+        return
+    since = (status.get("quorumLoss") or {}).get("since") or conditions.rfc3339(now)
+    answering = dict(verdict.committed)
+    survivor = health.survivor(verdict.committed)
+    status["quorumLoss"] = {"since": since, "answering": answering, **({"survivor": survivor} if survivor else {})}
+    age = int((now - conditions.parse_rfc3339(since)).total_seconds())
+    who = (f"a RecoverFromQuorumLoss would keep {survivor} (raft committed index {answering[survivor]}, the "
+           f"highest of {', '.join(f'{n} {i}' for n, i in sorted(answering.items()))}): file one with "
+           f"recoverFromQuorumLoss.confirmMember: {survivor}" if survivor
+           else "no member answers, so there is nothing to recover from: bring a member with its data back")
+    if age >= after:
+        _set(status, constants.COND_QUORUM_LOST, constants.TRUE, REASON_QUORUM_LOST,
+             f"{len(verdict.healthy)}/{verdict.replicas} members healthy for {age}s ({'; '.join(verdict.problems)}); {who}",
+             generation, now)
+    else:
+        _set(status, constants.COND_QUORUM_LOST, constants.FALSE, REASON_QUORUM_AT_RISK,
+             f"{len(verdict.healthy)}/{verdict.replicas} members healthy for {age}s; QuorumLost after {int(after)}s",
+             generation, now)
+
+
 def observed(verdict: health.Verdict, *, halted: bool, generation: int | None,
-             now: datetime.datetime | None = None) -> Mutation:
+             now: datetime.datetime | None = None, quorum_loss_after: float = DEFAULT_QUORUM_LOSS_AFTER) -> Mutation:
     """Phase and the database conditions from one health verdict.
 
     While an EtcdOpsRequest holds the Etcd paused nothing is written: the request's own conditions and Events
@@ -155,5 +193,7 @@ def observed(verdict: health.Verdict, *, halted: bool, generation: int | None,
             # Set once, the first time the cluster is Ready, and never cleared (KubeDB's meaning).
             _set(status, constants.COND_PROVISIONED, constants.TRUE, REASON_PROVISIONED,
                  "The cluster reached Ready for the first time", generation, now)
+        if not halted:
+            _quorum(status, verdict, generation, now or datetime.datetime.now(datetime.UTC), quorum_loss_after)
         return status
     return mutate

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -206,3 +207,21 @@ def test_a_certificate_issuer_overrides_the_tls_issuer() -> None:
     assert render.issuer_of(db.spec.tls, "client").name == "other"  # type: ignore[union-attr]
     assert render.issuer_of(db.spec.tls, "server") == db.spec.tls.issuer_ref
     assert render.render_certificate(db, db.spec.tls, "client")["spec"]["issuerRef"]["name"] == "other"
+
+
+def test_the_recovery_wiring_runs_some_ordinals_with_their_own_initial_cluster_and_the_force_flag() -> None:
+    from opsmanager.api import etcd as etcd_api
+    from opsmanager.cluster import render as r
+
+    db = etcd_api.Etcd.model_validate({"metadata": {"name": "db", "namespace": "ns"},
+                                       "spec": {"version": "3.5.35", "replicas": 3}})
+    w = dataclasses.replace(r.Wiring.steady(None), ordinals=(1, 2), initial_members=("db-1", "db-2"),
+                            force_new_cluster=True)
+    sts = r.render_statefulset(db, w)
+    assert sts["spec"]["replicas"] == 2 and sts["spec"]["ordinals"] == {"start": 1}
+    args = sts["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--force-new-cluster" in args
+    assert "--initial-cluster=db-1=http://db-1.db-pods.ns.svc:2380,db-2=http://db-2.db-pods.ns.svc:2380" in args
+    steady = r.render_statefulset(db)
+    assert steady["spec"]["replicas"] == 3 and "ordinals" not in steady["spec"]
+    assert "--force-new-cluster" not in steady["spec"]["template"]["spec"]["containers"][0]["args"]

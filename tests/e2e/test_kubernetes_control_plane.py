@@ -96,7 +96,7 @@ BAD_REQUESTS: list[tuple[dict[str, Any], str, str]] = [
     ({"type": "StorageMigration"}, "spec.type",
      "defined OpsRequestType StorageMigration is not supported, supported types for Etcd are UpdateVersion, "
      "HorizontalScaling, VerticalScaling, Restart, Reconfigure, ReconfigureTLS, RotateAuth, MoveLeader, Compact, "
-     "Defragment, Restore, Backup"),
+     "Defragment, RecoverFromQuorumLoss, Restore, Backup"),
     ({"type": "Restart", "databaseRef": {"name": "nowhere"}}, "spec.databaseRef",
      "spec.databaseRef {ns}/nowhere is invalid or not found"),
     ({"type": "UpdateVersion"}, "spec.updateVersion", "spec.updateVersion is nil, not supported in UpdateVersion type"),

@@ -258,3 +258,30 @@ def test_rotate_auth_plans_from_the_secret_recorded_when_it_started() -> None:
     # authentication was off when it started (no authSecret recorded), though spec.authSecret is set by now
     p = plan.plan_for(_with_auth("db-auth"), _rotate(origin={}))
     assert p.auth_secrets == ("db-auth", "db-auth") and "turning authentication on" in p.steps[0].message
+
+
+def test_members_rejoin_upwards_then_downwards_so_the_ordinal_range_never_has_a_gap() -> None:
+    from opsmanager.ops.steps import recover_quorum
+
+    names = [f"db-{i}" for i in range(5)]
+    assert recover_quorum.rejoin_order(names, "db-2") == ["db-3", "db-4", "db-1", "db-0"]
+    assert recover_quorum.rejoin_order(names, "db-0") == ["db-1", "db-2", "db-3", "db-4"]
+    assert recover_quorum.rejoin_order(names, "db-4") == ["db-3", "db-2", "db-1", "db-0"]
+
+
+@pytest.mark.parametrize(("recover", "fragment"), [
+    (None, "confirmMember can not be empty"),
+    ({"confirmMember": "db-9"}, "is not a member of db"),
+    ({"member": "db-1", "confirmMember": "db-0"}, "is not spec.recoverFromQuorumLoss.member db-1"),
+])
+def test_a_recovery_plan_needs_a_confirmed_member_of_the_cluster(recover: dict[str, Any] | None,
+                                                                 fragment: str) -> None:
+    spec: dict[str, Any] = {"type": "RecoverFromQuorumLoss", "databaseRef": {"name": "db"}}
+    if recover is not None:
+        spec["recoverFromQuorumLoss"] = recover
+    with pytest.raises(ValueError, match=fragment):
+        plan.plan_for(db(), ops_api.EtcdOpsRequest.model_validate({"metadata": {"name": "r"}, "spec": spec}))
+    ok = plan.plan_for(db(), ops_api.EtcdOpsRequest.model_validate({"metadata": {"name": "r"}, "spec": {
+        **spec, "recoverFromQuorumLoss": {"confirmMember": "db-1"}}}))
+    assert conditions(ok) == ["Running", "QuorumLossConfirmed", "SurvivorForcedNewCluster", "MembersRejoined",
+                              "UpdateDatabase"]

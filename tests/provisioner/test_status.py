@@ -121,3 +121,43 @@ def test_while_a_request_holds_the_pause_nothing_is_written() -> None:
         {**s, "conditions": conditions.set_condition(s["conditions"], constants.COND_PAUSED, constants.TRUE,
                                                      reason="manual", message="paused by hand", now=T0)}))
     assert by_hand["phase"] == constants.DB_PHASE_READY, "a pause set by hand still sees the status updated"
+
+
+# --- quorum loss: status.quorumLoss and QuorumLost, true only after the bound ----------------------------------
+
+
+def lost_verdict() -> health.Verdict:
+    """One of three answers (no leader), with its committed index; the other two are gone."""
+    return health.assess(3, [health.MemberView("db-0", True, True, False, 1, 0, reason="no quorum", raft_index=120),
+                             health.MemberView("db-1", reason="unreachable"),
+                             health.MemberView("db-2", reason="unreachable")])
+
+
+def provisioned() -> dict[str, Any]:
+    return status.observed(ready_verdict(), halted=False, generation=1, now=T0)({})
+
+
+def test_quorum_lost_only_after_the_bound_naming_the_survivor() -> None:
+    st = status.observed(lost_verdict(), halted=False, generation=1, now=T0, quorum_loss_after=60)(provisioned())
+    assert st["quorumLoss"] == {"since": "2026-01-01T12:00:00Z", "answering": {"db-0": 120}, "survivor": "db-0"}
+    assert not conditions.is_true(st["conditions"], constants.COND_QUORUM_LOST)
+    later = T0 + datetime.timedelta(seconds=61)
+    st = status.observed(lost_verdict(), halted=False, generation=1, now=later, quorum_loss_after=60)(st)
+    assert st["quorumLoss"]["since"] == "2026-01-01T12:00:00Z"  # kept from the first sight
+    cond = conditions.get_condition(st["conditions"], constants.COND_QUORUM_LOST)
+    assert cond is not None and cond["status"] == constants.TRUE and "confirmMember: db-0" in cond["message"]
+    back = status.observed(ready_verdict(), halted=False, generation=1, now=later, quorum_loss_after=60)(st)
+    assert "quorumLoss" not in back and not conditions.is_true(back["conditions"], constants.COND_QUORUM_LOST)
+
+
+def test_a_cluster_never_provisioned_or_halted_reports_no_quorum_loss() -> None:
+    st = status.observed(lost_verdict(), halted=False, generation=1, now=T0, quorum_loss_after=0)({})
+    assert "quorumLoss" not in st and conditions.get_condition(st.get("conditions"), constants.COND_QUORUM_LOST) is None
+    st = status.observed(lost_verdict(), halted=True, generation=1, now=T0, quorum_loss_after=0)(provisioned())
+    assert "quorumLoss" not in st
+
+
+def test_the_survivor_is_the_highest_committed_index_ties_to_the_lowest_ordinal() -> None:
+    assert health.survivor([("db-0", 100), ("db-2", 130), ("db-1", 120)]) == "db-2"
+    assert health.survivor([("db-2", 130), ("db-1", 130)]) == "db-1"
+    assert health.survivor([]) is None

@@ -68,7 +68,7 @@ def test_unsupported_type_is_the_first_check(bad_type: Any, lookup: validation.I
     assert verdict.message == (
         PREFIX + f'spec.type: Invalid value: "my-op": defined OpsRequestType {shown} is not supported, '
         "supported types for Etcd are UpdateVersion, HorizontalScaling, VerticalScaling, Restart, Reconfigure, "
-        "ReconfigureTLS, RotateAuth, MoveLeader, Compact, Defragment, Restore, Backup"
+        "ReconfigureTLS, RotateAuth, MoveLeader, Compact, Defragment, RecoverFromQuorumLoss, Restore, Backup"
     )
     assert [e.field for e in verdict.errors] == ["spec.type"]
 
@@ -793,3 +793,47 @@ def test_a_backup_schedule_that_is_not_cron_is_refused_naming_the_field(schedule
     verdict = validation.validate_etcd("CREATE", db, None, lookup=validation.InMemoryEtcdLookup([]))
     assert not verdict.allowed and "spec.backup.schedule" in verdict.message and fragment in verdict.message
 
+
+
+# --- RecoverFromQuorumLoss: only with QuorumLost=True, confirmMember naming the member that would be kept ---------
+
+def _lost(lost: bool = True) -> dict[str, Any]:
+    db = copy.deepcopy(RUNNING)
+    db["status"]["conditions"].append({"type": "QuorumLost", "status": "True" if lost else "False",
+                                       "reason": "QuorumLost", "message": "",
+                                       "lastTransitionTime": "2026-12-02T10:00:00Z"})
+    db["status"]["quorumLoss"] = {"since": "2026-12-02T09:59:00Z", "survivor": "etcd-plain-0",
+                                  "answering": {"etcd-plain-0": 120, "etcd-plain-1": 100}}
+    return db
+
+
+@pytest.mark.parametrize(("db", "fields", "expected"), [
+    (_lost(), {"recoverFromQuorumLoss": {"confirmMember": "etcd-plain-0"}, "timeout": "10m"}, []),
+    (_lost(), {"recoverFromQuorumLoss": {"member": "etcd-plain-1", "confirmMember": "etcd-plain-1"},
+               "timeout": "10m"}, []),  # a member that answers, chosen and confirmed by the user
+    (_lost(), {"timeout": "10m"},
+     [("spec.recoverFromQuorumLoss", "spec.recoverFromQuorumLoss is nil, not supported in RecoverFromQuorumLoss type")]),
+    (_lost(), {"recoverFromQuorumLoss": {}, "timeout": "10m"},
+     [("spec.recoverFromQuorumLoss", "spec.recoverFromQuorumLoss.confirmMember can not be empty")]),
+    (_lost(), {"recoverFromQuorumLoss": {"confirmMember": "etcd-plain-0"}},
+     [("spec.timeout", "spec.timeout is required for RecoverFromQuorumLoss ops request")]),
+    (_lost(False), {"recoverFromQuorumLoss": {"confirmMember": "etcd-plain-0"}, "timeout": "10m"},
+     [("spec.recoverFromQuorumLoss", "Etcd demo/etcd-plain does not report QuorumLost=True")]),
+    (_lost(), {"recoverFromQuorumLoss": {"confirmMember": "etcd-plain-2"}, "timeout": "10m"},
+     [("spec.recoverFromQuorumLoss", "confirmMember etcd-plain-2 is not the member that would be kept: etcd-plain-0 "
+                                     "(the highest raft committed index of the members that answer); set "
+                                     "confirmMember: etcd-plain-0")]),
+    (_lost(), {"recoverFromQuorumLoss": {"member": "etcd-plain-2", "confirmMember": "etcd-plain-2"},
+               "timeout": "10m"},
+     [("spec.recoverFromQuorumLoss", "member etcd-plain-2 does not answer (answering: etcd-plain-0, etcd-plain-1)")]),
+])
+def test_recover_from_quorum_loss_rules(db: dict[str, Any], fields: dict[str, Any],
+                                        expected: list[tuple[str, str]]) -> None:
+    verdict = create(ops({"type": "RecoverFromQuorumLoss", "databaseRef": {"name": "etcd-plain"}, **fields}),
+                     validation.InMemoryEtcdLookup([db]))
+    if not expected:
+        assert verdict.allowed, verdict.message
+        return
+    assert not verdict.allowed and verdict.code == 422
+    for field, fragment in expected:
+        assert f'{field}: Invalid value: "my-op": ' in verdict.message and fragment in verdict.message, verdict.message

@@ -24,7 +24,6 @@ requests.
 from __future__ import annotations
 
 import datetime
-import urllib.parse
 from typing import Any
 
 from opsmanager import kube
@@ -54,11 +53,7 @@ def peer_url(ctx: context.OpsContext, pod: str, scheme: str) -> str:
 
 def member_of(listed: list[etcd_client.Member], ctx: context.OpsContext, pod: str) -> etcd_client.Member | None:
     """The member ``pod`` runs: by name, or (a member added but not started yet has no name) by peer URL host."""
-    fqdn = ctx.fqdn(pod)
-    for m in listed:
-        if m.name == pod or any(urllib.parse.urlsplit(u).hostname == fqdn for u in m.peer_urls):
-            return m
-    return None
+    return members.find_member(listed, pod, ctx.fqdn(pod))
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
@@ -109,21 +104,6 @@ async def _set_replicas(ctx: context.OpsContext, replicas: int) -> None:
         ctx.db_obj = updated
 
 
-async def _joins_existing(ctx: context.OpsContext) -> None:
-    """From now on a member started on an empty data directory joins the running cluster: recorded on the Etcd
-    (``status.initialClusterState``) before the first member is added."""
-    if ((ctx.db_obj.get("status") or {}).get("initialClusterState")) == "existing":
-        return
-
-    def mutate(st: dict[str, Any]) -> dict[str, Any]:
-        return {**st, "initialClusterState": "existing"}
-
-    updated = await ctx.kube.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace,
-                                             ctx.db_name, mutate)
-    if updated is not None:
-        ctx.db_obj = updated
-
-
 # --- up ---------------------------------------------------------------------------------------------------------
 
 
@@ -161,7 +141,7 @@ async def _grow(ctx: context.OpsContext, step: plan.ScaleMembers, client: admin.
             why, _ = await _unhealthy(client, listed)
             if why is not None:
                 return _waiting(why, f"adding {pod}")
-            await _joins_existing(ctx)
+            await ctx.joins_existing()
             new, _ = await client.member_add([peer_url(ctx, pod, step.wiring.advertised_peer_scheme)],
                                              is_learner=True)
             ctx.set_condition(added, T, f"added {pod} to the cluster as a learner (member {new.id_hex})")

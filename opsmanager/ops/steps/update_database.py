@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from opsmanager.api import auth, common, conditions, constants
-from opsmanager.cluster import credentials, naming
+from opsmanager.cluster import credentials, naming, render
 from opsmanager.ops import context, plan
+from opsmanager.provisioner import applying
 from opsmanager.tls import trust
 
 # The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
@@ -60,6 +61,13 @@ async def _restored(ctx: context.OpsContext) -> None:
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    if ctx.plan.recovers:  # every replica again (the members rejoined have data: nothing restarts)
+        sts = await applying.apply_statefulset(ctx.kube, ctx.db, render.Wiring.steady(ctx.db.spec.tls),
+                                               restarted_at=f"{ctx.name}/{step.condition}")
+        if (sts.get("status") or {}).get("observedGeneration", 0) < sts["metadata"].get("generation", 0):
+            return context.Progress("waiting for the StatefulSet controller to observe the template",
+                                    delay=ctx.until_watched(0.2))
+        return context.Done(step.message)
     if ctx.plan.restores:
         await _restored(ctx)
         return context.Done(step.message)

@@ -125,4 +125,25 @@ MSG_RESTORE_SOURCE_EMPTY: Final = 'spec.restore.source can not be empty: give a 
 MSG_RESTORE_TIMEOUT: Final = (
     "spec.timeout is required for Restore ops request, adjust timeout according to the size of your database"
 )
+# RecoverFromQuorumLoss (KubeDB's rules: timeout required, only with QuorumLost=True, confirmMember must match).
+MSG_RECOVER_NIL: Final = "spec.recoverFromQuorumLoss is nil, not supported in RecoverFromQuorumLoss type"
+MSG_RECOVER_CONFIRM_EMPTY: Final = (
+    "spec.recoverFromQuorumLoss.confirmMember can not be empty: type the name of the member to keep"
+)
+MSG_RECOVER_TIMEOUT: Final = (
+    "spec.timeout is required for RecoverFromQuorumLoss ops request, adjust timeout according to the size of your "
+    "database"
+)
+MSG_RECOVER_NOT_LOST: Final = (
+    "Etcd {namespace}/{name} does not report QuorumLost=True: a RecoverFromQuorumLoss rebuilds the cluster from one "
+    "member and is only for a cluster whose majority has been gone longer than the operator's bound"
+)
+MSG_RECOVER_CONFIRM_MISMATCH: Final = (
+    "spec.recoverFromQuorumLoss.confirmMember {confirm} is not the member that would be kept: {survivor} ({why}); "
+    "set confirmMember: {survivor}"
+)
+MSG_RECOVER_MEMBER_SILENT: Final = (
+    "spec.recoverFromQuorumLoss.member {member} does not answer (answering: {answering}): only a member whose data "
+    "is there can be kept"
+)
 

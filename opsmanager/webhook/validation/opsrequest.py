@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from opsmanager.api import constants
+from opsmanager.api import conditions, constants
 from opsmanager.api.opsrequest import EtcdOpsRequest
 from opsmanager.webhook.validation import etcd as etcd_rules
 from opsmanager.webhook.validation import messages
@@ -90,6 +90,42 @@ def rotate_auth_error(authentication: Any) -> str | None:
     if ref is not None and not as_dict(ref).get("name"):
         return messages.MSG_AUTH_SECRET_NAME_EMPTY
     return None
+
+
+def recovery_errors(spec: Mapping[str, Any], db: Mapping[str, Any], name: str) -> list[FieldError]:
+    """RecoverFromQuorumLoss: ``recoverFromQuorumLoss`` with ``confirmMember``, ``spec.timeout`` given, the Etcd
+    reporting ``QuorumLost=True``, ``member`` (when given) among the members that answer, and ``confirmMember``
+    equal to the member that would be kept (``member``, else the Etcd's ``status.quorumLoss.survivor``)."""
+    field = "spec.recoverFromQuorumLoss"
+    recover = spec.get("recoverFromQuorumLoss")
+    if not isinstance(recover, Mapping):
+        return [invalid(field, name, messages.MSG_RECOVER_NIL)]
+    out: list[FieldError] = []
+    confirm = recover.get("confirmMember")
+    if not confirm:
+        out.append(invalid(field, name, messages.MSG_RECOVER_CONFIRM_EMPTY))
+    if not spec.get("timeout"):
+        out.append(invalid("spec.timeout", name, messages.MSG_RECOVER_TIMEOUT))
+    status = as_dict(db.get("status"))
+    meta = as_dict(db.get("metadata"))
+    if not conditions.is_true(status.get("conditions") if isinstance(status.get("conditions"), list) else None,
+                              constants.COND_QUORUM_LOST):
+        out.append(invalid(field, name, messages.MSG_RECOVER_NOT_LOST.format(
+            namespace=meta.get("namespace") or "default", name=meta.get("name"))))
+        return out
+    loss = as_dict(status.get("quorumLoss"))
+    answering = as_dict(loss.get("answering"))
+    member = recover.get("member")
+    if member and member not in answering:
+        out.append(invalid(field, name, messages.MSG_RECOVER_MEMBER_SILENT.format(
+            member=member, answering=", ".join(sorted(answering)) or "none")))
+        return out
+    kept = member or loss.get("survivor")
+    why = "named by spec.recoverFromQuorumLoss.member" if member else "the highest raft committed index of the members that answer"
+    if confirm and kept and confirm != kept:
+        out.append(invalid(field, name, messages.MSG_RECOVER_CONFIRM_MISMATCH.format(confirm=confirm, survivor=kept,
+                                                                                      why=why)))
+    return out
 
 
 def backup_errors(spec: Mapping[str, Any], db: Mapping[str, Any], name: str) -> list[FieldError]:
@@ -173,6 +209,8 @@ def opsrequest_errors(obj: Mapping[str, Any], namespace: str, lookup: EtcdLookup
         message = rotate_auth_error(spec.get("authentication"))
         if message:
             errors.append(invalid("spec.authentication", name, message))
+    if type_ == constants.OPS_TYPE_RECOVER_FROM_QUORUM_LOSS:
+        errors += recovery_errors(spec, db, name)
     if type_ in (constants.OPS_TYPE_BACKUP, constants.OPS_TYPE_RESTORE):
         errors += backup_errors(spec, db, name)
     if type_ == constants.OPS_TYPE_COMPACT:
