@@ -28,7 +28,7 @@ PYTEST_ARGS ?=
 # test_bundle.py renders deploy/ with `kubectl kustomize`, offline) must be on the machine.
 # The real control plane (kube-apiserver, kube-controller-manager, kube-scheduler, etcd 3.5 and 3.6) built from Go
 # modules into a cache keyed by version (~/.cache/opsmanager/controlplane): nothing present is rebuilt. Needs Go; a
-# cold build takes about 12 minutes on 2 cores (sandbox/controlplane/build.py, docs/sandbox.md).
+# cold build takes about 15 minutes on 2 cores (sandbox/controlplane/build.py, docs/sandbox.md).
 controlplane:
 	$(PY) sandbox/controlplane/build.py build
 

@@ -110,8 +110,29 @@ async def run(workdir: pathlib.Path, db: str = "demo", *, bundle: pathlib.Path |
         return 0 if ok else 1
 
 
+TRY_MORE = """\
+More to try by hand, on a sandbox that stays up (the manifests are in docs/examples/; each kind of request is
+explained, with what to do when it fails, in docs/operations.md):
+
+  opsmanager sandbox up --dir .sandbox/try --object-store &   # prints the S3 endpoint; Secret default/s3 made
+  export KUBECONFIG=.sandbox/try/kubeconfig
+
+  authentication and a live password change (no restart):
+    kubectl apply -f docs/examples/etcd-auth.yaml       # Secret demo-auth generated, authentication turned on
+    kubectl apply -f docs/examples/rotate-auth.yaml     # RotateAuth; then: kubectl get secret demo-auth -o yaml
+  backups and a restore (edit destination.endpoint to the printed one first):
+    kubectl apply -f docs/examples/etcd-backup.yaml     # a Backup request every ten minutes (trigger label)
+    kubectl apply -f docs/examples/backup.yaml          # one now; kubectl get etcd saved -o jsonpath='{.status.backup}'
+    kubectl apply -f docs/examples/restore.yaml         # the newest snapshot back, a new cluster ID
+  a cluster that lost quorum (stop two members of demo for good, e.g. delete their data and kill etcd):
+    kubectl get etcd demo -o jsonpath='{.status.conditions[?(@.type=="QuorumLost")].message}'
+    kubectl apply -f docs/examples/recover-from-quorum-loss.yaml   # confirmMember: the member that message names
+"""
+
+
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m e2e.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m e2e.demo", description=__doc__.splitlines()[0],
+                                     epilog=TRY_MORE, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", default=".sandbox/demo", help="working directory of the sandbox (default %(default)s)")
     parser.add_argument("--no-install", action="store_true",
                         help="run the operator and the webhook as child processes instead of installing deploy/")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import functools
 import logging
 import signal
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from opsmanager_sandbox import cluster, process, realcp
+from opsmanager_sandbox import cluster, objectstore, process, realcp
 from opsmanager_sandbox import components as sandbox_components
 from opsmanager_sandbox import install as sandbox_install
 
@@ -60,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="embedded: the emulated API server and controllers (no Go needed); kubernetes: "
                          "kube-apiserver, kube-controller-manager and kube-scheduler built from their Go modules "
                          "(`make controlplane` first) with this project's node agent (default %(default)s)")
+    up.add_argument("--object-store", action="store_true",
+                    help="also run an S3 server on loopback (SeaweedFS, built by `make controlplane`) with the "
+                         "bucket `backups` and the Secret `s3` in namespace default, for spec.backup "
+                         "(docs/examples/etcd-backup.yaml); its endpoint is printed")
     up.add_argument("-v", "--verbose", action="store_true", help="log the controllers' work")
     return parser
 
@@ -94,8 +99,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"opsmanager sandbox up: --install: {exc}", file=sys.stderr)
         return 1
     except realcp.NotBuilt as exc:
-        print(f"opsmanager sandbox up: --control-plane kubernetes: {exc}", file=sys.stderr)
+        print(f"opsmanager sandbox up: {exc}", file=sys.stderr)
         return 1
+
+
+async def _object_store(sb: cluster.Sandbox) -> objectstore.ObjectStoreServer:
+    """A SeaweedFS S3 server in ``<dir>/s3`` with the bucket ``backups``, and its keys as Secret ``default/s3``."""
+    store = await objectstore.ObjectStoreServer(Path(sb.dir) / "s3", buckets=("backups",)).astart()
+    secret = Path(sb.dir) / "s3-secret.yaml"
+    keys = {k: base64.b64encode(v.encode()).decode()
+            for k, v in (("accessKeyId", store.access_key), ("secretAccessKey", store.secret_key))}
+    secret.write_text("apiVersion: v1\nkind: Secret\nmetadata: {name: s3, namespace: default}\n"
+                      f"data: {{accessKeyId: {keys['accessKeyId']}, secretAccessKey: {keys['secretAccessKey']}}}\n")
+    secret.chmod(0o600)
+    await sb.apply(secret)
+    return store
 
 
 async def _up(args: argparse.Namespace) -> int:
@@ -114,11 +132,15 @@ async def _up(args: argparse.Namespace) -> int:
     async with cluster.Sandbox(dir=args.dir, port=args.port, speed=args.speed, components=components,
                                crds_dir=crds, authorization=args.authorization,
                                control_plane=args.control_plane) as sb:
+        store = await _object_store(sb) if args.object_store else None
         for path in args.apply:
             await sb.apply(Path(path))
         metrics_url = sandbox_components.recorded_endpoints(sb.dir).get("operatorMetrics")
         endpoints = (f"  operator metrics: {metrics_url} (in {sb.dir / sandbox_components.ENDPOINTS_FILE})\n"
                      if metrics_url else "")
+        if store is not None:
+            endpoints += (f"  S3 store: {store.endpoint} (bucket backups; Secret default/s3 holds its keys): "
+                          "set it as spec.backup.destination.endpoint\n")
         extras = "none" if not components else ", ".join(
             getattr(getattr(c, "func", c), "__name__", repr(c)) for c in components)
         print(f"sandbox up in {time.monotonic() - started:.2f}s: API server {sb.url} (state in {sb.dir})\n"
@@ -129,7 +151,11 @@ async def _up(args: argparse.Namespace) -> int:
               f"  container logs: {sb.dir / 'logs'}/<namespace>/<pod>/<container>.log\n"
               f"{endpoints}"
               f"  stop with Ctrl-C (SIGINT) or SIGTERM", flush=True)
-        await stop.wait()
+        try:
+            await stop.wait()
+        finally:
+            if store is not None:
+                store.stop()
         print("stopping the sandbox ...", flush=True)
     print("sandbox stopped", flush=True)
     return 0
