@@ -28,8 +28,9 @@ time) and keeps median, worst and raw values per figure.
 the machine and the date. Scenarios: ``ops`` (all five operations), each operation by name, ``scale``
 (:mod:`e2e.scale`), ``webhook`` (:mod:`e2e.webhook_load`), ``soak`` (:mod:`e2e.soak`: the CA churn soak, one run per
 strategy, both at once in child processes: 7.5 min by default, ``--soak-duration``/``--soak-ca``/``--soak-leaf``),
-``rotate-auth`` and ``backup-restore`` (:mod:`e2e.databench`: RotateAuth, Backup and Restore on a ~100 MB cluster
-beside their baselines, on the real control plane when it is chosen; ``data-ops``: both; ``--data-mb``),
+``rotate-auth``, ``backup-restore`` and ``quorum-recovery`` (:mod:`e2e.databench`: RotateAuth, Backup, Restore and
+RecoverFromQuorumLoss on a ~100 MB cluster beside their baselines, on the real control plane when it is chosen;
+``data-ops``: all three; ``--data-mb``),
 ``all`` (default). The whole run's time is printed at the end and shown in the page's header (``all`` only).
 """
 
@@ -121,8 +122,9 @@ OPERATIONS: tuple[Operation, ...] = (
               (), no_move_leader_baseline=False, prepare=naive.give_resources),
 )
 OPERATION_KEYS = tuple(op.key for op in OPERATIONS)
-# The data rows (RotateAuth, Backup, Restore on ~100 MB: e2e/databench.py), on the real control plane when chosen.
-DATA_SCENARIOS = ("data-ops", "rotate-auth", "backup-restore")
+# The data rows (RotateAuth, Backup, Restore, RecoverFromQuorumLoss on ~100 MB: e2e/databench.py), on the real
+# control plane when chosen.
+DATA_SCENARIOS = ("data-ops", "rotate-auth", "backup-restore", "quorum-recovery")
 SCENARIOS = ("all", "ops", *OPERATION_KEYS, *DATA_SCENARIOS, "scale", "webhook", "soak", "api-cost")
 
 STRATEGY_TEXT = {
@@ -288,8 +290,8 @@ def record_key(record: Record) -> tuple[Any, ...]:
 
 
 def order_key(record: Record) -> tuple[int, int, str, int]:
-    order = ["bare-restart", *OPERATION_KEYS, "rotate-auth", "backup", "restore", "api-cost", "scale",
-             "webhook-latency", "webhook-fuzz", "soak"]
+    order = ["bare-restart", *OPERATION_KEYS, "rotate-auth", "backup", "restore", "quorum-recovery", "api-cost",
+             "scale", "webhook-latency", "webhook-fuzz", "soak"]
     scen = record.get("scenario", "")
     rank = {ENGINE: 0, NO_MOVE_LEADER: 1}.get(record.get("strategy", ""), 2)
     return (order.index(scen) if scen in order else len(order), rank, record.get("strategy", ""),
@@ -1096,7 +1098,8 @@ def main(argv: Sequence[str]) -> int:
                         help="run each operation's strategies N times, fresh Etcd each time, and report median and "
                              "worst per figure (scale, webhook and soak run once; %(default)s)")
     parser.add_argument("--data-mb", type=int, default=100, metavar="N",
-                        help="rotate-auth and backup-restore: N values of 1 MB written before the rows (%(default)s)")
+                        help="rotate-auth, backup-restore and quorum-recovery: N values of 1 MB written before the "
+                             "rows (%(default)s)")
     parser.add_argument("--soak-duration", type=float, default=soak.BENCH.duration,
                         help="seconds each soak strategy runs (%(default)s)")
     parser.add_argument("--soak-ca", type=float, default=soak.BENCH.ca_lifetime,
