@@ -32,8 +32,9 @@ import yaml
 
 from e2e import scenario
 from opsmanager import kube
-from opsmanager.api import conditions, constants
+from opsmanager.api import auth, conditions, constants
 from opsmanager_sandbox import install
+from opsmanager_sandbox.objectstore import ObjectStoreServer
 from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -137,6 +138,33 @@ async def test_an_in_place_resize_through_the_installed_operator(sc: scenario.Sc
     assert result.phase == constants.PHASE_SUCCESSFUL, result.failure
     assert result.writes_failed == 0 and uids.restarts() == {n: 0 for n in uids.names}, uids.uids
     assert audit(sc).counts(user=OPERATOR_USER, since=since)[("patch", "pods/resize")] == 3
+    assert not [r for r in audit(sc).records(user=OPERATOR_USER) if r.code == 403]
+    await sc.drop_etcd(db)
+
+
+async def test_a_backup_and_a_restore_through_the_installed_operator(sc: scenario.Scenario,
+                                                                    object_store: ObjectStoreServer) -> None:
+    """Backup and Restore as the operator's ServiceAccount: the restore plan's ConfigMap written and deleted, the
+    members' restore init container run from the operator's image (its traffic is part of the RBAC proof below)."""
+    db = "kept"
+    await sc.k.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3", "namespace": sc.namespace},
+                      "data": auth.encode({"accessKeyId": object_store.access_key,
+                                           "secretAccessKey": object_store.secret_key})})
+    await sc.fresh_etcd(db, extra={"backup": {"schedule": "0 0 1 1 *", "destination": {
+        "endpoint": object_store.endpoint, "bucket": "backups", "prefix": "install",
+        "credentialsSecret": {"name": "s3"}}}})
+    async with await sc.plain_client(db) as c:
+        await c.put("/kept", "before")
+    await sc.submit(f"{db}-backup", db, constants.OPS_TYPE_BACKUP, backup={})
+    assert (await sc.watch_request(f"{db}-backup", timeout=120))["status"]["phase"] == constants.PHASE_SUCCESSFUL
+    async with await sc.plain_client(db) as c:
+        await c.put("/kept", "after")
+    await sc.submit(f"{db}-restore", db, constants.OPS_TYPE_RESTORE, restore={"source": "latest"}, timeout="5m")
+    req = await sc.watch_request(f"{db}-restore", timeout=300)
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
+    await sc.wait_ready(db, timeout=120)
+    async with await sc.plain_client(db) as c:
+        assert await c.get("/kept") == b"before"
     assert not [r for r in audit(sc).records(user=OPERATOR_USER) if r.code == 403]
     await sc.drop_etcd(db)
 
@@ -326,7 +354,7 @@ async def _authorizer_sees(client: kube.Kube, calls: Collection[Call], *, allowe
 async def test_every_rule_of_the_bundle_is_needed(sc: scenario.Scenario) -> None:
     """For each rule: what the ServiceAccount did in this module under that rule (the audit log), replayed with the
     rule removed from the live ClusterRole, is refused (403 in the audit log). The rest of the module (install,
-    four operations, an in-place resize, HA) is the traffic: run alone, rules it did not exercise fail the test."""
+    four operations, an in-place resize, a backup and a restore, HA) is the traffic: run alone, rules it did not exercise fail the test."""
     sandbox = sc.sandbox
     roles = _bundle_roles()
     assert set(roles) == set(ROLES)

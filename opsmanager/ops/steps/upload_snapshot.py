@@ -71,6 +71,15 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
                 except etcd_errors.Compacted:
                     hashed = None  # compacted past it meanwhile: the restore checks the revision and the keys
                 key = snapshot.object_key(objects.prefix, ctx.namespace, ctx.db_name, ctx.now, revision)
+                try:
+                    await objects.aio.head(key)
+                except store.ObjectNotFound:
+                    pass
+                except store.StoreError as err:
+                    return context.Fail(str(err), reason=type(err).__name__)
+                else:  # another backup in this second at this revision: never overwrite it (its record names it)
+                    return context.Progress(f"{key} exists already (a backup in the same second at the same "
+                                            "revision); taking the snapshot again in a second", delay=1.0)
                 metadata = {"sha256": taken.sha256_hex, "revision": str(revision), "member": member,
                             "etcd-version": taken.version or "", "cluster-id": format(views[member].cluster_id, "x")}
                 if hashed is not None:
