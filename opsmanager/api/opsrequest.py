@@ -396,3 +396,21 @@ class EtcdOpsRequest(common.Model):
     )
     spec: EtcdOpsRequestSpec = pydantic.Field(description="What to do.")
     status: EtcdOpsRequestStatus | None = pydantic.Field(default=None, description="How far it got.")
+
+
+def filed_request(*, etcd: str, namespace: str | None, etcd_uid: str | None, name: str, trigger: str,
+                  spec: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """An EtcdOpsRequest the operator files by itself for Etcd ``etcd``: labelled with its ``trigger``
+    (``ops.opsmanager.dev/trigger``) and owned by the Etcd (garbage-collected with it); ``spec`` is the request's
+    spec without ``databaseRef``."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace,
+                            "labels": {constants.LABEL_OPS_TRIGGER: trigger}}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    if etcd_uid:
+        meta["ownerReferences"] = [{"apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
+                                    "name": etcd, "uid": etcd_uid}]
+    return {"apiVersion": constants.OPS_API_VERSION, "kind": constants.OPS_KIND, "metadata": meta,
+            "spec": {"type": spec["type"], "databaseRef": {"name": etcd},
+                     **{k: v for k, v in spec.items() if k != "type"}}}
+

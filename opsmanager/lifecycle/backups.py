@@ -31,6 +31,7 @@ from opsmanager import kube
 from opsmanager.api import backup as backup_api
 from opsmanager.api import conditions, constants
 from opsmanager.api import etcd as etcd_api
+from opsmanager.api import opsrequest as ops_api
 from opsmanager.lifecycle import metrics
 
 EVENT_BACKUP_REQUESTED: Final = "BackupRequested"
@@ -81,13 +82,9 @@ def freshness(policy: backup_api.BackupPolicy, status: backup_api.BackupStatus |
 
 def request_body(db: etcd_api.Etcd, slot: datetime.datetime) -> dict[str, Any]:
     name = db.metadata.name or ""
-    meta: dict[str, Any] = {"name": f"{name}-backup-{slot:%Y%m%d%H%M}", "namespace": db.metadata.namespace,
-                            "labels": {constants.LABEL_OPS_TRIGGER: constants.TRIGGER_SCHEDULED_BACKUP}}
-    if db.metadata.uid:
-        meta["ownerReferences"] = [{"apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
-                                    "name": name, "uid": db.metadata.uid}]
-    return {"apiVersion": constants.OPS_API_VERSION, "kind": constants.OPS_KIND, "metadata": meta,
-            "spec": {"type": constants.OPS_TYPE_BACKUP, "databaseRef": {"name": name}, "backup": {}}}
+    return ops_api.filed_request(etcd=name, namespace=db.metadata.namespace, etcd_uid=db.metadata.uid,
+                                 name=f"{name}-backup-{slot:%Y%m%d%H%M}", trigger=constants.TRIGGER_SCHEDULED_BACKUP,
+                                 spec={"type": constants.OPS_TYPE_BACKUP, "backup": {}})
 
 
 def last_failure(requests: Sequence[Mapping[str, Any]], db: str,

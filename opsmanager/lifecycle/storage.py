@@ -33,6 +33,7 @@ from typing import Any, Final
 from opsmanager import kube
 from opsmanager.api import conditions, constants, lifecycle, pause
 from opsmanager.api import etcd as etcd_api
+from opsmanager.api import opsrequest as ops_api
 from opsmanager.cluster import credentials, members, naming
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
@@ -122,13 +123,10 @@ async def observe(k: kube.Kube, db: etcd_api.Etcd) -> tuple[dict[str, lifecycle.
 
 def request_body(db: etcd_api.Etcd, now: datetime.datetime) -> dict[str, Any]:
     name = db.metadata.name or ""
-    meta: dict[str, Any] = {"name": f"{name}-auto-defragment-{int(now.timestamp())}", "namespace": db.metadata.namespace,
-                            "labels": {constants.LABEL_OPS_TRIGGER: constants.TRIGGER_AUTO_DEFRAGMENT}}
-    if db.metadata.uid:
-        meta["ownerReferences"] = [{"apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
-                                    "name": name, "uid": db.metadata.uid}]
-    return {"apiVersion": constants.OPS_API_VERSION, "kind": constants.OPS_KIND, "metadata": meta,
-            "spec": {"type": constants.OPS_TYPE_DEFRAGMENT, "databaseRef": {"name": name}, "defragment": {}}}
+    return ops_api.filed_request(etcd=name, namespace=db.metadata.namespace, etcd_uid=db.metadata.uid,
+                                 name=f"{name}-auto-defragment-{int(now.timestamp())}",
+                                 trigger=constants.TRIGGER_AUTO_DEFRAGMENT,
+                                 spec={"type": constants.OPS_TYPE_DEFRAGMENT, "defragment": {}})
 
 
 async def scan_once(k: kube.Kube, obj: Mapping[str, Any], *, now: datetime.datetime) -> Decision | None:

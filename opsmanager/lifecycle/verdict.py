@@ -51,6 +51,7 @@ from typing import Any, Final
 
 from opsmanager import pki
 from opsmanager.api import conditions, constants, durations, lifecycle
+from opsmanager.api import opsrequest as ops_api
 
 # --- names (to be moved to opsmanager.api.constants at merge) ---------------------------------------------------
 
@@ -613,20 +614,12 @@ def request_body(*, etcd: str, namespace: str, etcd_uid: str | None, name: str, 
     ``ops.opsmanager.dev/trigger: auto-renew``, annotated with the expiry it renews, owned by the Etcd. When that
     expiry has already passed (``now``), ``apply: Always``: a cluster serving expired leaves is not Ready (its health
     checks cannot handshake), and an ``IfReady`` request would wait for ever instead of running the rescue."""
-    meta: dict[str, Any] = {
-        "name": name, "namespace": namespace,
-        "labels": {constants.LABEL_OPS_TRIGGER: constants.TRIGGER_AUTO_RENEW},
-        "annotations": {ANNOTATION_AUTO_RENEW_FOR: conditions.rfc3339(not_after)},
-    }
-    if etcd_uid:
-        meta["ownerReferences"] = [{"apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
-                                    "name": etcd, "uid": etcd_uid}]
-    return {
-        "apiVersion": constants.OPS_API_VERSION, "kind": constants.OPS_KIND, "metadata": meta,
-        "spec": {"type": constants.OPS_TYPE_RECONFIGURE_TLS, "databaseRef": {"name": etcd},
-                 "tls": {"rotateCertificates": True}, "timeout": go_duration(timeout),
-                 **({"apply": constants.APPLY_ALWAYS} if now is not None and not_after <= now else {})},
-    }
+    return ops_api.filed_request(
+        etcd=etcd, namespace=namespace, etcd_uid=etcd_uid, name=name, trigger=constants.TRIGGER_AUTO_RENEW,
+        annotations={ANNOTATION_AUTO_RENEW_FOR: conditions.rfc3339(not_after)},
+        spec={"type": constants.OPS_TYPE_RECONFIGURE_TLS, "tls": {"rotateCertificates": True},
+              "timeout": go_duration(timeout),
+              **({"apply": constants.APPLY_ALWAYS} if now is not None and not_after <= now else {})})
 
 
 ANNOTATION_AUTO_RENEW_FOR: Final = "opsmanager.dev/auto-renew-for"  # on the request: the notAfter it renews

@@ -33,6 +33,7 @@ from typing import Any, Final
 from opsmanager import kube, pki
 from opsmanager.api import constants
 from opsmanager.api import etcd as etcd_api
+from opsmanager.api import opsrequest as ops_api
 from opsmanager.cluster import render
 from opsmanager.tls import gate, material, release
 
@@ -119,17 +120,10 @@ async def source_cas(k: kube.Kube, db: etcd_api.Etcd, tls: etcd_api.TLSConfig,
 
 def request_body(db: etcd_api.Etcd, ca: RenewedCA) -> dict[str, Any]:
     name = db.metadata.name or ""
-    meta: dict[str, Any] = {
-        "name": request_name(name, ca.fingerprint), "namespace": _ns(db),
-        "labels": {constants.LABEL_OPS_TRIGGER: constants.TRIGGER_CA_ROLLOVER},
-        "annotations": {ANNOTATION_ROLLOVER_TO: ca.fingerprint},
-    }
-    if db.metadata.uid:
-        meta["ownerReferences"] = [{"apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
-                                    "name": name, "uid": db.metadata.uid}]
-    return {"apiVersion": constants.OPS_API_VERSION, "kind": constants.OPS_KIND, "metadata": meta,
-            "spec": {"type": constants.OPS_TYPE_RECONFIGURE_TLS, "databaseRef": {"name": name},
-                     "tls": {"rotateCertificates": True}}}
+    return ops_api.filed_request(etcd=name, namespace=_ns(db), etcd_uid=db.metadata.uid,
+                                 name=request_name(name, ca.fingerprint), trigger=constants.TRIGGER_CA_ROLLOVER,
+                                 annotations={ANNOTATION_ROLLOVER_TO: ca.fingerprint},
+                                 spec={"type": constants.OPS_TYPE_RECONFIGURE_TLS, "tls": {"rotateCertificates": True}})
 
 
 async def file_if_renewed(k: kube.Kube, obj: Mapping[str, Any], held: Iterable[gate.Problem], *,
