@@ -9,8 +9,7 @@ memory but one write buffer, and the destination only ever holds a complete, ver
 Why read the revision from the file: etcd 3.5 and 3.6 send no ``header`` with the stream (every field 0), so the
 point in time of a snapshot is only in the database itself: the highest key of the ``key`` bucket is
 ``<main revision, 8 bytes big-endian>_<sub revision>``, which is what ``etcdutl snapshot status`` reports.
-:func:`db_revision` walks the bbolt B+tree read-only (meta page with the higher txid, root bucket, the ``key``
-bucket's rightmost leaf) without loading the file.
+:func:`db_revision` reads it with :mod:`opsmanager.snapshotfile` (the bbolt reader the backups use too).
 """
 
 from __future__ import annotations
@@ -18,12 +17,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import mmap
 import os
 import pathlib
-import struct
 import tempfile
 import threading
+
+from opsmanager import snapshotfile
 
 TRAILER = 32  # sha256 digest etcd appends to the stream
 _BUFFER = 1 << 18  # bytes collected before one write(2): 8 of etcd's 32 KiB chunks
@@ -148,119 +147,12 @@ def write_verified(dest: str | os.PathLike[str], db: bytes) -> tuple[int, str]:
     return out.finish()
 
 
-# ---- the revision inside a bbolt file -----------------------------------------------------------------------------
-
-_MAGIC = 0xED0CDAED
-_BRANCH, _LEAF = 0x01, 0x02
-_BUCKET_LEAF = 0x01
-_PAGE_HEADER = struct.Struct("<QHHI")  # id, flags, count, overflow
-_META_STRUCT = struct.Struct("<IIII QQ QQQ Q")  # magic, version, page size, flags, root (pgid, seq), freelist,
-# high-water pgid, txid, checksum
-_BRANCH_ELEMENT = struct.Struct("<IIQ")  # pos, ksize, pgid
-_LEAF_ELEMENT = struct.Struct("<IIII")  # flags, pos, ksize, vsize
-_BUCKET_HEADER = struct.Struct("<QQ")  # root pgid (0: inline bucket), sequence
-KEY_BUCKET = b"key"
-
-
-def _fnv64a(data: bytes) -> int:
-    h = 0xCBF29CE484222325
-    for byte in data:
-        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
-
-
-class _Bolt:
-    def __init__(self, mem: mmap.mmap) -> None:
-        self.mem = mem
-        first = self._meta(0)  # page 0; its page size places page 1 (bbolt falls back to the OS page size)
-        second = self._meta(first[2] if first is not None else 4096)
-        metas = [m for m in (first, second) if m is not None]
-        if not metas:
-            raise ValueError("not a bbolt file: no valid meta page")
-        best = max(metas, key=lambda m: m[8])  # the higher txid: the last committed transaction
-        self.page_size = best[2]
-        self.root = best[4]
-
-    def _meta(self, offset: int) -> tuple[int, ...] | None:
-        start = offset + _PAGE_HEADER.size
-        raw = self.mem[start:start + _META_STRUCT.size]
-        if len(raw) < _META_STRUCT.size:
-            return None
-        meta = _META_STRUCT.unpack(raw)
-        if meta[0] != _MAGIC or _fnv64a(raw[:-8]) != meta[9]:
-            return None
-        return meta
-
-    def page(self, pgid: int) -> tuple[int, int, int]:
-        """(offset of the page, flags, element count)."""
-        offset = pgid * self.page_size
-        _id, flags, count, _overflow = _PAGE_HEADER.unpack_from(self.mem, offset)
-        return offset, flags, count
-
-    def leaf_elements(self, buf: memoryview | mmap.mmap, offset: int,
-                      count: int) -> list[tuple[int, bytes, bytes]]:
-        out = []
-        for i in range(count):
-            at = offset + _PAGE_HEADER.size + i * _LEAF_ELEMENT.size
-            flags, pos, ksize, vsize = _LEAF_ELEMENT.unpack_from(buf, at)
-            key = bytes(buf[at + pos:at + pos + ksize])
-            value = bytes(buf[at + pos + ksize:at + pos + ksize + vsize])
-            out.append((flags, key, value))
-        return out
-
-    def branch_children(self, offset: int, count: int) -> list[int]:
-        return [_BRANCH_ELEMENT.unpack_from(self.mem, offset + _PAGE_HEADER.size + i * _BRANCH_ELEMENT.size)[2]
-                for i in range(count)]
-
-    def bucket_value(self, name: bytes) -> bytes | None:
-        """The root bucket's entry for bucket ``name`` (its 16-byte header, plus the inline page if any)."""
-        stack = [self.root]
-        while stack:
-            offset, flags, count = self.page(stack.pop())
-            if flags & _BRANCH:
-                stack.extend(self.branch_children(offset, count))
-            elif flags & _LEAF:
-                for eflags, key, value in self.leaf_elements(self.mem, offset, count):
-                    if key == name and eflags & _BUCKET_LEAF:
-                        return value
-        return None
-
-    def last_key(self, bucket: bytes) -> bytes | None:
-        """The greatest key of a bucket given its root-bucket entry, or None when it is empty."""
-        root, _seq = _BUCKET_HEADER.unpack_from(bucket, 0)
-        if root == 0:  # inline bucket: one leaf page right after the header, inside the value
-            inline = memoryview(bucket)[_BUCKET_HEADER.size:]
-            _id, _flags, count, _overflow = _PAGE_HEADER.unpack_from(inline, 0)
-            elements = self.leaf_elements(inline, 0, count)
-            return elements[-1][1] if elements else None
-        return self._last_in(root)
-
-    def _last_in(self, pgid: int) -> bytes | None:
-        offset, flags, count = self.page(pgid)
-        if flags & _LEAF:
-            elements = self.leaf_elements(self.mem, offset, count)
-            return elements[-1][1] if elements else None
-        if not flags & _BRANCH:
-            raise ValueError(f"bbolt page {pgid} is neither branch nor leaf (flags {flags:#x})")
-        for child in reversed(self.branch_children(offset, count)):  # rightmost non-empty subtree
-            key = self._last_in(child)
-            if key is not None:
-                return key
-        return None
+# ---- the revision inside the file ------------------------------------------------------------------------------
 
 
 def db_revision(path: str | os.PathLike[str]) -> int:
     """The main revision of the newest key in the bbolt database at ``path`` (a snapshot file with or without its
     trailer): what ``etcdutl snapshot status`` reports as ``revision``. 0 when the ``key`` bucket is empty.
-    ValueError when the file is not a bbolt database with a ``key`` bucket."""
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mem:
-        bolt = _Bolt(mem)
-        bucket = bolt.bucket_value(KEY_BUCKET)
-        if bucket is None:
-            raise ValueError(f"{path}: no {KEY_BUCKET!r} bucket; not an etcd backend")
-        key = bolt.last_key(bucket)
-    if key is None:
-        return 0
-    if len(key) < 17:
-        raise ValueError(f"{path}: key bucket holds {key!r}, not a revision")
-    return int.from_bytes(key[:8], "big")
+    ValueError when the file is not a bbolt database with a ``key`` bucket (the reader of
+    :mod:`opsmanager.snapshotfile`)."""
+    return snapshotfile.content_revision(pathlib.Path(path)).revision
