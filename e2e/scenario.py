@@ -324,7 +324,10 @@ class Scenario:
             if status.get("phase") in constants.TERMINAL_OPS_PHASES:
                 return req
             if time.monotonic() > deadline:
-                raise TimeoutError(f"EtcdOpsRequest {name}: still {status.get('phase')} after {timeout:.0f}s")
+                where = "; ".join(f"{c.get('type')}={c.get('status')} ({c.get('message', '')})"
+                                  for c in status.get("conditions") or [] if c.get("status") != constants.TRUE)
+                raise TimeoutError(f"EtcdOpsRequest {name}: still {status.get('phase')} after {timeout:.0f}s; "
+                                   f"not True: {where or 'none'}")
             await asyncio.sleep(0.2)
 
     async def leader_moves(self, request_name: str) -> int:

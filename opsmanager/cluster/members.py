@@ -21,11 +21,13 @@ Only the I/O of reading pods, Secrets and members is here; the verdicts (health,
 from __future__ import annotations
 
 import asyncio
+import datetime
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from opsmanager import kube
+from opsmanager.api import conditions
 from opsmanager.cluster import health, naming
 from opsmanager.etcd import access, admin, errors, probes
 from opsmanager.etcd import client as etcd_client
@@ -48,6 +50,48 @@ def pod_ip(pod: Mapping[str, Any]) -> str | None:
 
 def terminating(pod: Mapping[str, Any] | None) -> bool:
     return pod is None or bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+# kube-controller-manager's disruption controller keeps a ``disruptedPods`` entry this long while its pod lives on.
+BUDGET_DELETION_TIMEOUT = datetime.timedelta(minutes=2)
+
+
+def admitted_by_budget(budget: Mapping[str, Any] | None, pod: Mapping[str, Any]) -> bool:
+    """Has the PodDisruptionBudget already admitted an eviction of this very pod — the pod's name in the budget's
+    ``status.disruptedPods``, stamped no earlier than the pod was created (an entry left by an earlier pod of the
+    same name does not count) — while the pod is not being deleted?"""
+    if budget is None or terminating(pod):
+        return False
+    meta = pod.get("metadata") or {}
+    stamp = ((budget.get("status") or {}).get("disruptedPods") or {}).get(meta.get("name"))
+    created = meta.get("creationTimestamp")
+    if not stamp or not created:
+        return False
+    try:
+        return conditions.parse_rfc3339(str(stamp)) >= conditions.parse_rfc3339(str(created))
+    except ValueError:
+        return False
+
+
+def stale_budget_entries(budget: Mapping[str, Any] | None,
+                         pods: Mapping[str, Mapping[str, Any]]) -> dict[str, datetime.datetime]:
+    """The budget's ``disruptedPods`` entries older than the live pod of that name (an eviction of its predecessor,
+    which kube-controller-manager missed): ``{pod: when kube-controller-manager drops the entry}``. Until then the
+    budget counts a healthy member as disrupted and refuses every eviction."""
+    entries = ((budget or {}).get("status") or {}).get("disruptedPods") or {}
+    stale: dict[str, datetime.datetime] = {}
+    for name, stamp in entries.items():
+        pod = pods.get(name)
+        created = ((pod or {}).get("metadata") or {}).get("creationTimestamp")
+        if pod is None or terminating(pod) or not created or not stamp:
+            continue
+        try:
+            admitted = conditions.parse_rfc3339(str(stamp))
+            if admitted < conditions.parse_rfc3339(str(created)):
+                stale[name] = admitted + BUDGET_DELETION_TIMEOUT
+        except ValueError:
+            continue
+    return stale
 
 
 def serving(pod: Mapping[str, Any] | None) -> bool:

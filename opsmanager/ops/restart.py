@@ -38,8 +38,8 @@ from collections.abc import Callable
 from typing import Any
 
 from opsmanager import kube, metrics
-from opsmanager.api import constants
-from opsmanager.cluster import members
+from opsmanager.api import conditions, constants
+from opsmanager.cluster import members, naming
 from opsmanager.etcd import admin
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan, rollout
@@ -144,15 +144,29 @@ async def restart(ctx: context.OpsContext, step: plan.Restarting, pod: dict[str,
     name = pod["metadata"]["name"]
     ctx.set_pod_condition(constants.STEP_EVICT_POD, name, F)
     await ctx.flush()
+    how = ""
     try:
         await ctx.kube.evict(ctx.namespace, name)
     except kube.TooManyRequests as err:
-        return context.Progress(f"eviction of {name} not allowed yet by the PodDisruptionBudget: {err}", delay=1.0)
+        budget = await ctx.kube.get("policy/v1", "PodDisruptionBudget", ctx.namespace, naming.pdb(ctx.db_name))
+        if not members.admitted_by_budget(budget, pod):
+            stale = members.stale_budget_entries(budget, await ctx.pods())
+            why = "".join(f"; the budget still counts {other} as disrupted by an eviction of its previous pod (kube-"
+                          f"controller-manager drops that entry at {conditions.rfc3339(until)})"
+                          for other, until in sorted(stale.items()))
+            return context.Progress(f"eviction of {name} not allowed yet by the PodDisruptionBudget: {err}{why}",
+                                    delay=1.0)
+        # The API server records an admitted eviction in the budget first and deletes the pod second; a client
+        # that went away in between (an operator killed mid-request) leaves the budget counting this pod as
+        # disrupted — every further eviction refused for the two minutes the disruption controller waits —
+        # while the pod runs on. Deleting it is the rest of that same admitted eviction, within the budget.
+        await ctx.kube.delete("v1", "Pod", ctx.namespace, name, uid=pod["metadata"].get("uid"))
+        how = "; finishing an eviction the PodDisruptionBudget had admitted"
     except kube.NotFound:
         pass
     metrics.member_restarted()
     _mark_evicted(ctx, step, name)
-    ctx.announce("EvictPod", f"Restarted etcd member {name} ({step.condition})")  # with EvictPod True's write
+    ctx.announce("EvictPod", f"Restarted etcd member {name} ({step.condition}{how})")  # with EvictPod True's write
     # The message the wait for the new pod shows too: one write says it (the Event says that it was restarted).
     return context.Progress(_recreating(name), delay=ctx.until_watched(0.2))
 

@@ -66,3 +66,41 @@ async def test_without_a_client_the_views_carry_the_pod_facts_only() -> None:
     assert [(v.exists, v.pod_ready, v.healthy, v.reason) for v in views] == [
         (True, True, False, "not asked"), (True, False, False, "no pod IP yet"),
         (False, False, False, "pod does not exist")]
+
+
+def test_a_budget_admitted_this_pod_only_with_an_entry_newer_than_the_pod() -> None:
+    """``disruptedPods`` names the pod, stamped at or after the pod's creation, and the pod is not being deleted:
+    an eviction of this very pod was admitted (whose delete may never have happened)."""
+    def budget(stamp: str | None) -> dict[str, Any]:
+        return {"status": {"disruptedPods": {"e-2": stamp}} if stamp else {}}
+
+    pod: dict[str, Any] = {"metadata": {"name": "e-2", "creationTimestamp": "2026-01-01T00:00:10Z"}}
+    assert members.admitted_by_budget(budget("2026-01-01T00:01:00Z"), pod)
+    assert members.admitted_by_budget(budget("2026-01-01T00:00:10Z"), pod)
+    assert not members.admitted_by_budget(budget("2026-01-01T00:00:09Z"), pod)  # an earlier pod of that name
+    assert not members.admitted_by_budget(budget(None), pod)
+    assert not members.admitted_by_budget(None, pod)
+    assert not members.admitted_by_budget(budget("not a time"), pod)
+    other = {"metadata": {"name": "e-1", "creationTimestamp": "2026-01-01T00:00:10Z"}}
+    assert not members.admitted_by_budget(budget("2026-01-01T00:01:00Z"), other)
+    going = {"metadata": {**pod["metadata"], "deletionTimestamp": "2026-01-01T00:02:00Z"}}
+    assert not members.admitted_by_budget(budget("2026-01-01T00:01:00Z"), going)
+
+
+def test_a_budget_entry_older_than_its_pod_is_stale_and_says_when_it_expires() -> None:
+    import datetime
+
+    def pod(name: str, created: str, *, deleting: bool = False) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, "creationTimestamp": created}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-01-01T00:05:00Z"
+        return {"metadata": meta}
+
+    budget = {"status": {"disruptedPods": {"e-0": "2026-01-01T00:00:00Z", "e-1": "2026-01-01T00:00:30Z",
+                                           "e-2": "2026-01-01T00:00:00Z", "e-3": "2026-01-01T00:00:00Z"}}}
+    pods = {"e-0": pod("e-0", "2026-01-01T00:00:05Z"),                   # recreated after the entry: stale
+            "e-1": pod("e-1", "2026-01-01T00:00:05Z"),                   # the entry is this pod's: not stale
+            "e-2": pod("e-2", "2026-01-01T00:00:05Z", deleting=True)}    # going anyway
+    assert members.stale_budget_entries(budget, pods) == {
+        "e-0": datetime.datetime(2026, 1, 1, 0, 2, tzinfo=datetime.UTC)}
+    assert members.stale_budget_entries(None, pods) == {}

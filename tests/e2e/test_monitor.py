@@ -1,4 +1,8 @@
-"""The leader monitor counts elections on a real cluster: one per MoveLeader, one for a killed leader."""
+"""The leader monitor counts elections on a real cluster: one per MoveLeader, at least one for a killed leader.
+
+A killed leader leaves two voters whose election timers can fire together: a split vote costs a term of its own,
+so the monitor (which counts term increments, every campaign) may see more than one there — never fewer.
+"""
 
 from __future__ import annotations
 
@@ -25,9 +29,12 @@ async def test_counts_one_election_per_leader_move_and_one_for_a_killed_leader(e
         await client.move_leader(target.member_id)
         await aeventually(lambda: mon.result.elections >= 1, what="the election for the move")
         assert mon.result.changes[-1].leader_id == target.member_id
+        assert mon.result.elections == 1, "a MoveLeader is exactly one election (TimeoutNow, no campaign)"
         assert leader.member_id != target.member_id
         cluster.kill_member(target.endpoint.name)
-        await aeventually(lambda: mon.result.elections >= 2, timeout=15.0, what="the election after the kill")
+        await aeventually(lambda: len(mon.result.changes) >= 2, timeout=15.0, what="a new leader after the kill")
     result = await mon.stop()
-    assert result.elections == 2
-    assert [c.term for c in result.changes] == [result.first_term + 1, result.first_term + 2]
+    assert result.elections >= 2
+    assert [c.term for c in result.changes][0] == result.first_term + 1
+    assert result.changes[-1].term == result.last_term > result.first_term + 1
+    assert result.changes[-1].leader_id not in (target.member_id, 0)

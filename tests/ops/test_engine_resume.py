@@ -8,7 +8,10 @@ How the operator dies here (see :mod:`tests.ops.world`):
   flush points: pausing the Etcd, writing a StatefulSet template, a member update, an eviction or pod deletion —
   :data:`RECORDED_BEFORE_ACTING`) and every per-member step: right after the write that first shows the condition
   False (``in-flight <condition>``), before the step acts;
-- around each disruptive call: before and after each eviction, each MoveLeader, each member update.
+- around each disruptive call: before and after each eviction, each MoveLeader, each member update;
+- inside an eviction, between the API server's two writes (its own test): the budget counts the pod as disrupted
+  and the pod is not deleted — what a client that went away mid-request leaves; every further eviction is refused
+  for the two minutes the disruption controller waits.
 Each point fires once per run (the next engine gets past it), so one run per operation visits all of them. One
 status write records everything a reconcile changed, so a crash after it is the moment of every point it shows
 (:meth:`~tests.ops.world.World.maybe_crash_after_write`). A step that only observes, or acts idempotently (issue,
@@ -98,3 +101,19 @@ async def test_killed_after_every_step_and_before_every_action_it_resumes_to_suc
     if constants.COND_PEER_URLS_UPDATED in op.order:
         assert {f"after member_update {p}" for p in operations.PODS} <= crashed
         assert {f"in-flight UpdatePeerURL--{p}" for p in operations.PODS} <= crashed
+
+
+@pytest.mark.parametrize("op", RESUMED[-1:], ids=lambda op: op.name)
+async def test_killed_inside_every_eviction_it_finishes_the_admitted_eviction_without_waiting_out_the_budget(
+        world: w.World, op: operations.Operation) -> None:
+    """The API server admitted each eviction (the budget counts the pod as disrupted) but the operator died before
+    the pod was deleted: the next operator's eviction is refused for two minutes, so it deletes the pod the budget
+    already counts — once — and the roll goes on (the world gives up long before two minutes)."""
+    world.budget = True
+    await operations.prepare(world, op)
+    world.crash_points = {f"midway evict {p}" for p in operations.PODS}
+    req = await world.run(op.name)
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
+    assert set(world.crashes) == {f"midway evict {p}" for p in operations.PODS}
+    await operations.assert_rolled_safely(world, op)
+    assert sorted(world.record.deletions) == sorted(operations.PODS)  # each pod deleted once, by the second try

@@ -88,11 +88,38 @@ class CrashingKube(kube.Kube):
 
     on_evict: Callable[[str], None] = staticmethod(lambda pod: None)
 
+    armed: Callable[[str], bool] = staticmethod(lambda point: False)
+
     async def evict(self, namespace: str, pod: str) -> None:
         self.on_evict(pod)
         self.crash(f"before evict {pod}")
+        if self.armed(f"midway evict {pod}"):
+            if not await self._admit_only(namespace, pod):
+                # as the server decides from the status just read (the controller may change it before a second
+                # look, and the eviction would then go through whole)
+                raise kube.TooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.")
+            self.crash(f"midway evict {pod}")
         await super().evict(namespace, pod)
         self.crash(f"after evict {pod}")
+
+    async def _admit_only(self, namespace: str, pod: str) -> bool:
+        """The first half of kube-apiserver's eviction — the budget counts the pod as disrupted — without the
+        second (the pod's delete): what a client that went away between the two leaves. False when the budget
+        would refuse (then nothing is written, as on the server)."""
+        labels = ((await super().get("v1", "Pod", namespace, pod) or {}).get("metadata") or {}).get("labels") or {}
+        for pdb in await super().list("policy/v1", "PodDisruptionBudget", namespace):
+            match = ((pdb.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+            status = pdb.get("status") or {}
+            if not match or any(labels.get(k) != v for k, v in match.items()):
+                continue
+            if int(status.get("disruptionsAllowed", 0)) <= 0:
+                return False
+            await super().patch("policy/v1", "PodDisruptionBudget", namespace, pdb["metadata"]["name"], {
+                "status": {"disruptionsAllowed": int(status["disruptionsAllowed"]) - 1,
+                           "disruptedPods": {pod: conditions.rfc3339(datetime.datetime.now(datetime.UTC))}}},
+                subresource="status")
+            return True
+        return False
 
     on_delete_pod: Callable[[str], None] = staticmethod(lambda pod: None)
 
@@ -210,6 +237,7 @@ class World:
         self.server = server
         self.kube = client
         client.crash = self.maybe_crash
+        client.armed = lambda point: point in self.crash_points
         client.crash_after_write = self.maybe_crash_after_write
         client.unchanged_writes = []
         client.on_evict = lambda pod: self.record.evictions.append((pod, self.clock.offset.total_seconds()))
@@ -228,6 +256,9 @@ class World:
         self._missing_seen: set[str] = set()
         self.provisioner_holds = False  # True: the provisioner never re-renders the StatefulSet
         self.resize_infeasible: set[str] = set()  # pods the kubelet cannot resize (PodResizePending/Infeasible)
+        # The Etcd's PodDisruptionBudget, which evictions then ask (its status follows the pods a little later, so a
+        # roll meets a refusal or two): off by default, which keeps the counts of writes and evictions exact.
+        self.budget = False
 
     # --- crash injection --------------------------------------------------------------------------------------
 
@@ -296,6 +327,8 @@ class World:
                                       "ca.crt") for a in constants.CERT_ALIASES]
             await release.write_bundle(self.kube, db, pki.bundle(*[c for c in cas if c]), initial=True)
         await applying.apply_statefulset(self.kube, db)
+        if self.budget:
+            await self.kube.apply(render.render_pdb(db))
         for _ in range(3):
             await self.settle()
         self.record = Record()

@@ -9,6 +9,7 @@ JSONPath subset of printer columns; PDB arithmetic with percentages; history com
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
@@ -136,6 +137,31 @@ def test_pdb_arithmetic() -> None:
             status["disruptionsAllowed"]) == (3, 2, 1, 1)
     pdb["spec"] = {"minAvailable": 2, "selector": {"matchLabels": {"app": "e"}}}
     assert disruption.status(pdb, pods, [])["disruptionsAllowed"] == 0
+
+
+def test_a_pod_an_eviction_was_admitted_for_stays_disrupted_until_deleted_or_two_minutes_pass() -> None:
+    """As kube-controller-manager: the pod in ``disruptedPods`` is not healthy for the budget while it runs on
+    (an eviction whose delete never happened), for ``DELETION_TIMEOUT``; a pod being deleted drops its entry."""
+    def pod(name: str, *, deleting: bool = False) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, "labels": {"app": "e"}}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-01-01T00:00:30Z"
+        return {"metadata": meta, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
+    admitted = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    pdb = {"metadata": {"generation": 1}, "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "e"}}},
+           "status": {"disruptedPods": {"c": "2026-01-01T00:00:00Z"}}}
+    pods = [pod("a"), pod("b"), pod("c")]
+    soon = admitted + datetime.timedelta(seconds=90)
+    status = disruption.status(pdb, pods, [], soon)
+    assert (status["currentHealthy"], status["disruptionsAllowed"], status["disruptedPods"]) == \
+        (2, 0, {"c": "2026-01-01T00:00:00Z"})
+    assert disruption.disrupted(pdb, pods, soon)[1] == admitted + disruption.DELETION_TIMEOUT
+    late = admitted + disruption.DELETION_TIMEOUT + datetime.timedelta(seconds=1)
+    status = disruption.status(pdb, pods, [], late)
+    assert (status["currentHealthy"], status["disruptionsAllowed"], "disruptedPods" in status) == (3, 1, False)
+    status = disruption.status(pdb, [pod("a"), pod("b"), pod("c", deleting=True)], [], soon)
+    assert "disruptedPods" not in status and status["currentHealthy"] == 2
 
 
 def test_history_is_bounded_and_expires() -> None:

@@ -21,6 +21,7 @@ appears or disappears) makes the next pass a full one, as does a pass that faile
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import uuid
 from typing import Any
@@ -61,6 +62,8 @@ class Controllers:
         self._dirty: set[Ref] = set()                  # objects to run the garbage collector's checks on
         self._waiting: set[Ref] = set()                # owners being deleted with orphan/foregroundDeletion
         self._pdb_namespaces: set[str] = set()         # namespaces whose PodDisruptionBudgets' status may change
+        self._pdb_rechecks: dict[str, float] = {}      # namespace: loop time of the next look at its budgets
+        self._pods_going: set[tuple[str, str]] = set()  # pods seen deleted or being deleted since the last pass
         self._terminating: set[str] = set()            # namespaces with a deletionTimestamp
         self._deleting_crds: set[store.Key] = set()    # storage keys of CRDs with a deletionTimestamp
         self.passes = 0                                # passes run (tests check that irrelevant changes add none)
@@ -111,6 +114,10 @@ class Controllers:
             self._full = wake = True
         elif key in _PDB_INPUTS:
             self._pdb_namespaces.add(ns)
+            if key == ("", "pods") and (new is None or new["metadata"].get("deletionTimestamp")):
+                # The disruption controller sees every pod deletion (and drops its admitted eviction); here the
+                # pass may come only after the StatefulSet put a pod of the same name back.
+                self._pods_going.add((ns, ref[2]))
             wake = True
         if ns and ns in self._terminating or key in self._deleting_crds:
             wake = True
@@ -178,6 +185,24 @@ class Controllers:
                 if key == _NAMESPACES and meta.get("deletionTimestamp"):
                     self._terminating.add(meta["name"])
         self._pdb_namespaces.update(p["metadata"].get("namespace") or "" for p in objects.list(_PDBS))
+
+    def _recheck_pdbs(self, namespace: str, after: float) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a pass run outside the loop (reconcile() from a test): no timers
+            return
+
+        when = loop.time() + max(0.0, after)
+        scheduled = self._pdb_rechecks.get(namespace)
+        if scheduled is not None and loop.time() <= scheduled <= when:
+            return  # an earlier look is already due
+
+        def due() -> None:
+            self._pdb_rechecks.pop(namespace, None)
+            self._pdb_namespaces.add(namespace)
+            self._wake.set()
+        self._pdb_rechecks[namespace] = when
+        loop.call_at(when, due)
 
     def default_service_accounts(self) -> None:
         """The ServiceAccount ``default`` in every namespace that is not terminating (the real
@@ -294,6 +319,7 @@ class Controllers:
     def _pdb_status(self) -> None:
         key = _PDBS
         namespaces, self._pdb_namespaces = self._pdb_namespaces, set()
+        going, self._pods_going = self._pods_going, set()
         for ns in sorted(namespaces):
             pdbs = self.cluster.store.list(key, ns)
             if not pdbs:
@@ -308,10 +334,19 @@ class Controllers:
             for pdb in pdbs:
                 match = ((pdb.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
                 candidates = by_label.get(next(iter(match.items())), []) if match else pods
-                self._one_pdb_status(key, pdb, candidates, workloads)
+                self._one_pdb_status(key, pdb, candidates, workloads, {n for g, n in going if g == ns})
 
-    def _one_pdb_status(self, key: store.Key, pdb: Obj, pods: list[Obj], workloads: list[Obj]) -> None:
-        status = disruption.status(pdb, pods, workloads)
+    def _one_pdb_status(self, key: store.Key, pdb: Obj, pods: list[Obj], workloads: list[Obj],
+                        gone: set[str]) -> None:
+        now = datetime.datetime.now(datetime.UTC)
+        entries = (pdb.get("status") or {}).get("disruptedPods") or {}
+        if gone & set(entries):
+            pdb = copy_json(pdb)
+            pdb["status"]["disruptedPods"] = {k: v for k, v in entries.items() if k not in gone}
+        status = disruption.status(pdb, pods, workloads, now)
+        _, expiry = disruption.disrupted(pdb, disruption.covered_pods(pdb, pods), now)
+        if expiry is not None:  # look again when an admitted eviction's pod is overdue (nothing else changes then)
+            self._recheck_pdbs(pdb["metadata"].get("namespace") or "", (expiry - now).total_seconds() + 0.1)
         old = pdb.get("status") or {}
         if {k: v for k, v in old.items() if k != "conditions"} == \
                 {k: v for k, v in status.items() if k != "conditions"}:

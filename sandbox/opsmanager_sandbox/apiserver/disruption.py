@@ -3,19 +3,26 @@
 ``expectedPods`` is, for an absolute ``minAvailable``, the number of matching pods (as kube-controller-manager
 counts it, a terminating pod and its replacement both); otherwise the sum of ``spec.replicas`` of the StatefulSets
 or Deployments (the sandbox's Deployments own their pods directly) owning matching pods, plus the matching pods
-without such an owner. ``currentHealthy`` counts matching pods that are Ready and not being deleted.
+without such an owner. ``currentHealthy`` counts matching pods that are Ready, not being deleted, and not in ``disruptedPods``: a pod an
+eviction was admitted for stays there — unhealthy for the budget — until it is being deleted or ``DELETION_TIMEOUT``
+has passed since (an eviction whose client went away between the budget's write and the pod's delete leaves such an
+entry; every further eviction is refused until it expires).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 import math
 from typing import Any
 
 from opsmanager.kube import selectors
 
 Obj = dict[str, Any]
+
+# kube-controller-manager's disruption controller: how long an admitted eviction's pod may stay undeleted.
+DELETION_TIMEOUT = datetime.timedelta(minutes=2)
 
 
 def is_ready(pod: Obj) -> bool:
@@ -40,8 +47,37 @@ def scaled(value: Any, total: int, round_up: bool) -> int:
     return int(value)
 
 
-def status(pdb: Obj, pods: list[Obj], workloads: list[Obj]) -> Obj:
+def _parse(stamp: str) -> datetime.datetime | None:
+    try:
+        parsed = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=datetime.UTC)
+
+
+def disrupted(pdb: Obj, pods: list[Obj], now: datetime.datetime) -> tuple[dict[str, str], datetime.datetime | None]:
+    """The ``disruptedPods`` entries still pending (their pod present, not being deleted, admitted less than
+    ``DELETION_TIMEOUT`` ago), and when the first of them expires (None: none pending)."""
+    entries = (pdb.get("status") or {}).get("disruptedPods") or {}
+    kept: dict[str, str] = {}
+    recheck: datetime.datetime | None = None
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        if pod["metadata"].get("deletionTimestamp") or name not in entries:
+            continue
+        admitted = _parse(str(entries[name]))
+        if admitted is None or admitted + DELETION_TIMEOUT < now:
+            continue
+        kept[name] = entries[name]
+        expiry = admitted + DELETION_TIMEOUT
+        recheck = expiry if recheck is None or expiry < recheck else recheck
+    return kept, recheck
+
+
+def status(pdb: Obj, pods: list[Obj], workloads: list[Obj], now: datetime.datetime | None = None) -> Obj:
+    now = now if now is not None else datetime.datetime.now(datetime.UTC)
     covered = covered_pods(pdb, pods)
+    pending, _ = disrupted(pdb, covered, now)
     owners = {s["metadata"]["uid"]: s for s in workloads}
     owning: dict[str, Obj] = {}
     unowned = 0
@@ -59,7 +95,7 @@ def status(pdb: Obj, pods: list[Obj], workloads: list[Obj]) -> Obj:
         expected = len(covered)
     else:
         expected = unowned + sum(int((s.get("spec") or {}).get("replicas", 1)) for s in owning.values())
-    healthy = sum(1 for p in covered if is_ready(p))
+    healthy = sum(1 for p in covered if is_ready(p) and p["metadata"]["name"] not in pending)
     if spec.get("maxUnavailable") is not None:
         desired = max(0, expected - scaled(spec["maxUnavailable"], expected, True))
     else:
@@ -67,6 +103,7 @@ def status(pdb: Obj, pods: list[Obj], workloads: list[Obj]) -> Obj:
     allowed = max(0, healthy - desired)
     return {
         "observedGeneration": pdb["metadata"].get("generation", 1),
+        **({"disruptedPods": pending} if pending else {}),
         "disruptionsAllowed": allowed,
         "currentHealthy": healthy,
         "desiredHealthy": desired,
