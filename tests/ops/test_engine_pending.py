@@ -83,7 +83,17 @@ async def test_the_operators_rollover_and_a_hand_filed_rotate_on_an_expired_ca_r
     mine = body["metadata"]["name"]
     await world.engine().reconcile(w.NS, mine)  # the operator's request is seen first, then the user's arrives
     await rescue.rotate(world, "by-hand")
-    done = await world.run_all([mine, "by-hand"])
+
+    async def provisioner(_round: int) -> None:
+        """The provisioner's status pass (the world has none): Ready once the rescue is over and every member
+        serves valid certificates. Whether the user's rotate was judged a rescue before that depends on when its
+        turn came; either way it must not wait for good."""
+        ours = await world.get_request(mine)
+        if (ours.get("status") or {}).get("phase") in constants.TERMINAL_OPS_PHASES \
+                and await rescue.served_valid(world):
+            await set_etcd_status(world, "Ready", "3/3 members healthy")
+
+    done = await world.run_all([mine, "by-hand"], between=provisioner)
     phases = sorted(r["status"]["phase"] for r in done.values())
     assert phases == [constants.PHASE_SKIPPED, constants.PHASE_SUCCESSFUL] or \
         phases == [constants.PHASE_SUCCESSFUL, constants.PHASE_SUCCESSFUL], phases
