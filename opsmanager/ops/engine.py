@@ -264,6 +264,7 @@ class Engine:
         """Resume the Etcd, then write the terminal phase with everything still queued (one write)."""
         if not ok:
             message += await enable_downgrade.cancel_after_failure(ctx)
+            message += await restore_members.withdraw_after_failure(ctx)
         if self.etcd_pool is not None:
             # The engine's clients of this Etcd (one per identity the request went through) would hold their
             # channels until the next request of the Etcd: memory for nothing. Closed before the

@@ -60,6 +60,21 @@ def test_create_assigns_server_metadata_and_namespace_from_url(apiserver: Sandbo
     assert int(listed.metadata.resource_version) >= int(b.metadata.resource_version)
 
 
+def test_a_secrets_string_data_is_stored_in_data_on_create_update_and_patch(apiserver: SandboxAPI) -> None:
+    """As kube-apiserver: ``stringData`` is folded into ``data`` (base64, overwriting a key of the same name) and
+    never stored or returned."""
+    core = k.CoreV1Api(apiserver.api_client)
+    made = core.create_namespaced_secret("default", {"metadata": {"name": "sd"}, "data": {"a": "eA==", "b": "eA=="},
+                                                     "stringData": {"b": "two", "c": "three"}})
+    assert made.data == {"a": "eA==", "b": "dHdv", "c": "dGhyZWU="} and made.string_data is None
+    patched = core.patch_namespaced_secret("sd", "default", {"stringData": {"a": "one"}})
+    assert patched.data == {"a": "b25l", "b": "dHdv", "c": "dGhyZWU="} and patched.string_data is None
+    patched.string_data = {"d": "four"}
+    replaced = core.replace_namespaced_secret("sd", "default", patched)
+    assert replaced.data["d"] == "Zm91cg==" and replaced.string_data is None
+    assert core.read_namespaced_secret("sd", "default").string_data is None
+
+
 def test_create_answers_201_so_custom_objects_api_returns_the_body(apiserver: SandboxAPI,
                                                                    widget_crd: dict[str, Any]) -> None:
     custom = k.CustomObjectsApi(apiserver.api_client)

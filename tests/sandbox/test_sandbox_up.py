@@ -4,8 +4,10 @@ Also: ``Sandbox`` stops every process when the body of ``async with`` raises."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from opsmanager.backup import store
 from opsmanager_sandbox import cluster
 from tests.fixtures.sandbox_controllers import plain_etcd_statefulset
 from tests.polling import aeventually, eventually
@@ -142,16 +145,9 @@ def test_sandbox_up_install_runs_the_bundle_and_leaves_nothing_behind(tmp_path: 
     """``opsmanager sandbox up --install deploy/``: the README's command, as a user runs it."""
     root = Path(__file__).resolve().parents[2]
     state = tmp_path / "state"
-    proc = subprocess.Popen([sys.executable, "-m", "opsmanager", "sandbox", "up", "--dir", str(state),
-                             "--install", str(root / "deploy")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    proc = _up(state, "--install", str(root / "deploy"), cwd=tmp_path)
     try:
-        assert proc.stdout is not None
-        output = ""
-        for line in proc.stdout:
-            output += line
-            if "stop with Ctrl-C" in line:
-                break
+        output = _until_up(proc)
         assert "https://" in output and "install(" in output, output
         out = subprocess.run(["/usr/bin/kubectl", "--kubeconfig", str(state / "kubeconfig"), "--cache-dir",
                               str(tmp_path / "kube-cache"), "-n", "opsmanager-system", "get", "deployments",
@@ -166,6 +162,50 @@ def test_sandbox_up_install_runs_the_bundle_and_leaves_nothing_behind(tmp_path: 
         rc = _terminate(proc, timeout=60)
     assert rc == 0, proc.stderr.read() if proc.stderr else ""
     assert _pids_under(state) == []
+
+
+def test_sandbox_up_object_store_serves_the_printed_bucket_with_the_secrets_keys(tmp_path: Path) -> None:
+    """``opsmanager sandbox up --object-store`` (the demo's way to try backups): the S3 endpoint it prints serves
+    the bucket ``backups`` to the keys in Secret ``default/s3`` — an object written there reads back — and the
+    server stops with the sandbox."""
+    state = tmp_path / "state"
+    proc = _up(state, "--no-operator", "--object-store", cwd=tmp_path)
+    try:
+        output = _until_up(proc)
+        found = re.search(r"S3 store: (http://127\.0\.0\.1:\d+) \(bucket backups; Secret default/s3", output)
+        assert found is not None, output
+        url = yaml.safe_load((state / "kubeconfig").read_text())["clusters"][0]["cluster"]["server"]
+        data = _get(f"{url}/api/v1/namespaces/default/secrets/s3")["data"]
+        keys = {k: base64.b64decode(v).decode() for k, v in data.items()}
+        with store.ObjectStore(found.group(1), "backups", access_key_id=keys["accessKeyId"],
+                               secret_access_key=keys["secretAccessKey"], prefix="try") as bucket:
+            sample = tmp_path / "sample"
+            sample.write_bytes(b"snapshot bytes")
+            bucket.upload(sample, bucket.key("sample.db"))
+            bucket.download(bucket.key("sample.db"), tmp_path / "back")
+            assert (tmp_path / "back").read_bytes() == b"snapshot bytes"
+        assert _pids_under(state), "the S3 server runs under the sandbox's directory"
+    finally:
+        rc = _terminate(proc, timeout=60)
+    assert rc == 0, proc.stderr.read() if proc.stderr else ""
+    assert _pids_under(state) == []
+
+
+def _up(state: Path, *args: str, cwd: Path) -> subprocess.Popen[str]:
+    """``opsmanager sandbox up --dir <state> <args>`` as a separate process, its output piped."""
+    return subprocess.Popen([sys.executable, "-m", "opsmanager", "sandbox", "up", "--dir", str(state), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+
+
+def _until_up(proc: subprocess.Popen[str]) -> str:
+    """What it printed up to the line that says how to stop it (it is up then)."""
+    assert proc.stdout is not None
+    output = ""
+    for line in proc.stdout:
+        output += line
+        if "stop with Ctrl-C" in line:
+            break
+    return output
 
 
 def _terminate(proc: subprocess.Popen[str], timeout: float) -> int:

@@ -10,6 +10,10 @@ into a directory beside the data dir, swaps the two and marks the member restore
 again). The step ends when every member answers with a leader, the same cluster ID as the others, and not the
 cluster ID they had before.
 
+A Restore that fails before any member was replaced withdraws its plan (:func:`withdraw_after_failure`): left in
+place, the next routine restart of any member (a node drain) would roll that member back to the snapshot. Once
+members were replaced the plan stays, so a member still to start restores to the same snapshot as the others.
+
 Failures prevented: members restored from different data (one plan, one checksum, checked in every pod); a member
 that keeps its old data and joins the restored ones (every pod is replaced; the old cluster ID is refused); a pod
 restored twice (the marker); a restore that half-replaces a data dir (the init container swaps atomically and
@@ -100,3 +104,25 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
                             reason="NotRestored")
     return context.Done(f"Every member was restored from {ctx.recorded('snapshot')['key']}: a new cluster "
                         f"{sorted(ids)[0]} of {len(up)} members formed")
+
+
+async def withdraw_after_failure(ctx: context.OpsContext) -> str:
+    """A failed Restore whose plan no member has used yet: delete the plan (else a member's next start would restore
+    from it). Members already replaced keep it. The text is appended to the failure message."""
+    if not any(isinstance(s, plan.RestoreMembers) for s in ctx.plan.steps):
+        return ""
+    name = naming.restore_plan(ctx.db_name)
+    record = ctx.recorded("restarts").get("allTogether")
+    pods = await ctx.pods()
+    untouched = not isinstance(record, dict) or all(
+        (pod := pods.get(n)) is not None and not members.terminating(pod) and pod["metadata"].get("uid") == uid
+        for n, uid in record.items())
+    if not untouched:
+        return (f"; the restore plan (ConfigMap {name}) is kept: members were replaced from it, and a member not "
+                "restored yet restores from it at its next start — file the Restore again, or delete the ConfigMap "
+                "to keep the members as they are")
+    if await ctx.kube.delete("v1", "ConfigMap", ctx.namespace, name):
+        ctx.announce("RestorePlanWithdrawn", f"Deleted the restore plan {name}: the Restore failed before any "
+                                             "member was replaced")
+        return "; no member was replaced and the restore plan was withdrawn"
+    return ""

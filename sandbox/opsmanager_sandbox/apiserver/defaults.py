@@ -4,11 +4,13 @@
 Pods and StatefulSet templates get the defaults the real API server writes (restartPolicy, dnsPolicy,
 terminationGracePeriodSeconds, imagePullPolicy, probe timings, volume modes, ...), so that what a controller
 reads back is what it would read on a real cluster. Services get a cluster IP from 10.96.0.0/16 unless
-headless. Create resets ``status`` of kinds with a status subresource, as the real strategies do.
+headless. Create resets ``status`` of kinds with a status subresource, as the real strategies do. A Secret's
+``stringData`` is folded into ``data``.
 """
 
 from __future__ import annotations
 
+import base64
 import itertools
 from typing import Any
 
@@ -67,9 +69,20 @@ def pod_spec(spec: Obj) -> None:
             volume["projected"].setdefault("defaultMode", 420)
 
 
+def secret_string_data(obj: Obj) -> None:
+    """A Secret's ``stringData`` goes into ``data`` (base64), overwriting keys of the same name, and is never
+    stored: the real server does this when it converts the object, on create, update and patch alike."""
+    strings = obj.pop("stringData", None)
+    if isinstance(strings, dict) and strings:
+        data = obj.get("data")
+        obj["data"] = {**(data if isinstance(data, dict) else {}), **{k: base64.b64encode(str(v).encode()).decode() for k, v in strings.items()}}
+
+
 def apply(kind: str, obj: Obj) -> None:
     """Default the built-in ``kind`` in place (create and update)."""
     spec = obj.get("spec")
+    if kind == "Secret":
+        secret_string_data(obj)
     if kind == "Pod" and isinstance(spec, dict):
         pod_spec(spec)
     elif kind == "StatefulSet" and isinstance(spec, dict):
