@@ -452,6 +452,7 @@ class _MemberTracker:
         self.sc, self.db, self.interval = sc, db, interval
         self.names = naming.pods(db, replicas)
         self.seen: dict[str, list[Any]] = {n: [] for n in self.names}
+        self.missed = 0  # samples lost to a transient API error
         self._task: asyncio.Task[None] | None = None
 
     async def identity(self, name: str) -> Any:
@@ -460,7 +461,13 @@ class _MemberTracker:
     async def _run(self) -> None:
         while True:
             for name in self.names:
-                value = await self.identity(name)
+                try:
+                    value = await self.identity(name)
+                except kube.KubeError as err:
+                    if not kube.is_transient(err):
+                        raise
+                    self.missed += 1  # one sample lost to a loaded API server, not the tracking
+                    continue
                 if value is not None and value not in self.seen[name]:
                     self.seen[name].append(value)
             await asyncio.sleep(self.interval)

@@ -426,7 +426,19 @@ async def test_the_bundles_pdb_lets_a_drain_evict_one_operator_replica_at_a_time
     controller has counted it)."""
     first, second = [p["metadata"]["name"] for p in await sc.sandbox.wait_ready_pods(
         install.NAMESPACE, install.OPERATOR_SELECTOR, 2, timeout=60)][:2]
-    await sc.k.evict(install.NAMESPACE, first)
+
+    async def evicts(pod: str) -> bool:
+        # As a drain retries a 429: the budget allows one only once the disruption controller has counted the
+        # Ready pods (an earlier test of this module replaced operator pods; eviction reads the stored status).
+        try:
+            await sc.k.evict(install.NAMESPACE, pod)
+        except kube.KubeError as err:
+            if err.status != 429:
+                raise
+            return False
+        return True
+
+    await aeventually(lambda: evicts(first), timeout=120, interval=0.5, what=f"the eviction of {first} allowed")
     with pytest.raises(kube.KubeError) as refused:
         await sc.k.evict(install.NAMESPACE, second)
     assert refused.value.status == 429 and "disruption budget" in refused.value.message
@@ -434,14 +446,6 @@ async def test_the_bundles_pdb_lets_a_drain_evict_one_operator_replica_at_a_time
     assert (pdb or {}).get("status", {}).get("desiredHealthy") == 1
     await sc.sandbox.wait_ready_pods(install.NAMESPACE, install.OPERATOR_SELECTOR, 2, timeout=60)
 
-    async def evicted() -> bool:
-        # The replacement is Ready: the budget allows one again once the disruption controller has counted it
-        # (eviction reads the budget's stored status), as a drain retries a 429.
-        try:
-            await sc.k.evict(install.NAMESPACE, second)
-        except kube.KubeError as err:
-            if err.status != 429:
-                raise
-            return False
-        return True
-    await aeventually(evicted, timeout=30, interval=0.5, what=f"the eviction of {second} allowed again")
+    # The replacement is Ready: the budget allows one again once the disruption controller has counted it.
+    await aeventually(lambda: evicts(second), timeout=120, interval=0.5,
+                      what=f"the eviction of {second} allowed again")
