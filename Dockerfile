@@ -4,13 +4,16 @@
 # (deploy/base/webhook/deployment.yaml); the install bundle names this image in one place, deploy/base/kustomization.yaml.
 # etcdutl of each supported etcd minor, for the members' restore init container (`opsmanager restore-member`,
 # which looks for /usr/local/lib/opsmanager/etcd-<major>.<minor>/etcdutl): built from the same pinned Go modules as
-# the test control plane (sandbox/controlplane/etcd-*/go.mod).
+# the test control plane (sandbox/controlplane/etcd-*/go.mod); and etcdauth (tools/etcdauth), which sets the root
+# password in a restored member's data (/usr/local/lib/opsmanager/etcdauth).
 FROM golang:1.26 AS etcdutl
 WORKDIR /src
 COPY sandbox/controlplane/etcd-3.5/go.mod sandbox/controlplane/etcd-3.5/go.sum ./etcd-3.5/
 COPY sandbox/controlplane/etcd-3.6/go.mod sandbox/controlplane/etcd-3.6/go.sum ./etcd-3.6/
+COPY tools/etcdauth ./etcdauth/
 RUN cd etcd-3.5 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/etcd-3.5/etcdutl go.etcd.io/etcd/etcdutl/v3 \
- && cd ../etcd-3.6 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/etcd-3.6/etcdutl go.etcd.io/etcd/etcdutl/v3
+ && cd ../etcd-3.6 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/etcd-3.6/etcdutl go.etcd.io/etcd/etcdutl/v3 \
+ && cd ../etcdauth && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/etcdauth .
 
 FROM python:3.11-slim AS build
 WORKDIR /src

@@ -21,15 +21,18 @@ member's ``peerURLs``), where the member's data lives (``dataDir``) and which et
    the plan's initial cluster and token — a new cluster ID, the revisions kept exactly (no ``--bump-revision``, so
    no ``--mark-compacted``: both etcd 3.5 and 3.6 allow bumping only together with marking compacted, and a restore
    to the snapshot's own revision needs neither);
-6. swap: the old data dir renamed into the work directory, the restored one renamed into its place, the marker
+6. with ``rootPasswordFile`` (an Etcd with authentication): ``etcdauth set-root`` sets that password as the
+   ``root`` user's in the restored database, authentication on (:func:`set_root_password`) — the snapshot's users
+   are the ones of the day it was taken, and its root password may be one a RotateAuth has since rotated away;
+7. swap: the old data dir renamed into the work directory, the restored one renamed into its place, the marker
    written (atomically), the work directory deleted.
 
 Any failure leaves the old data dir as it was (a swap that fails half-way is rolled back; a run that finds the work
 directory of a run that died mid-swap puts the old data dir back first) and raises :class:`RestoreFailed`, whose
 message is one line naming what failed and the fix; :func:`main` prints it to stderr and exits 1.
 
-The subprocess call is :func:`run_etcdutl` (a parameter of :func:`restore_member`, so tests can replace it); the
-download is :func:`download_snapshot` (likewise).
+The subprocess calls are :func:`run_etcdutl` and :func:`set_root_password` (parameters of :func:`restore_member`, so
+tests can replace them); the download is :func:`download_snapshot` (likewise).
 """
 
 from __future__ import annotations
@@ -72,6 +75,11 @@ ETCDUTL_ENV_PREFIX: Final = "OPSMANAGER_ETCDUTL_"
 ETCDUTL_IMAGE_PATH: Final = "/usr/local/lib/opsmanager/etcd-{major}.{minor}/etcdutl"
 """Where the operator's image keeps the etcdutl of each supported etcd minor."""
 ETCDUTL_TIMEOUT: Final = 3600.0
+ETCDAUTH_ENV: Final = "OPSMANAGER_ETCDAUTH"
+"""The ``etcdauth`` tool (``tools/etcdauth``; the sandbox sets it)."""
+ETCDAUTH_IMAGE_PATH: Final = "/usr/local/lib/opsmanager/etcdauth"
+"""Where the operator's image keeps ``etcdauth``."""
+ETCDAUTH_TIMEOUT: Final = 60.0  # one bcrypt hash and one bbolt transaction
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -116,6 +124,10 @@ class RestorePlan(pydantic.BaseModel):
     peer_urls: dict[str, str] = pydantic.Field(alias="peerURLs", description="Member name → its peer URL.")
     data_dir: str = pydantic.Field(alias="dataDir", description="The member's ``--data-dir``.")
     etcd_version: str = pydantic.Field(alias="etcdVersion", description="The etcd version (``3.6.16``).")
+    root_password_file: str | None = pydantic.Field(
+        default=None, alias="rootPasswordFile",
+        description="A mounted file holding the root password the restored members must take (the auth Secret's "
+                    "``password``); None for an Etcd without authentication.")
 
     @pydantic.field_validator("id")
     @classmethod
@@ -213,20 +225,29 @@ def load_plan(path: str | Path) -> RestorePlan | None:
 # -- etcdutl ----------------------------------------------------------------------------------------------------------
 
 
-def find_etcdutl(version: tuple[int, int], env: Mapping[str, str] | None = None) -> str:
-    """The etcdutl of etcd ``major.minor``: ``$OPSMANAGER_ETCDUTL_<major>_<minor>``, else the image's
-    :data:`ETCDUTL_IMAGE_PATH`; :class:`RestoreFailed` naming both when neither is an executable file."""
+def _find_tool(variable: str, image_path: str, env: Mapping[str, str] | None) -> tuple[str | None, str]:
+    """``$variable`` when it names an executable file, else ``image_path`` when it is one; else None and what to
+    say about the variable."""
     env = os.environ if env is None else env
-    major, minor = version
-    variable = f"{ETCDUTL_ENV_PREFIX}{major}_{minor}"
-    image_path = ETCDUTL_IMAGE_PATH.format(major=major, minor=minor)
     configured = env.get(variable)
     for candidate in ([configured] if configured else []) + [image_path]:
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    said = f"${variable}={configured} is not an executable file" if configured else f"${variable} is not set"
-    raise RestoreFailed(f"no etcdutl for etcd {major}.{minor}: {said} and {image_path} does not exist; run the "
-                        f"operator's image (it ships the etcdutl of every supported etcd minor) or set ${variable}")
+            return candidate, ""
+    return None, f"${variable}={configured} is not an executable file" if configured else f"${variable} is not set"
+
+
+def find_etcdutl(version: tuple[int, int], env: Mapping[str, str] | None = None) -> str:
+    """The etcdutl of etcd ``major.minor``: ``$OPSMANAGER_ETCDUTL_<major>_<minor>``, else the image's
+    :data:`ETCDUTL_IMAGE_PATH`; :class:`RestoreFailed` naming both when neither is an executable file."""
+    major, minor = version
+    variable = f"{ETCDUTL_ENV_PREFIX}{major}_{minor}"
+    image_path = ETCDUTL_IMAGE_PATH.format(major=major, minor=minor)
+    found, said = _find_tool(variable, image_path, env)
+    if found is None:
+        raise RestoreFailed(f"no etcdutl for etcd {major}.{minor}: {said} and {image_path} does not exist; run the "
+                            f"operator's image (it ships the etcdutl of every supported etcd minor) or set "
+                            f"${variable}")
+    return found
 
 
 def etcdutl_argv(etcdutl: str, snapshot_file: str | Path, plan: RestorePlan, name: str,
@@ -240,6 +261,60 @@ def etcdutl_argv(etcdutl: str, snapshot_file: str | Path, plan: RestorePlan, nam
 
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+
+
+def find_etcdauth(env: Mapping[str, str] | None = None) -> str:
+    """The ``etcdauth`` tool: ``$OPSMANAGER_ETCDAUTH``, else the image's :data:`ETCDAUTH_IMAGE_PATH`;
+    :class:`RestoreFailed` naming both when neither is an executable file."""
+    found, said = _find_tool(ETCDAUTH_ENV, ETCDAUTH_IMAGE_PATH, env)
+    if found is None:
+        raise RestoreFailed(f"no etcdauth (it sets the root password of a restored member): {said} and "
+                            f"{ETCDAUTH_IMAGE_PATH} does not exist; run the operator's image or set ${ETCDAUTH_ENV}")
+    return found
+
+
+def read_root_password(plan: RestorePlan) -> str | None:
+    """The root password the plan's ``rootPasswordFile`` holds; None when the plan names none.
+    :class:`RestoreFailed` when it names one that is missing or empty (the auth Secret's volume is optional, so a
+    missing Secret shows here, before anything is downloaded)."""
+    if plan.root_password_file is None:
+        return None
+    path = Path(plan.root_password_file)
+    try:
+        password = path.read_text().strip("\r\n")
+    except OSError as err:
+        raise RestoreFailed(f"the root password file {path} cannot be read ({err.strerror}): the Etcd's "
+                            "spec.authSecret Secret must exist with a 'password' key (it is mounted from it)") from None
+    if not password:
+        raise RestoreFailed(f"the root password file {path} is empty: the Etcd's spec.authSecret Secret must hold a "
+                            "non-empty 'password'")
+    return password
+
+
+RootSetter = Callable[[Path, str], str]
+
+
+def set_root_password(etcdauth: str) -> RootSetter:
+    """A :data:`RootSetter` running ``etcdauth set-root --db DB`` with the password on its standard input (never in
+    its argv or environment); returns what the tool printed (what it changed, never the password)."""
+
+    def run(db: Path, password: str) -> str:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        try:
+            result = subprocess.run([etcdauth, "set-root", "--db", str(db)], input=password + "\n",
+                                    capture_output=True, text=True, env=env, timeout=ETCDAUTH_TIMEOUT, check=False)
+        except subprocess.TimeoutExpired:
+            raise RestoreFailed(f"etcdauth set-root did not finish within {ETCDAUTH_TIMEOUT:g} s; the data dir was "
+                                "not touched") from None
+        except OSError as err:
+            raise RestoreFailed(f"cannot run {etcdauth}: {err.strerror}; the operator's image must ship it") from None
+        if result.returncode != 0:
+            said = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RestoreFailed(f"setting the root password in the restored data failed: {said}; the data dir was "
+                                "not touched")
+        return result.stdout.strip()
+
+    return run
 
 
 def run_etcdutl(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
@@ -367,11 +442,12 @@ def restored_id(plan: RestorePlan) -> str | None:
 
 
 def restore_member(plan: RestorePlan, name: str, *, fetch: Fetcher, etcdutl: str,
-                   run: Runner = run_etcdutl, log: Callable[[str], None] | None = None) -> RestoreResult:
+                   run: Runner = run_etcdutl, set_root: RootSetter | None = None,
+                   log: Callable[[str], None] | None = None) -> RestoreResult:
     """Restore member ``name``'s data dir from the plan's snapshot (see the module docstring); a no-op when the
-    marker holds the plan's id. :class:`RestoreFailed` on any failure it can explain, :class:`OSError` when the
-    filesystem fails it (a full volume, a marker that cannot be written); either way the old data dir is as it
-    was."""
+    marker holds the plan's id. ``set_root`` sets the root password when the plan has ``rootPasswordFile``
+    (required then). :class:`RestoreFailed` on any failure it can explain, :class:`OSError` when the filesystem
+    fails it (a full volume, a marker that cannot be written); either way the old data dir is as it was."""
     say = log or (lambda _message: None)
     started = time.monotonic()
     data_dir = Path(plan.data_dir)
@@ -384,6 +460,9 @@ def restore_member(plan: RestorePlan, name: str, *, fetch: Fetcher, etcdutl: str
     if not parent.is_dir():
         raise RestoreFailed(f"{parent} (the parent of the data dir {data_dir}) does not exist; the data volume must "
                             "be mounted there")
+    password = read_root_password(plan)
+    if password is not None and set_root is None:
+        raise RestoreFailed("the plan asks for the root password to be set and no etcdauth was given")
     work = work_dir(plan)
     _recover(data_dir, say)
     timings: dict[str, float] = {}
@@ -417,6 +496,11 @@ def restore_member(plan: RestorePlan, name: str, *, fetch: Fetcher, etcdutl: str
             raise RestoreFailed(f"etcdutl snapshot restore exited 0 but wrote no {restored}/member/snap/db; the data "
                                 "dir was not touched")
         downloaded.unlink()  # room for the swap on a tight volume
+        if password is not None and set_root is not None:
+            t0 = time.monotonic()
+            said = set_root(restored / "member" / "snap" / "db", password)
+            timings["auth"] = time.monotonic() - t0
+            say(f"root password set in the restored data: {said}")
         t0 = time.monotonic()
         _swap(data_dir, restored, work / "old")
         try:
@@ -548,8 +632,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             say(f"member {name} was restored by plan {plan.id} already: nothing to do")
             return 0
         etcdutl = find_etcdutl(plan.etcd_minor)
+        set_root = set_root_password(find_etcdauth()) if plan.root_password_file is not None else None
         fetch = download_snapshot(Credentials.from_env())
-        result = restore_member(plan, name, fetch=fetch, etcdutl=etcdutl, log=say)
+        result = restore_member(plan, name, fetch=fetch, etcdutl=etcdutl, set_root=set_root, log=say)
     except PlanError as err:
         say(f"the restore plan {args.plan} is invalid: {err}; the operator writes it: re-run the Restore request")
         return 1

@@ -3,8 +3,9 @@ the operator logs in with.
 
 The auth Secret holds ``username: root`` and ``password``. During a ``RotateAuth`` the new password is staged as
 ``password.next`` before etcd changes it, and once etcd has it the Secret holds it as ``password`` and the old one as
-``password.prev``. A client that re-reads the Secret therefore always finds a password that works: ``password``
-until the change, ``password.next`` from the change until the Secret is rewritten, ``password`` again afterwards.
+``password.prev`` (until the provisioner drops it, once a pod's copy of the Secret can no longer be the old one).
+A client that re-reads the Secret therefore always finds a password that works: ``password`` until the change,
+``password.next`` from the change until the Secret is rewritten, ``password`` again afterwards.
 :func:`passwords` gives them in that order, and the operator's clients try them in turn.
 
 Nothing here logs or returns a password in a message: :class:`~opsmanager.etcd.access.Credentials` hides it.

@@ -121,10 +121,12 @@ def restore_plan(db: str) -> str:
     return f"{db}-restore"
 
 
-# Where the ``restore`` init container finds its plan and the store's CA (opsmanager.backup.restore's defaults).
+# Where the ``restore`` init container finds its plan, the store's CA and the auth Secret (whose ``password`` the
+# restored members must take) (opsmanager.backup.restore's defaults).
 RESTORE_PLAN_MOUNT: Final = "/etc/opsmanager/restore"
 RESTORE_PLAN_FILE: Final = "plan.json"
 RESTORE_CA_MOUNT: Final = "/etc/opsmanager/restore-ca"
+RESTORE_AUTH_MOUNT: Final = "/etc/opsmanager/restore-auth"
 RESTORE_CONTAINER: Final = "restore"
 
 

@@ -407,7 +407,9 @@ def _restore_container(db: etcd_api.Etcd) -> tuple[dict[str, Any], list[dict[str
     """The ``restore`` init container of an Etcd with backups (``opsmanager restore-member``): it does nothing unless
     a Restore request wrote its plan into the ``<etcd>-restore`` ConfigMap (an optional volume). The store's keys
     come from the credentials Secret (optional too: a missing Secret must not keep etcd from starting; a restore
-    then fails naming it)."""
+    then fails naming it). With ``spec.authSecret``, that Secret is mounted too: a restore sets its ``password``
+    as the root user's in the restored data, so a snapshot taken before a RotateAuth does not bring back the
+    password it rotated away."""
     assert db.spec.backup is not None
     dest = db.spec.backup.destination
     name = _name(db)
@@ -423,6 +425,9 @@ def _restore_container(db: etcd_api.Etcd) -> tuple[dict[str, Any], list[dict[str
     if dest.ca is not None:
         volumes.append({"name": "restore-ca", "secret": {"secretName": dest.ca.name, "optional": True}})
         mounts.append({"name": "restore-ca", "mountPath": naming.RESTORE_CA_MOUNT, "readOnly": True})
+    if db.spec.auth_secret is not None:  # the restored members take the password clients have now
+        volumes.append({"name": "restore-auth", "secret": {"secretName": db.spec.auth_secret.name, "optional": True}})
+        mounts.append({"name": "restore-auth", "mountPath": naming.RESTORE_AUTH_MOUNT, "readOnly": True})
     container = {
         "name": naming.RESTORE_CONTAINER,
         "image": operator_image(),

@@ -20,7 +20,12 @@ What the interceptors do, per call (``Authenticate`` itself passes through untou
   member forgets every token, a password change or AuthDisable drops them), "revision of auth store is old", or
   "user name is empty": log in again — once, and only if no other call has done so meanwhile — and resend;
 * a call sent without a token because auth looked off that is refused for want of a user (or as the certificate's
-  CN, "user name not found" / "permission denied"): auth may have been enabled since; log in and resend once.
+  CN, "user name not found" / "permission denied"): auth may have been enabled since; log in and resend once;
+* a call that carried a token and got no answer before its deadline: the next call logs in afresh (the timed-out
+  call is not resent: its deadline is gone). etcd's simple token ends in the raft index it was issued at, and a
+  member holds every call whose token names an index it has not applied yet — it never says "invalid" — so a token
+  from a cluster with a longer log (the same members before a restore from a snapshot, which starts a new, shorter
+  one) stalls every call to its deadline, for good.
 
 Everything else, including the second failure, goes back to the caller (translated there by the client). A login
 tries :attr:`~access.Credentials.passwords` in turn (the one that worked last first); when none works it raises the
@@ -74,6 +79,12 @@ class Login:
         self.token = None
         self.enabled = None
         self._epoch += 1
+
+    def distrust(self, used: str) -> None:
+        """A call that carried ``used`` timed out: if it is still the token, the next call logs in afresh."""
+        if self.token == used:
+            self.token = None
+            self._epoch += 1
 
     async def current(self, stub: rpc_pb2_grpc.AuthStub, label: str, deadline: float | None) -> str | None:
         """The token to send now (logging in first when there is none yet); None: send the call without one."""
@@ -177,6 +188,9 @@ class _Interceptor:
 
     async def _retry_token(self, exc: BaseException, used: str | None, deadline: float | None) -> str | None:
         """The token to resend with after ``exc``; None: do not resend (the caller re-raises ``exc``)."""
+        if used is not None and isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            self.login.distrust(used)
+            return None
         if not self.login.should_renew(exc, used):
             return None
         fresh = await self.login.renew(self._stub(), self.label, used, deadline)

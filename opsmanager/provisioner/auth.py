@@ -2,17 +2,20 @@
 
 - **The Secret**: when ``spec.authSecret`` names a Secret that does not exist, one is generated (``username: root``,
   a random ``password``), labelled as the operator's (``WipeOut`` deletes it; ``Delete`` keeps it, with the data).
+- **The previous password**: a RotateAuth keeps the old password as ``password.prev`` for as long as a pod's copy
+  of the Secret may still be the old one, and dates it; once that date has passed, the next pass drops it.
 - **Turning it on**: once every member answers and a leader is known, the ``root`` user is created with that
   password, given the ``root`` role, and authentication is enabled; ``status.authEnabled`` records it. A member
   restart never needs the password: etcd keeps its users in its data. On a cluster already running, adding
   ``spec.authSecret`` does the same (a RotateAuth request does it too, with a staged password).
 
 Failures prevented: a cluster left open because the Secret was missing (it is generated); a password in a log,
-an Event or status (never written anywhere but the Secret).
+an Event or status (never written anywhere but the Secret); a leaked password left readable beside the new one.
 """
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from opsmanager import kube
@@ -24,11 +27,16 @@ from opsmanager.etcd.admin import EtcdAdmin
 
 
 async def ensure_secret(k: kube.Kube, db: etcd_api.Etcd, changed: list[str]) -> None:
-    """Generate the auth Secret ``spec.authSecret`` names when it does not exist."""
+    """Generate the auth Secret ``spec.authSecret`` names when it does not exist; drop its ``password.prev`` once
+    the date a RotateAuth gave it has passed."""
     if db.spec.auth_secret is None:
         return
     ns, name = db.metadata.namespace or "default", db.spec.auth_secret.name
-    if await k.get("v1", "Secret", ns, name) is not None:
+    live = await k.get("v1", "Secret", ns, name)
+    if live is not None:
+        if auth.previous_due(live, datetime.datetime.now(datetime.UTC)):
+            await k.patch("v1", "Secret", ns, name, auth.drop_previous())
+            changed.append(f"Secret {name} (the password before the last rotation dropped)")
         return
     manifest = credentials.secret_manifest(db, name, {auth.KEY_PASSWORD: credentials.new_password()})
     try:

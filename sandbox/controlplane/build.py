@@ -1,6 +1,7 @@
 """Build the real control plane from Go modules: kube-apiserver, kube-controller-manager, kube-scheduler, and etcd
 (etcd, etcdctl, etcdutl) of each supported minor — and SeaweedFS's ``weed``, the S3 server the backup tests store
-snapshots in — into a cache keyed by version, rebuilding nothing present.
+snapshots in, and the product's own ``etcdauth`` (``tools/etcdauth``) — into a cache keyed by version, rebuilding
+nothing present.
 
 Each component is a Go module of this repository (``<component>/go.mod``) whose ``tool`` directives name the main
 packages; the version it pins is the one built. No third-party source is copied here: the Go module proxy serves it.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import pathlib
@@ -35,6 +37,7 @@ import time
 from typing import Final
 
 HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parent.parent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,13 +45,23 @@ class Component:
     name: str
     module: str  # the module whose pinned version is the component's version
     tools: dict[str, str]  # binary name -> main package
+    # A module whose source is this repository's (a directory of the checkout): its version is its content's hash.
+    source: str | None = None
 
     @property
     def directory(self) -> pathlib.Path:
-        return HERE / self.name
+        return REPO / self.source if self.source else HERE / self.name
 
     def version(self) -> str:
-        """The version ``go.mod`` pins for :attr:`module` (read as text: needs no Go)."""
+        """The version ``go.mod`` pins for :attr:`module` (read as text: needs no Go); for a module of this
+        repository, ``src-`` and the first 12 hex digits of the SHA-256 of its go.mod, go.sum and Go files, so an
+        edit builds anew."""
+        if self.source:
+            digest = hashlib.sha256()
+            for path in sorted(self.directory.glob("*")):
+                if path.name in ("go.mod", "go.sum") or path.suffix == ".go":
+                    digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+            return "src-" + digest.hexdigest()[:12]
         found = required_version((self.directory / "go.mod").read_text(), self.module)
         if found is None:
             raise SystemExit(f"{self.directory / 'go.mod'} does not require {self.module}")
@@ -102,6 +115,9 @@ COMPONENTS = {c.name: c for c in (
     Component("seaweedfs", "github.com/seaweedfs/seaweedfs", {
         "weed": "github.com/seaweedfs/seaweedfs/weed",
     }),
+    # The product's own Go tool (tools/etcdauth): sets the root password in a restored member's database. The
+    # operator image ships it beside etcdutl; the tests' restore init containers run this build.
+    Component("etcdauth", "opsmanager.dev/tools/etcdauth", {"etcdauth": "."}, source="tools/etcdauth"),
 )}
 
 # cert-manager's CRDs, as its release ships them (plain YAML in ``deploy/crds`` of the module): the real API server

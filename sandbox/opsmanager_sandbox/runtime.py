@@ -308,7 +308,8 @@ class ContainerRunner:
 @functools.cache
 def built_etcdutls() -> dict[str, str]:
     """``OPSMANAGER_ETCDUTL_<major>_<minor>`` → the etcdutl ``make controlplane`` built for that etcd minor (what the
-    operator image has at ``/usr/local/lib/opsmanager/etcd-<major>.<minor>/etcdutl``); empty when nothing is built."""
+    operator image has at ``/usr/local/lib/opsmanager/etcd-<major>.<minor>/etcdutl``), and ``OPSMANAGER_ETCDAUTH``
+    → the built ``etcdauth``; empty when nothing is built."""
     from opsmanager_sandbox import realcp
 
     try:
@@ -321,6 +322,8 @@ def built_etcdutls() -> dict[str, str]:
         tool = Path(build.binary(name, "etcdutl")) if name != minor else None
         if tool is not None and tool.is_file():
             out["OPSMANAGER_ETCDUTL_" + minor.replace(".", "_")] = str(tool)
+    if "etcdauth" in build.COMPONENTS and (etcdauth := Path(build.binary("etcdauth", "etcdauth"))).is_file():
+        out["OPSMANAGER_ETCDAUTH"] = str(etcdauth)  # the image's /usr/local/lib/opsmanager/etcdauth
     return out
 
 

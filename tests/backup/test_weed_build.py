@@ -1,7 +1,11 @@
 """sandbox/controlplane/build.py for the S3 server of the backup tests: the ``seaweedfs`` component's pin is a
-pseudo-version on a one-line ``require``, and its version stamp names SeaweedFS's own variable (no Go needed here)."""
+pseudo-version on a one-line ``require``, and its version stamp names SeaweedFS's own variable (no Go needed here);
+the product's own Go tool (``etcdauth``) is keyed by a hash of its source."""
 
 from __future__ import annotations
+
+import pathlib
+import re
 
 import pytest
 
@@ -72,3 +76,19 @@ def test_ldflags_stamp_each_module_its_own_way() -> None:
 def test_pseudo_versions(version: str, commit: str | None) -> None:
     match = build.PSEUDO_VERSION.match(version)
     assert (match.group(1) if match else None) == commit
+
+
+def test_the_products_own_go_tool_is_keyed_by_its_source(tmp_path: pathlib.Path) -> None:
+    etcdauth = build.COMPONENTS["etcdauth"]
+    assert etcdauth.directory == build.REPO / "tools" / "etcdauth" and (etcdauth.directory / "go.sum").is_file()
+    assert re.fullmatch(r"src-[0-9a-f]{12}", etcdauth.version())
+    assert build.ldflags("go", etcdauth) == "-s -w"
+    for name in ("go.mod", "go.sum", "main.go"):
+        (tmp_path / name).write_text(name)
+    (tmp_path / "README").write_text("not source")
+    local = build.Component("x", "example.com/x", {"x": "."}, source=str(tmp_path))
+    before = local.version()
+    (tmp_path / "README").write_text("still not source")
+    assert local.version() == before
+    (tmp_path / "main.go").write_text("package main // edited")
+    assert local.version() != before  # an edit builds anew

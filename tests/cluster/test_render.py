@@ -225,3 +225,23 @@ def test_the_recovery_wiring_runs_some_ordinals_with_their_own_initial_cluster_a
     steady = r.render_statefulset(db)
     assert steady["spec"]["replicas"] == 3 and "ordinals" not in steady["spec"]
     assert "--force-new-cluster" not in steady["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+BACKUP = {"schedule": "0 3 * * *", "retention": 3,
+          "destination": {"endpoint": "http://127.0.0.1:1", "bucket": "snaps", "credentialsSecret": {"name": "s3"}}}
+
+
+def restore_init(db: etcd_api.Etcd) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    pod = render.render_statefulset(db)["spec"]["template"]["spec"]
+    init = next(c for c in pod.get("initContainers", []) if c["name"] == naming.RESTORE_CONTAINER)
+    return init, pod["volumes"]
+
+
+def test_the_restore_init_container_mounts_the_auth_secret_only_with_authentication() -> None:
+    init, volumes = restore_init(make_db(backup=BACKUP, authSecret={"name": "db-auth"}))
+    assert {"name": "restore-auth", "secret": {"secretName": "db-auth", "optional": True}} in volumes
+    assert {"name": "restore-auth", "mountPath": naming.RESTORE_AUTH_MOUNT, "readOnly": True} in init["volumeMounts"]
+    assert all("password" not in repr(e).lower() for e in init["env"])  # a file, never an environment variable
+    init, volumes = restore_init(make_db(backup=BACKUP))
+    assert all(v["name"] != "restore-auth" for v in volumes)
+    assert all(m["name"] != "restore-auth" for m in init["volumeMounts"])

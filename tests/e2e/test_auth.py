@@ -7,7 +7,7 @@ What is claimed, measured from outside:
 - ``RotateAuth`` changes the root password live: no pod is recreated, a writer that re-reads the Secret keeps
   writing (0 failed writes, every acknowledged write read back, HashKV agreeing, a bounded stall), and at the end
   the old password no longer logs in, the new one does, the Secret holds it as ``password`` (the old one as
-  ``password.prev``, no ``password.next`` left);
+  ``password.prev``, no ``password.next`` left), and ``password.prev`` is dropped after the delivery bound;
 - a first ``RotateAuth`` with ``authentication.secretRef`` on a cluster without authentication turns it on with
   that Secret's password and points ``spec.authSecret`` at it; a secretRef naming a missing Secret, or one whose
   user is not root, fails at the first step with KubeDB's words, and nothing on the cluster changes;
@@ -74,16 +74,22 @@ async def test_rotate_the_root_password_live_under_a_writer_that_follows_the_sec
     assert result.phase == constants.PHASE_SUCCESSFUL, result.failure
     assert [c for c in result.conditions if c != "Pending"] == [
         "Running", "UpdateCredential", "EtcdCredentialApplied", "UpdateDatabase", "Successful"]
+    data = await secret_data(sc, secret)  # first: password.prev is dropped after the delivery bound (15 s here)
+    new = data[auth.KEY_PASSWORD]
+    assert new != old and data.get(auth.KEY_PREV) == old and auth.KEY_NEXT not in data
     assert uids.restarts() == {n: 0 for n in uids.names}, uids.uids  # live: no member restarted
     await sc.assert_no_loss(result)  # 0 failed writes, stall bounded, every write read back, HashKV agrees
 
-    data = await secret_data(sc, secret)
-    new = data[auth.KEY_PASSWORD]
-    assert new != old and data.get(auth.KEY_PREV) == old and auth.KEY_NEXT not in data
     assert await logs_in(sc, db, new)
     assert not await logs_in(sc, db, old)
     await assert_nowhere(sc, db, f"{db}-rotate", old, new)
     assert result.live_writer is not None and result.live_writer.credentials == access.Credentials(auth.USERNAME, new)
+
+    async def dropped() -> bool:
+        return auth.KEY_PREV not in await secret_data(sc, secret)
+    await sc.wait_for("password.prev dropped once a pod's copy of the Secret can no longer be the old one", dropped,
+                      timeout=90)
+    assert (await secret_data(sc, secret))[auth.KEY_PASSWORD] == new and await logs_in(sc, db, new)
 
 
 async def test_a_first_rotate_auth_turns_authentication_on_with_the_named_secret(sc: scenario.Scenario) -> None:

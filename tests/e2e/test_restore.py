@@ -5,7 +5,9 @@ of that snapshot makes the store equal to the snapshot exactly — a full read o
 taken at the snapshot's revision, HashKV at that revision agrees on every member and with what the backup
 recorded, the writes after the backup are gone — with a new cluster ID; the cluster takes writes afterwards; and a
 snapshot whose bytes were changed in the store, or one truncated, is refused at ``SnapshotVerified`` with a clear
-message while the cluster is untouched (same cluster ID, the data written after the backup still there).
+message while the cluster is untouched (same cluster ID, the data written after the backup still there). On an
+Etcd with authentication, a snapshot taken before a RotateAuth restores with the password the auth Secret holds now:
+the rotated-away one stays refused, the operator and every client that follows the Secret log in.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from e2e import scenario
+from e2e import databench, scenario, writer
 from opsmanager.api import auth, constants
+from opsmanager.etcd import access
 from opsmanager.etcd import client as etcd_client
 from opsmanager_sandbox.objectstore import ObjectStoreServer
 
@@ -30,18 +33,19 @@ async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
         yield s
 
 
-async def prepare(sc: scenario.Scenario, store: ObjectStoreServer, db: str) -> None:
+async def prepare(sc: scenario.Scenario, store: ObjectStoreServer, db: str, **extra: Any) -> None:
     await sc.k.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3", "namespace": sc.namespace},
                       "data": auth.encode({"accessKeyId": store.access_key, "secretAccessKey": store.secret_key})})
     await sc.fresh_etcd(db, extra={"backup": {
         "schedule": "0 0 1 1 *", "retention": 5,
         "destination": {"endpoint": store.endpoint, "bucket": "backups", "prefix": "restore",
-                        "credentialsSecret": {"name": "s3"}}}})
+                        "credentialsSecret": {"name": "s3"}}}, **extra})
 
 
-async def everything(sc: scenario.Scenario, db: str, revision: int = 0) -> dict[bytes, bytes]:
+async def everything(sc: scenario.Scenario, db: str, revision: int = 0,
+                     creds: access.Credentials | None = None) -> dict[bytes, bytes]:
     """Every key and value (at ``revision``, else now)."""
-    async with await sc.plain_client(db) as c:
+    async with await databench.client_for(sc, db, creds, timeout=10.0) as c:
         pairs, _ = await c.range_prefix(b"/", timeout=10.0, revision=revision)
     return dict(pairs)
 
@@ -52,8 +56,8 @@ async def cluster_id(sc: scenario.Scenario, db: str) -> set[int]:
                 if isinstance(v, etcd_client.MemberStatus)}
 
 
-async def backup(sc: scenario.Scenario, db: str, name: str) -> dict[str, Any]:
-    result = await sc.operate(name, db, constants.OPS_TYPE_BACKUP, timeout=120, backup={})
+async def backup(sc: scenario.Scenario, db: str, name: str, login: writer.SecretLogin | None = None) -> dict[str, Any]:
+    result = await sc.operate(name, db, constants.OPS_TYPE_BACKUP, timeout=120, backup={}, login=login)
     assert result.phase == constants.PHASE_SUCCESSFUL, result.failure
     await sc.assert_no_loss(result)
     req = await sc.request(name)
@@ -131,3 +135,46 @@ async def test_a_damaged_snapshot_is_refused_and_the_cluster_untouched(
         assert await c.get("/after") == b"kept"
     await sc.wait_ready(db, timeout=60)
     await sc.drop_etcd(db)
+
+
+async def test_a_restore_keeps_the_password_a_rotation_gave_after_the_backup(
+        sc: scenario.Scenario, object_store: ObjectStoreServer) -> None:
+    db, secret = "guarded", "guarded-auth"
+    await prepare(sc, object_store, db, authSecret={"name": secret})
+
+    async def enabled() -> bool:
+        obj = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db)
+        return bool(((obj or {}).get("status") or {}).get("authEnabled"))
+    await sc.wait_for("authentication on", enabled, timeout=60)
+    old = auth.decode(await sc.k.get("v1", "Secret", sc.namespace, secret))[auth.KEY_PASSWORD]
+    as_old = access.Credentials(auth.USERNAME, old)
+    async with await databench.client_for(sc, db, as_old) as c:
+        for i in range(100):
+            await c.put(f"/data/{i:04d}", f"v{i}")
+    login = writer.SecretLogin(sc.k, sc.namespace, secret)
+    snap = await backup(sc, db, f"{db}-b", login)
+    at_snapshot = await everything(sc, db, snap["revision"], as_old)
+
+    rotated = await sc.operate(f"{db}-rotate", db, constants.OPS_TYPE_ROTATE_AUTH, timeout=120, login=login)
+    assert rotated.phase == constants.PHASE_SUCCESSFUL, rotated.failure
+    new = auth.decode(await sc.k.get("v1", "Secret", sc.namespace, secret))[auth.KEY_PASSWORD]
+    assert new != old
+
+    await sc.submit(f"{db}-r", db, constants.OPS_TYPE_RESTORE, restore={"source": "latest"}, timeout="10m")
+    req = await sc.watch_request(f"{db}-r", timeout=300)
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]  # RestoreVerified logged in: HashKV
+    await sc.wait_ready(db, timeout=120)  # the operator's status pass logs in with the Secret's password
+    as_new = access.Credentials(auth.USERNAME, new)
+    assert await everything(sc, db, creds=as_new) == at_snapshot
+    async with await sc.plain_client(db, timeout=5.0) as c:
+        assert await c.auth_status()
+        assert await c.check_login(None, auth.USERNAME, new)
+        assert not await c.check_login(None, auth.USERNAME, old)  # the rotated-away password stays refused
+    async with await databench.client_for(sc, db, as_new) as c:
+        hashes = {(await c.hash_kv(ep.name, revision=snap["revision"], timeout=10.0)).hash for ep in c.endpoints}
+        assert hashes == {snap["hashKv"]}
+        await c.put("/after-restore", "yes")
+    for pod in await sc.k.list("v1", "Pod", sc.namespace):  # the init container said what it did, no password
+        if pod["metadata"]["name"].startswith(f"{db}-"):
+            for text in (repr(pod.get("status")), repr(pod.get("spec"))):
+                assert old not in text and new not in text

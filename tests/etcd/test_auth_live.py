@@ -14,7 +14,8 @@ new password staged as an alternate carries on without an error; a restarted mem
 token and the client logs in again without the caller noticing; a snapshot of a follower holding about 5 MB, with
 auth on, is a file whose sha256 trailer verifies, that ``etcdutl snapshot status`` reads at the same revision and
 ``etcdutl snapshot restore`` accepts, written without holding the file in memory; a snapshot without credentials or
-past its deadline leaves nothing behind; AuthDisable lets everyone in again. Separately (one member each): a token
+past its deadline leaves nothing behind; a token naming a raft index far ahead of the cluster's (what a restore
+leaves a client holding) costs one timed-out call, then a new login; AuthDisable lets everyone in again. Separately (one member each): a token
 that outlives ``--auth-token-ttl`` is renewed transparently.
 """
 
@@ -210,6 +211,28 @@ async def test_a_restarted_member_forgets_tokens_and_the_client_logs_in_again(
     views = await auth_on.statuses()
     assert all(isinstance(v, etcd_client.MemberStatus) for v in views.values()), views
     assert await auth_on.get("/auth/k", endpoint=name) == b"v"
+
+
+async def test_a_token_from_a_longer_raft_log_is_given_up_after_one_timeout(live: Live,
+                                                                            auth_on: etcd_client.EtcdClient) -> None:
+    """etcd holds a call whose simple token names a raft index it has not applied until the call's deadline (a
+    token the same members issued before a restore from a snapshot, whose new log is shorter). The token here is
+    etcd's own with its index pushed far ahead: the call that carries it times out (the client may move on to
+    another member within the same read), the next logs in afresh and answers."""
+    async with live.client(ROOT) as c:
+        await c.get("/auth/k")
+        login = c._login  # the client's token, as the interceptors hold it
+        assert login.token is not None and c.logins == 1
+        prefix, _, index = login.token.rpartition(".")
+        stale = login.token = f"{prefix}.{int(index) + 10**9}"
+        answers = []
+        for _ in range(2):
+            try:
+                answers.append(await c.get("/auth/k", timeout=1.0))
+            except errors.EtcdError as err:
+                answers.append(type(err).__name__)
+        assert answers[-1] == b"v", answers  # without a fresh login every call would stall to its deadline
+        assert c.logins == 2 and login.token != stale
 
 
 async def _fill(c: etcd_client.EtcdClient, total: int) -> int:

@@ -3,7 +3,8 @@ etcd's: a password change drops the user's tokens, a call without a valid login 
 
 We test these aspects: a rotation on a cluster with authentication stages the new password as ``password.next``
 before etcd changes it, then the Secret holds it as ``password`` and the old one as ``password.prev`` — and etcd
-takes only the new one; an operator killed after every step (and right after the status write of each) resumes and
+takes only the new one; ``password.prev`` is dated the delivery bound ahead and the provisioner drops it only after
+that date; an operator killed after every step (and right after the status write of each) resumes and
 changes the password exactly once; a first RotateAuth on a cluster without authentication turns it on with the
 named Secret's password and points ``spec.authSecret`` at it; a named Secret that is missing, has no password or
 another user fails at the first step with KubeDB's words and nothing changes; no password is written to the
@@ -12,11 +13,14 @@ request's or the Etcd's status.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
 
-from opsmanager.api import auth, constants
+from opsmanager.api import auth, conditions, constants
+from opsmanager.provisioner import applying
+from opsmanager.provisioner import auth as provisioner_auth
 from tests.ops import world as w
 
 OLD = "old-password-0123456789"
@@ -63,6 +67,46 @@ async def test_a_rotation_stages_applies_and_moves_the_password(world: w.World) 
     assert_no_password(done, OLD, new)
     assert_no_password(etcd, OLD, new)
     assert not await world.is_paused("db")
+
+
+async def drop_pass(world: w.World, db: str = "db") -> list[str]:
+    """The provisioner's pass over the auth Secret (what its reconcile runs)."""
+    changed: list[str] = []
+    await provisioner_auth.ensure_secret(world.kube, applying.parse(await world.get_etcd(db)), changed)
+    return changed
+
+
+async def test_the_previous_password_is_dated_and_dropped_only_after_the_delivery_bound(world: w.World) -> None:
+    await with_auth(world)
+    await world.request("rot", "db", constants.OPS_TYPE_ROTATE_AUTH)
+    before = world.clock()
+    done = await world.run("rot")
+    assert done["status"]["phase"] == constants.PHASE_SUCCESSFUL, done["status"]
+    live = await world.kube.get("v1", "Secret", w.NS, "db-auth")
+    assert live is not None
+    until = conditions.parse_rfc3339(live["metadata"]["annotations"][auth.ANNOTATION_PREV_UNTIL])
+    bound = datetime.timedelta(seconds=world.delivery_timeout)
+    assert before + bound - datetime.timedelta(seconds=1) <= until <= world.clock() + bound
+    assert await drop_pass(world) == []  # within the bound a pod's copy may still be the old Secret: kept
+    assert (await secret(world, "db-auth"))[auth.KEY_PREV] == OLD
+
+    # Past the date (the provisioner reads the real clock: the date is moved back instead of the clock forward).
+    past = conditions.rfc3339(datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=1))
+    await world.kube.patch("v1", "Secret", w.NS, "db-auth",
+                           {"metadata": {"annotations": {auth.ANNOTATION_PREV_UNTIL: past}}})
+    assert await drop_pass(world) == ["Secret db-auth (the password before the last rotation dropped)"]
+    live = await world.kube.get("v1", "Secret", w.NS, "db-auth")
+    assert live is not None and auth.ANNOTATION_PREV_UNTIL not in (live["metadata"].get("annotations") or {})
+    data = auth.decode(live)
+    assert auth.KEY_PREV not in data and logs_in(world, data[auth.KEY_PASSWORD])
+    assert await drop_pass(world) == []  # once
+
+
+async def test_a_previous_password_written_by_hand_is_left_alone(world: w.World) -> None:
+    await with_auth(world)
+    await world.kube.patch("v1", "Secret", w.NS, "db-auth", {"data": auth.encode({auth.KEY_PREV: "mine"})})
+    assert await drop_pass(world) == []
+    assert (await secret(world, "db-auth"))[auth.KEY_PREV] == "mine"
 
 
 @pytest.mark.parametrize("crash_at", ["UpdateCredential", "EtcdCredentialApplied", "UpdateDatabase"])

@@ -6,8 +6,9 @@ step writes that plan — the verified snapshot's key, SHA-256 and revision, eve
 new ``--initial-cluster-token`` named after the request, so the restored cluster gets new cluster and member IDs —,
 applies the StatefulSet (the init container is in its template), records the member pods' UIDs and deletes them all
 together. Each new pod's init container downloads the snapshot, checks it again, runs ``etcdutl snapshot restore``
-into a directory beside the data dir, swaps the two and marks the member restored (a restart does not restore
-again). The step ends when every member answers with a leader, the same cluster ID as the others, and not the
+into a directory beside the data dir, sets the auth Secret's password as the root user's in it when the Etcd has
+authentication (the snapshot's own may be one a RotateAuth has since rotated away), swaps the two and marks the
+member restored (a restart does not restore again). The step ends when every member answers with a leader, the same cluster ID as the others, and not the
 cluster ID they had before.
 
 A Restore that fails before any member was replaced withdraws its plan (:func:`withdraw_after_failure`): left in
@@ -17,12 +18,13 @@ members were replaced the plan stays, so a member still to start restores to the
 Failures prevented: members restored from different data (one plan, one checksum, checked in every pod); a member
 that keeps its old data and joins the restored ones (every pod is replaced; the old cluster ID is refused); a pod
 restored twice (the marker); a restore that half-replaces a data dir (the init container swaps atomically and
-keeps the old data dir until the new one is in place).
+keeps the old data dir until the new one is in place); a restore that brings back a leaked root password, or locks
+the operator out with a password nobody holds any more.
 """
 
 from __future__ import annotations
 
-from opsmanager.api import constants
+from opsmanager.api import auth, constants
 from opsmanager.backup import restore
 from opsmanager.cluster import members, naming, render
 from opsmanager.ops import context, plan, restart
@@ -47,7 +49,9 @@ def restore_plan(ctx: context.OpsContext) -> restore.RestorePlan:
         prefix=dest.prefix, ca_file=f"{naming.RESTORE_CA_MOUNT}/{dest.ca.key}" if dest.ca is not None else None,
         sha256=record["sha256"], revision=int(record["revision"]), initial_cluster=cluster,
         token=f"{ctx.namespace}-{ctx.db_name}-restore-{uid[:8]}", peer_urls=peers, data_dir=naming.DATA_DIR,
-        etcd_version=ctx.db.spec.version)
+        etcd_version=ctx.db.spec.version,
+        root_password_file=(f"{naming.RESTORE_AUTH_MOUNT}/{auth.KEY_PASSWORD}" if ctx.db.spec.auth_secret is not None
+                            else None))
 
 
 def config_map(ctx: context.OpsContext, the_plan: restore.RestorePlan) -> dict[str, object]:

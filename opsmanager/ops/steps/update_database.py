@@ -10,6 +10,7 @@ foreign one); after an issuer change, the CA probe Certificates.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from opsmanager.api import auth, common, conditions, constants
@@ -23,16 +24,21 @@ CONDITIONS: tuple[str, ...] = (constants.COND_UPDATE_DATABASE,)
 
 
 async def _auth(ctx: context.OpsContext, staging: str, final: str) -> None:
-    """RotateAuth: the staged password becomes ``password`` (the old one ``password.prev``), then
+    """RotateAuth: the staged password becomes ``password`` (the old one ``password.prev``, dated for the
+    provisioner to drop once a pod's copy of the Secret can no longer be the old one), then
     ``spec.authSecret`` names ``final`` and ``status.authEnabled`` is true. Each write is skipped once done, so a
     crash in between resumes."""
     data = await credentials.read(ctx.kube, ctx.namespace, staging)
     if data is not None and data.get(auth.KEY_NEXT):
         moved: dict[str, str | None] = {**auth.encode({auth.KEY_USERNAME: auth.USERNAME,
                                                        auth.KEY_PASSWORD: data[auth.KEY_NEXT]}), auth.KEY_NEXT: None}
+        patch: dict[str, Any] = {"data": moved}
         if data.get(auth.KEY_PASSWORD):
             moved[auth.KEY_PREV] = auth.encode({auth.KEY_PREV: data[auth.KEY_PASSWORD]})[auth.KEY_PREV]
-        await ctx.kube.patch("v1", "Secret", ctx.namespace, staging, {"data": moved})
+            # Kept while a pod's copy of the Secret may still be the old one; the provisioner drops it after.
+            until = ctx.now + datetime.timedelta(seconds=ctx.delivery_timeout)
+            patch["metadata"] = auth.previous_kept_until(until)
+        await ctx.kube.patch("v1", "Secret", ctx.namespace, staging, patch)
     if ctx.db.spec.auth_secret is None or ctx.db.spec.auth_secret.name != final:
         ctx.db_obj = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace,
                                           ctx.db_name, {"spec": {"authSecret": {"name": final}}})
