@@ -281,10 +281,15 @@ def read_root_password(plan: RestorePlan) -> str | None:
         return None
     path = Path(plan.root_password_file)
     try:
-        password = path.read_text().strip("\r\n")
+        raw = path.read_bytes()  # exactly, no newline translation: the operator logs in with the value as stored
     except OSError as err:
         raise RestoreFailed(f"the root password file {path} cannot be read ({err.strerror}): the Etcd's "
                             "spec.authSecret Secret must exist with a 'password' key (it is mounted from it)") from None
+    try:
+        password = raw.decode()
+    except UnicodeDecodeError:
+        raise RestoreFailed(f"the root password file {path} is not UTF-8 text: the operator cannot log in with it "
+                            "either; put a text password into the Etcd's spec.authSecret Secret") from None
     if not password:
         raise RestoreFailed(f"the root password file {path} is empty: the Etcd's spec.authSecret Secret must hold a "
                             "non-empty 'password'")
@@ -301,7 +306,7 @@ def set_root_password(etcdauth: str) -> RootSetter:
     def run(db: Path, password: str) -> str:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         try:
-            result = subprocess.run([etcdauth, "set-root", "--db", str(db)], input=password + "\n",
+            result = subprocess.run([etcdauth, "set-root", "--db", str(db)], input=password,
                                     capture_output=True, text=True, env=env, timeout=ETCDAUTH_TIMEOUT, check=False)
         except subprocess.TimeoutExpired:
             raise RestoreFailed(f"etcdauth set-root did not finish within {ETCDAUTH_TIMEOUT:g} s; the data dir was "

@@ -288,6 +288,7 @@ class EtcdClient:
             raise ValueError(f"EtcdClient: endpoint names must be unique; duplicated: {dupes}")
         self._endpoints = eps
         self._ids = {i: e for i, e in self._ids.items() if e in eps}
+        self._login.members = len(eps)  # a token is given up only when calls with it time out on two members
 
     def set_tls(self, tls: access.TLSIdentity | None) -> None:
         """Use another trust bundle / client identity from now on (e.g. the new client cert during a rotation).
@@ -336,7 +337,7 @@ class EtcdClient:
         conn = self._conns.get(key)
         if conn is None:
             options = list(CHANNEL_OPTIONS)
-            interceptors, bind = tokens.interceptors(self._login, f"{ep.label} [{scheme}]")
+            interceptors, bind = tokens.interceptors(self._login, f"{ep.label} [{scheme}]", ep.name)
             if scheme == "https":
                 assert identity is not None
                 creds = grpc.ssl_channel_credentials(root_certificates=identity.ca_pem,

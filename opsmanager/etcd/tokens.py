@@ -21,11 +21,13 @@ What the interceptors do, per call (``Authenticate`` itself passes through untou
   "user name is empty": log in again — once, and only if no other call has done so meanwhile — and resend;
 * a call sent without a token because auth looked off that is refused for want of a user (or as the certificate's
   CN, "user name not found" / "permission denied"): auth may have been enabled since; log in and resend once;
-* a call that carried a token and got no answer before its deadline: the next call logs in afresh (the timed-out
-  call is not resent: its deadline is gone). etcd's simple token ends in the raft index it was issued at, and a
-  member holds every call whose token names an index it has not applied yet — it never says "invalid" — so a token
-  from a cluster with a longer log (the same members before a restore from a snapshot, which starts a new, shorter
-  one) stalls every call to its deadline, for good.
+* calls that carried the token and got no answer before their deadline, on two different members (on the only one,
+  for a client of one member), with no call answered with it since: the next call logs in afresh (a timed-out call
+  is not resent: its deadline is gone). etcd's simple token ends in the raft index it was issued at, and a member
+  holds every call whose token names an index it has not applied yet — it never says "invalid" — so a token from a
+  cluster with a longer log (the same members before a restore from a snapshot, which starts a new, shorter one)
+  stalls every call on every member to its deadline, for good. One member that is down times out alone, and the
+  others keep answering: that is no reason to log in again (a login waits on the lock every call shares).
 
 Everything else, including the second failure, goes back to the caller (translated there by the client). A login
 tries :attr:`~access.Credentials.passwords` in turn (the one that worked last first); when none works it raises the
@@ -63,6 +65,8 @@ class Login:
         self.token: str | None = None
         self.enabled: bool | None = None  # False: Authenticate said auth is off, calls go without a token
         self.logins = 0  # successful Authenticate calls (for tests and logs)
+        self.members = 1  # how many members the client talks to (the client keeps it current)
+        self._timed_out: set[str] = set()  # members where a call with the current token timed out since one answered
         self._epoch = 0  # bumped by every login attempt that settled something, and by forget()
         self._worked: str | None = None  # the password etcd accepted last (tried first next time)
         self._lock = asyncio.Lock()
@@ -79,12 +83,24 @@ class Login:
         self.token = None
         self.enabled = None
         self._epoch += 1
+        self._timed_out.clear()
 
-    def distrust(self, used: str) -> None:
-        """A call that carried ``used`` timed out: if it is still the token, the next call logs in afresh."""
-        if self.token == used:
+    def answered(self, used: str | None) -> None:
+        """A call that carried ``used`` was answered: the token is good."""
+        if used is not None and used == self.token:
+            self._timed_out.clear()
+
+    def timed_out(self, used: str, member: str) -> None:
+        """A call to ``member`` that carried ``used`` timed out. When it is still the token and calls with it have
+        timed out on two members (on every member, for fewer) with none answered since, drop it: the next call
+        logs in afresh."""
+        if self.token != used:
+            return
+        self._timed_out.add(member)
+        if len(self._timed_out) >= min(2, max(1, self.members)):
             self.token = None
             self._epoch += 1
+            self._timed_out.clear()
 
     async def current(self, stub: rpc_pb2_grpc.AuthStub, label: str, deadline: float | None) -> str | None:
         """The token to send now (logging in first when there is none yet); None: send the call without one."""
@@ -108,6 +124,7 @@ class Login:
             token = await self._authenticate(stub, label, credentials, deadline)
             if self.credentials is credentials:
                 self.token, self.enabled, self._epoch = token, token is not None, self._epoch + 1
+                self._timed_out.clear()
             return token
 
     async def _authenticate(self, stub: rpc_pb2_grpc.AuthStub, label: str, credentials: access.Credentials,
@@ -174,9 +191,10 @@ def _with_token(details: grpc.aio.ClientCallDetails, token: str | None,
 
 
 class _Interceptor:
-    def __init__(self, login: Login, label: str) -> None:
+    def __init__(self, login: Login, label: str, member: str) -> None:
         self.login = login
         self.label = label
+        self.member = member
         self.stub: rpc_pb2_grpc.AuthStub | None = None  # set once the channel exists (it carries this interceptor)
 
     def _stub(self) -> rpc_pb2_grpc.AuthStub:
@@ -189,7 +207,7 @@ class _Interceptor:
     async def _retry_token(self, exc: BaseException, used: str | None, deadline: float | None) -> str | None:
         """The token to resend with after ``exc``; None: do not resend (the caller re-raises ``exc``)."""
         if used is not None and isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-            self.login.distrust(used)
+            self.login.timed_out(used, self.member)
             return None
         if not self.login.should_renew(exc, used):
             return None
@@ -210,13 +228,18 @@ class _UnaryUnary(_Interceptor, grpc.aio.UnaryUnaryClientInterceptor):
         token = await self.login.current(self._stub(), self.label, deadline)
         call = await continuation(_with_token(client_call_details, token, deadline), request)
         try:
-            return await call
+            response = await call
         except grpc.aio.AioRpcError as exc:
             fresh = await self._retry_token(exc, token, deadline)
             if fresh is None:
                 raise
+        else:
+            self.login.answered(token)
+            return response
         call = await continuation(_with_token(client_call_details, fresh, deadline), request)
-        return await call
+        response = await call
+        self.login.answered(fresh)
+        return response
 
 
 class _UnaryStream(_Interceptor, grpc.aio.UnaryStreamClientInterceptor):
@@ -237,6 +260,8 @@ class _UnaryStream(_Interceptor, grpc.aio.UnaryStreamClientInterceptor):
                 raise
             call = await continuation(_with_token(client_call_details, fresh, deadline), request)
             first = await call.read()
+            token = fresh
+        self.login.answered(token)
         return _chain(call, first)
 
 
@@ -247,11 +272,12 @@ async def _chain(call: Any, first: Any) -> AsyncIterator[Any]:
         message = await call.read()
 
 
-def interceptors(login: Login, label: str) -> tuple[list[grpc.aio.ClientInterceptor],
-                                                    Callable[[grpc.aio.Channel], None]]:
-    """The interceptors for a new channel to ``label`` (pass them to ``grpc.aio.*_channel``) and the function to
-    call with that channel once it exists (logins go over the channel of the call that needs them)."""
-    unary, stream = _UnaryUnary(login, label), _UnaryStream(login, label)
+def interceptors(login: Login, label: str, member: str | None = None) -> tuple[list[grpc.aio.ClientInterceptor],
+                                                                            Callable[[grpc.aio.Channel], None]]:
+    """The interceptors for a new channel to ``label`` (pass them to ``grpc.aio.*_channel``; ``member``: the member
+    it reaches, ``label`` when None) and the function to call with that channel once it exists (logins go over the
+    channel of the call that needs them)."""
+    unary, stream = _UnaryUnary(login, label, member or label), _UnaryStream(login, label, member or label)
 
     def bind(channel: grpc.aio.Channel) -> None:
         stub = rpc_pb2_grpc.AuthStub(channel)  # type: ignore[no-untyped-call]

@@ -16,13 +16,14 @@ What is claimed, measured from outside:
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
 import pytest_asyncio
 
 from e2e import scenario, writer
-from opsmanager.api import auth, constants
+from opsmanager.api import auth, conditions, constants
 from opsmanager.etcd import access
 from opsmanager.etcd import errors as etcd_errors
 
@@ -74,9 +75,21 @@ async def test_rotate_the_root_password_live_under_a_writer_that_follows_the_sec
     assert result.phase == constants.PHASE_SUCCESSFUL, result.failure
     assert [c for c in result.conditions if c != "Pending"] == [
         "Running", "UpdateCredential", "EtcdCredentialApplied", "UpdateDatabase", "Successful"]
-    data = await secret_data(sc, secret)  # first: password.prev is dropped after the delivery bound (15 s here)
+    live = await sc.k.get("v1", "Secret", sc.namespace, secret)
+    data = auth.decode(live)
     new = data[auth.KEY_PASSWORD]
-    assert new != old and data.get(auth.KEY_PREV) == old and auth.KEY_NEXT not in data
+    assert new != old and auth.KEY_NEXT not in data
+    # password.prev is the old password until its date (the delivery bound, 15 s here, after UpdateDatabase)
+    moved = conditions.parse_rfc3339(next(c["lastTransitionTime"] for c in (await sc.request(f"{db}-rotate"))[
+        "status"]["conditions"] if c["type"] == constants.COND_UPDATE_DATABASE))
+    until = ((live or {}).get("metadata", {}).get("annotations") or {}).get(auth.ANNOTATION_PREV_UNTIL)
+    if until is not None:
+        assert data.get(auth.KEY_PREV) == old
+        dated = conditions.parse_rfc3339(until) - moved
+        assert datetime.timedelta(seconds=13) <= dated <= datetime.timedelta(seconds=17), dated
+    else:  # read late: already dropped, which must not happen before the bound
+        assert auth.KEY_PREV not in data
+        assert datetime.datetime.now(datetime.UTC) - moved >= datetime.timedelta(seconds=14)
     assert uids.restarts() == {n: 0 for n in uids.names}, uids.uids  # live: no member restarted
     await sc.assert_no_loss(result)  # 0 failed writes, stall bounded, every write read back, HashKV agrees
 

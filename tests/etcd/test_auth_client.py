@@ -16,6 +16,7 @@ is read; the client's snapshot takes the revision from a header when etcd sends 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import pathlib
@@ -116,6 +117,7 @@ class StandIn(rpc_pb2_grpc.MaintenanceServicer, rpc_pb2_grpc.AuthServicer):
         self.trailer: bytes | None = None  # None: the right sha256
         self.header_revision = 42  # our payload is no bbolt file: the header must name the revision
         self.version = ""
+        self.stall: set[str] = set()  # tokens whose calls get no answer (etcd waiting for a raft index it lacks)
 
     @staticmethod
     def token(context: grpc.aio.ServicerContext) -> str | None:
@@ -124,6 +126,8 @@ class StandIn(rpc_pb2_grpc.MaintenanceServicer, rpc_pb2_grpc.AuthServicer):
     async def check(self, method: str, context: grpc.aio.ServicerContext) -> None:
         token = self.token(context)
         self.seen.append((method, token))
+        if token in self.stall:
+            await asyncio.sleep(30)
         if not self.enabled:
             return
         if token is None:
@@ -176,7 +180,13 @@ class StandIn(rpc_pb2_grpc.MaintenanceServicer, rpc_pb2_grpc.AuthServicer):
 
 @pytest.fixture
 async def stand_in() -> AsyncIterator[tuple[StandIn, access.Endpoint]]:
-    service = StandIn()
+    async with serving(StandIn(), "e0") as served:
+        yield served
+
+
+@contextlib.asynccontextmanager
+async def serving(service: StandIn, name: str) -> AsyncIterator[tuple[StandIn, access.Endpoint]]:
+    """``service`` on a loopback port, as the member ``name``."""
     server = grpc.aio.server()
     rpc_pb2_grpc.add_AuthServicer_to_server(service, server)  # type: ignore[no-untyped-call]
     # Snapshot answers pre-serialized bytes (to append field 4), so register Maintenance with a bytes serializer;
@@ -197,7 +207,7 @@ async def stand_in() -> AsyncIterator[tuple[StandIn, access.Endpoint]]:
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
-        yield service, access.Endpoint("e0", "127.0.0.1", client_port=port, metrics_port=None, schemes=("http",))
+        yield service, access.Endpoint(name, "127.0.0.1", client_port=port, metrics_port=None, schemes=("http",))
     finally:
         await server.stop(None)
 
@@ -257,6 +267,30 @@ async def test_the_snapshot_stream_renews_a_forgotten_token_too(stand_in: Any, t
     assert result.path.read_bytes()[:-32] == b"".join(service.blobs)
     assert service.seen == [("Authenticate", None), ("Status", "tok1"), ("Snapshot", "tok1"),
                             ("Authenticate", None), ("Snapshot", "tok2")]
+
+
+async def test_a_token_is_given_up_when_calls_with_it_time_out_on_two_members_not_one() -> None:
+    """One member that holds calls (down, or far behind) times out alone while the other answers: the token is
+    kept. When calls with it time out on two members (a token from before a restore: every member holds it), the
+    next call logs in afresh."""
+    async with serving(StandIn(), "e0") as (slow, e0), serving(StandIn(), "e1") as (fine, e1):
+        async with etcd_client.EtcdClient([e0, e1], timeout=0.5,
+                                          credentials=access.Credentials("root", PASSWORD)) as c:
+            await c.status("e1")
+            slow.valid.add("tok1")  # both members know the token; e0 holds every call carrying it
+            slow.stall.add("tok1")
+            for _ in range(2):
+                with pytest.raises(errors.EtcdError):
+                    await c.status("e0")
+                await c.status("e1")  # answered with it: the token is good
+            assert c.logins == 1
+
+            fine.stall.add("tok1")  # now every member holds it
+            for member in ("e0", "e1"):
+                with pytest.raises(errors.EtcdError):
+                    await c.status(member)
+            await c.status("e1")
+            assert c.logins == 2 and fine.seen[-2:] == [("Authenticate", None), ("Status", "tok2")]
 
 
 async def test_concurrent_calls_share_one_login(stand_in: Any) -> None:

@@ -139,6 +139,23 @@ async def test_a_first_rotate_auth_turns_authentication_on_with_the_named_secret
     assert await secret(world, "mine") == {"username": "root", "password": "chosen-by-the-user-000"}  # untouched
 
 
+async def test_a_rotation_to_another_secret_leaves_no_old_password_behind(world: w.World) -> None:
+    """The old password is kept (dated) only in the Secret the Etcd goes on naming: a Secret it stops naming is
+    never looked at again, so it gets the new password alone."""
+    await with_auth(world)
+    await world.kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mine", "namespace": w.NS},
+                             "data": auth.encode({"username": "root", "password": "chosen-by-the-user-000"})})
+    await world.request("move", "db", constants.OPS_TYPE_ROTATE_AUTH, authentication={"secretRef": {"name": "mine"}})
+    done = await world.run("move")
+    assert done["status"]["phase"] == constants.PHASE_SUCCESSFUL, done["status"]
+    assert (await world.get_etcd("db"))["spec"]["authSecret"] == {"name": "mine"}
+    assert logs_in(world, "chosen-by-the-user-000") and not logs_in(world, OLD)
+    assert await secret(world, "db-auth") == {"username": "root", "password": "chosen-by-the-user-000"}
+    live = await world.kube.get("v1", "Secret", w.NS, "db-auth")
+    assert live is not None and auth.ANNOTATION_PREV_UNTIL not in (live["metadata"].get("annotations") or {})
+    assert await secret(world, "mine") == {"username": "root", "password": "chosen-by-the-user-000"}
+
+
 @pytest.mark.parametrize(("data", "message"), [
     (None, "referenced secret ops/mine not found"),
     ({"username": "root"}, 'referenced secret ops/mine must contain a non-empty "password"'),

@@ -3,7 +3,7 @@
 // taken before a RotateAuth takes the password the auth Secret holds now, not the one of the snapshot (which may be
 // the very password that was rotated away because it leaked).
 //
-//	etcdauth set-root --db FILE     (the password on standard input: never in argv, which any process can read)
+//	etcdauth set-root --db FILE     (the password, exactly, on standard input: never in argv, which any process can read)
 //
 // It writes what etcd's own UserAdd, UserGrantRole(root) and AuthEnable would have left in the file: the "root"
 // user with a bcrypt hash of the password and the "root" role, authentication enabled, and the auth revision one
@@ -12,7 +12,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -21,7 +20,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -54,18 +52,19 @@ type outcome struct {
 }
 
 func readPassword(in io.Reader) (string, error) {
-	line, err := bufio.NewReader(io.LimitReader(in, 4096)).ReadString('\n')
-	if err != nil && !errors.Is(err, io.EOF) {
+	// All of it, byte for byte: the operator logs in with the Secret's value exactly as stored, a trailing newline
+	// included, so the password set here must be that value too.
+	raw, err := io.ReadAll(io.LimitReader(in, 4096))
+	if err != nil {
 		return "", fmt.Errorf("reading the password from standard input: %w", err)
 	}
-	password := strings.TrimRight(line, "\r\n")
-	if password == "" {
+	if len(raw) == 0 {
 		return "", errors.New("no password on standard input: pipe the root password in")
 	}
-	if len(password) > maxPasswordBytes {
-		return "", fmt.Errorf("the password is %d bytes; bcrypt (and etcd) take at most %d", len(password), maxPasswordBytes)
+	if len(raw) > maxPasswordBytes {
+		return "", fmt.Errorf("the password is %d bytes; bcrypt (and etcd) take at most %d", len(raw), maxPasswordBytes)
 	}
-	return password, nil
+	return string(raw), nil
 }
 
 func setRoot(path, password string) (outcome, error) {

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from opsmanager.api import auth, constants
 from opsmanager.backup import restore
-from opsmanager.cluster import members, naming, render
+from opsmanager.cluster import credentials, members, naming, render
 from opsmanager.ops import context, plan, restart
 from opsmanager.provisioner import applying
 
@@ -63,6 +63,21 @@ def config_map(ctx: context.OpsContext, the_plan: restore.RestorePlan) -> dict[s
             "data": {naming.RESTORE_PLAN_FILE: the_plan.to_json()}}
 
 
+async def _auth_secret_problem(ctx: context.OpsContext) -> context.Fail | None:
+    """With authentication, the auth Secret must hold a password before any member is replaced: each member's init
+    container sets it in the restored data, and fails (the member with it) without one."""
+    if ctx.db.spec.auth_secret is None:
+        return None
+    name = ctx.db.spec.auth_secret.name
+    data = await credentials.read(ctx.kube, ctx.namespace, name)
+    if data is None or not data.get(auth.KEY_PASSWORD):
+        what = "does not exist" if data is None else "has no 'password'"
+        return context.Fail(f"the auth Secret {ctx.namespace}/{name} (spec.authSecret) {what}: the restored members "
+                            "take its password as root's; no member was replaced — put the Secret back with the "
+                            "password clients use and file the Restore again", reason="AuthSecretMissing")
+    return None
+
+
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     assert isinstance(step, plan.RestoreMembers), step  # the engine runs a step with the module its kind names
     pods = await ctx.pods()
@@ -73,6 +88,9 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
         if isinstance(objects, context.Fail):
             return objects
         objects.close()
+        missing = await _auth_secret_problem(ctx)
+        if missing is not None:
+            return missing
         await ctx.kube.apply(config_map(ctx, restore_plan(ctx)))
         sts = await applying.apply_statefulset(ctx.kube, ctx.db, render.Wiring.steady(ctx.db.spec.tls),
                                                restarted_at=f"{ctx.name}/{step.condition}")

@@ -33,7 +33,9 @@ async def _auth(ctx: context.OpsContext, staging: str, final: str) -> None:
         moved: dict[str, str | None] = {**auth.encode({auth.KEY_USERNAME: auth.USERNAME,
                                                        auth.KEY_PASSWORD: data[auth.KEY_NEXT]}), auth.KEY_NEXT: None}
         patch: dict[str, Any] = {"data": moved}
-        if data.get(auth.KEY_PASSWORD):
+        # The old password is kept beside the new one only in the Secret clients go on reading (and the provisioner
+        # dates it and drops it there); a Secret the Etcd stops naming gets the new password alone.
+        if data.get(auth.KEY_PASSWORD) and staging == final:
             moved[auth.KEY_PREV] = auth.encode({auth.KEY_PREV: data[auth.KEY_PASSWORD]})[auth.KEY_PREV]
             # Kept while a pod's copy of the Secret may still be the old one; the provisioner drops it after.
             until = ctx.now + datetime.timedelta(seconds=ctx.delivery_timeout)
