@@ -243,7 +243,8 @@ class EtcdClient:
     """
 
     def __init__(self, endpoint_list: Iterable[access.Endpoint], *, tls: access.TLSIdentity | None = None,
-                 timeout: float = DEFAULT_TIMEOUT, credentials: access.Credentials | None = None) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, credentials: access.Credentials | None = None,
+                 board: tokens.Board | None = None) -> None:
         self._endpoints: list[access.Endpoint] = []
         self._tls: access.TLSIdentity | None = None
         self.timeout = timeout
@@ -253,7 +254,7 @@ class EtcdClient:
         self._ids: dict[int, access.Endpoint] = {}  # member ID -> endpoint, learned from Status
         self._http: aiohttp.ClientSession | None = None
         self._closed = False
-        self._login = tokens.Login()
+        self._login = tokens.Login(board=board)  # board: the token this cluster's other clients got, shared
         self.set_endpoints(endpoint_list)
         self.set_tls(tls)
         self.set_credentials(credentials)
@@ -288,7 +289,7 @@ class EtcdClient:
             raise ValueError(f"EtcdClient: endpoint names must be unique; duplicated: {dupes}")
         self._endpoints = eps
         self._ids = {i: e for i, e in self._ids.items() if e in eps}
-        self._login.members = len(eps)  # a token is given up only when calls with it time out on two members
+        self._login.members = len(eps)  # a token is given up only when calls with it time out on every member
 
     def set_tls(self, tls: access.TLSIdentity | None) -> None:
         """Use another trust bundle / client identity from now on (e.g. the new client cert during a rotation).

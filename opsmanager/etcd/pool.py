@@ -10,6 +10,9 @@ is only told the current member addresses each time it is leased.
   engine and the status pass each have their own, since they set different endpoint schemes). A new identity — the operator's
   client certificate was renewed, a rotation moved it to another CA — is a new client; the old one is closed once
   it has not been leased for :attr:`ClientPool.idle_close` seconds.
+- **Tokens**: the clients of one Etcd share the last token etcd gave (:class:`~opsmanager.etcd.tokens.Board`): a
+  new client (the engine's, for each request) takes it instead of logging in. A login needs a quorum, so during a
+  quorum loss the status pass's token, kept alive by its use, is what lets the engine ask the survivor anything.
 - **Addresses**: each lease sets the endpoints it was given and closes the channels of addresses no longer in
   them (a recreated member pod has a new IP).
 - **Lifetime**: ``async with`` on a leased client does not close it (the engine's steps keep their ``async with``
@@ -30,7 +33,7 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 
-from opsmanager.etcd import access, client
+from opsmanager.etcd import access, client, tokens
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,7 @@ class ClientPool:
     def __init__(self, *, idle_close: float = DEFAULT_IDLE_CLOSE) -> None:
         self.idle_close = idle_close
         self._entries: dict[Key, _Entry] = {}
+        self._boards: dict[tuple[str, str], tokens.Board] = {}  # per Etcd: the token its clients share
         self.opened = 0  # clients made since the start, for tests and the benchmark
 
     def __len__(self) -> int:
@@ -86,7 +90,8 @@ class ClientPool:
             self._entries.pop(key)  # made on another (perhaps closed) loop: its channels are not usable here
             entry = None
         if entry is None:
-            entry = _Entry(SharedClient(endpoints, tls=tls, timeout=timeout), loop, time.monotonic())
+            board = self._boards.setdefault((namespace, db), tokens.Board())
+            entry = _Entry(SharedClient(endpoints, tls=tls, timeout=timeout, board=board), loop, time.monotonic())
             self._entries[key] = entry
             self.opened += 1
         else:
@@ -114,6 +119,8 @@ class ClientPool:
         """Close every client of ``namespace/db`` (the Etcd is gone), or only ``user``'s (an ops request ended: the
         engine's clients of that Etcd — one per identity it went through — wait for no one)."""
         await self._close([k for k in self._entries if k[:2] == (namespace, db) and user in (None, k[3])])
+        if user is None:
+            self._boards.pop((namespace, db), None)
 
     async def close(self) -> None:
         await self._close(list(self._entries))

@@ -21,13 +21,14 @@ What the interceptors do, per call (``Authenticate`` itself passes through untou
   "user name is empty": log in again — once, and only if no other call has done so meanwhile — and resend;
 * a call sent without a token because auth looked off that is refused for want of a user (or as the certificate's
   CN, "user name not found" / "permission denied"): auth may have been enabled since; log in and resend once;
-* calls that carried the token and got no answer before their deadline, on two different members (on the only one,
-  for a client of one member), with no call answered with it since: the next call logs in afresh (a timed-out call
-  is not resent: its deadline is gone). etcd's simple token ends in the raft index it was issued at, and a member
-  holds every call whose token names an index it has not applied yet — it never says "invalid" — so a token from a
-  cluster with a longer log (the same members before a restore from a snapshot, which starts a new, shorter one)
-  stalls every call on every member to its deadline, for good. One member that is down times out alone, and the
-  others keep answering: that is no reason to log in again (a login waits on the lock every call shares).
+* calls that carried the token and got no answer before their deadline, on every member of the client, each call
+  started after the last answer to the token: the next call logs in afresh (a timed-out call is not resent: its
+  deadline is gone). etcd's simple token ends in the raft index it was issued at, and a member holds every call
+  whose token names an index it has not applied yet — it never says "invalid" — so a token from a cluster with a
+  longer log (the same members before a restore from a snapshot, which starts a new, shorter one) stalls every call
+  on every member to its deadline, for good. While any member still answers with the token it is kept: members that
+  are down time out alone, a login waits on the lock every call shares, and without a quorum a login cannot
+  succeed at all (Authenticate goes through raft) — the token is then the only way to ask the survivor anything.
 
 Everything else, including the second failure, goes back to the caller (translated there by the client). A login
 tries :attr:`~access.Credentials.passwords` in turn (the one that worked last first); when none works it raises the
@@ -57,16 +58,39 @@ def _details(exc: grpc.RpcError) -> str:
     return str(details or exc)
 
 
+class Board:
+    """The last token etcd gave for a user, shared by the clients of one cluster (the pool's: the engine's and the
+    status pass's). A token names a user, not a password, and holds for every member: a client without one takes
+    it instead of logging in. That matters when a majority is gone: ``Authenticate`` goes through raft and cannot
+    succeed, and a token from before the loss is the only way to ask the survivor anything (Status needs a user)."""
+
+    def __init__(self) -> None:
+        self.username: str | None = None
+        self.token: str | None = None
+
+    def post(self, username: str, token: str) -> None:
+        self.username, self.token = username, token
+
+    def take(self, username: str) -> str | None:
+        return self.token if self.username == username else None
+
+    def withdraw(self, token: str) -> None:
+        if self.token == token:
+            self.token = None
+
+
 class Login:
     """Credentials and the current token of one client (shared by every channel's interceptors)."""
 
-    def __init__(self, credentials: access.Credentials | None = None) -> None:
+    def __init__(self, credentials: access.Credentials | None = None, board: Board | None = None) -> None:
         self.credentials = credentials
+        self.board = board
         self.token: str | None = None
         self.enabled: bool | None = None  # False: Authenticate said auth is off, calls go without a token
         self.logins = 0  # successful Authenticate calls (for tests and logs)
         self.members = 1  # how many members the client talks to (the client keeps it current)
-        self._timed_out: set[str] = set()  # members where a call with the current token timed out since one answered
+        self._timed_out: set[str] = set()  # members where a call with the token timed out, started after an answer
+        self._answered_at = float("-inf")  # loop time of the last answer to a call that carried the token
         self._epoch = 0  # bumped by every login attempt that settled something, and by forget()
         self._worked: str | None = None  # the password etcd accepted last (tried first next time)
         self._lock = asyncio.Lock()
@@ -89,25 +113,39 @@ class Login:
         """A call that carried ``used`` was answered: the token is good."""
         if used is not None and used == self.token:
             self._timed_out.clear()
+            self._answered_at = asyncio.get_running_loop().time()
 
-    def timed_out(self, used: str, member: str) -> None:
-        """A call to ``member`` that carried ``used`` timed out. When it is still the token and calls with it have
-        timed out on two members (on every member, for fewer) with none answered since, drop it: the next call
-        logs in afresh."""
-        if self.token != used:
-            return
-        self._timed_out.add(member)
-        if len(self._timed_out) >= min(2, max(1, self.members)):
+    def drop(self, used: str) -> None:
+        """etcd refused ``used``: if it is still the token, the next call logs in afresh."""
+        if self.board is not None:
+            self.board.withdraw(used)
+        if self.token == used:
             self.token = None
             self._epoch += 1
             self._timed_out.clear()
 
+    def timed_out(self, used: str, member: str, started: float) -> None:
+        """A call to ``member`` that carried ``used``, sent at loop time ``started``, timed out. When it is still the
+        token and calls with it sent after its last answer have timed out on every member, drop it: the next call
+        logs in afresh."""
+        if self.token != used or started <= self._answered_at:
+            return
+        self._timed_out.add(member)
+        if len(self._timed_out) >= max(1, self.members):
+            self.drop(used)
+
     async def current(self, stub: rpc_pb2_grpc.AuthStub, label: str, deadline: float | None) -> str | None:
-        """The token to send now (logging in first when there is none yet); None: send the call without one."""
+        """The token to send now (the board's, else logging in first, when there is none yet); None: send the call
+        without one."""
         if self.credentials is None or self.enabled is False:
             return None
         if self.token is not None:
             return self.token
+        posted = self.board.take(self.credentials.username) if self.board is not None else None
+        if posted is not None:
+            self.token, self.enabled = posted, True
+            self._timed_out.clear()
+            return posted
         return await self.renew(stub, label, None, deadline)
 
     async def renew(self, stub: rpc_pb2_grpc.AuthStub, label: str, used: str | None,
@@ -121,10 +159,15 @@ class Login:
             if (self.credentials is not credentials or self._epoch != epoch
                     or (self.token is not None and self.token != used)):
                 return self.token  # another call logged in (or learnt auth is off) meanwhile: use that
+            if used is not None and self.board is not None:
+                self.board.withdraw(used)  # refused: no other client should take it
             token = await self._authenticate(stub, label, credentials, deadline)
             if self.credentials is credentials:
                 self.token, self.enabled, self._epoch = token, token is not None, self._epoch + 1
                 self._timed_out.clear()
+                self._answered_at = asyncio.get_running_loop().time()  # etcd just answered the login
+                if token is not None and self.board is not None:
+                    self.board.post(credentials.username, token)
             return token
 
     async def _authenticate(self, stub: rpc_pb2_grpc.AuthStub, label: str, credentials: access.Credentials,
@@ -204,12 +247,18 @@ class _Interceptor:
     def _passes_through(self, details: grpc.aio.ClientCallDetails) -> bool:
         return self.login.credentials is None or _method(details) == AUTHENTICATE
 
-    async def _retry_token(self, exc: BaseException, used: str | None, deadline: float | None) -> str | None:
-        """The token to resend with after ``exc``; None: do not resend (the caller re-raises ``exc``)."""
+    async def _retry_token(self, exc: BaseException, used: str | None, deadline: float | None,
+                           started: float) -> str | None:
+        """The token to resend with after ``exc`` (a call sent at loop time ``started``); None: do not resend (the
+        caller re-raises ``exc``)."""
         if used is not None and isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-            self.login.timed_out(used, self.member)
+            self.login.timed_out(used, self.member, started)
             return None
         if not self.login.should_renew(exc, used):
+            return None
+        if deadline is not None and deadline <= asyncio.get_running_loop().time():
+            if used is not None:  # refused as the deadline ran out (etcd's answer to a token it waited on)
+                self.login.drop(used)  # no time left to log in: the next call does
             return None
         fresh = await self.login.renew(self._stub(), self.label, used, deadline)
         if fresh is None or fresh == used:
@@ -226,11 +275,12 @@ class _UnaryUnary(_Interceptor, grpc.aio.UnaryUnaryClientInterceptor):
             return await continuation(client_call_details, request)
         deadline = _deadline(client_call_details)
         token = await self.login.current(self._stub(), self.label, deadline)
+        started = asyncio.get_running_loop().time()
         call = await continuation(_with_token(client_call_details, token, deadline), request)
         try:
             response = await call
         except grpc.aio.AioRpcError as exc:
-            fresh = await self._retry_token(exc, token, deadline)
+            fresh = await self._retry_token(exc, token, deadline, started)
             if fresh is None:
                 raise
         else:
@@ -251,11 +301,12 @@ class _UnaryStream(_Interceptor, grpc.aio.UnaryStreamClientInterceptor):
             return await continuation(client_call_details, request)
         deadline = _deadline(client_call_details)
         token = await self.login.current(self._stub(), self.label, deadline)
+        started = asyncio.get_running_loop().time()
         call = await continuation(_with_token(client_call_details, token, deadline), request)
         try:
             first = await call.read()
         except grpc.aio.AioRpcError as exc:
-            fresh = await self._retry_token(exc, token, deadline)
+            fresh = await self._retry_token(exc, token, deadline, started)
             if fresh is None:
                 raise
             call = await continuation(_with_token(client_call_details, fresh, deadline), request)

@@ -5,7 +5,8 @@ start) make the Etcd report ``QuorumLost=True`` naming the survivor with the hig
 confirming another member is refused at admission naming the right one; the request confirming the survivor
 restarts it with ``--force-new-cluster`` and re-adds the others as learners, promoted; at the end every write
 acknowledged before the loss reads back, HashKV agrees on all three members, new writes go through, and no
-MoveLeader was needed (the survivor led throughout).
+MoveLeader was needed (the survivor led throughout). The same with etcd's authentication on (a login needs a
+quorum: the operator must see and recover the survivor all the same).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from e2e import scenario, writer
+from e2e import databench, scenario, writer
 from opsmanager import kube
 from opsmanager.api import conditions, constants
 from opsmanager.cluster import naming
@@ -56,10 +57,21 @@ async def quorum_lost(sc: scenario.Scenario, db: str) -> dict[str, Any] | None:
     return status if conditions.is_true(status.get("conditions"), constants.COND_QUORUM_LOST) else None
 
 
-async def test_two_of_three_lost_recovered_from_the_survivor(sc: scenario.Scenario) -> None:
-    db = "quorum"
-    await sc.fresh_etcd(db)
-    async with sc.live(db) as (w, _mon):
+@pytest.mark.parametrize("with_auth", [False, True], ids=["open", "authentication"])
+async def test_two_of_three_lost_recovered_from_the_survivor(sc: scenario.Scenario, with_auth: bool) -> None:
+    db = "quorum-auth" if with_auth else "quorum"
+    login: writer.SecretLogin | None = None
+    if with_auth:
+        await sc.fresh_etcd(db, extra={"authSecret": {"name": f"{db}-auth"}})
+
+        async def enabled() -> bool:
+            obj = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db)
+            return bool(((obj or {}).get("status") or {}).get("authEnabled"))
+        await sc.wait_for("authentication on", enabled, timeout=60)
+        login = writer.SecretLogin(sc.k, sc.namespace, f"{db}-auth")
+    else:
+        await sc.fresh_etcd(db)
+    async with sc.live(db, login=login) as (w, _mon):
         await w.wait_ok(100, timeout=60)
     acknowledged = w.acknowledged
     assert len(acknowledged) >= 100
@@ -93,14 +105,15 @@ async def test_two_of_three_lost_recovered_from_the_survivor(sc: scenario.Scenar
     await sc.wait_ready(db, timeout=120)
 
     # every write acknowledged before the loss is there; the three members agree; new writes go through
-    after = writer.Writer(writer.targets_for(await sc.endpoints(db), identities=[None]), prefix=w.prefix + b"-after")
+    after = writer.Writer(writer.targets_for(await sc.endpoints(db), identities=[None]), prefix=w.prefix + b"-after",
+                          login=login)
     async with after:
         await after.wait_ok(20, timeout=30)
     read = await w.read_back(check=False)
     assert read.ok and read.stored >= len(acknowledged), read.describe()
     again = await sc.consistency(db, after)
     assert not again.problems(), again.problems()
-    async with await sc.plain_client(db) as c:
+    async with await databench.client_for(sc, db, await login.read() if login is not None else None) as c:
         listed = await c.members()
         views = await c.statuses(timeout=2.0)
     assert sorted(m.name for m in listed) == naming.pods(db, 3) and not any(m.is_learner for m in listed)

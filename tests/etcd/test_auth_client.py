@@ -269,28 +269,56 @@ async def test_the_snapshot_stream_renews_a_forgotten_token_too(stand_in: Any, t
                             ("Authenticate", None), ("Snapshot", "tok2")]
 
 
-async def test_a_token_is_given_up_when_calls_with_it_time_out_on_two_members_not_one() -> None:
-    """One member that holds calls (down, or far behind) times out alone while the other answers: the token is
-    kept. When calls with it time out on two members (a token from before a restore: every member holds it), the
-    next call logs in afresh."""
-    async with serving(StandIn(), "e0") as (slow, e0), serving(StandIn(), "e1") as (fine, e1):
-        async with etcd_client.EtcdClient([e0, e1], timeout=0.5,
+async def test_a_token_is_given_up_only_when_calls_with_it_time_out_on_every_member() -> None:
+    """Members that hold calls (down, partitioned, or far behind) time out while another answers with the same
+    token: it is kept — without a quorum no new login could succeed, and the token is the only way to ask the
+    survivor anything. When calls with it time out on every member (a token from before a restore: every member
+    holds it), the next call logs in afresh."""
+    async with (serving(StandIn(), "e0") as (s0, e0), serving(StandIn(), "e1") as (s1, e1),
+                serving(StandIn(), "e2") as (s2, e2)):
+        async with etcd_client.EtcdClient([e0, e1, e2], timeout=0.5,
                                           credentials=access.Credentials("root", PASSWORD)) as c:
-            await c.status("e1")
-            slow.valid.add("tok1")  # both members know the token; e0 holds every call carrying it
-            slow.stall.add("tok1")
-            for _ in range(2):
-                with pytest.raises(errors.EtcdError):
-                    await c.status("e0")
-                await c.status("e1")  # answered with it: the token is good
-            assert c.logins == 1
-
-            fine.stall.add("tok1")  # now every member holds it
-            for member in ("e0", "e1"):
+            await c.status("e2")  # logs in on e2: tok1
+            for service in (s0, s1):
+                service.valid.add("tok1")
+                service.stall.add("tok1")
+            for _ in range(2):  # two members lost, the survivor answers: as the status pass sees a quorum loss
+                views = await c.statuses(timeout=0.5)
+                assert isinstance(views["e2"], etcd_client.MemberStatus)
+                assert not isinstance(views["e0"], etcd_client.MemberStatus), views
+            for member in ("e0", "e1"):  # one after the other, the survivor not asked in between
                 with pytest.raises(errors.EtcdError):
                     await c.status(member)
-            await c.status("e1")
-            assert c.logins == 2 and fine.seen[-2:] == [("Authenticate", None), ("Status", "tok2")]
+            await c.status("e2")
+            assert c.logins == 1
+
+            s2.stall.add("tok1")  # now every member holds it
+            views = await c.statuses(timeout=0.5)
+            assert not any(isinstance(v, etcd_client.MemberStatus) for v in views.values()), views
+            await c.status("e2")
+            assert c.logins == 2 and s2.seen[-2:] == [("Authenticate", None), ("Status", "tok2")]
+
+
+async def test_clients_of_one_cluster_share_a_token_through_their_board(stand_in: Any) -> None:
+    """A second client takes the token the first got (a login needs a quorum: during a quorum loss that token is
+    the only way in); a token etcd refused is withdrawn from the board and the new one posted."""
+    service, ep = stand_in
+    board = tokens.Board()
+    creds = access.Credentials("root", PASSWORD)
+    async with etcd_client.EtcdClient([ep], timeout=2.0, credentials=creds, board=board) as first:
+        await first.status("e0")
+        async with etcd_client.EtcdClient([ep], timeout=2.0, credentials=creds, board=board) as second:
+            await second.status("e0")
+            assert (first.logins, second.logins) == (1, 0)
+            service.valid.clear()  # etcd forgot tok1
+            await second.status("e0")
+            assert second.logins == 1 and board.token == "tok2"
+        async with etcd_client.EtcdClient([ep], timeout=2.0, credentials=access.Credentials("other", PASSWORD),
+                                          board=board) as stranger:
+            with pytest.raises(errors.AuthFailed):
+                await stranger.status("e0")  # another user's token is never taken
+    assert service.seen == [("Authenticate", None), ("Status", "tok1"), ("Status", "tok1"), ("Status", "tok1"),
+                            ("Authenticate", None), ("Status", "tok2"), ("Authenticate", None)]
 
 
 async def test_concurrent_calls_share_one_login(stand_in: Any) -> None:
