@@ -330,6 +330,9 @@ class RestoreProgress(common.OpenModel):
 
     cluster_ids_before: list[str] | None = pydantic.Field(
         default=None, description="The cluster ID(s) the members reported before (hex): the restored one differs.")
+    logins_forgotten: bool | None = pydantic.Field(
+        default=None, description="The operator's etcd clients of this Etcd dropped their tokens once every member "
+                                  "ran the restored data (a token of the old cluster stalls every call).")
 
 
 class RecoveryProgress(common.OpenModel):

@@ -289,7 +289,6 @@ class EtcdClient:
             raise ValueError(f"EtcdClient: endpoint names must be unique; duplicated: {dupes}")
         self._endpoints = eps
         self._ids = {i: e for i, e in self._ids.items() if e in eps}
-        self._login.members = len(eps)  # a token is given up only when calls with it time out on every member
 
     def set_tls(self, tls: access.TLSIdentity | None) -> None:
         """Use another trust bundle / client identity from now on (e.g. the new client cert during a rotation).
@@ -305,6 +304,11 @@ class EtcdClient:
         if credentials is not None and not isinstance(credentials, access.Credentials):
             raise TypeError(f"credentials must be an access.Credentials or None, not {type(credentials).__name__}")
         self._login.set_credentials(credentials)
+
+    def forget_login(self) -> None:
+        """Drop the token: the next call logs in again. For whoever replaced the members' data (a restore): a token
+        of the old cluster would stall every call on the new one to its deadline (see :mod:`~opsmanager.etcd.tokens`)."""
+        self._login.forget()
 
     def endpoint(self, ref: access.Endpoint | str) -> access.Endpoint:
         """The configured endpoint named ``ref`` (an :class:`Endpoint` is returned as is)."""
@@ -338,7 +342,7 @@ class EtcdClient:
         conn = self._conns.get(key)
         if conn is None:
             options = list(CHANNEL_OPTIONS)
-            interceptors, bind = tokens.interceptors(self._login, f"{ep.label} [{scheme}]", ep.name)
+            interceptors, bind = tokens.interceptors(self._login, f"{ep.label} [{scheme}]")
             if scheme == "https":
                 assert identity is not None
                 creds = grpc.ssl_channel_credentials(root_certificates=identity.ca_pem,

@@ -13,6 +13,7 @@ is only told the current member addresses each time it is leased.
 - **Tokens**: the clients of one Etcd share the last token etcd gave (:class:`~opsmanager.etcd.tokens.Board`): a
   new client (the engine's, for each request) takes it instead of logging in. A login needs a quorum, so during a
   quorum loss the status pass's token, kept alive by its use, is what lets the engine ask the survivor anything.
+  :meth:`ClientPool.forget_logins` makes them all log in again after a restore replaced the members' data.
 - **Addresses**: each lease sets the endpoints it was given and closes the channels of addresses no longer in
   them (a recreated member pod has a new IP).
 - **Lifetime**: ``async with`` on a leased client does not close it (the engine's steps keep their ``async with``
@@ -121,6 +122,16 @@ class ClientPool:
         await self._close([k for k in self._entries if k[:2] == (namespace, db) and user in (None, k[3])])
         if user is None:
             self._boards.pop((namespace, db), None)
+
+    def forget_logins(self, namespace: str, db: str) -> None:
+        """Every client of ``namespace/db`` logs in again at its next call, and the board is cleared: the members'
+        data was replaced (a restore), and a token of the old cluster would stall every call on the new one."""
+        for key, entry in self._entries.items():
+            if key[:2] == (namespace, db):
+                entry.client.forget_login()
+        board = self._boards.get((namespace, db))
+        if board is not None:
+            board.token = None
 
     async def close(self) -> None:
         await self._close(list(self._entries))

@@ -20,15 +20,19 @@ What the interceptors do, per call (``Authenticate`` itself passes through untou
   member forgets every token, a password change or AuthDisable drops them), "revision of auth store is old", or
   "user name is empty": log in again — once, and only if no other call has done so meanwhile — and resend;
 * a call sent without a token because auth looked off that is refused for want of a user (or as the certificate's
-  CN, "user name not found" / "permission denied"): auth may have been enabled since; log in and resend once;
-* calls that carried the token and got no answer before their deadline, on every member of the client, each call
-  started after the last answer to the token: the next call logs in afresh (a timed-out call is not resent: its
-  deadline is gone). etcd's simple token ends in the raft index it was issued at, and a member holds every call
-  whose token names an index it has not applied yet — it never says "invalid" — so a token from a cluster with a
-  longer log (the same members before a restore from a snapshot, which starts a new, shorter one) stalls every call
-  on every member to its deadline, for good. While any member still answers with the token it is kept: members that
-  are down time out alone, a login waits on the lock every call shares, and without a quorum a login cannot
-  succeed at all (Authenticate goes through raft) — the token is then the only way to ask the survivor anything.
+  CN, "user name not found" / "permission denied"): auth may have been enabled since; log in and resend once.
+
+A client without a token first takes the one its :class:`Board` holds (the last token etcd gave another client of
+the same cluster, for the same user): a token names a user, not a password, and holds on every member. That matters
+when a majority is gone: ``Authenticate`` goes through raft and cannot succeed, Status needs a user, and a token from
+before the loss is the only way to ask the survivor anything.
+
+A token etcd issued before a restore from a snapshot is one thing a client cannot recover from by itself: etcd's
+simple token ends in the raft index it was issued at, a member holds every call whose token names an index it has
+not applied until the call's deadline (it never says "invalid"), and a restored cluster starts a new, shorter log on
+the same members. Whoever replaces the data makes the clients forget their tokens (:meth:`Login.forget`; the Restore
+step does it for every pooled client of the Etcd). Timeouts alone are no sign of it: a member that is down, a
+learner catching up or a cluster without a quorum time out too — and then a new login could not succeed.
 
 Everything else, including the second failure, goes back to the caller (translated there by the client). A login
 tries :attr:`~access.Credentials.passwords` in turn (the one that worked last first); when none works it raises the
@@ -60,9 +64,7 @@ def _details(exc: grpc.RpcError) -> str:
 
 class Board:
     """The last token etcd gave for a user, shared by the clients of one cluster (the pool's: the engine's and the
-    status pass's). A token names a user, not a password, and holds for every member: a client without one takes
-    it instead of logging in. That matters when a majority is gone: ``Authenticate`` goes through raft and cannot
-    succeed, and a token from before the loss is the only way to ask the survivor anything (Status needs a user)."""
+    status pass's)."""
 
     def __init__(self) -> None:
         self.username: str | None = None
@@ -88,9 +90,6 @@ class Login:
         self.token: str | None = None
         self.enabled: bool | None = None  # False: Authenticate said auth is off, calls go without a token
         self.logins = 0  # successful Authenticate calls (for tests and logs)
-        self.members = 1  # how many members the client talks to (the client keeps it current)
-        self._timed_out: set[str] = set()  # members where a call with the token timed out, started after an answer
-        self._answered_at = float("-inf")  # loop time of the last answer to a call that carried the token
         self._epoch = 0  # bumped by every login attempt that settled something, and by forget()
         self._worked: str | None = None  # the password etcd accepted last (tried first next time)
         self._lock = asyncio.Lock()
@@ -103,40 +102,23 @@ class Login:
             self.forget()
 
     def forget(self) -> None:
-        """Drop the token (and what we knew of auth being on): the next call logs in again."""
+        """Drop the token (and what we knew of auth being on): the next call logs in again. The token leaves the
+        board too: whatever made this client forget it (a password change, a restore) holds for the others."""
+        if self.token is not None and self.board is not None:
+            self.board.withdraw(self.token)
         self.token = None
         self.enabled = None
         self._epoch += 1
-        self._timed_out.clear()
 
     def answered(self, used: str | None) -> None:
-        """A call that carried ``used`` was answered: the token is good."""
-        if used is not None and used == self.token:
-            self._timed_out.clear()
-            self._answered_at = asyncio.get_running_loop().time()
-
-    def drop(self, used: str) -> None:
-        """etcd refused ``used``: if it is still the token, the next call logs in afresh."""
-        if self.board is not None:
-            self.board.withdraw(used)
-        if self.token == used:
-            self.token = None
-            self._epoch += 1
-            self._timed_out.clear()
-
-    def timed_out(self, used: str, member: str, started: float) -> None:
-        """A call to ``member`` that carried ``used``, sent at loop time ``started``, timed out. When it is still the
-        token and calls with it sent after its last answer have timed out on every member, drop it: the next call
-        logs in afresh."""
-        if self.token != used or started <= self._answered_at:
-            return
-        self._timed_out.add(member)
-        if len(self._timed_out) >= max(1, self.members):
-            self.drop(used)
+        """A call that carried ``used`` was answered: post it when the board holds none (another client withdrew a
+        token some member refused; it still holds where this call went)."""
+        if (used is not None and used == self.token and self.board is not None and self.credentials is not None
+                and self.board.token is None):
+            self.board.post(self.credentials.username, used)
 
     async def current(self, stub: rpc_pb2_grpc.AuthStub, label: str, deadline: float | None) -> str | None:
-        """The token to send now (the board's, else logging in first, when there is none yet); None: send the call
-        without one."""
+        """The token to send now (logging in first when there is none yet); None: send the call without one."""
         if self.credentials is None or self.enabled is False:
             return None
         if self.token is not None:
@@ -144,7 +126,6 @@ class Login:
         posted = self.board.take(self.credentials.username) if self.board is not None else None
         if posted is not None:
             self.token, self.enabled = posted, True
-            self._timed_out.clear()
             return posted
         return await self.renew(stub, label, None, deadline)
 
@@ -164,8 +145,6 @@ class Login:
             token = await self._authenticate(stub, label, credentials, deadline)
             if self.credentials is credentials:
                 self.token, self.enabled, self._epoch = token, token is not None, self._epoch + 1
-                self._timed_out.clear()
-                self._answered_at = asyncio.get_running_loop().time()  # etcd just answered the login
                 if token is not None and self.board is not None:
                     self.board.post(credentials.username, token)
             return token
@@ -234,10 +213,9 @@ def _with_token(details: grpc.aio.ClientCallDetails, token: str | None,
 
 
 class _Interceptor:
-    def __init__(self, login: Login, label: str, member: str) -> None:
+    def __init__(self, login: Login, label: str) -> None:
         self.login = login
         self.label = label
-        self.member = member
         self.stub: rpc_pb2_grpc.AuthStub | None = None  # set once the channel exists (it carries this interceptor)
 
     def _stub(self) -> rpc_pb2_grpc.AuthStub:
@@ -247,18 +225,9 @@ class _Interceptor:
     def _passes_through(self, details: grpc.aio.ClientCallDetails) -> bool:
         return self.login.credentials is None or _method(details) == AUTHENTICATE
 
-    async def _retry_token(self, exc: BaseException, used: str | None, deadline: float | None,
-                           started: float) -> str | None:
-        """The token to resend with after ``exc`` (a call sent at loop time ``started``); None: do not resend (the
-        caller re-raises ``exc``)."""
-        if used is not None and isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-            self.login.timed_out(used, self.member, started)
-            return None
+    async def _retry_token(self, exc: BaseException, used: str | None, deadline: float | None) -> str | None:
+        """The token to resend with after ``exc``; None: do not resend (the caller re-raises ``exc``)."""
         if not self.login.should_renew(exc, used):
-            return None
-        if deadline is not None and deadline <= asyncio.get_running_loop().time():
-            if used is not None:  # refused as the deadline ran out (etcd's answer to a token it waited on)
-                self.login.drop(used)  # no time left to log in: the next call does
             return None
         fresh = await self.login.renew(self._stub(), self.label, used, deadline)
         if fresh is None or fresh == used:
@@ -275,12 +244,11 @@ class _UnaryUnary(_Interceptor, grpc.aio.UnaryUnaryClientInterceptor):
             return await continuation(client_call_details, request)
         deadline = _deadline(client_call_details)
         token = await self.login.current(self._stub(), self.label, deadline)
-        started = asyncio.get_running_loop().time()
         call = await continuation(_with_token(client_call_details, token, deadline), request)
         try:
             response = await call
         except grpc.aio.AioRpcError as exc:
-            fresh = await self._retry_token(exc, token, deadline, started)
+            fresh = await self._retry_token(exc, token, deadline)
             if fresh is None:
                 raise
         else:
@@ -301,12 +269,11 @@ class _UnaryStream(_Interceptor, grpc.aio.UnaryStreamClientInterceptor):
             return await continuation(client_call_details, request)
         deadline = _deadline(client_call_details)
         token = await self.login.current(self._stub(), self.label, deadline)
-        started = asyncio.get_running_loop().time()
         call = await continuation(_with_token(client_call_details, token, deadline), request)
         try:
             first = await call.read()
         except grpc.aio.AioRpcError as exc:
-            fresh = await self._retry_token(exc, token, deadline, started)
+            fresh = await self._retry_token(exc, token, deadline)
             if fresh is None:
                 raise
             call = await continuation(_with_token(client_call_details, fresh, deadline), request)
@@ -323,12 +290,11 @@ async def _chain(call: Any, first: Any) -> AsyncIterator[Any]:
         message = await call.read()
 
 
-def interceptors(login: Login, label: str, member: str | None = None) -> tuple[list[grpc.aio.ClientInterceptor],
-                                                                            Callable[[grpc.aio.Channel], None]]:
-    """The interceptors for a new channel to ``label`` (pass them to ``grpc.aio.*_channel``; ``member``: the member
-    it reaches, ``label`` when None) and the function to call with that channel once it exists (logins go over the
-    channel of the call that needs them)."""
-    unary, stream = _UnaryUnary(login, label, member or label), _UnaryStream(login, label, member or label)
+def interceptors(login: Login, label: str) -> tuple[list[grpc.aio.ClientInterceptor],
+                                                    Callable[[grpc.aio.Channel], None]]:
+    """The interceptors for a new channel to ``label`` (pass them to ``grpc.aio.*_channel``) and the function to
+    call with that channel once it exists (logins go over the channel of the call that needs them)."""
+    unary, stream = _UnaryUnary(login, label), _UnaryStream(login, label)
 
     def bind(channel: grpc.aio.Channel) -> None:
         stub = rpc_pb2_grpc.AuthStub(channel)  # type: ignore[no-untyped-call]

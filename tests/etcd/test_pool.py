@@ -84,3 +84,22 @@ def test_a_lease_from_another_event_loop_starts_afresh() -> None:
         thread.start()
         thread.join()
     assert made[0] is not made[1] and p.opened == 2
+
+
+async def test_the_clients_of_one_etcd_share_a_board_and_forget_their_logins_together() -> None:
+    """The engine's and the status pass's clients of one Etcd share the token board (another Etcd has its own);
+    forget_logins — after a restore replaced the members' data — clears every token of that Etcd and its board."""
+    p = pool.ClientPool()
+    engine = await p.lease("ns", "db", [ep("db-0", "10.0.0.1")], None, timeout=2.0, user="engine")
+    status = await p.lease("ns", "db", [ep("db-0", "10.0.0.1")], None, timeout=2.0, user="status")
+    other = await p.lease("ns", "other", [ep("other-0", "10.0.0.9")], None, timeout=2.0, user="status")
+    assert engine._login.board is status._login.board is not None
+    assert other._login.board is not engine._login.board
+    engine._login.board.post("root", "t.9")
+    other._login.board.post("root", "u.3")  # type: ignore[union-attr]
+    for c, token in ((engine, "t.9"), (status, "t.9"), (other, "u.3")):
+        c._login.token = token
+    p.forget_logins("ns", "db")
+    assert engine._login.token is None and status._login.token is None and engine._login.board.token is None
+    assert other._login.token == "u.3" and other._login.board.token == "u.3"  # type: ignore[union-attr]
+    await p.close()

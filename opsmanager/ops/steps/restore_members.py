@@ -111,6 +111,14 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     if waiting:
         return context.Progress(f"waiting for {', '.join(waiting)} to restore and become Ready",
                                 delay=ctx.until_watched(0.5))
+    restore_record = ctx.recorded("restore")
+    if not restore_record.get("loginsForgotten"):
+        # Every member now runs the restored data: a token the old cluster issued names a raft index the new, shorter
+        # log has not reached, and etcd would hold each call carrying it to its deadline. Once, after the last old
+        # member is gone, so that no new login can reach one.
+        if ctx.etcd_pool is not None:
+            ctx.etcd_pool.forget_logins(ctx.namespace, ctx.db_name)
+        ctx.record("restore", {**restore_record, "loginsForgotten": True})
     before = set(ctx.recorded("restore").get("clusterIdsBefore") or ())
     async with await ctx.etcd(pods) as client:
         up = await members.answering(client, timeout=2.0)
