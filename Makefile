@@ -32,7 +32,13 @@ PYTEST_ARGS ?=
 controlplane:
 	$(PY) sandbox/controlplane/build.py build
 
+# The real nodes' host tools, Debian's packages: runc (containerd's runtime), nftables and iptables (kube-proxy, the
+# tests' partitions), conntrack, umoci (the OCI images), mmdebstrap (the operator image's root filesystem), gcc
+# (the pause image); binutils for strip.
+NODE_PACKAGES := runc nftables iptables conntrack umoci mmdebstrap gcc libc6-dev binutils
 tools:
+	@missing=$$(for p in $(NODE_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
 	@command -v promtool >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null)
 	@command -v shellcheck >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends shellcheck >/dev/null)
 

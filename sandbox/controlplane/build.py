@@ -101,6 +101,9 @@ COMPONENTS = {c.name: c for c in (
         "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
         "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
         "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+        # the real nodes (opsmanager_sandbox.realnodes): the same module, so about 105 packages more
+        "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+        "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
     }),
     Component("etcd-3.5", "go.etcd.io/etcd/server/v3", {
         "etcd": "go.etcd.io/etcd/server/v3", "etcdctl": "go.etcd.io/etcd/etcdctl/v3",
@@ -118,6 +121,23 @@ COMPONENTS = {c.name: c for c in (
     # The product's own Go tool (tools/etcdauth): sets the root password in a restored member's database. The
     # operator image ships it beside etcdutl; the tests' restore init containers run this build.
     Component("etcdauth", "opsmanager.dev/tools/etcdauth", {"etcdauth": "."}, source="tools/etcdauth"),
+    # The real nodes' runtime: containerd 2.x (what the kubelet after 1.35 requires; Debian's 1.6 only through a
+    # deprecated fallback) with its own runc shim and ctr; runc itself is Debian's (`make tools`).
+    Component("containerd", "github.com/containerd/containerd/v2", {
+        "containerd": "github.com/containerd/containerd/v2/cmd/containerd",
+        "containerd-shim-runc-v2": "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
+        "ctr": "github.com/containerd/containerd/v2/cmd/ctr",
+    }),
+    # The pod network: CNI bridge + host-local, with loopback (every pod) and portmap (hostPort).
+    Component("cni-plugins", "github.com/containernetworking/plugins", {
+        "bridge": "github.com/containernetworking/plugins/plugins/main/bridge",
+        "host-local": "github.com/containernetworking/plugins/plugins/ipam/host-local",
+        "loopback": "github.com/containernetworking/plugins/plugins/main/loopback",
+        "portmap": "github.com/containernetworking/plugins/plugins/meta/portmap",
+    }),
+    # Cluster DNS: CoreDNS's own packages behind a main of ours that links only the plugins a cluster's DNS uses
+    # (sandbox/controlplane/coredns/main.go); keyed by that directory's content, which pins the release.
+    Component("coredns", "github.com/coredns/coredns", {"coredns": "."}, source="sandbox/controlplane/coredns"),
 )}
 
 # cert-manager's CRDs, as its release ships them (plain YAML in ``deploy/crds`` of the module): the real API server
@@ -204,6 +224,8 @@ def ldflags(go: str, c: Component) -> str:
                       f"-X {pkg}.gitCommit={'0' * 40}", f"-X {pkg}.gitTreeState=clean", f"-X {pkg}.buildDate={built}"]
     elif c.module.startswith("go.etcd.io/etcd/"):
         flags.append(f"-X go.etcd.io/etcd/api/v3/version.GitSHA=module-{version}")
+    elif c.module == "github.com/containerd/containerd/v2":
+        flags.append(f"-X github.com/containerd/containerd/v2/version.Version={version}")
     elif c.module == "github.com/seaweedfs/seaweedfs":
         pseudo = PSEUDO_VERSION.match(version)
         flags.append(f"-X github.com/seaweedfs/seaweedfs/weed/util/version.COMMIT="

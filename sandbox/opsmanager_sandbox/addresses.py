@@ -43,6 +43,20 @@ def _listening_second_octets() -> set[int]:
     return busy
 
 
+def try_lock(path: Path) -> int | None:
+    """An exclusive ``flock`` on ``path`` (created if missing, our PID written in it), or None if another process
+    holds it. The kernel releases it when the holder dies: a reservation outlives no sandbox."""
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
 class PodAddresses:
     """Allocator of pod IPs inside one reserved ``127.x.0.0/16``. Call :meth:`close` to release it."""
 
@@ -55,14 +69,9 @@ class PodAddresses:
             candidates = [x for x in random.sample(range(16, 255), k=239) if x not in busy]
         self._fd: int | None = None
         for x in candidates:
-            fd = os.open(lock_dir / f"127.{x}.lock", os.O_CREAT | os.O_RDWR, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
+            fd = try_lock(lock_dir / f"127.{x}.lock")
+            if fd is None:
                 continue
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
             self._fd = fd
             self.second_octet = x
             break

@@ -40,6 +40,19 @@ def _die_with_parent(argv: Sequence[str]) -> list[str]:
     return [process.find_tool("setpriv"), "--pdeathsig", "KILL", *argv]
 
 
+async def output(argv: Sequence[str], timeout: float) -> tuple[int, str]:
+    """Run ``argv`` to its end (stdout and stderr together): (exit code, output); (-1, why) past ``timeout``."""
+    proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return -1, f"{' '.join(argv)}: no answer in {timeout}s"
+    return proc.returncode or 0, out.decode(errors="replace")
+
+
 def product_argv(*args: str) -> list[str]:
     """``python -m opsmanager ARGS`` with this interpreter (the installed product's CLI)."""
     return [sys.executable, "-m", "opsmanager", *args]

@@ -61,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="embedded: the emulated API server and controllers (no Go needed); kubernetes: "
                          "kube-apiserver, kube-controller-manager and kube-scheduler built from their Go modules "
                          "(`make controlplane` first) with this project's node agent (default %(default)s)")
+    up.add_argument("--nodes", type=int, default=0, metavar="N",
+                    help="with --control-plane kubernetes: N real nodes (kubelet, containerd and runc, a pod network, "
+                         "kube-proxy, CoreDNS; root and `make controlplane tools` needed) instead of the node agent "
+                         "(default 0: the node agent)")
     up.add_argument("--object-store", action="store_true",
                     help="also run an S3 server on loopback (SeaweedFS, built by `make controlplane`) with the "
                          "bucket `backups` and the Secret `s3` in namespace default, for spec.backup "
@@ -131,7 +135,7 @@ async def _up(args: argparse.Namespace) -> int:
     crds = Path(args.crds) if args.crds else cluster.MODEL_CRDS
     async with cluster.Sandbox(dir=args.dir, port=args.port, speed=args.speed, components=components,
                                crds_dir=crds, authorization=args.authorization,
-                               control_plane=args.control_plane) as sb:
+                               control_plane=args.control_plane, nodes=args.nodes) as sb:
         store = await _object_store(sb) if args.object_store else None
         for path in args.apply:
             await sb.apply(Path(path))
@@ -148,9 +152,11 @@ async def _up(args: argparse.Namespace) -> int:
               f"  point kubectl at it with:\n"
               f"    export KUBECONFIG={sb.kubeconfig}\n"
               f"    kubectl get pods -A\n"
-              f"  container logs: {sb.dir / 'logs'}/<namespace>/<pod>/<container>.log\n"
+              + (f"  nodes: {', '.join(f'{n.name} {n.ip}' for n in sb.realnodes.nodes)} (kubectl logs/exec work)\n"
+                 if sb.realnodes is not None else
+                 f"  container logs: {sb.dir / 'logs'}/<namespace>/<pod>/<container>.log\n") +
               f"{endpoints}"
-              f"  stop with Ctrl-C (SIGINT) or SIGTERM", flush=True)
+              "  stop with Ctrl-C (SIGINT) or SIGTERM", flush=True)
         try:
             await stop.wait()
         finally:

@@ -34,10 +34,12 @@ import yaml  # type: ignore[import-untyped,unused-ignore]
 
 from opsmanager import kube
 from opsmanager.api import crdgen
+from opsmanager.kube.resources import Resource
 from opsmanager_sandbox import (
     addresses,
     cainjector,
     certmanager,
+    children,
     containers,
     deployment,
     kubelet,
@@ -48,12 +50,15 @@ from opsmanager_sandbox import (
 )
 from opsmanager_sandbox import apiserver as sandbox_apiserver
 from opsmanager_sandbox.apiserver.audit import AuditLog
+from opsmanager_sandbox.realnodes.cluster import RealNodes
+from opsmanager_sandbox.realnodes.volumes import HostPathProvisioner
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 Component = Callable[["Sandbox"], contextlib.AbstractAsyncContextManager[Any]]
 
+ENDPOINT_SLICES: Final = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", namespaced=True)
 EMBEDDED: Final = "embedded"
 KUBERNETES: Final = "kubernetes"
 CONTROL_PLANES: Final = (EMBEDDED, KUBERNETES)
@@ -96,10 +101,16 @@ class Sandbox:
                  crds_dir: str | Path | None = MODEL_CRDS, components: Sequence[Component] = (),
                  issuance_delay: float = 0.0, cluster_domain: str = "cluster.local",
                  bookmark_interval: float = 5.0, authorization: str = "AlwaysAllow",
-                 control_plane: str = EMBEDDED) -> None:
+                 control_plane: str = EMBEDDED, nodes: int = 0) -> None:
         if control_plane not in CONTROL_PLANES:
             raise ValueError(f"control_plane must be one of {', '.join(CONTROL_PLANES)}, not {control_plane!r}")
+        if nodes and control_plane != KUBERNETES:
+            raise ValueError(f"nodes={nodes}: real nodes need the real control plane (control_plane={KUBERNETES!r})")
         self.control_plane = control_plane
+        self.nodes = nodes
+        """Real nodes (kubelet, containerd, runc, a pod network, CoreDNS: :mod:`.realnodes`); 0 runs the node
+        agent instead."""
+        self.realnodes: RealNodes | None = None
         """``embedded`` (the emulated API server and controllers) or ``kubernetes`` (kube-apiserver,
         kube-controller-manager, kube-scheduler built from their Go modules: :mod:`.realcp`, :mod:`.node`)."""
         self.kubernetes: realcp.KubernetesControlPlane | None = None
@@ -159,6 +170,28 @@ class Sandbox:
                   "spec": {"expirationSeconds": 3600}})
         return str(answer["status"]["token"])
 
+    @property
+    def service_host(self) -> str:
+        """Where a process of the sandbox's own that pods or kube-apiserver must reach listens: the host's address
+        in the cluster network on real nodes, else loopback."""
+        return self.realnodes.plan.host_ip if self.realnodes is not None else "127.0.0.1"
+
+    async def publish_host_service(self, namespace: str, service: str, port: int, target: int) -> None:
+        """A Service without selector whose one endpoint is ``service_host:target`` (real nodes: an EndpointSlice
+        as a user would write for a server outside the cluster; kube-apiserver routes to endpoints)."""
+        await self.apply([{"apiVersion": "v1", "kind": "Service", "metadata": {"name": service, "namespace": namespace},
+                           "spec": {"ports": [{"name": "https", "port": port, "targetPort": target}]}}])
+        if self.realnodes is None:
+            self.register_service_address(namespace, service, port, self.service_host, target)
+            return
+        self.client.resources.add(ENDPOINT_SLICES)
+        await self.apply([{"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                           "metadata": {"name": f"{service}-host", "namespace": namespace,
+                                        "labels": {"kubernetes.io/service-name": service,
+                                                   "endpointslice.kubernetes.io/managed-by": "sandbox.opsmanager.dev"}},
+                           "addressType": "IPv4", "ports": [{"name": "https", "port": target, "protocol": "TCP"}],
+                           "endpoints": [{"addresses": [self.service_host], "conditions": {"ready": True}}]}])
+
     def register_service_address(self, namespace: str, service: str, port: int, host: str, target: int) -> None:
         """Where connections to a Service without pods go (the sandbox's own webhook process): the emulated API
         server dials it directly; on the real control plane the node agent's proxy listens on the ClusterIP."""
@@ -189,7 +222,7 @@ class Sandbox:
         self.dir.mkdir(parents=True, exist_ok=True)
         # The API server keeps its objects in memory, so every start is a new cluster: what an earlier run left
         # on disk (pod roots, claim data, logs) belongs to objects that no longer exist.
-        for sub in ("pods", "pvc", "node", "logs"):
+        for sub in ("pods", "pvc", "node", "logs", "nodes"):
             shutil.rmtree(self.dir / sub, ignore_errors=True)
         stack = contextlib.AsyncExitStack()
         self._stack = stack
@@ -240,14 +273,23 @@ class Sandbox:
             raise
 
     async def _start_kubernetes(self, stack: contextlib.AsyncExitStack) -> None:
-        """The real control plane, its node agent (kubelet, Node, Service proxy) and this project's cert-manager."""
-        # a /16 of its own for the ClusterIPs, reserved as the pods' range is (the proxy listens on them)
-        services = addresses.PodAddresses()
-        stack.callback(services.close)
-        self.kubernetes = realcp.KubernetesControlPlane(self.dir / "controlplane", host=self.host, port=self.port,
-                                                        service_cidr=f"{services.prefix}0.0/16")
-        await self.kubernetes.start()
+        """The real control plane, its nodes (real ones, or the node agent: kubelet, Node, Service proxy) and this
+        project's cert-manager."""
+        if self.nodes:
+            # the cluster network first: kube-apiserver binds and advertises the host's address in it
+            self.realnodes = await asyncio.to_thread(RealNodes.reserve, self.dir / "nodes", self.nodes)
+            stack.push_async_callback(self.realnodes.release)
+            self.kubernetes = realcp.KubernetesControlPlane(
+                self.dir / "controlplane", host=self.realnodes.plan.host_ip, port=self.port,
+                service_cidr=str(self.realnodes.plan.services))
+        else:
+            # a /16 of its own for the ClusterIPs, reserved as the pods' range is (the proxy listens on them)
+            services = addresses.PodAddresses()
+            stack.callback(services.close)
+            self.kubernetes = realcp.KubernetesControlPlane(self.dir / "controlplane", host=self.host,
+                                                            port=self.port, service_cidr=f"{services.prefix}0.0/16")
         stack.push_async_callback(self.kubernetes.stop)
+        await self.kubernetes.start()
         self.client = kube.Kube.for_url(self.kubernetes.url, token=self.kubernetes.admin_token,
                                         ca_path=str(self.kubernetes.ca_file), pool_size=64)
         stack.push_async_callback(self.client.aclose)
@@ -263,6 +305,14 @@ class Sandbox:
         await self._ensure_namespace("cert-manager")
         self.kubernetes.write_kubeconfig(self.kubeconfig)
         self.kubernetes.write_kubeconfig(self.operator_kubeconfig, token=self.kubernetes.operator_token)
+        if self.realnodes is not None:
+            stack.push_async_callback(self.realnodes.stop_nodes)
+            await self.realnodes.start(self.kubernetes, self.client, cluster_domain=self.cluster_domain)
+            await _started(stack, HostPathProvisioner(self.client, self.dir / "nodes" / "volumes"))
+            await self._start_cert_manager(stack)
+            for component in self.components:
+                await stack.enter_async_context(component(self))
+            return
         self.addresses = addresses.PodAddresses()
         stack.callback(self.addresses.close)
         config = kubelet.KubeletConfig(
@@ -355,6 +405,8 @@ class Sandbox:
                    timeout: float = 30.0) -> tuple[int, str]:
         """Run ``argv`` in a running container (what ``kubectl exec`` does; the API server does not serve
         ``pods/exec``). Returns (exit code, combined output). The container's environment is used."""
+        if self.realnodes is not None:
+            return await self._kubectl(["exec", "-n", namespace, pod, "-c", container, "--", *argv], timeout)
         assert self.kubelet is not None, "the sandbox is not started"
         worker = self.kubelet.worker(namespace, pod)
         runner = next((r for r in (worker.runners if worker else []) if r.name == container), None)
@@ -364,6 +416,9 @@ class Sandbox:
         argv = [containers.pod_local(a, worker.ip) for a in argv]  # type: ignore[union-attr]
         code, out = await process.exec_in(pid, argv, runner.env, timeout)
         return code, out.decode(errors="replace")
+
+    async def _kubectl(self, args: Sequence[str], timeout: float) -> tuple[int, str]:
+        return await children.output(["kubectl", "--kubeconfig", str(self.kubeconfig), *args], timeout)
 
     def _log_path(self, namespace: str, pod: str, container: str) -> Path:
         return self.dir / "logs" / namespace / pod / f"{container}.log"

@@ -80,25 +80,29 @@ async def webhook(sb: Any) -> AsyncIterator[children.Child]:
     serving = pki.make_leaf(ca, f"{service}.{namespace}.svc",
                             dns_names=[service, f"{service}.{namespace}", f"{service}.{namespace}.svc",
                                        f"{service}.{namespace}.svc.cluster.local"],
-                            ip_addresses=["127.0.0.1"], usages=("server",))
+                            ip_addresses=sorted({"127.0.0.1", sb.service_host}), usages=("server",))
     cert_file, key_file = tls_dir / "tls.crt", tls_dir / "tls.key"
     cert_file.write_bytes(serving.cert_pem)
     key_file.touch(mode=0o600)
     key_file.write_bytes(serving.key_pem)
     port = children.free_port()
-    argv = children.product_argv("webhook", "serve", "--host", "127.0.0.1", "--port", str(port),
+    host = sb.service_host  # where kube-apiserver reaches it: loopback, or the host's address on real nodes
+    argv = children.product_argv("webhook", "serve", "--host", host, "--port", str(port),
                                  "--tls-cert", str(cert_file), "--tls-key", str(key_file),
                                  "--kubeconfig", str(sb.kubeconfig))
     child = await children.Child.start("the admission webhook", argv, log_path=sb.dir / "logs" / "webhook.log")
     try:
         trust = ssl.create_default_context(cadata=ca.cert_pem.decode())
-        await child.wait_ready(lambda: _answers(f"https://127.0.0.1:{port}/healthz", trust), timeout=READY_TIMEOUT)
+        await child.wait_ready(lambda: _answers(f"https://{host}:{port}/healthz", trust), timeout=READY_TIMEOUT)
         await sb.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}])
-        if sb.control_plane == "kubernetes":  # the real API server dials the Service's ClusterIP: it must exist
+        if getattr(sb, "realnodes", None) is not None:
+            await sb.publish_host_service(namespace, service, webhook_config.PORT, port)
+        elif sb.control_plane == "kubernetes":  # the real API server dials the Service's ClusterIP: it must exist
             await sb.apply([{"apiVersion": "v1", "kind": "Service", "metadata": {"name": service,
                                                                                  "namespace": namespace},
                              "spec": {"ports": [{"port": webhook_config.PORT, "targetPort": port}]}}])
-        sb.register_service_address(namespace, service, webhook_config.PORT, "127.0.0.1", port)
+        if getattr(sb, "realnodes", None) is None:
+            sb.register_service_address(namespace, service, webhook_config.PORT, "127.0.0.1", port)
         await sb.apply(webhook_config.render_webhook_configurations(namespace, service, ca_bundle=ca.cert_pem))
         yield child
     finally:

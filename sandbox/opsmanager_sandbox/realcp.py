@@ -260,7 +260,9 @@ class KubernetesControlPlane:
         self.port = self.port or children.free_port(self.host)
         argv = [str(apiserver_bin), f"--etcd-servers={self.etcd_url}",
                 f"--bind-address={self.host}", f"--secure-port={self.port}", f"--advertise-address={self.host}",
-                "--endpoint-reconciler-type=none",
+                # the `kubernetes` Service's endpoints: impossible on loopback (refused), kept by a lease otherwise
+                *(["--endpoint-reconciler-type=none"] if ipaddress.ip_address(self.host).is_loopback else
+                  ["--enable-aggregator-routing=true", "--kubelet-preferred-address-types=InternalIP"]),
                 f"--tls-cert-file={f['serving']}", f"--tls-private-key-file={f['serving_key']}",
                 f"--client-ca-file={f['ca']}", f"--token-auth-file={f['tokens']}",
                 f"--service-account-issuer=https://kubernetes.default.svc.{CLUSTER_DOMAIN}",
