@@ -61,11 +61,14 @@ async def check_served(sc: scenario.Scenario, db: str) -> str | None:
 
 
 async def run(workdir: pathlib.Path, db: str = "demo", *, bundle: pathlib.Path | None = BUNDLE,
-              control_plane: str = "embedded") -> int:
+              control_plane: str = "embedded", nodes: int | None = None) -> int:
     say = print
     started = time.monotonic()
-    async with scenario.Scenario(workdir, printer=say, install=bundle, control_plane=control_plane) as sc:
+    async with scenario.Scenario(workdir, printer=say, install=bundle, control_plane=control_plane,
+                                 nodes=nodes) as sc:
+        real = sc.sandbox.realnodes
         say(f"sandbox up in {time.monotonic() - started:.1f}s ({control_plane} control plane"
+            f"{f', {len(real.nodes)} real nodes' if real is not None else ''}"
             f"{', ' + str(await sc.server_version()) if control_plane == 'kubernetes' else ''}); kubeconfig: "
             f"{sc.sandbox.kubeconfig}")
         if bundle is not None:
@@ -140,9 +143,13 @@ def main(argv: Sequence[str]) -> int:
                         help="embedded: the emulated control plane; kubernetes: kube-apiserver, "
                              "kube-controller-manager and kube-scheduler built by `make controlplane` (default "
                              "%(default)s)")
+    parser.add_argument("--nodes", type=int, default=None, metavar="N",
+                        help="with --control-plane kubernetes: N real nodes (kubelet, containerd, runc, a pod network, "
+                             "CoreDNS; `make controlplane tools`); 0: the node agent (default: $OPSMANAGER_NODES, "
+                             "else 0)")
     args = parser.parse_args(list(argv))
     return asyncio.run(run(pathlib.Path(args.dir), bundle=None if args.no_install else BUNDLE,
-                           control_plane=args.control_plane))
+                           control_plane=args.control_plane, nodes=args.nodes))
 
 
 if __name__ == "__main__":

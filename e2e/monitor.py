@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
+from collections.abc import Iterable
 
 from opsmanager.etcd import access
 from opsmanager.etcd import client as etcd_client
@@ -57,6 +58,15 @@ class LeaderMonitor:
     def add_identity(self, identity: access.TLSIdentity) -> None:
         """Ask with ``identity`` too from the next sample on (a CA that appeared while running)."""
         self._clients.insert(0, etcd_client.EtcdClient(self._endpoints, tls=identity, timeout=0.5))
+
+    def move_endpoint(self, name: str, host: str) -> None:
+        """Member ``name`` answers at ``host`` now (see :meth:`e2e.writer.Writer.move_endpoint`)."""
+        def moved(eps: Iterable[access.Endpoint]) -> list[access.Endpoint]:
+            return [dataclasses.replace(e, host=host) if e.name == name else e for e in eps]
+
+        self._endpoints = moved(self._endpoints)
+        for client in self._clients:
+            client.set_endpoints(moved(client.endpoints))
 
     async def start(self) -> None:
         self._started = time.monotonic()

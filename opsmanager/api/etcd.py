@@ -14,7 +14,7 @@ Usage::
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import pydantic
 
@@ -72,6 +72,18 @@ class PodTemplatePodSpec(common.Model):
     )
     termination_grace_period_seconds: int | None = pydantic.Field(
         default=None, ge=0, description="Seconds a member gets to stop after SIGTERM before SIGKILL."
+    )
+    affinity: dict[str, Any] | None = pydantic.Field(
+        default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        description="The member pods' affinity (a core/v1 Affinity), used as given. Unset: a preferred pod "
+                    "anti-affinity on `kubernetes.io/hostname`, so the scheduler spreads the members over nodes.",
+    )
+    node_selector: dict[str, str] | None = pydantic.Field(
+        default=None, description="Node labels a member pod's node must have."
+    )
+    tolerations: list[dict[str, Any]] | None = pydantic.Field(
+        default=None, json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+        description="The member pods' tolerations (core/v1 Tolerations), used as given.",
     )
 
 

@@ -453,6 +453,15 @@ def initial_cluster(db: etcd_api.Etcd, wiring: Wiring) -> str:
                     for p in listed)
 
 
+def spread_over_nodes(name: str) -> dict[str, Any]:
+    """The default affinity of the member pods: preferably one member per node. Preferred, not required, so a
+    cluster with fewer nodes than members still runs them all; losing a node then costs one member, not a quorum."""
+    return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+        "weight": 100,
+        "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {"matchLabels": naming.selector_labels(name)}}}]}}
+
+
 def render_statefulset(
     db: etcd_api.Etcd,
     wiring: Wiring | None = None,
@@ -522,7 +531,13 @@ def render_statefulset(
             user_spec.termination_grace_period_seconds
             if user_spec is not None and user_spec.termination_grace_period_seconds is not None else 30
         ),
+        "affinity": copy.deepcopy(user_spec.affinity) if user_spec is not None and user_spec.affinity is not None
+        else spread_over_nodes(name),
     }
+    if user_spec is not None and user_spec.node_selector:
+        pod_spec["nodeSelector"] = dict(user_spec.node_selector)
+    if user_spec is not None and user_spec.tolerations:
+        pod_spec["tolerations"] = copy.deepcopy(user_spec.tolerations)
     template_meta: dict[str, Any] = {"labels": pod_labels}
     if pod_annotations:
         template_meta["annotations"] = pod_annotations

@@ -245,3 +245,25 @@ def test_the_restore_init_container_mounts_the_auth_secret_only_with_authenticat
     init, volumes = restore_init(make_db(backup=BACKUP))
     assert all(v["name"] != "restore-auth" for v in volumes)
     assert all(m["name"] != "restore-auth" for m in init["volumeMounts"])
+
+
+def test_members_prefer_one_node_each_by_default() -> None:
+    pod = render.render_statefulset(make_db())["spec"]["template"]["spec"]
+    term = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    # the term selects exactly this Etcd's members: another Etcd's pods do not repel them
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == naming.selector_labels("db")
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in pod["affinity"]["podAntiAffinity"]
+    assert "nodeSelector" not in pod and "tolerations" not in pod
+
+
+def test_the_pod_templates_affinity_node_selector_and_tolerations_are_used_as_given() -> None:
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}]}}}
+    tolerations = [{"key": "dedicated", "operator": "Equal", "value": "etcd", "effect": "NoSchedule"}]
+    db = make_db(podTemplate={"spec": {"affinity": affinity, "nodeSelector": {"zone": "a"},
+                                       "tolerations": tolerations}})
+    pod = render.render_statefulset(db)["spec"]["template"]["spec"]
+    assert pod["affinity"] == affinity  # no anti-affinity added behind the user's back
+    assert pod["nodeSelector"] == {"zone": "a"}
+    assert pod["tolerations"] == tolerations

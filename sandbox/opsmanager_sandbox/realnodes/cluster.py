@@ -127,6 +127,17 @@ class RealNodes:
                 return n
         raise LookupError(f"no node {name!r} (nodes: {', '.join(n.name for n in self.nodes)})")
 
+    async def container_pid(self, pod: dict[str, Any], container: str) -> int:
+        """The host PID of a running container of ``pod`` (a Pod object): what enters its namespaces."""
+        node = self.node(str((pod.get("spec") or {}).get("nodeName")))
+        statuses = (pod.get("status") or {}).get("containerStatuses") or ()
+        cid = next((str(s.get("containerID") or "") for s in statuses if s.get("name") == container), "")
+        pid = (await node.task_pids()).get(cid.removeprefix("containerd://"))
+        if not cid or pid is None:
+            raise LookupError(f"container {container!r} of pod {pod['metadata']['name']} is not running on "
+                              f"{node.name}")
+        return pid
+
     async def stop_nodes(self) -> None:
         """Every node: pods through containerd, daemons by PID, then its cgroups and mount namespace."""
         results = await asyncio.gather(*(n.stop() for n in self.nodes), return_exceptions=True)

@@ -198,6 +198,18 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.snapshotter.v1.bt
         return await children.output([str(realcp.binary("containerd", "ctr")), "--address", str(self.socket),
                                       "--namespace", "k8s.io", *args], timeout)
 
+    async def task_pids(self) -> dict[str, int]:
+        """The PID of every running container (and pod sandbox) of this node, by container ID, from containerd."""
+        code, out = await self.ctr("tasks", "list", timeout=10.0)
+        if code != 0:
+            raise RuntimeError(f"{self.name}: ctr tasks list failed: {out.strip()}")
+        pids = {}
+        for line in out.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) >= 3 and fields[2] == "RUNNING":
+                pids[fields[0]] = int(fields[1])
+        return pids
+
     async def load(self, archive: Path, repository: str) -> None:
         """Import an OCI archive as ``repository:<its tag>``."""
         code, out = await self.ctr("images", "import", "--base-name", repository, str(archive))

@@ -1,0 +1,159 @@
+"""The product on real nodes: three kubelets v1.37.2 over containerd 2.x and runc, a pod network in namespaces the
+sandbox made, kube-proxy, CoreDNS (``opsmanager_sandbox.realnodes``), under the real control plane.
+
+We test these aspects:
+- the nodes are what a cluster's nodes are: Ready, the real kubelet and runtime, internal IPs in the cluster network;
+- a 3-member Etcd's members land on three nodes (the product's default anti-affinity) with pod IPs its Services'
+  EndpointSlices list, and answer through kube-proxy's ClusterIP and CoreDNS's names from inside a pod;
+- ``kubectl logs`` and ``kubectl exec … etcdctl endpoint health`` reach a member through kube-apiserver and the
+  kubelet;
+- a member cut from its peers (nftables inside its pod's network namespace) during a Restart: what the operator does
+  (it waits, naming the member, restarts nobody while the cut would cost the quorum), and that the request finishes
+  once the cut heals, with no failed or lost write and HashKV agreeing;
+- a stopped sandbox leaves no process, network namespace, mount, cgroup or link behind.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from e2e import scenario
+from opsmanager.api import constants
+from opsmanager.cluster import naming
+from opsmanager_sandbox import cluster as sandbox_cluster
+from opsmanager_sandbox.realnodes import faults, network
+from tests.polling import aeventually
+
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    async with scenario.Scenario(tmp_path_factory.mktemp("real-nodes"), control_plane="kubernetes", nodes=3) as s:
+        yield s
+
+
+def kubectl(sc: scenario.Scenario, *args: str, timeout: float = 60.0) -> str:
+    done = subprocess.run(["kubectl", "--kubeconfig", str(sc.sandbox.kubeconfig), *args], capture_output=True,
+                          text=True, timeout=timeout)
+    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+    return done.stdout
+
+
+async def test_the_nodes_are_real_kubelets_on_containerd_in_the_cluster_network(sc: scenario.Scenario) -> None:
+    plan = sc.sandbox.realnodes.plan
+    nodes = json.loads(kubectl(sc, "get", "nodes", "-o", "json"))["items"]
+    assert sorted(n["metadata"]["name"] for n in nodes) == ["node-1", "node-2", "node-3"]
+    for n in nodes:
+        status = n["status"]
+        assert any(c["type"] == "Ready" and c["status"] == "True" for c in status["conditions"]), status
+        assert status["nodeInfo"]["kubeletVersion"] == "v1.37.2"
+        assert status["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://2."), status["nodeInfo"]
+        internal = [a["address"] for a in status["addresses"] if a["type"] == "InternalIP"]
+        assert len(internal) == 1 and ipaddress.ip_address(internal[0]) in plan.segment, internal
+    wide = kubectl(sc, "get", "nodes", "-o", "wide")
+    assert wide.count("containerd://2.") == 3 and wide.count(" Ready ") == 3, wide
+
+
+async def test_members_run_on_three_nodes_with_pod_ips_their_endpoint_slices_list(sc: scenario.Scenario) -> None:
+    plan = sc.sandbox.realnodes.plan
+    db = "spread"
+    await sc.fresh_etcd(db)
+    pods = [await sc.k.get("v1", "Pod", sc.namespace, p) for p in naming.pods(db, 3)]
+    assert len({p["spec"]["nodeName"] for p in pods}) == 3, [p["spec"]["nodeName"] for p in pods]
+    ips = {p["status"]["podIP"] for p in pods}
+    for ip in ips:
+        address = ipaddress.ip_address(ip)
+        assert not address.is_loopback and address in plan.pods, ip
+
+    async def listed() -> bool:
+        for service in (naming.client_service(db), naming.headless_service(db)):
+            slices = await sc.k.list("discovery.k8s.io/v1", "EndpointSlice", sc.namespace,
+                                     label_selector=f"kubernetes.io/service-name={service}")
+            found = {a for s in slices for e in s.get("endpoints") or () for a in e["addresses"]}
+            if found != ips:
+                return False
+        return True
+
+    sc.k.resources.add(sandbox_cluster.ENDPOINT_SLICES)
+    await aeventually(listed, timeout=30, message="the Services' EndpointSlices list the three pod IPs")
+
+
+async def test_kubectl_logs_and_exec_reach_a_member_through_the_kubelet(sc: scenario.Scenario) -> None:
+    db = "spread"
+    pod = naming.pods(db, 3)[0]
+    logs = kubectl(sc, "logs", "-n", sc.namespace, pod, "-c", naming.CONTAINER_NAME)
+    assert "ready to serve client requests" in logs, logs[-2000:]
+    health = kubectl(sc, "exec", "-n", sc.namespace, pod, "-c", naming.CONTAINER_NAME, "--",
+                     "etcdctl", "endpoint", "health", "--cluster")
+    assert health.count("is healthy") == 3, health
+
+
+async def test_a_pod_reaches_the_members_by_service_name_through_dns_and_kube_proxy(sc: scenario.Scenario) -> None:
+    db = "spread"
+    pod = naming.pods(db, 3)[1]
+    service = f"http://{naming.client_service(db)}.{sc.namespace}.svc.cluster.local:{naming.CLIENT_PORT}"
+    out = kubectl(sc, "exec", "-n", sc.namespace, pod, "-c", naming.CONTAINER_NAME, "--",
+                  "etcdctl", f"--endpoints={service}", "put", "via-service", "yes")
+    assert out.strip() == "OK", out
+    member = f"http://{naming.pod_fqdn(db, sc.namespace, naming.pods(db, 3)[2])}:{naming.CLIENT_PORT}"
+    got = kubectl(sc, "exec", "-n", sc.namespace, pod, "-c", naming.CONTAINER_NAME, "--",
+                  "etcdctl", f"--endpoints={member}", "get", "via-service", "--print-value-only")
+    assert got.strip() == "yes", got
+
+
+async def _condition_messages(sc: scenario.Scenario, request: str) -> list[str]:
+    req = await sc.request(request) or {}
+    return [f"{c['type']}={c['status']}: {c.get('message', '')}" for c in (req.get("status") or {}).get("conditions")
+            or ()]
+
+
+async def test_a_restart_waits_while_a_member_is_cut_from_its_peers_and_finishes_once_it_heals(
+        sc: scenario.Scenario) -> None:
+    db = "cut"
+    await sc.fresh_etcd(db)
+    victim = naming.pods(db, 3)[2]
+    pod = await sc.k.get("v1", "Pod", sc.namespace, victim)
+    cut = faults.Cut(await sc.sandbox.realnodes.container_pid(pod, naming.CONTAINER_NAME),
+                     ports=(naming.PEER_PORT_HTTP, naming.PEER_PORT_HTTPS))
+    async with sc.live(db) as (w, _mon):
+        cut.apply()
+        try:
+            await sc.submit("restart-cut", db, "Restart")
+
+            async def waits_naming_the_victim() -> bool:
+                return any(victim in m and "=False" in m for m in await _condition_messages(sc, "restart-cut"))
+
+            await aeventually(waits_naming_the_victim, timeout=120,
+                              message=f"the Restart waits, naming the cut member {victim}")
+            waiting = await _condition_messages(sc, "restart-cut")
+            req = await sc.request("restart-cut") or {}
+            assert (req.get("status") or {}).get("phase") != constants.PHASE_SUCCESSFUL, waiting
+        finally:
+            cut.heal()
+        final = await sc.watch_request("restart-cut", timeout=240)
+        assert final["status"]["phase"] == constants.PHASE_SUCCESSFUL, await _condition_messages(sc, "restart-cut")
+    print("while cut:", *waiting, sep="\n  ")
+    assert w.result is not None and w.result.failed == 0, w.result
+    await sc.consistency(db, w)
+
+
+async def test_a_stopped_sandbox_leaves_nothing_behind(tmp_path: Path) -> None:
+    sb = sandbox_cluster.Sandbox(dir=tmp_path / "sb", control_plane="kubernetes", nodes=1)
+    await sb.start()
+    try:
+        index = sb.realnodes.plan.index
+        assert network.cgroup_pids(sb.realnodes.plan.tag), "the node runs processes in its cgroups"
+        assert network.leftovers(index)
+    finally:
+        await sb.stop()
+    assert network.leftovers(index) == []
+    lingering = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(tmp_path) in line]
+    assert lingering == []
