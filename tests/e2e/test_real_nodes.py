@@ -83,7 +83,7 @@ async def test_members_run_on_three_nodes_with_pod_ips_their_endpoint_slices_lis
         return True
 
     sc.k.resources.add(sandbox_cluster.ENDPOINT_SLICES)
-    await aeventually(listed, timeout=30, message="the Services' EndpointSlices list the three pod IPs")
+    await aeventually(listed, timeout=30, what="the Services' EndpointSlices list the three pod IPs")
 
 
 async def test_kubectl_logs_and_exec_reach_a_member_through_the_kubelet(sc: scenario.Scenario) -> None:
@@ -123,6 +123,11 @@ async def test_a_restart_waits_while_a_member_is_cut_from_its_peers_and_finishes
     pod = await sc.k.get("v1", "Pod", sc.namespace, victim)
     cut = faults.Cut(await sc.sandbox.realnodes.container_pid(pod, naming.CONTAINER_NAME),
                      ports=(naming.PEER_PORT_HTTP, naming.PEER_PORT_HTTPS))
+    async def uids() -> dict[str, str]:
+        return {p: (await sc.k.get("v1", "Pod", sc.namespace, p) or {}).get("metadata", {}).get("uid", "")
+                for p in naming.pods(db, 3)}
+
+    before = await uids()
     async with sc.live(db) as (w, _mon):
         cut.apply()
         try:
@@ -132,14 +137,18 @@ async def test_a_restart_waits_while_a_member_is_cut_from_its_peers_and_finishes
                 return any(victim in m and "=False" in m for m in await _condition_messages(sc, "restart-cut"))
 
             await aeventually(waits_naming_the_victim, timeout=120,
-                              message=f"the Restart waits, naming the cut member {victim}")
+                              what=f"the Restart waits, naming the cut member {victim}")
             waiting = await _condition_messages(sc, "restart-cut")
             req = await sc.request("restart-cut") or {}
             assert (req.get("status") or {}).get("phase") != constants.PHASE_SUCCESSFUL, waiting
+            # a restart now would leave one healthy member of three: nobody was restarted
+            assert await uids() == before, waiting
         finally:
             cut.heal()
         final = await sc.watch_request("restart-cut", timeout=240)
         assert final["status"]["phase"] == constants.PHASE_SUCCESSFUL, await _condition_messages(sc, "restart-cut")
+    after = await uids()
+    assert all(after[p] != before[p] for p in before), "every member was restarted once the cut healed"
     print("while cut:", *waiting, sep="\n  ")
     assert w.result is not None and w.result.failed == 0, w.result
     await sc.consistency(db, w)
