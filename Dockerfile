@@ -15,14 +15,21 @@ RUN cd etcd-3.5 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/etc
  && cd ../etcd-3.6 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/etcd-3.6/etcdutl go.etcd.io/etcd/etcdutl/v3 \
  && cd ../etcdauth && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/etcdauth .
 
-FROM python:3.11-slim AS build
+# The product's wheel, from its sources alone.
+FROM debian:bookworm-slim AS wheel
+RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-pip && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY opsmanager ./opsmanager
-RUN pip install --no-cache-dir --prefix=/install .
+RUN pip wheel --no-cache-dir --no-deps -w /dist .
 
-FROM python:3.11-slim
-COPY --from=build /install /usr/local
+# Debian's python3 with the wheel and its runtime dependencies from PyPI. The sandbox builds this same image
+# without Docker (opsmanager_sandbox.realnodes.operator_image reads this stage: base, packages, user, entrypoint);
+# tests/sandbox/test_operator_image.py keeps the two in step.
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-pip && rm -rf /var/lib/apt/lists/*
+COPY --from=wheel /dist /tmp/dist
+RUN pip install --no-cache-dir --break-system-packages /tmp/dist/*.whl && rm -rf /tmp/dist
 COPY --from=etcdutl /out /usr/local/lib/opsmanager
 RUN useradd --system --uid 65532 --no-create-home --shell /usr/sbin/nologin opsmanager
 USER 65532:65532

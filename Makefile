@@ -61,13 +61,15 @@ lint: $(STAMP)
 crds: $(STAMP)
 	$(BIN)/opsmanager crds --out crds/
 
-# `make demo CONTROL_PLANE=kubernetes`: the same four operations on the real control plane (builds it first; the
-# operator and the webhook then run as child processes, not from the bundle).
+# `make demo CONTROL_PLANE=kubernetes`: the same four operations on the real control plane and NODES real nodes
+# (kubelet, containerd, runc, a pod network, CoreDNS; builds and installs what they need first; the operator and
+# the webhook then run as child processes, not from the bundle). NODES=0: the node agent instead of real nodes.
 CONTROL_PLANE ?= embedded
+NODES ?= 3
 demo: $(STAMP)
 ifeq ($(CONTROL_PLANE),kubernetes)
-	$(MAKE) controlplane
-	$(BIN)/python -m e2e.demo --control-plane kubernetes --no-install --dir .sandbox/demo-kubernetes
+	$(MAKE) controlplane tools
+	$(BIN)/python -m e2e.demo --control-plane kubernetes --nodes $(NODES) --no-install --dir .sandbox/demo-kubernetes
 else
 	$(BIN)/python -m e2e.demo
 endif

@@ -247,6 +247,7 @@ def make_client(kubeconfig: str | None, namespaces: Sequence[str] = (), *, cache
                               ("v1", "Secret")):
         client.cache(api_version, kind, namespaces=scope, label_selector=MANAGED_SELECTOR)
     client.track_by_name("v1", "Secret")
+    client.track_by_name("v1", "Node")  # the node of a member pod that stopped serving (members.down_nodes)
     client.use_wakeups(naming.owner_of)  # a change of an Etcd's objects wakes the loops waiting on that Etcd
     return client
 # Seniority priorities count down from this many milliseconds (the year 2286): positive, and with the tie-breaker

@@ -44,6 +44,13 @@ class MemberView:
     applied_index: int = 0
     up_to_date: bool = True
     raft_index: int = 0  # its raft committed index (Status ``raftIndex``; 0 when it did not answer)
+    node: str = ""  # the node its pod is on
+    node_down: str = ""  # why that node is not Ready ("" when it is, or when nobody could tell)
+
+    @property
+    def on_down_node(self) -> str:
+        """``"<member> is on node <node>, which is not Ready (<why>)"``, or "" when its node is Ready."""
+        return f"{self.name} is on node {self.node}, which is not Ready ({self.node_down})" if self.node_down else ""
 
     @property
     def answering(self) -> bool:
@@ -101,8 +108,8 @@ def assess(replicas: int, views: Sequence[MemberView], *, blocked: str = "") -> 
         (leader_id,) = leader_ids
         leader = ids.get(leader_id) if leader_id else None
     problems = tuple(
-        f"{v.name}: {v.reason or 'unhealthy'}" for v in sorted(by_name.values(), key=lambda v: v.name)
-        if not v.healthy
+        v.on_down_node or f"{v.name}: {v.reason or 'unhealthy'}"
+        for v in sorted(by_name.values(), key=lambda v: v.name) if not v.healthy or v.node_down
     )
     return Verdict(
         replicas=replicas,

@@ -105,6 +105,33 @@ async def pods(k: kube.Kube, namespace: str, db_name: str) -> dict[str, Obj]:
             for p in await k.list("v1", "Pod", namespace, label_selector=naming.label_selector(db_name))}
 
 
+def node_of(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+async def down_nodes(k: kube.Kube, member_pods: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """The nodes of member pods that do not serve which are not Ready themselves: node → why (its Ready
+    condition's reason and message). A pod on a node whose kubelet stopped keeps running as far as the API server
+    knows, and its deletion never completes: that is what a request must wait on, and say. Only the nodes of pods
+    that do not serve are read (nothing while the cluster is well); a Node the operator may not read, or that does
+    not exist (the pod garbage collector removes such pods), counts as Ready: the pod's own conditions still say
+    the rest."""
+    out: dict[str, str] = {}
+    for name in sorted({node_of(p) for p in member_pods.values() if not serving(p) and node_of(p)}):
+        try:
+            node = await k.get("v1", "Node", None, name)
+        except (kube.Forbidden, kube.NotFound):
+            return {}
+        if node is None:
+            continue
+        ready = next((c for c in (node.get("status") or {}).get("conditions") or () if c.get("type") == "Ready"),
+                     None)
+        if ready is None or ready.get("status") != "True":
+            why = f"{(ready or {}).get('reason') or 'no Ready condition'}: {(ready or {}).get('message') or ''}"
+            out[name] = why.rstrip(": ").rstrip()
+    return out
+
+
 def endpoints(db_name: str, namespace: str, member_pods: Mapping[str, Mapping[str, Any]], expected: Iterable[str],
               *, schemes: Sequence[str], peer_scheme: str = "https",
               metrics: bool = False) -> list[access.Endpoint]:
@@ -139,10 +166,11 @@ def _short_reason(h: probes.Health, st: etcd_client.MemberStatus | errors.EtcdEr
 
 async def observe(client: admin.EtcdAdmin | None, member_pods: Mapping[str, Mapping[str, Any]],
                   expected: Sequence[str], *, timeout: float, update_revision: str | None = None,
-                  learners: bool = False) -> list[health.MemberView]:
+                  learners: bool = False, nodes_down: Mapping[str, str] | None = None) -> list[health.MemberView]:
     """One :class:`health.MemberView` per expected member, in order. ``client`` (None: nothing can be asked)
     reaches the members with an address; ``update_revision`` fills ``up_to_date``; ``learners`` also asks
-    MemberList (a failed list leaves ``is_learner`` to what Status says). Never raises for an unhealthy member."""
+    MemberList (a failed list leaves ``is_learner`` to what Status says); ``nodes_down`` (:func:`down_nodes`)
+    fills each member's ``node_down``. Never raises for an unhealthy member."""
     statuses: Mapping[str, etcd_client.MemberStatus | errors.EtcdError] = {}
     healths: dict[str, probes.Health] = {}
     learner_names: set[str] = set()
@@ -165,9 +193,12 @@ async def observe(client: admin.EtcdAdmin | None, member_pods: Mapping[str, Mapp
                                            reason="pod does not exist"))
             continue
         h, st = healths.get(name), statuses.get(name)
+        node = node_of(pod)
+        node_down = (nodes_down or {}).get(node, "") if not serving(pod) else ""
         if h is None:
             views.append(health.MemberView(name, pod_ready=serving(pod), up_to_date=up_to_date,
-                                           reason="no pod IP yet" if pod_ip(pod) is None else "not asked"))
+                                           reason="no pod IP yet" if pod_ip(pod) is None else "not asked",
+                                           node=node, node_down=node_down))
             continue
         ok = isinstance(st, etcd_client.MemberStatus)
         views.append(health.MemberView(
@@ -178,7 +209,7 @@ async def observe(client: admin.EtcdAdmin | None, member_pods: Mapping[str, Mapp
             is_learner=name in learner_names or (isinstance(st, etcd_client.MemberStatus) and st.is_learner),
             applied_index=st.raft_applied_index if isinstance(st, etcd_client.MemberStatus) else 0,
             raft_index=st.raft_index if isinstance(st, etcd_client.MemberStatus) else 0,
-            up_to_date=up_to_date))
+            up_to_date=up_to_date, node=node, node_down=node_down))
     return views
 
 

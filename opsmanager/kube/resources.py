@@ -58,6 +58,7 @@ def from_crd(crd: Mapping[str, Any]) -> Resource:
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 PODS = Resource("", "v1", "pods", "Pod")
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 SECRETS = Resource("", "v1", "secrets", "Secret")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 SERVICES = Resource("", "v1", "services", "Service")
@@ -87,7 +88,7 @@ ETCDS = Resource("opsmanager.dev", "v1alpha1", "etcds", "Etcd")
 ETCDOPSREQUESTS = Resource("ops.opsmanager.dev", "v1alpha1", "etcdopsrequests", "EtcdOpsRequest")
 
 BUILTIN: tuple[Resource, ...] = (
-    NAMESPACES, PODS, SECRETS, CONFIGMAPS, SERVICES, EVENTS, PVCS, STATEFULSETS, DEPLOYMENTS, CONTROLLERREVISIONS, PDBS,
+    NAMESPACES, PODS, NODES, SECRETS, CONFIGMAPS, SERVICES, EVENTS, PVCS, STATEFULSETS, DEPLOYMENTS, CONTROLLERREVISIONS, PDBS,
     LEASES, CRDS, VALIDATING_WEBHOOKS, MUTATING_WEBHOOKS, ISSUERS, CLUSTERISSUERS, CERTIFICATES, ETCDS,
     ETCDOPSREQUESTS, SERVICEACCOUNTS, ROLES, ROLEBINDINGS, CLUSTERROLES, CLUSTERROLEBINDINGS,
 )

@@ -231,7 +231,7 @@ async def rolling(ctx: context.OpsContext, step: plan.Roll | plan.Restart | plan
         if pending is not None:
             return pending
         views = await members.observe(client, pods, ctx.pod_names(), timeout=1.5, update_revision=update_revision,
-                                      learners=True)
+                                      learners=True, nodes_down=await members.down_nodes(ctx.kube, pods))
         action = rollout.next_action(views, ctx.db.spec.replicas, move_leader=not skip_move_leader(ctx))
         if action.kind is rollout.ActionKind.DONE:
             return context.Done()

@@ -10,7 +10,8 @@ crashes mid-roll and starts again makes the same decision and never restarts a m
 Rules (each prevents a failure that was seen elsewhere or measured here):
 
 - **Refuse unless at rest.** All expected voters present, no learners, every member healthy. Restarting a member
-  of a degraded 3-member cluster loses quorum.
+  of a degraded 3-member cluster loses quorum. A member whose node is not Ready is named with its node: its pod
+  cannot be deleted to completion until the node answers again.
 - **One member at a time.** While any member is missing, not Ready, or not recovered, the answer is ``wait``.
 - **Followers first, most-lagged first** (CloudNativePG's order): the member that would need the longest
   catch-up anyway goes while the others are healthy.
@@ -61,6 +62,11 @@ def next_action(members: Sequence[health.MemberView], expected_voters: int, *, m
     benchmark's baseline, ordinal order with no leader transfer)."""
     if not members:
         return Action(ActionKind.REFUSE, "no members observed")
+    stranded = [m.on_down_node for m in members if m.node_down]
+    if stranded:
+        # Its pod can be neither restarted (a deletion on a node that does not answer never completes) nor left
+        # out (restarting another member would leave too few): wait for the node, or for someone to replace it.
+        return Action(ActionKind.REFUSE, f"not at rest: {'; '.join(stranded)}")
     missing = [m.name for m in members if not m.exists or not m.pod_ready or not m.answering]
     if missing:
         # A missing or unready *outdated* pod was not restarted by us: the cluster is not at rest.

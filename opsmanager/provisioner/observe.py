@@ -38,6 +38,7 @@ async def observe(k: kube.Kube, db: etcd_api.Etcd) -> health.Verdict:
     if sts is None:
         return health.assess(replicas, [], blocked=f"StatefulSet {ns}/{name} does not exist (yet)")
     pods = await members.pods(k, ns, name)
+    nodes_down = await members.down_nodes(k, pods)
 
     schemes = applying.client_schemes(sts)
     identity: access.TLSIdentity | None = None
@@ -51,12 +52,13 @@ async def observe(k: kube.Kube, db: etcd_api.Etcd) -> health.Verdict:
 
     eps = members.endpoints(name, ns, pods, expected, schemes=schemes) if not blocked else []
     if not eps:
-        return health.assess(replicas, await members.observe(None, pods, expected, timeout=TIMEOUT), blocked=blocked)
+        return health.assess(replicas, await members.observe(None, pods, expected, timeout=TIMEOUT,
+                                                             nodes_down=nodes_down), blocked=blocked)
     c = await pool.shared.lease(ns, name, eps, identity, timeout=TIMEOUT, user="status")  # channels stay open
     creds = await credentials.for_etcd(k, db)
     if creds != c.credentials:
         c.set_credentials(creds)
-    views = await members.observe(c, pods, expected, timeout=TIMEOUT)
+    views = await members.observe(c, pods, expected, timeout=TIMEOUT, nodes_down=nodes_down)
     verdict = health.assess(replicas, views, blocked=blocked)
     if verdict.all_healthy_one_leader and db.spec.auth_secret is not None and not (db.status and db.status.auth_enabled):
         try:

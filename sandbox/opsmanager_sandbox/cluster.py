@@ -281,7 +281,7 @@ class Sandbox:
             stack.push_async_callback(self.realnodes.release)
             self.kubernetes = realcp.KubernetesControlPlane(
                 self.dir / "controlplane", host=self.realnodes.plan.host_ip, port=self.port,
-                service_cidr=str(self.realnodes.plan.services))
+                service_cidr=str(self.realnodes.plan.services), controller_args=RealNodes.CONTROLLER_ARGS)
         else:
             # a /16 of its own for the ClusterIPs, reserved as the pods' range is (the proxy listens on them)
             services = addresses.PodAddresses()

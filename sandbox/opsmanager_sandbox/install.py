@@ -23,6 +23,7 @@ from typing import Any
 
 from opsmanager import kube
 from opsmanager_sandbox import components, statefulset
+from opsmanager_sandbox.realnodes import operator_image
 
 NAMESPACE = "opsmanager-system"
 OPERATOR_SELECTOR = "app.kubernetes.io/name=opsmanager,app.kubernetes.io/component=operator"
@@ -112,6 +113,8 @@ def install(bundle: str | Path, *, timeout: float = READY_TIMEOUT) -> Any:
             raise InstallError("installing the bundle needs the sandbox in RBAC mode (authorization='RBAC' / "
                                "--authorization RBAC): the product runs under its own ServiceAccounts")
         await sb.apply([PROMETHEUS_RULE_CRD])
+        if getattr(sb, "realnodes", None) is not None:  # the image the bundle names, made and loaded into each node
+            await sb.realnodes.load_image(await asyncio.to_thread(operator_image.image))
         output = await apply_bundle(sb.kubeconfig, directory)
         await wait_available(sb.client, NAMESPACE, ["opsmanager-webhook", "opsmanager-operator"], timeout)
         pods = await operator_pods(sb.client)

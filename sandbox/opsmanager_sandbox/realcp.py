@@ -114,13 +114,16 @@ class KubernetesControlPlane:
     """etcd + kube-apiserver + kube-controller-manager + kube-scheduler (see the module docstring)."""
 
     def __init__(self, dir: str | Path, *, host: str = "127.0.0.1", port: int = 0,
-                 controllers: bool = True, ready_timeout: float = 120.0, service_cidr: str = SERVICE_CIDR) -> None:
+                 controllers: bool = True, ready_timeout: float = 120.0, service_cidr: str = SERVICE_CIDR,
+                 controller_args: tuple[str, ...] = ()) -> None:
         self.dir = Path(dir).resolve()
         self.host = host
         self.port = port
         self.controllers = controllers
         self.ready_timeout = ready_timeout
         self.service_cidr = service_cidr
+        self.controller_args = controller_args
+        """Extra kube-controller-manager flags (real nodes: how soon a silent node is NotReady)."""
         # the first address of the range is the `kubernetes` Service's
         self.kubernetes_service_ip = str(ipaddress.ip_network(service_cidr)[1])
         self.admin_token = secrets.token_urlsafe(24)
@@ -290,7 +293,7 @@ class KubernetesControlPlane:
                f"--service-account-private-key-file={f['sa_key']}", "--use-service-account-credentials=true",
                f"--cluster-signing-cert-file={f['ca']}", f"--cluster-signing-key-file={f['ca_key']}",
                f"--service-cluster-ip-range={self.service_cidr}", f"--flex-volume-plugin-dir={self.dir / 'flexvolume'}",
-               "--controllers=*", "--leader-elect=false", "--profiling=false"]
+               "--controllers=*", "--leader-elect=false", "--profiling=false", *self.controller_args]
         scheduler = [str(binary("kubernetes", "kube-scheduler")), f"--kubeconfig={configs['scheduler']}",
                      f"--authentication-kubeconfig={configs['scheduler']}",
                      f"--authorization-kubeconfig={configs['scheduler']}", f"--bind-address={self.host}",

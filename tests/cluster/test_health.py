@@ -77,3 +77,15 @@ def test_healthy_members_whose_pods_are_not_ready_yet_are_not_ready() -> None:
     assert not v.all_healthy_one_leader and v.has_quorum
     assert phase(v) == constants.DB_PHASE_CRITICAL
     assert phase(v, provisioned=False) == constants.DB_PHASE_PROVISIONING
+
+
+def test_a_healthy_member_on_a_node_that_is_not_ready_is_a_problem_named_with_its_node() -> None:
+    views = [health.MemberView(f"db-{i}", pod_ready=i != 2, reachable=True, healthy=True, member_id=10 + i,
+                               leader_id=10, node=f"node-{i + 1}",
+                               node_down="NodeStatusUnknown: Kubelet stopped posting node status." if i == 2 else "")
+             for i in range(3)]
+    verdict = health.assess(3, views)
+    assert verdict.problems == ("db-2 is on node node-3, which is not Ready (NodeStatusUnknown: Kubelet stopped "
+                                "posting node status.)",)
+    assert not verdict.all_healthy_one_leader and verdict.has_quorum
+    assert "db-2 is on node node-3" in verdict.summary()

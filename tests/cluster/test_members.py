@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from opsmanager import kube
 from opsmanager.cluster import members
 from opsmanager.etcd import fake
 
@@ -104,3 +105,44 @@ def test_a_budget_entry_older_than_its_pod_is_stale_and_says_when_it_expires() -
     assert members.stale_budget_entries(budget, pods) == {
         "e-0": datetime.datetime(2026, 1, 1, 0, 2, tzinfo=datetime.UTC)}
     assert members.stale_budget_entries(None, pods) == {}
+
+
+class NodeReader:
+    """Answers ``get`` of Nodes from a table (None: absent), or refuses them all; counts what was asked."""
+
+    def __init__(self, nodes: dict[str, dict[str, Any]] | None) -> None:
+        self.nodes = nodes
+        self.asked: list[str] = []
+
+    async def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        assert (api_version, kind, namespace) == ("v1", "Node", None)
+        self.asked.append(name)
+        if self.nodes is None:
+            raise kube.Forbidden('nodes "x" is forbidden')
+        return self.nodes.get(name)
+
+
+def node(ready: str, reason: str = "", message: str = "") -> dict[str, Any]:
+    return {"status": {"conditions": [{"type": "Ready", "status": ready, "reason": reason, "message": message}]}}
+
+
+def on(pod_obj: dict[str, Any], node_name: str) -> dict[str, Any]:
+    return {**pod_obj, "spec": {"nodeName": node_name}}
+
+
+async def test_only_the_nodes_of_pods_that_do_not_serve_are_read_and_not_ready_ones_named() -> None:
+    pods = {"db-0": on(pod("db-0"), "node-1"), "db-1": on(pod("db-1", ready=False), "node-2"),
+            "db-2": on(pod("db-2", ready=False), "node-3")}
+    reader = NodeReader({"node-2": node("True", "KubeletReady"),
+                         "node-3": node("Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")})
+    down = await members.down_nodes(reader, pods)  # type: ignore[arg-type]
+    assert down == {"node-3": "NodeStatusUnknown: Kubelet stopped posting node status."}
+    assert reader.asked == ["node-2", "node-3"]  # node-1's pod serves: not read
+    views = await members.observe(None, pods, NAMES, timeout=1.0, nodes_down=down)
+    assert [(v.node, v.node_down) for v in views] == [("node-1", ""), ("node-2", ""), ("node-3", down["node-3"])]
+
+
+async def test_nodes_that_cannot_be_read_or_do_not_exist_count_as_ready() -> None:
+    pods = {"db-0": on(pod("db-0", ready=False), "node-1")}
+    assert await members.down_nodes(NodeReader(None), pods) == {}  # type: ignore[arg-type]
+    assert await members.down_nodes(NodeReader({}), pods) == {}  # type: ignore[arg-type]

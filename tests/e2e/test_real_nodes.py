@@ -10,11 +10,17 @@ We test these aspects:
 - a member cut from its peers (nftables inside its pod's network namespace) during a Restart: what the operator does
   (it waits, naming the member, restarts nobody while the cut would cost the quorum), and that the request finishes
   once the cut heals, with no failed or lost write and HashKV agreeing;
+- ``kubectl drain`` of a node holding a member during an add-TLS: both finish, no write fails, never fewer than
+  two members Ready (the budget), the evicted member back on another node;
+- a node that stops (kubelet, kube-proxy and containerd killed, its containers running on): the Etcd's Ready
+  condition names the member on the NotReady node, and a Restart waits naming it, restarting nobody, until the
+  node is back;
 - a stopped sandbox leaves no process, network namespace, mount, cgroup or link behind.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import subprocess
@@ -152,6 +158,81 @@ async def test_a_restart_waits_while_a_member_is_cut_from_its_peers_and_finishes
     print("while cut:", *waiting, sep="\n  ")
     assert w.result is not None and w.result.failed == 0, w.result
     await sc.consistency(db, w)
+
+
+async def test_a_node_drained_during_an_add_tls_both_finish_within_the_budget(sc: scenario.Scenario) -> None:
+    db = "drained"
+    await sc.fresh_etcd(db)
+    await sc.ca_issuer("ca-drain")
+    victim = naming.pods(db, 3)[0]
+    node = (await sc.k.get("v1", "Pod", sc.namespace, victim))["spec"]["nodeName"]  # type: ignore[index]
+    fewest = 3
+
+    async def count_ready() -> None:
+        nonlocal fewest
+        while True:
+            pods = [await sc.k.get("v1", "Pod", sc.namespace, p) for p in naming.pods(db, 3)]
+            ready = sum(1 for p in pods if p and not p["metadata"].get("deletionTimestamp") and any(
+                c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or ()))
+            fewest = min(fewest, ready)
+            await asyncio.sleep(0.1)  # the sampling interval
+
+    async with sc.live(db) as (w, _mon):
+        counter = asyncio.create_task(count_ready())
+        try:
+            await sc.submit("drained-add-tls", db, "ReconfigureTLS",
+                            tls={"issuerRef": {"apiGroup": "cert-manager.io", "kind": "Issuer", "name": "ca-drain"}})
+            drained = await asyncio.to_thread(
+                subprocess.run, ["kubectl", "--kubeconfig", str(sc.sandbox.kubeconfig), "drain", node,
+                                 "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=240s"],
+                capture_output=True, text=True, timeout=300)
+            final = await sc.watch_request("drained-add-tls", timeout=300)
+        finally:
+            counter.cancel()
+            kubectl(sc, "uncordon", node)
+    print(drained.stdout[-2000:], drained.stderr[-2000:])
+    assert drained.returncode == 0, drained.stderr
+    assert f"pod/{victim} evicted" in drained.stdout, drained.stdout
+    assert final["status"]["phase"] == constants.PHASE_SUCCESSFUL, await _condition_messages(sc, "drained-add-tls")
+    assert fewest >= 2, f"{fewest} members Ready at one point: the budget allows one disruption"
+    moved = (await sc.k.get("v1", "Pod", sc.namespace, victim))["spec"]["nodeName"]  # type: ignore[index]
+    assert moved != node, "the evicted member came back on the cordoned node"
+    assert w.result is not None and w.result.failed == 0, w.result
+    await sc.consistency(db, w)
+
+
+async def test_a_stopped_node_is_named_and_a_restart_waits_for_it_saying_so(sc: scenario.Scenario) -> None:
+    db = "stranded"
+    await sc.fresh_etcd(db)
+    victim = naming.pods(db, 3)[1]
+    pod = await sc.k.get("v1", "Pod", sc.namespace, victim)
+    node = pod["spec"]["nodeName"]
+    named = f"{victim} is on node {node}, which is not Ready"
+    await sc.sandbox.realnodes.stop_node(node)
+    try:
+        async def etcd_names_it() -> str:
+            etcd = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db) or {}
+            ready = [c for c in (etcd.get("status") or {}).get("conditions") or () if c["type"] == "Ready"]
+            return ready[0]["message"] if ready and named in ready[0]["message"] else ""
+
+        message = await aeventually(etcd_names_it, timeout=90, what=f"the Etcd's Ready condition naming {named}")
+        print("Etcd:", message)
+        before = (await sc.k.get("v1", "Pod", sc.namespace, victim))["metadata"]["uid"]  # type: ignore[index]
+        await sc.submit("restart-stranded", db, "Restart")
+
+        async def request_names_it() -> list[str]:
+            return [m for m in await _condition_messages(sc, "restart-stranded") if named in m]
+
+        waiting = await aeventually(request_names_it, timeout=60, what=f"the Restart waiting, naming {named}")
+        print("request:", *waiting)
+        others = [p for p in naming.pods(db, 3) if p != victim]
+        assert all((await sc.k.get("v1", "Pod", sc.namespace, p) or {}).get("metadata", {}).get(
+            "deletionTimestamp") is None for p in others), "a member was restarted while another's node was down"
+        assert (await sc.k.get("v1", "Pod", sc.namespace, victim))["metadata"]["uid"] == before  # type: ignore[index]
+    finally:
+        await sc.sandbox.realnodes.start_node(node, sc.sandbox.kubernetes)
+    final = await sc.watch_request("restart-stranded", timeout=300)
+    assert final["status"]["phase"] == constants.PHASE_SUCCESSFUL, await _condition_messages(sc, "restart-stranded")
 
 
 async def test_a_stopped_sandbox_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -104,3 +104,15 @@ def test_the_benchmark_baseline_restarts_in_ordinal_order_the_leader_included_wi
     assert next_action(three(up=("db-0", "db-1", "db-2")), 3, move_leader=False).kind is ActionKind.DONE
     sick = dataclasses.replace(three()[0], healthy=False)
     assert next_action([sick, *three()[1:]], 3, move_leader=False).kind is ActionKind.REFUSE  # same at-rest checks
+
+
+def test_a_member_on_a_node_that_is_not_ready_is_named_with_its_node_and_nobody_is_restarted() -> None:
+    stranded = member("db-2", 102, up_to_date=False, leader_id=101, pod_ready=False, node="node-3",
+                      node_down="NodeStatusUnknown: Kubelet stopped posting node status.")
+    action = next_action([*three()[:2], stranded], 3)
+    assert action.kind is ActionKind.REFUSE and action.pod is None
+    assert action.reason == ("not at rest: db-2 is on node node-3, which is not Ready (NodeStatusUnknown: Kubelet "
+                             "stopped posting node status.)")
+    # etcd itself may still answer through that member (its process runs on): the node decides, not etcd
+    running = dataclasses.replace(stranded, pod_ready=False, healthy=True)
+    assert next_action([*three()[:2], running], 3).kind is ActionKind.REFUSE

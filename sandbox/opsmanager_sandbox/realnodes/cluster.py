@@ -29,6 +29,10 @@ log = logging.getLogger(__name__)
 
 
 class RealNodes:
+    CONTROLLER_ARGS = ("--node-monitor-period=2s", "--node-monitor-grace-period=20s")
+    """A node whose kubelet is silent for 20 s is NotReady (upstream: 50 s), so a test of a stopped node waits 20 s,
+    not a minute; the kubelets renew their Lease every 5 s (``nodeLeaseDurationSeconds: 20``)."""
+
     def __init__(self, dir: Path, plan: netplan.NetPlan, lock: network.SliceLock) -> None:
         self.dir = dir
         self.plan = plan
@@ -121,6 +125,23 @@ class RealNodes:
                 raise TimeoutError(f"Deployment {namespace}/{name} not available within {timeout}s: {status}")
             await asyncio.sleep(0.5)  # the poll interval
 
+    async def load_image(self, image: images.Image) -> Path:
+        """Make ``image`` (unless cached) and import it into every node; its archive."""
+        path = await asyncio.to_thread(images.archive, image)
+        await asyncio.gather(*(n.load(path, image.repository) for n in self.nodes))
+        self.images[image.ref] = path
+        return path
+
+    async def stop_node(self, name: str) -> None:
+        """Node ``name`` stops as a machine whose agents died: its kubelet, kube-proxy and containerd are killed; its
+        containers run on under their shims (and stay in its cgroups, so the sandbox's stop still ends them)."""
+        await self.node(name).halt()
+
+    async def start_node(self, name: str, cp: realcp.KubernetesControlPlane) -> None:
+        """Start a stopped node's containerd, kubelet and kube-proxy again (the kubelet finds its pods)."""
+        assert cp.ca is not None, "the control plane is not started"
+        await self.node(name).resume(cp.ca)
+
     def node(self, name: str) -> RealNode:
         for n in self.nodes:
             if n.name == name:
@@ -156,7 +177,8 @@ class RealNodes:
 
 
 def coredns_manifests(plan: netplan.NetPlan, cluster_domain: str) -> list[dict[str, Any]]:
-    """CoreDNS as a cluster runs it: a Deployment in kube-system behind the Service ``kube-dns`` at the address every
+    """CoreDNS as a cluster runs it: a Deployment of two replicas in kube-system, on two nodes and with a budget (a
+    drained node must not take the cluster's DNS with it), behind the Service ``kube-dns`` at the address every
     kubelet's ``clusterDNS`` names. No ``forward``: names outside the cluster get NXDOMAIN, nothing is asked
     outside."""
     labels = {"k8s-app": "kube-dns"}
@@ -176,10 +198,13 @@ def coredns_manifests(plan: netplan.NetPlan, cluster_domain: str) -> list[dict[s
          "data": {"Corefile": corefile}},
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "coredns", "namespace": "kube-system",
                                                                      "labels": labels},
-         "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+         "spec": {"replicas": min(2, plan.nodes), "selector": {"matchLabels": labels}, "template": {
              "metadata": {"labels": labels},
              "spec": {"serviceAccountName": "coredns", "dnsPolicy": "Default", "priorityClassName":
                       "system-cluster-critical",
+                      "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                          "weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                                             "labelSelector": {"matchLabels": labels}}}]}},
                       "containers": [{
                           "name": "coredns", "image": f"{images.COREDNS_REPO}:{images.coredns_version()}",
                           "imagePullPolicy": "IfNotPresent", "args": ["-conf", "/etc/coredns/Corefile"],
@@ -191,6 +216,9 @@ def coredns_manifests(plan: netplan.NetPlan, cluster_domain: str) -> list[dict[s
                                             "failureThreshold": 5},
                           "volumeMounts": [{"name": "config", "mountPath": "/etc/coredns", "readOnly": True}]}],
                       "volumes": [{"name": "config", "configMap": {"name": "coredns"}}]}}}},
+        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "coredns",
+                                                                                 "namespace": "kube-system"},
+         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kube-dns", "namespace": "kube-system",
                                                              "labels": labels},
          "spec": {"clusterIP": plan.dns_ip, "selector": labels,

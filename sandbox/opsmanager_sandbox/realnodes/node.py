@@ -93,10 +93,26 @@ class RealNode:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(self._make_mount_namespace)
         self._make_cgroups()
+        await self._start_containerd()
+
+    async def _start_containerd(self) -> None:
         config = self._containerd_config()
         self.containerd = await self._start("containerd", [str(realcp.binary("containerd", "containerd")),
                                                            "--config", str(config)])
         await self.containerd.wait_ready(self._socket_ready, timeout=60.0, interval=0.1)
+
+    async def halt(self) -> None:
+        """SIGKILL the kubelet, kube-proxy and containerd (by PID); the containers and their shims run on."""
+        for child in (self.kubelet, self.proxy, self.containerd):
+            if child is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    child.process.kill()
+                await child.stop(grace=5.0)
+        self.kubelet = self.proxy = self.containerd = None
+
+    async def resume(self, ca: pki.KeyPair) -> None:
+        await self._start_containerd()
+        await self.start_kubelet(ca)
 
     async def _socket_ready(self) -> bool:
         if not self.socket.exists():
@@ -271,7 +287,7 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.snapshotter.v1.bt
             "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%", "imagefs.available": "1%",
                              "nodefs.inodesFree": "1%"},
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
-            "nodeStatusUpdateFrequency": "5s", "nodeStatusReportFrequency": "30s",
+            "nodeStatusUpdateFrequency": "5s", "nodeStatusReportFrequency": "30s", "nodeLeaseDurationSeconds": 20,
             "fileCheckFrequency": "5s", "staticPodPath": "",
             "logging": {"format": "text"},
         }
