@@ -524,9 +524,14 @@ class PodTracker(_MemberTracker):
 
 
 class PidTracker(_MemberTracker):
-    """Every etcd PID each member had (from the sandbox's kubelet): a restarted etcd is a new process."""
+    """Every etcd PID each member had (from the sandbox's kubelet; on real nodes its container's ID): a restarted
+    etcd is a new process (a new container)."""
 
     async def identity(self, name: str) -> Any:
+        if self.sc.sandbox.realnodes is not None:  # a restarted container is a new containerd container
+            pod = await self.sc.k.get("v1", "Pod", self.sc.namespace, name) or {}
+            return next((c.get("containerID") for c in (pod.get("status") or {}).get("containerStatuses") or ()
+                         if c.get("name") == naming.CONTAINER_NAME and (c.get("state") or {}).get("running")), None)
         return self.sc.sandbox.kubelet.pids().get((self.sc.namespace, name, naming.CONTAINER_NAME))
 
     @property

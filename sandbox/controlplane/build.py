@@ -52,6 +52,13 @@ class Component:
     def directory(self) -> pathlib.Path:
         return REPO / self.source if self.source else HERE / self.name
 
+    def pinned(self) -> str:
+        """The version of :attr:`module` its ``go.mod`` requires (for a module of this repository too)."""
+        found = required_version((self.directory / "go.mod").read_text(), self.module)
+        if found is None:
+            raise SystemExit(f"{self.directory / 'go.mod'} does not require {self.module}")
+        return found
+
     def version(self) -> str:
         """The version ``go.mod`` pins for :attr:`module` (read as text: needs no Go); for a module of this
         repository, ``src-`` and the first 12 hex digits of the SHA-256 of its go.mod, go.sum and Go files, so an
@@ -138,12 +145,17 @@ COMPONENTS = {c.name: c for c in (
     # Cluster DNS: CoreDNS's own packages behind a main of ours that links only the plugins a cluster's DNS uses
     # (sandbox/controlplane/coredns/main.go); keyed by that directory's content, which pins the release.
     Component("coredns", "github.com/coredns/coredns", {"coredns": "."}, source="sandbox/controlplane/coredns"),
+    # cert-manager's controller: its release binary is a module the proxy does not serve, its controllers are the
+    # root module's public packages; a main of ours links the CA and self-signed issuance
+    # (sandbox/controlplane/cert-manager/main.go). The same release as the CRDs below.
+    Component("cert-manager", "github.com/cert-manager/cert-manager", {"controller": "."},
+              source="sandbox/controlplane/cert-manager"),
 )}
 
 # cert-manager's CRDs, as its release ships them (plain YAML in ``deploy/crds`` of the module): the real API server
 # then checks every Certificate and Issuer the operator writes against cert-manager's own schemas. Its controller
 # cannot be built from the module proxy (its binaries are separate modules the proxy does not serve).
-CERT_MANAGER: Final = ("github.com/cert-manager/cert-manager", "v1.21.2")
+CERT_MANAGER: Final = ("github.com/cert-manager/cert-manager", COMPONENTS["cert-manager"].pinned())
 
 NO_GO = ("Go is not installed (no `go` on PATH): the real control plane is built from Go modules and needs it. "
          "Without Go, the embedded control plane runs everything else: `make demo`, `opsmanager sandbox up` "

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
@@ -111,6 +112,7 @@ class Sandbox:
         """Real nodes (kubelet, containerd, runc, a pod network, CoreDNS: :mod:`.realnodes`); 0 runs the node
         agent instead."""
         self.realnodes: RealNodes | None = None
+        self.volumes: HostPathProvisioner | None = None
         """``embedded`` (the emulated API server and controllers) or ``kubernetes`` (kube-apiserver,
         kube-controller-manager, kube-scheduler built from their Go modules: :mod:`.realcp`, :mod:`.node`)."""
         self.kubernetes: realcp.KubernetesControlPlane | None = None
@@ -308,7 +310,7 @@ class Sandbox:
         if self.realnodes is not None:
             stack.push_async_callback(self.realnodes.stop_nodes)
             await self.realnodes.start(self.kubernetes, self.client, cluster_domain=self.cluster_domain)
-            await _started(stack, HostPathProvisioner(self.client, self.dir / "nodes" / "volumes"))
+            self.volumes = await _started(stack, HostPathProvisioner(self.client, self.dir / "nodes" / "volumes"))
             await self._start_cert_manager(stack)
             for component in self.components:
                 await stack.enter_async_context(component(self))
@@ -424,10 +426,38 @@ class Sandbox:
         return self.dir / "logs" / namespace / pod / f"{container}.log"
 
     def logs(self, namespace: str, pod: str, container: str) -> str:
-        """The container's log (``<dir>/logs/<ns>/<pod>/<container>.log``, all restarts appended); the same file
-        ``kubectl logs`` serves."""
+        """The container's log, its previous run first (the node agent's file ``<dir>/logs/<ns>/<pod>/<container>.log``
+        holds every run; on real nodes ``kubectl logs --previous`` and ``kubectl logs``)."""
+        if self.realnodes is not None:
+            out = []
+            for extra in (["--previous"], []):
+                done = subprocess.run(["kubectl", "--kubeconfig", str(self.kubeconfig), "logs", "-n", namespace, pod,
+                                       "-c", container, *extra], capture_output=True, text=True, timeout=60)
+                out.append(done.stdout if done.returncode == 0 else "")
+            return "".join(out)
         path = self._log_path(namespace, pod, container)
         return path.read_text(errors="replace") if path.exists() else ""
+
+    async def container_pid(self, namespace: str, pod: str, container: str) -> int | None:
+        """The host PID of a running container (None when it does not run): the node agent's process, or
+        containerd's task on real nodes."""
+        if self.realnodes is not None:
+            obj = await self.client.get("v1", "Pod", namespace, pod)
+            if obj is None:
+                return None
+            try:
+                return await self.realnodes.container_pid(obj, container)
+            except LookupError:
+                return None
+        assert self.kubelet is not None, "the sandbox is not started"
+        return self.kubelet.pids().get((namespace, pod, container))
+
+    def claim_dir(self, pvc: Obj) -> Path:
+        """Where the volume of claim ``pvc`` keeps its data on this machine."""
+        if self.volumes is not None:
+            return self.volumes.path(pvc)
+        assert self.kubelet is not None, "the sandbox is not started"
+        return self.kubelet.pvc_dir(pvc)
 
     async def wait_ready_pods(self, namespace: str, label_selector: str, count: int, timeout: float = 30.0) -> list[Obj]:
         """Wait until ``count`` pods matching ``label_selector`` are Ready; returns them."""

@@ -36,7 +36,7 @@ KUBERNETES_VERSION = "1.32.0"  # the sandbox's API level
 CERT_MANAGER_CRDS = bundle.ROOT / "sandbox" / "opsmanager_sandbox" / "apiserver" / "certmanager-crds.yaml"
 IMAGE = "opsmanager:0.1.0"
 # Resources that exist only cluster-wide; everything else the operator touches is namespaced.
-CLUSTER_SCOPED = {"customresourcedefinitions", "namespaces", "clusterkopfpeerings", "clusterissuers"}
+CLUSTER_SCOPED = {"customresourcedefinitions", "namespaces", "clusterkopfpeerings", "clusterissuers", "nodes"}
 RENDERS = {"base": bundle.DEPLOY, "single-namespace": bundle.SINGLE_NAMESPACE}
 
 Obj = dict[str, Any]
@@ -347,6 +347,7 @@ OPERATOR_RIGHTS: dict[tuple[str, str], set[str]] = {
     ("cert-manager.io", "certificates/status"): {"get", "patch"},
     ("cert-manager.io", "issuers"): {"get", "list", "watch"},
     ("cert-manager.io", "clusterissuers"): {"get", "list", "watch"},
+    ("", "nodes"): {"get", "list", "watch"},  # the node of a member pod that stopped serving (read, watched by name)
     ("", "secrets"): {"get", "list", "watch", "create", "update", "patch", "delete"},
     ("", "pods"): {"get", "list", "watch", "delete"},
     ("", "pods/eviction"): {"create"},

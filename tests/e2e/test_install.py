@@ -33,6 +33,7 @@ import yaml
 from e2e import scenario
 from opsmanager import kube
 from opsmanager.api import auth, conditions, constants
+from opsmanager.cluster import naming
 from opsmanager_sandbox import install
 from opsmanager_sandbox.objectstore import ObjectStoreServer
 from tests.polling import aeventually
@@ -198,10 +199,15 @@ async def test_active_operator_deleted_during_restart_pods_standby_takes_over(sc
         await aeventually(evicting, timeout=90, what="RestartPods evicting a member")
         # A crash: the process is SIGKILLed (no clean exit, no farewell keep-alive), and its pod force-deleted,
         # as when its node dies and the pod is removed.
-        os.kill(sc.sandbox.kubelet.pids()[(install.NAMESPACE, active, "operator")], signal.SIGKILL)
+        pid = await sc.sandbox.container_pid(install.NAMESPACE, active, "operator")
+        assert pid is not None, f"{active} runs no operator process"
+        os.kill(pid, signal.SIGKILL)
         await sc.k.delete("v1", "Pod", install.NAMESPACE, active, grace_period_seconds=0)
-        await aeventually(lambda: (install.NAMESPACE, active, "operator") not in sc.sandbox.kubelet.pids(),
-                          timeout=30, what=f"the process of {active} gone")
+
+        async def gone() -> bool:
+            return not Path(f"/proc/{pid}").exists()
+
+        await aeventually(gone, timeout=30, what=f"the process of {active} gone")
         killed_at = time.monotonic()
         req = await sc.watch_request("ha-restart", timeout=240)
         final = writer.snapshot()
@@ -349,6 +355,28 @@ async def _authorizer_sees(client: kube.Kube, calls: Collection[Call], *, allowe
         return True
     await aeventually(settled, timeout=20, what=f"the authorizer to answer allowed={allowed} for "
                                                 f"{sorted((c.verb, c.resource) for c in calls)}")
+
+
+async def test_a_member_that_stops_serving_has_its_node_looked_at(sc: scenario.Scenario) -> None:
+    """A member whose pod stops serving: the operator reads its Node (is it the node that is gone?) as the
+    operator's ServiceAccount, allowed; the node is Ready, so the Etcd names no node."""
+    db = "frozen"
+    await sc.fresh_etcd(db)
+    pod = naming.pods(db, 3)[2]
+    pid = await sc.sandbox.container_pid(sc.namespace, pod, naming.CONTAINER_NAME)
+    assert pid is not None
+    since = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)  # its readiness probe fails: the pod stops serving, etcd on the others goes on
+    try:
+        await aeventually(lambda: audit(sc).counts(user=OPERATOR_USER, since=since)[("get", "nodes")] > 0,
+                          timeout=90, what="the operator reading the Node of the member that stopped serving")
+        assert not [r for r in audit(sc).records(user=OPERATOR_USER, since=since) if r.code == 403]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    etcd = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db) or {}
+    assert "which is not Ready" not in str((etcd.get("status") or {}).get("conditions")), etcd.get("status")
+    await sc.wait_ready(db, timeout=90)
+    await sc.drop_etcd(db)
 
 
 async def test_every_rule_of_the_bundle_is_needed(sc: scenario.Scenario) -> None:

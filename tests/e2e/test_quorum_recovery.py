@@ -43,10 +43,10 @@ async def break_member(sc: scenario.Scenario, db: str, pod: str) -> None:
     killed — the kubelet restarts it into a crash loop."""
     pvc = await sc.k.get("v1", "PersistentVolumeClaim", sc.namespace, f"{naming.DATA_VOLUME}-{pod}")
     assert pvc is not None
-    data = sc.sandbox.kubelet.pvc_dir(pvc) / "data"
+    data = sc.sandbox.claim_dir(pvc) / "data"
     shutil.rmtree(data)
     data.write_text("this member's data is gone\n")
-    pid = sc.sandbox.kubelet.pids().get((sc.namespace, pod, naming.CONTAINER_NAME))
+    pid = await sc.sandbox.container_pid(sc.namespace, pod, naming.CONTAINER_NAME)
     if pid:
         os.kill(pid, signal.SIGKILL)
 
