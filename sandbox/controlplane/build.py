@@ -65,9 +65,10 @@ class Component:
         edit builds anew."""
         if self.source:
             digest = hashlib.sha256()
-            for path in sorted(self.directory.glob("*")):
+            for path in sorted(self.directory.rglob("*")):
                 if path.name in ("go.mod", "go.sum") or path.suffix == ".go":
-                    digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+                    rel = path.relative_to(self.directory).as_posix()  # a main in a subdirectory counts too
+                    digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
             return "src-" + digest.hexdigest()[:12]
         found = required_version((self.directory / "go.mod").read_text(), self.module)
         if found is None:
@@ -148,7 +149,7 @@ COMPONENTS = {c.name: c for c in (
     # cert-manager's controller: its release binary is a module the proxy does not serve, its controllers are the
     # root module's public packages; a main of ours links the CA and self-signed issuance
     # (sandbox/controlplane/cert-manager/main.go). The same release as the CRDs below.
-    Component("cert-manager", "github.com/cert-manager/cert-manager", {"controller": "."},
+    Component("cert-manager", "github.com/cert-manager/cert-manager", {"controller": ".", "cainjector": "./cainjector"},
               source="sandbox/controlplane/cert-manager"),
 )}
 

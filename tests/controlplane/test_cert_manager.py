@@ -5,7 +5,9 @@ We test these aspects:
 - the component pins the release whose CRDs the sandbox installs;
 - a Certificate of a CA Issuer becomes Ready with a Secret whose leaf chains to that CA and carries the SANs asked
   for, issued by cert-manager's controller (not this project's issuance, which is not running here);
-- stopping the controller leaves no process behind.
+- its cainjector (built the same way) injects that CA into a webhook configuration that asks for it
+  (``cert-manager.io/inject-ca-from``);
+- stopping them leaves no process behind.
 """
 
 from __future__ import annotations
@@ -72,16 +74,38 @@ async def test_certificates_of_a_ca_issuer_are_issued_by_cert_managers_controlle
 
             eventually(ready, timeout=60, what="Certificate leaf Ready")
             leaf_pem = base64.b64decode(kubectl(cp, "get", "secret", "leaf", "-o", "jsonpath={.data.tls\\.crt}"))
+            webhook = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                       "metadata": {"name": "injected", "annotations": {"cert-manager.io/inject-ca-from": "default/leaf"}},
+                       "webhooks": [{"name": "injected.example.com", "admissionReviewVersions": ["v1"],
+                                     "sideEffects": "None", "failurePolicy": "Ignore",
+                                     "clientConfig": {"service": {"name": "nothing", "namespace": "default"}},
+                                     "rules": [{"apiGroups": ["example.com"], "apiVersions": ["v1"],
+                                                "operations": ["CREATE"], "resources": ["widgets"]}]}]}
+            kubectl(cp, "apply", "-f", "-", stdin=yaml.safe_dump(webhook))
+            injector = subprocess.Popen([str(realcp.binary("cert-manager", "cainjector")), "--kubeconfig",
+                                         str(cp.kubeconfig)], stdout=log, stderr=subprocess.STDOUT)
+            try:
+                def injected() -> bytes:
+                    out = kubectl(cp, "get", "validatingwebhookconfiguration", "injected", "-o",
+                                  "jsonpath={.webhooks[0].clientConfig.caBundle}")
+                    return base64.b64decode(out) if out else b""
+
+                bundle = eventually(injected, timeout=60, what="the caBundle injected")
+            finally:
+                injector.terminate()
+                injector.wait(15)
         finally:
             controller.terminate()
             controller.wait(15)
             log.close()
+        assert pki.cert_info(bundle).fingerprint_sha256 == pki.cert_info(ca.cert_pem).fingerprint_sha256
         info = pki.cert_info(leaf_pem)
         assert info.dns_names == ("leaf.default.svc",) and info.issuer == "CN=cert-manager-test-ca"
         leaf = x509.load_pem_x509_certificate(leaf_pem)
         leaf.verify_directly_issued_by(x509.load_pem_x509_certificate(ca.cert_pem))
         requests = kubectl(cp, "get", "certificaterequests", "-o", "jsonpath={.items[*].status.conditions[*].type}")
         assert "Approved" in requests and "Ready" in requests, requests  # cert-manager's approver and CA issuer
-    assert controller.returncode is not None
-    assert str(realcp.binary("cert-manager", "controller")) not in subprocess.run(
-        ["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert controller.returncode is not None and injector.returncode is not None
+    running = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(realcp.binary("cert-manager", "controller")) not in running
+    assert str(realcp.binary("cert-manager", "cainjector")) not in running
