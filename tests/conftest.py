@@ -30,6 +30,8 @@ pytest_plugins = [
 # Keep it short and roughly right: a module missing here still starts early if it has a ``slow`` test.
 LONGEST_FIRST = (
     "tests/e2e/test_rescue.py",  # 7 min
+    "tests/e2e/test_real_nodes.py",  # 5 min
+    "tests/e2e/test_real_nodes_install.py",  # 2-4 min (the operator image once per change: 2 min)
     "tests/e2e/test_auto_renew.py",  # 4 min
     "tests/e2e/test_soak.py",  # 4 min
     "tests/e2e/test_faults.py",  # 3 min

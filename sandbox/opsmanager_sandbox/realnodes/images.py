@@ -12,7 +12,9 @@ Each archive is an OCI image layout made with umoci (Debian's package) and tarre
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -20,9 +22,9 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from opsmanager_sandbox import realcp
 
@@ -92,6 +94,19 @@ def cache_dir() -> Path:
     return Path(realcp.build_module().cache_root()) / "images"
 
 
+@contextlib.contextmanager
+def building(name: str) -> Iterator[None]:
+    """An exclusive lock on making ``name`` in the image cache: test workers starting sandboxes at once make each
+    thing once (the second finds it made) instead of racing to rename two copies into one place."""
+    _mkdir(cache_dir())
+    with open(cache_dir() / f".{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def _run(argv: Sequence[str], *, cwd: Path | None = None) -> str:
     done = subprocess.run(list(argv), capture_output=True, text=True, cwd=cwd, timeout=1800)
     if done.returncode != 0:
@@ -112,6 +127,13 @@ def archive(image: Image) -> Path:
     target = cache_dir() / f"{safe}-{image.key()}.tar"
     if target.is_file():
         return target
+    with building(safe):
+        if not target.is_file():
+            _make(image, target)
+    return target
+
+
+def _make(image: Image, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tool = umoci()
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
@@ -137,7 +159,6 @@ def archive(image: Image) -> Path:
             for entry in sorted(layout.iterdir()):
                 tar.add(entry, arcname=entry.name)
         os.replace(partial, target)
-    return target
 
 
 # -- the images of a sandbox -----------------------------------------------------------------------------------------
@@ -149,14 +170,18 @@ def _staged(name: str, files: Mapping[str, Path], mode: int = 0o755) -> Path:
     for dest, src in sorted(files.items()):
         digest.update(dest.encode() + b"\0" + _file_digest(src))
     where = cache_dir() / "staging" / f"{name}-{digest.hexdigest()[:16]}"
-    if not where.is_dir():
-        partial = Path(tempfile.mkdtemp(dir=where.parent if where.parent.is_dir() else _mkdir(where.parent),
-                                        prefix=".stage-"))
-        for dest, src in files.items():
-            shutil.copyfile(src, partial / dest)
-            (partial / dest).chmod(mode)
-        os.replace(partial, where)
+    with building(f"staging-{name}"):
+        if not where.is_dir():
+            _stage(where, files, mode)
     return where
+
+
+def _stage(where: Path, files: Mapping[str, Path], mode: int) -> None:
+    partial = Path(tempfile.mkdtemp(dir=_mkdir(where.parent), prefix=".stage-"))
+    for dest, src in files.items():
+        shutil.copyfile(src, partial / dest)
+        (partial / dest).chmod(mode)
+    os.replace(partial, where)
 
 
 def _mkdir(path: Path) -> Path:
@@ -170,6 +195,13 @@ def pause_binary() -> Path:
     target = Path(build.binary("kubernetes")) / "pause"
     if target.is_file():
         return target
+    with building("pause"):
+        if not target.is_file():
+            _compile_pause(build, target)
+    return target
+
+
+def _compile_pause(build: Any, target: Path) -> None:
     gcc = shutil.which("gcc")
     if gcc is None:
         raise ImageError("gcc is not installed: the pause image is compiled from the kubernetes module's pause.c")
@@ -179,11 +211,10 @@ def pause_binary() -> Path:
                            cwd=component.directory))
     source = Path(info["Dir"]) / "build" / "pause" / "linux" / "pause.c"
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(".pause.partial")
+    partial = target.with_name(f".pause.{os.getpid()}")
     _run([gcc, "-Os", "-static", "-Wall", "-Werror", f"-DVERSION=v{PAUSE[1]}", "-o", str(partial), str(source)])
     _run(["strip", str(partial)])
     os.replace(partial, target)
-    return target
 
 
 def pause_image() -> Image:

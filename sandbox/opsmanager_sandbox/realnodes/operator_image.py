@@ -156,6 +156,13 @@ def rootfs() -> tuple[Path, str]:
     target = images.cache_dir() / f"operator-rootfs-{key}"
     if target.is_dir():
         return target, key
+    with images.building("operator-rootfs"):
+        if not target.is_dir():
+            _make_rootfs(rec, libs, target)
+    return target, key
+
+
+def _make_rootfs(rec: Recipe, libs: dict[str, Path], target: Path) -> None:
     if shutil.which("mmdebstrap") is None:
         raise images.ImageError("mmdebstrap is not installed: `make tools` installs it (Debian's package)")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -179,7 +186,6 @@ def rootfs() -> tuple[Path, str]:
             shutil.copyfile(path, dest)
             dest.chmod(0o755)
         os.replace(partial, target)
-    return target, key
 
 
 def image() -> images.Image:
