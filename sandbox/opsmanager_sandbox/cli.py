@@ -61,16 +61,24 @@ def _parser() -> argparse.ArgumentParser:
                     help="embedded: the emulated API server and controllers (no Go needed); kubernetes: "
                          "kube-apiserver, kube-controller-manager and kube-scheduler built from their Go modules "
                          "(`make controlplane` first) with this project's node agent (default %(default)s)")
-    up.add_argument("--nodes", type=int, default=0, metavar="N",
+    up.add_argument("--nodes", type=int, default=None, metavar="N",
                     help="with --control-plane kubernetes: N real nodes (kubelet, containerd and runc, a pod network, "
-                         "kube-proxy, CoreDNS; root and `make controlplane tools` needed) instead of the node agent "
-                         "(default 0: the node agent)")
+                         "kube-proxy, CoreDNS; root and `make controlplane tools` needed); 0: this project's node "
+                         "agent instead (default: 3 on the real control plane)")
     up.add_argument("--object-store", action="store_true",
                     help="also run an S3 server on loopback (SeaweedFS, built by `make controlplane`) with the "
                          "bucket `backups` and the Secret `s3` in namespace default, for spec.backup "
                          "(docs/examples/etcd-backup.yaml); its endpoint is printed")
     up.add_argument("-v", "--verbose", action="store_true", help="log the controllers' work")
     return parser
+
+
+def _nodes(args: argparse.Namespace) -> int:
+    if args.nodes is None:
+        return 3 if args.control_plane == cluster.KUBERNETES else 0
+    if args.nodes and args.control_plane != cluster.KUBERNETES:
+        raise SystemExit("--nodes: real nodes need the real control plane: add --control-plane kubernetes")
+    return int(args.nodes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -135,7 +143,7 @@ async def _up(args: argparse.Namespace) -> int:
     crds = Path(args.crds) if args.crds else cluster.MODEL_CRDS
     async with cluster.Sandbox(dir=args.dir, port=args.port, speed=args.speed, components=components,
                                crds_dir=crds, authorization=args.authorization,
-                               control_plane=args.control_plane, nodes=args.nodes) as sb:
+                               control_plane=args.control_plane, nodes=_nodes(args)) as sb:
         store = await _object_store(sb) if args.object_store else None
         for path in args.apply:
             await sb.apply(Path(path))
