@@ -309,18 +309,10 @@ class Kubelet(_HostBase):
 
     async def _provide_pv(self, pvc: Obj) -> None:
         """The real control plane: a hostPath PersistentVolume pre-bound to the claim; the PV controller binds."""
-        meta = pvc["metadata"]
-        path = self.pvc_dir(pvc)
-        path.mkdir(parents=True, exist_ok=True)
-        self.client.resources.add(node_agent.PERSISTENT_VOLUMES)
         try:
-            await self.client.create(node_agent.persistent_volume(pvc, str(path)))
-        except kube.AlreadyExists:
-            pass
-        except kube.KubeError as exc:
-            log.warning("volume for pvc %s/%s: %s", meta.get("namespace"), meta["name"], exc)
+            await node_agent.offer_volume(self.client, pvc, self.pvc_dir(pvc))
         finally:
-            self._binding_pvcs.discard(str(meta.get("uid")))
+            self._binding_pvcs.discard(str(pvc["metadata"].get("uid")))
 
     async def _delete_pv(self, pvc: Obj) -> None:
         self.client.resources.add(node_agent.PERSISTENT_VOLUMES)

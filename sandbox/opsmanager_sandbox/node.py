@@ -23,6 +23,7 @@ import contextlib
 import datetime
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, Final
 
 from opsmanager import kube
@@ -126,6 +127,20 @@ def persistent_volume(pvc: Obj, path: str) -> Obj:
                      "volumeMode": spec.get("volumeMode") or "Filesystem",
                      "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "name": meta["name"],
                                   "namespace": meta.get("namespace") or "default", "uid": meta["uid"]}}}
+
+
+async def offer_volume(client: kube.Kube, pvc: Obj, path: Path) -> None:
+    """Create the directory and :func:`persistent_volume` for claim ``pvc`` (one that exists already is fine; any
+    other refusal is logged: the claim stays Pending and is offered again on its next change)."""
+    meta = pvc["metadata"]
+    path.mkdir(parents=True, exist_ok=True)
+    client.resources.add(PERSISTENT_VOLUMES)
+    try:
+        await client.create(persistent_volume(pvc, str(path)))
+    except kube.AlreadyExists:
+        pass
+    except kube.KubeError as exc:
+        log.warning("volume for claim %s/%s: %s", meta.get("namespace"), meta["name"], exc)
 
 
 Target = tuple[str, int]

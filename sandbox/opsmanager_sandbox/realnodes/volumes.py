@@ -63,17 +63,10 @@ class HostPathProvisioner:
         task.add_done_callback(self._tasks.discard)
 
     async def _provide(self, pvc: Obj) -> None:
-        meta = pvc["metadata"]
         try:
-            path = self.path(pvc)
-            path.mkdir(parents=True, exist_ok=True)
-            await self.client.create(node_agent.persistent_volume(pvc, str(path)))
-        except kube.AlreadyExists:
-            pass
-        except kube.KubeError as exc:
-            log.warning("volume for claim %s/%s: %s", meta.get("namespace"), meta["name"], exc)
+            await node_agent.offer_volume(self.client, pvc, self.path(pvc))
         finally:
-            self._busy.discard(str(meta.get("uid")))
+            self._busy.discard(str(pvc["metadata"].get("uid")))
 
     async def _delete(self, pvc: Obj) -> None:
         with contextlib.suppress(kube.NotFound):
