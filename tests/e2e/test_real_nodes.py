@@ -115,6 +115,15 @@ async def test_a_pod_reaches_the_members_by_service_name_through_dns_and_kube_pr
     assert got.strip() == "yes", got
 
 
+async def _a_follower(sc: scenario.Scenario, db: str) -> str:
+    client = await sc.plain_client(db)
+    try:
+        statuses = await client.statuses(timeout=5)
+    finally:
+        await client.close()
+    return next(name for name, st in sorted(statuses.items(), reverse=True) if not getattr(st, "is_leader", True))
+
+
 async def _condition_messages(sc: scenario.Scenario, request: str) -> list[str]:
     req = await sc.request(request) or {}
     return [f"{c['type']}={c['status']}: {c.get('message', '')}" for c in (req.get("status") or {}).get("conditions")
@@ -125,7 +134,7 @@ async def test_a_restart_waits_while_a_member_is_cut_from_its_peers_and_finishes
         sc: scenario.Scenario) -> None:
     db = "cut"
     await sc.fresh_etcd(db)
-    victim = naming.pods(db, 3)[2]
+    victim = await _a_follower(sc, db)  # a cut leader costs an election of its own, before the operator does a thing
     pod = await sc.k.get("v1", "Pod", sc.namespace, victim)
     cut = faults.Cut(await sc.sandbox.realnodes.container_pid(pod, naming.CONTAINER_NAME),
                      ports=(naming.PEER_PORT_HTTP, naming.PEER_PORT_HTTPS))
@@ -165,13 +174,8 @@ async def test_a_node_drained_during_an_add_tls_both_finish_within_the_budget(sc
     await sc.fresh_etcd(db)
     await sc.ca_issuer("ca-drain")
     # A follower's node: evicting the leader from outside costs an election that no operator step can move
-    # first (docs/sandbox.md, "A drain that evicts the leader").
-    client = await sc.plain_client(db)
-    try:
-        statuses = await client.statuses(timeout=5)
-    finally:
-        await client.close()
-    victim = next(name for name, st in sorted(statuses.items()) if not getattr(st, "is_leader", True))
+    # first (docs/operations.md, "A drain that evicts the leader").
+    victim = await _a_follower(sc, db)
     node = (await sc.k.get("v1", "Pod", sc.namespace, victim))["spec"]["nodeName"]  # type: ignore[index]
     fewest = 3
 
