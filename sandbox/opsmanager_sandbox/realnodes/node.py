@@ -284,8 +284,10 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.snapshotter.v1.bt
             "syncFrequency": f"{self.sync_frequency}s",
             "volumePluginDir": str(self.dir / "volume-plugins"),
             "failSwapOn": False, "serializeImagePulls": False,
-            "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%", "imagefs.available": "1%",
-                             "nodefs.inodesFree": "1%"},
+            # a node's disk is the machine's, shared with everything else a test run writes: evict only when it is
+            # truly full (a percentage of a large disk with a reserve put every node under DiskPressure)
+            "evictionHard": {"memory.available": "50Mi", "nodefs.available": "100Mi", "imagefs.available": "100Mi",
+                             "nodefs.inodesFree": "1%", "imagefs.inodesFree": "1%"},
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
             "nodeStatusUpdateFrequency": "5s", "nodeStatusReportFrequency": "30s", "nodeLeaseDurationSeconds": 20,
             "fileCheckFrequency": "5s", "staticPodPath": "",
@@ -324,6 +326,8 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.snapshotter.v1.bt
             await self.containerd.stop(grace=5.0)
         await asyncio.to_thread(network.kill_cgroups, self.cgroup)
         await asyncio.to_thread(self._release)
+        # the images unpacked in its containerd (about half a GiB a node): a test run makes dozens of nodes
+        await asyncio.to_thread(shutil.rmtree, self.dir / "containerd", True)
 
     async def _stop_tasks(self, grace: float) -> None:
         code, out = await self.ctr("tasks", "list", "--quiet", timeout=10.0)
