@@ -54,9 +54,3 @@ def _nft(pid: int, args: Sequence[str], stdin: str | None) -> None:
         raise FaultError(f"nft {' '.join(args)} in the network namespace of PID {pid} failed: "
                          f"{(done.stderr or done.stdout).strip()}")
 
-
-def tables(pid: int) -> str:
-    """The pod namespace's nftables ruleset (to show a cut in a report)."""
-    done = subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "--", "nft", "list", "ruleset"],
-                          capture_output=True, text=True, timeout=30)
-    return done.stdout

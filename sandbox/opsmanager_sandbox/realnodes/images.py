@@ -107,7 +107,7 @@ def building(name: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _run(argv: Sequence[str], *, cwd: Path | None = None) -> str:
+def run(argv: Sequence[str], *, cwd: Path | None = None) -> str:
     done = subprocess.run(list(argv), capture_output=True, text=True, cwd=cwd, timeout=1800)
     if done.returncode != 0:
         raise ImageError(f"`{' '.join(argv)}` failed ({done.returncode}): {(done.stderr or done.stdout).strip()}")
@@ -139,10 +139,10 @@ def _make(image: Image, target: Path) -> None:
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
         layout = Path(tmp) / "layout"
         ref = f"{layout}:{image.tag}"
-        _run([tool, "init", "--layout", str(layout)])
-        _run([tool, "new", "--image", ref])
+        run([tool, "init", "--layout", str(layout)])
+        run([tool, "new", "--image", ref])
         for source, into in image.layers:
-            _run([tool, "insert", "--image", ref, str(source), into])
+            run([tool, "insert", "--image", ref, str(source), into])
         config = [tool, "config", "--image", ref, "--clear=config.env", "--clear=config.cmd",
                   "--clear=config.entrypoint"]
         config += [f"--config.env={e}" for e in image.env]
@@ -152,8 +152,8 @@ def _make(image: Image, target: Path) -> None:
             config.append(f"--config.user={image.user}")
         if image.workdir:
             config.append(f"--config.workingdir={image.workdir}")
-        _run(config)
-        _run([tool, "gc", "--layout", str(layout)])
+        run(config)
+        run([tool, "gc", "--layout", str(layout)])
         partial = Path(tmp) / "image.tar"
         with tarfile.open(partial, "w") as tar:
             for entry in sorted(layout.iterdir()):
@@ -207,13 +207,13 @@ def _compile_pause(build: Any, target: Path) -> None:
         raise ImageError("gcc is not installed: the pause image is compiled from the kubernetes module's pause.c")
     go = build._go()
     component = build.COMPONENTS["kubernetes"]
-    info = json.loads(_run([go, "mod", "download", "-json", f"k8s.io/kubernetes@{component.version()}"],
+    info = json.loads(run([go, "mod", "download", "-json", f"k8s.io/kubernetes@{component.version()}"],
                            cwd=component.directory))
     source = Path(info["Dir"]) / "build" / "pause" / "linux" / "pause.c"
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".pause.{os.getpid()}")
-    _run([gcc, "-Os", "-static", "-Wall", "-Werror", f"-DVERSION=v{PAUSE[1]}", "-o", str(partial), str(source)])
-    _run(["strip", str(partial)])
+    run([gcc, "-Os", "-static", "-Wall", "-Werror", f"-DVERSION=v{PAUSE[1]}", "-o", str(partial), str(source)])
+    run(["strip", str(partial)])
     os.replace(partial, target)
 
 

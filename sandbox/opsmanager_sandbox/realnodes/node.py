@@ -42,12 +42,6 @@ RUNC: Final = "/usr/sbin/runc"
 KUBELET_PORT: Final = 10250
 
 
-def _tool(name: str) -> str:
-    found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin:/sbin:/bin")
-    if found is None:
-        raise realcp.NotBuilt(f"`{name}` is not installed: `make tools` installs what real nodes need")
-    return found
-
 
 class RealNode:
     """Node ``index`` of a sandbox (see the module docstring)."""

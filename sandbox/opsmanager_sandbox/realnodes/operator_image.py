@@ -21,7 +21,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -121,12 +120,6 @@ def version() -> str:
     return found.group(1) if found else "0.0.0"
 
 
-def _run(argv: list[str]) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
-    if done.returncode != 0:
-        raise images.ImageError(f"`{shlex.join(argv)}` failed ({done.returncode}):\n"
-                                f"{(done.stdout + done.stderr)[-4000:]}")
-
 
 def _wheels(into: Path) -> Path:
     """The product's wheel and a wheel of each runtime dependency, in ``into/wheels``. Made here, not by pip in the
@@ -138,10 +131,10 @@ def _wheels(into: Path) -> Path:
         shutil.copy(REPO / name, src)
     shutil.copytree(REPO / "opsmanager", src / "opsmanager", ignore=shutil.ignore_patterns("__pycache__"))
     wheels = into / "wheels"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
+    images.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
           str(src)])
     (product,) = wheels.glob("opsmanager-*.whl")
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--only-binary=:all:", "-w", str(wheels), str(product)])
+    images.run([sys.executable, "-m", "pip", "wheel", "-q", "--only-binary=:all:", "-w", str(wheels), str(product)])
     return wheels
 
 
@@ -171,7 +164,7 @@ def _make_rootfs(rec: Recipe, libs: dict[str, Path], target: Path) -> None:
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".operator-") as tmp:
         wheels = _wheels(Path(tmp))
         partial = Path(tmp) / "rootfs"
-        _run(["mmdebstrap", "--variant=minbase", "--mode=root", "--format=directory",
+        images.run(["mmdebstrap", "--variant=minbase", "--mode=root", "--format=directory",
               "--aptopt=APT::Install-Recommends \"false\"", f"--include={','.join(rec.packages)}",
               f"--customize-hook=copy-in {wheels} /tmp",
               "--customize-hook=chroot \"$1\" pip install --no-cache-dir --no-compile --break-system-packages "

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from pathlib import Path
 from typing import Any
 
 from opsmanager import kube
 from opsmanager_sandbox import node as node_agent
-
-log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
