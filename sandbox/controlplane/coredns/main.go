@@ -16,12 +16,13 @@ import (
 	_ "github.com/coredns/coredns/plugin/metrics"
 	_ "github.com/coredns/coredns/plugin/ready"
 	_ "github.com/coredns/coredns/plugin/reload"
+	_ "github.com/coredns/coredns/plugin/template"
 	_ "github.com/coredns/coredns/plugin/whoami"
 )
 
 func init() {
 	dnsserver.Directives = []string{
-		"reload", "ready", "health", "prometheus", "errors", "log", "loadbalance", "cache", "kubernetes", "whoami",
+		"reload", "ready", "health", "prometheus", "errors", "log", "loadbalance", "cache", "template", "kubernetes", "whoami",
 	}
 }
 

@@ -179,12 +179,15 @@ class RealNodes:
 def coredns_manifests(plan: netplan.NetPlan, cluster_domain: str) -> list[dict[str, Any]]:
     """CoreDNS as a cluster runs it: a Deployment of two replicas in kube-system, on two nodes and with a budget (a
     drained node must not take the cluster's DNS with it), behind the Service ``kube-dns`` at the address every
-    kubelet's ``clusterDNS`` names. No ``forward``: names outside the cluster get NXDOMAIN, nothing is asked
-    outside."""
+    kubelet's ``clusterDNS`` names. No ``forward``: nothing is asked outside. A name outside the cluster's zones
+    gets NXDOMAIN from a catch-all server block; without it CoreDNS answers SERVFAIL ("no next plugin"), which a
+    resolver reports as a temporary failure, and a short name tried last as absolute (``x.ns.svc.``) would turn a
+    miss in the cluster's zone into "try again" instead of "no such name"."""
     labels = {"k8s-app": "kube-dns"}
-    corefile = (f".:53 {{\n    errors\n    health :8080\n    ready :8181\n"
+    corefile = (f"{cluster_domain}:53 in-addr.arpa:53 ip6.arpa:53 {{\n    errors\n    health :8080\n    ready :8181\n"
                 f"    kubernetes {cluster_domain} in-addr.arpa ip6.arpa {{\n       pods insecure\n       ttl 5\n    }}\n"
-                f"    cache 5\n    loadbalance\n}}\n")
+                f"    cache 5\n    loadbalance\n}}\n"
+                f".:53 {{\n    errors\n    template ANY ANY {{\n       rcode NXDOMAIN\n    }}\n}}\n")
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "coredns", "namespace": "kube-system"}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "system:coredns"},
