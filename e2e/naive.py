@@ -247,22 +247,24 @@ async def delete_and_wait(sc: scenario.Scenario, pod_name: str, *,
     return MemberStep(pod_name, "delete", timeout, False)
 
 
-def etcd_pid(sc: scenario.Scenario, pod_name: str) -> int | None:
-    return sc.sandbox.kubelet.pids().get((sc.namespace, pod_name, naming.CONTAINER_NAME))
+async def etcd_pid(sc: scenario.Scenario, pod_name: str) -> int | None:
+    """The host PID of the member's etcd (the node agent's process, or containerd's task on a real node)."""
+    pid: int | None = await sc.sandbox.container_pid(sc.namespace, pod_name, naming.CONTAINER_NAME)
+    return pid
 
 
 async def sigkill_and_wait(sc: scenario.Scenario, pod_name: str, *,
                            timeout: float = MEMBER_TIMEOUT) -> MemberStep:
     """SIGKILL a member's etcd process (a crash, no leader transfer) and wait until the kubelet has restarted it
     (a new PID) and the member answers ``/health`` true again, or ``timeout``."""
-    pid = etcd_pid(sc, pod_name)
+    pid = await etcd_pid(sc, pod_name)
     if pid is None:
         raise RuntimeError(f"{pod_name}: no running etcd process to kill")
     ip = (await pod_ips(sc, pod_name.rsplit("-", 1)[0])).get(pod_name)
     started = time.monotonic()
     os.kill(pid, signal.SIGKILL)
     while time.monotonic() - started < timeout:
-        new = etcd_pid(sc, pod_name)
+        new = await etcd_pid(sc, pod_name)
         if new is not None and new != pid and ip is not None and await member_healthy(ip, timeout=0.5):
             return MemberStep(pod_name, "sigkill", time.monotonic() - started, True)
         await asyncio.sleep(0.1)

@@ -83,12 +83,15 @@ class Scenario:
                  namespace: str = NAMESPACE, delivery_timeout: float | None = None,
                  operator_args: Sequence[str] = (), install: str | os.PathLike[str] | None = None,
                  control_plane: str | None = None, etcd_version: str | None = None,
-                 nodes: int | None = None) -> None:
+                 nodes: int | None = None, operator_image: bool = False) -> None:
         """``delivery_timeout``: the operator's ``--certificate-delivery-timeout`` (None: the sandbox's 15 s);
         ``operator_args``: extra ``opsmanager run`` flags; ``install``: the bundle's directory (``deploy/``) —
         the sandbox then runs in RBAC mode and the product comes from ``kubectl apply -k`` of it (two operator
         and two webhook pods under their own ServiceAccounts) instead of child processes."""
         self.install = pathlib.Path(install) if install is not None else None
+        # On real nodes, pods the operator renders with its own image (the members' ``restore`` init container) need
+        # that image in the nodes; the bundle's install loads it, an operator run as a child process does not.
+        self.operator_image = operator_image
         # "embedded" or "kubernetes" (the sandbox's, docs/sandbox.md); unset: $OPSMANAGER_CONTROL_PLANE, else embedded
         self.control_plane = control_plane or os.environ.get(CONTROL_PLANE_ENV) or "embedded"
         # real nodes under the real control plane (docs/sandbox.md); unset: $OPSMANAGER_NODES, else the node agent
@@ -124,6 +127,9 @@ class Scenario:
             self.sandbox = sandbox_cluster.Sandbox(dir=self.dir, components=[sandbox_components.webhook],
                                                    control_plane=self.control_plane, nodes=self.nodes)
         await self.sandbox.__aenter__()
+        if self.operator_image and self.install is None and self.sandbox.realnodes is not None:
+            from opsmanager_sandbox.realnodes import operator_image
+            await self.sandbox.realnodes.load_image(await asyncio.to_thread(operator_image.image))
         self.kube = kube.Kube.from_kubeconfig(str(self.sandbox.kubeconfig))
         await self.ensure_namespace(self.namespace)
         if self.install is None:
@@ -277,7 +283,26 @@ class Scenario:
     async def wait_ready(self, name: str, *, timeout: float = 60.0) -> None:
         async def ready() -> bool:
             return await self.etcd_phase(name) == constants.DB_PHASE_READY
-        await self.wait_for(f"Etcd {name} Ready", ready, timeout=timeout)
+        try:
+            await self.wait_for(f"Etcd {name} Ready", ready, timeout=timeout)
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}; {await self._why_not_ready(name)}") from None
+
+    async def _why_not_ready(self, name: str) -> str:
+        """What a person would look at first: the Etcd's conditions and each member pod's phase and waiting
+        reasons (pull, crash loop, init container)."""
+        obj = await self.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, self.namespace, name) or {}
+        said = [f"{c.get('type')}={c.get('status')} {c.get('reason', '')}: {c.get('message', '')}"
+                for c in (obj.get("status") or {}).get("conditions") or ()]
+        for pod_name in naming.pods(name, int((obj.get("spec") or {}).get("replicas") or 3)):
+            pod = await self.k.get("v1", "Pod", self.namespace, pod_name)
+            status = (pod or {}).get("status") or {}
+            waiting = [f"{c['name']}: {((c.get('state') or {}).get('waiting') or {}).get('reason', '')} "
+                       f"{((c.get('state') or {}).get('waiting') or {}).get('message', '')}".strip()
+                       for c in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+                       if (c.get("state") or {}).get("waiting")]
+            said.append(f"pod {pod_name}: {status.get('phase', 'absent')} {waiting}")
+        return "; ".join(said)
 
     async def endpoints(self, name: str, replicas: int = 3) -> list[access.Endpoint]:
         """Every member, both schemes (the writer tries whichever works), verified by the pod's DNS name."""

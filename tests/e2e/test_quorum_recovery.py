@@ -109,6 +109,8 @@ async def test_two_of_three_lost_recovered_from_the_survivor(sc: scenario.Scenar
                           login=login)
     async with after:
         await after.wait_ok(20, timeout=30)
+    for ep in await sc.endpoints(db):  # the two rejoined members are new pods: on real nodes, new addresses
+        w.move_endpoint(ep.name, ep.host)
     read = await w.read_back(check=False)
     assert read.ok and read.stored >= len(acknowledged), read.describe()
     again = await sc.consistency(db, after)

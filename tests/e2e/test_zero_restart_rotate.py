@@ -37,7 +37,10 @@ MAX_STALL = 1.0  # seconds between two acknowledged writes (the writer puts ever
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    async with scenario.Scenario(tmp_path_factory.mktemp("zero-rotate"), delivery_timeout=DELIVERY_TIMEOUT) as s:
+    async with scenario.Scenario(tmp_path_factory.mktemp("zero-rotate"), delivery_timeout=DELIVERY_TIMEOUT,
+                                 # node agent: holding back one pod's volume refresh is its test-only annotation;
+                                 # a real kubelet refreshes every pod's Secret volumes on its own sync
+                                 nodes=0) as s:
         await s.ca_issuer("ca-a")
         yield s
 
