@@ -454,7 +454,9 @@ class Scenario:
             assert final is not None, "assert_no_loss: stop the writer first (leave Scenario.live)"
             assert db, "assert_no_loss(writer): say which Etcd (db=)"
             failed, gap = final.failed - (since.failed if since is not None else 0), final.max_gap
-        assert failed == 0, f"{label}: {failed} failed writes"
+        if failed:
+            said = [e for e in (w.result.errors if w.result is not None else ()) if " FAILED: " in e]
+            raise AssertionError(f"{label}: {failed} failed writes; the writer's last failures: {said[-3:]}")
         assert gap < max_stall, f"{label}: write stall {gap:.3f}s (bound {max_stall:.1f}s)"
         checked = await self.consistency(db, w, replicas=replicas)
         assert not checked.problems(), f"{label}: " + "; ".join(checked.problems())

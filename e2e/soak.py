@@ -420,20 +420,23 @@ class _Sampler:
                         self.ca_first_served[ca] = self.at()
                         self.note(f"first leaf of CA #{self.ca_index(ca)} served ({ep.name} {port})")
 
-    def _mounted(self) -> None:
+    async def _mounted(self) -> None:
         """The leaves the kubelet delivered into each member's volumes (what etcd serves on its next handshake):
         the fallback when no handshake is accepted any more (members trusting only an expired CA)."""
-        names = set(naming.pods(self.db, 3))
-        for w in list(self.sc.sandbox.kubelet.workers.values()):
-            if w.namespace != self.sc.namespace or w.name not in names:
+        for name in naming.pods(self.db, 3):
+            pod = await self.sc.k.get("v1", "Pod", self.sc.namespace, name)
+            if pod is None:
                 continue
             for alias in (constants.ALIAS_SERVER, constants.ALIAS_PEER):
+                where = self.sc.sandbox.volume_dir(pod, f"{alias}-tls")
                 try:
-                    pem = (w.dir / "volumes" / f"{alias}-tls" / "tls.crt").read_bytes()
+                    if where is None:
+                        continue
+                    pem = (where / "tls.crt").read_bytes()
                     serial = pki.cert_info(pem).serial
                 except (OSError, ValueError):
                     continue
-                seen = self.mounted.setdefault((w.name, alias), [])
+                seen = self.mounted.setdefault((name, alias), [])
                 if serial in seen:
                     continue
                 seen.append(serial)
@@ -441,11 +444,11 @@ class _Sampler:
                                                       if pki.signed_by(pem, ca_pem)), 0)
                 if ca and ca not in self.ca_first_mounted:
                     self.ca_first_mounted[ca] = self.at()
-                    self.note(f"first leaf of CA #{self.ca_index(ca)} mounted ({w.name} {alias})")
+                    self.note(f"first leaf of CA #{self.ca_index(ca)} mounted ({name} {alias})")
 
     async def sample(self) -> None:
         await self._secrets()
-        self._mounted()
+        await self._mounted()
         await self._served()
 
     async def _run(self) -> None:

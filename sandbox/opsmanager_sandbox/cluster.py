@@ -452,6 +452,17 @@ class Sandbox:
         assert self.kubelet is not None, "the sandbox is not started"
         return self.kubelet.pids().get((namespace, pod, container))
 
+    def volume_dir(self, pod: Obj, volume: str) -> Path | None:
+        """Where the files of ``pod``'s Secret volume ``volume`` are, as its kubelet delivered them (what the
+        container reads next); None when the pod runs nowhere."""
+        if self.realnodes is not None:
+            if not (pod.get("spec") or {}).get("nodeName"):
+                return None
+            return Path(self.realnodes.volume_dir(pod, volume))
+        assert self.kubelet is not None, "the sandbox is not started"
+        worker = self.kubelet.workers.get(str(pod["metadata"].get("uid")))
+        return None if worker is None else Path(worker.dir) / "volumes" / volume
+
     def claim_dir(self, pvc: Obj) -> Path:
         """Where the volume of claim ``pvc`` keeps its data on this machine."""
         if self.volumes is not None:

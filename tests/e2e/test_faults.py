@@ -34,10 +34,7 @@ Trigger = tuple[str, "str | Callable[[Conds], bool]"]
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    async with scenario.Scenario(tmp_path_factory.mktemp("faults"), namespace="faults",
-                                 # node agent still: the crash loop kills each etcd the kubelet starts within
-                                 # 20 ms, which on a real node needs a kill driven by containerd's task events
-                                 nodes=0) as s:
+    async with scenario.Scenario(tmp_path_factory.mktemp("faults"), namespace="faults") as s:
         await s.ca_issuer("ca-a")
         await s.ca_issuer("ca-b")
         yield s
@@ -213,12 +210,24 @@ async def test_a_member_crash_looping_during_a_roll_fails_the_request_and_keeps_
         conds = (req.get("status") or {}).get("conditions")
         return [m for m in members if conditions.is_true(conds, constants.per_pod_type(constants.STEP_EVICT_POD, m))]
 
+    async def started_etcds() -> list[int]:
+        if sc.sandbox.realnodes is None:
+            pid = await naive.etcd_pid(sc, victim[0])
+            return [pid] if pid is not None and pid != initial[victim[0]] else []  # not the one shutting down
+        # On a real node: the etcd processes in the victim's new pod (the old one, terminating, is not killed),
+        # found by cgroup the moment runc starts them, without waiting for the kubelet's status.
+        pod = await sc.k.get("v1", "Pod", sc.namespace, victim[0])
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return []
+        return naive.processes_in_pod(str(pod["metadata"]["uid"]), "etcd")
+
     async def crash_loop(request: str) -> None:
         victim.extend(await aeventually(lambda: evicted(request), timeout=120, interval=0.02,
                                         what="a member evicted by the roll"))
         while True:
-            pid = await naive.etcd_pid(sc, victim[0])
-            if pid is not None and pid not in kills and pid != initial[victim[0]]:  # not the one shutting down
+            for pid in await started_etcds():
+                if pid in kills:
+                    continue
                 try:
                     os.kill(pid, signal.SIGKILL)
                     kills.append(pid)

@@ -22,10 +22,6 @@ from e2e import bench, scenario, soak
 from opsmanager.api import constants
 from tests.polling import aeventually
 
-# Node agent still: the soak's fallback reads the leaves delivered into each member's volumes from the node agent's
-# pod directories (``soak.Soak._mounted``); on a real node they are under the kubelet's pods directory instead.
-SOAK_NODES = 0
-
 
 def test_failures_become_outages_with_a_cause() -> None:
     errors = ["+10.000s op 1 ok after: a: TLSHandshakeFailed: x",
@@ -87,7 +83,7 @@ def test_strategies_are_one_line_each_and_selectable_in_the_bench() -> None:
 @pytest.mark.slow
 async def test_the_short_soak_measures_and_reports_on_todays_layout(tmp_path: pathlib.Path) -> None:
     lines: list[str] = []
-    async with scenario.Scenario(tmp_path / "sb", printer=lambda _line: None, namespace="soak", nodes=SOAK_NODES) as sc:
+    async with scenario.Scenario(tmp_path / "sb", printer=lambda _line: None, namespace="soak") as sc:
         result = await soak.run(sc, soak.STRATEGIES[0], soak.SHORT, lines.append)
     assert result.writes_ok > 1000, lines  # it wrote, through the material, for the whole soak
     assert result.duration_s >= soak.SHORT.duration
@@ -112,7 +108,7 @@ async def test_the_short_soak_measures_and_reports_on_todays_layout(tmp_path: pa
 async def test_the_short_gated_soak_rolls_every_ca_over_with_no_failed_write(tmp_path: pathlib.Path) -> None:
     lines: list[str] = []
     gated = next(s for s in soak.STRATEGIES if s.key == "gated")
-    async with scenario.Scenario(tmp_path / "sb", printer=lambda _line: None, namespace="soak", nodes=SOAK_NODES) as sc:
+    async with scenario.Scenario(tmp_path / "sb", printer=lambda _line: None, namespace="soak") as sc:
         result = await soak.run(sc, gated, soak.SHORT_GATED, lines.append)
         # A rollover the CA's second renewal started near the window's end may still be rolling: its end is
         # awaited (its phase is what counts here; the writer covered the window).

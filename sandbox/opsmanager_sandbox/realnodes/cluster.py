@@ -148,6 +148,11 @@ class RealNodes:
                 return n
         raise LookupError(f"no node {name!r} (nodes: {', '.join(n.name for n in self.nodes)})")
 
+    def volume_dir(self, pod: dict[str, Any], volume: str, plugin: str = "kubernetes.io~secret") -> Path:
+        """Where the kubelet of ``pod``'s node keeps the files of the pod's volume ``volume`` (a Pod object)."""
+        node = self.node(str((pod.get("spec") or {}).get("nodeName")))
+        return node.host_path("/var/lib/kubelet") / "pods" / str(pod["metadata"]["uid"]) / "volumes" / plugin / volume
+
     async def container_pid(self, pod: dict[str, Any], container: str) -> int:
         """The host PID of a running container of ``pod`` (a Pod object): what enters its namespaces."""
         node = self.node(str((pod.get("spec") or {}).get("nodeName")))

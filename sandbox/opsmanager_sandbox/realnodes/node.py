@@ -70,14 +70,15 @@ class RealNode:
     def socket(self) -> Path:
         return self.run_dir / "containerd.sock"
 
-    def _bound(self, fixed: str) -> Path:
-        """The node's own directory bound over ``fixed`` inside its mount namespace."""
+    def host_path(self, fixed: str) -> Path:
+        """Where the node's ``fixed`` path (one of :data:`FIXED_PATHS`) is on the host: the node's own directory
+        bound over it inside its mount namespace."""
         base = self.run_dir if fixed.startswith("/run/") else self.dir
         return base / "fixed" / fixed.strip("/").replace("/", "-")
 
     def pod_log_dir(self) -> Path:
         """Where the kubelet writes this node's pod logs (``/var/log/pods`` inside the node)."""
-        return self._bound("/var/log/pods")
+        return self.host_path("/var/log/pods")
 
     # -- start ---------------------------------------------------------------------------------------------------
 
@@ -122,7 +123,7 @@ class RealNode:
         script = ["for m in $(awk '{print $5}' /proc/self/mountinfo | grep -E '^/run/(netns|opsmanager)/' "
                   "| sort -r); do umount -l \"$m\" 2>/dev/null; done; true"]
         for fixed in FIXED_PATHS:  # the pods' network namespaces (containerd's /run/netns) among them
-            own = self._bound(fixed)
+            own = self.host_path(fixed)
             own.mkdir(parents=True, exist_ok=True)
             Path(fixed).mkdir(parents=True, exist_ok=True)  # the mount point (empty on the host)
             script.append(f"mount --bind {own} {fixed}")
