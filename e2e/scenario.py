@@ -376,24 +376,34 @@ class Scenario:
         mon = monitor.LeaderMonitor(eps, identities=ids)
         await w.start()
         await mon.start()
-        follow = asyncio.create_task(self._follow_addresses(db, replicas, (w, mon), eps)) \
-            if self.nodes else None
         try:
-            await w.wait_ok(5, timeout=20)
-            yield w, mon
+            async with self.following_addresses(db, (w, mon), eps, replicas=replicas):
+                await w.wait_ok(5, timeout=20)
+                yield w, mon
         finally:
-            if follow is not None:
-                follow.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await follow
             await mon.stop()
             await w.stop()
+
+    @contextlib.asynccontextmanager
+    async def following_addresses(self, db: str, clients: Sequence[writer.Writer | monitor.LeaderMonitor],
+                                  known: Sequence[access.Endpoint], *, replicas: int = 3) -> AsyncIterator[None]:
+        """While inside: on real nodes a replaced member pod comes back with another IP, and ``clients`` (made on
+        ``known``) are told, as DNS would tell an application in the cluster (the harness runs on the host,
+        outside cluster DNS). Nothing to follow on the node agent, where a pod keeps its address."""
+        if not self.nodes:
+            yield
+            return
+        follow = asyncio.create_task(self._follow_addresses(db, replicas, clients, known))
+        try:
+            yield
+        finally:
+            follow.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follow
 
     async def _follow_addresses(self, db: str, replicas: int,
                                 clients: Sequence[writer.Writer | monitor.LeaderMonitor],
                                 known: Sequence[access.Endpoint], interval: float = 0.1) -> None:
-        """On real nodes a replaced member pod comes back with another IP: tell the writer and the monitor, as DNS
-        would tell an application in the cluster (the harness runs on the host, outside cluster DNS)."""
         hosts = {ep.name: ep.host for ep in known}
         while True:
             for ep in await self.endpoints(db, replicas):

@@ -570,7 +570,8 @@ async def run(sc: scenario.Scenario, strategy: Strategy, config: SoakConfig, say
                                                                           sc.namespace)}
     say(f"soak [{strategy.key}]: {config.duration:.0f}s, CA {config.ca_lifetime:.0f}s, leaves "
         f"{config.leaf_lifetime:.0f}s")
-    async with _Sampler(sc, db, mon, config.sample_interval) as sampler, scenario.PidTracker(sc, db) as pids:
+    async with _Sampler(sc, db, mon, config.sample_interval) as sampler, scenario.PidTracker(sc, db) as pids, \
+            sc.following_addresses(db, (w, mon), eps):
         await mon.start()
         await w.start()
         started = time.monotonic()
@@ -590,7 +591,8 @@ async def run(sc: scenario.Scenario, strategy: Strategy, config: SoakConfig, say
                              [_shift(e, offset) for e in result.errors], end=result.duration + offset,
                              interval=w.interval, cause_of=sampler.cause)
         stored = await _read_back(w, list(sampler.observers.values()))
-        hashes = await consistency.hashkv_agree(eps, [*reversed(list(sampler.observers.values())), None],
+        hashes = await consistency.hashkv_agree(await sc.endpoints(db),  # on real nodes: today's pod addresses
+                                                [*reversed(list(sampler.observers.values())), None],
                                                 timeout=20.0, check=False)
         served = sampler.served
         ca_served = {sampler.signer.get(s, 0) for serials in served.values() for s in serials} - {0}

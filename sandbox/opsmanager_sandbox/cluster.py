@@ -458,7 +458,10 @@ class Sandbox:
         if self.realnodes is not None:
             if not (pod.get("spec") or {}).get("nodeName"):
                 return None
-            return Path(self.realnodes.volume_dir(pod, volume))
+            try:
+                return Path(self.realnodes.volume_dir(pod, volume))
+            except LookupError:  # its node is stopped
+                return None
         assert self.kubelet is not None, "the sandbox is not started"
         worker = self.kubelet.workers.get(str(pod["metadata"].get("uid")))
         return None if worker is None else Path(worker.dir) / "volumes" / volume

@@ -151,7 +151,7 @@ class RealNodes:
     def volume_dir(self, pod: dict[str, Any], volume: str, plugin: str = "kubernetes.io~secret") -> Path:
         """Where the kubelet of ``pod``'s node keeps the files of the pod's volume ``volume`` (a Pod object)."""
         node = self.node(str((pod.get("spec") or {}).get("nodeName")))
-        return node.host_path("/var/lib/kubelet") / "pods" / str(pod["metadata"]["uid"]) / "volumes" / plugin / volume
+        return node.inside(f"/var/lib/kubelet/pods/{pod['metadata']['uid']}/volumes/{plugin}/{volume}")
 
     async def container_pid(self, pod: dict[str, Any], container: str) -> int:
         """The host PID of a running container of ``pod`` (a Pod object): what enters its namespaces."""

@@ -70,6 +70,16 @@ class RealNode:
     def socket(self) -> Path:
         return self.run_dir / "containerd.sock"
 
+    def inside(self, path: str) -> Path:
+        """``path`` as the node's mount namespace shows it, readable from the host: through a daemon's
+        ``/proc/<pid>/root``. The kubelet mounts a tmpfs over each Secret volume there, so the host's own view of
+        the node's directories has the mount points but not the files."""
+        daemon = next((c for c in (self.containerd, self.kubelet) if c is not None
+                       and c.process.returncode is None), None)
+        if daemon is None:
+            raise LookupError(f"{self.name} is stopped: nothing shows its mount namespace")
+        return Path(f"/proc/{daemon.process.pid}/root") / path.lstrip("/")
+
     def host_path(self, fixed: str) -> Path:
         """Where the node's ``fixed`` path (one of :data:`FIXED_PATHS`) is on the host: the node's own directory
         bound over it inside its mount namespace."""
