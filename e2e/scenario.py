@@ -406,7 +406,11 @@ class Scenario:
                                 known: Sequence[access.Endpoint], interval: float = 0.1) -> None:
         hosts = {ep.name: ep.host for ep in known}
         while True:
-            for ep in await self.endpoints(db, replicas):
+            try:
+                now = await self.endpoints(db, replicas)
+            except kube.KubeError:  # a look-up the API server did not answer: the next poll asks again
+                now = []
+            for ep in now:
                 if hosts.get(ep.name) != ep.host:
                     hosts[ep.name] = ep.host
                     for c in clients:

@@ -40,9 +40,9 @@ LONGEST_FIRST = (
     "tests/e2e/test_ca_rollover.py",
     "tests/e2e/test_lifecycle.py",
 )
-# Sandboxes of real nodes (kubelets, containerds, CoreDNS: about 14 % of a core idle for three nodes) go last,
-# when the long modules are done: started with them, their load made node-agent tests lose a write to its try
-# deadline in each of three make test runs (test_auth, test_install, test_faults; test_soak and test_maintenance too).
+# The three-node sandboxes (three kubelets, containerds and CoreDNS: about 14 % of a core idle) go last, when the
+# long modules are done: started with them, their load made other modules' writers lose a write to its try deadline
+# in each of three make test runs (test_auth, test_install, test_faults; test_soak and test_maintenance too).
 LAST: Final = (
     "tests/e2e/test_real_nodes.py",  # 5 min
     "tests/e2e/test_real_nodes_install.py",  # 2-4 min (the operator image once per change: 2 min)
