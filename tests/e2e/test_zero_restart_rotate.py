@@ -39,7 +39,10 @@ MAX_STALL = 1.0  # seconds between two acknowledged writes (the writer puts ever
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    async with scenario.Scenario(tmp_path_factory.mktemp("zero-rotate"), delivery_timeout=DELIVERY_TIMEOUT) as s:
+    async with scenario.Scenario(tmp_path_factory.mktemp("zero-rotate"), delivery_timeout=DELIVERY_TIMEOUT,
+                                 # node agent in make test: this module passes on a real node run alone, but its long run there beside the
+                                 # others took make test past 30 minutes and the load cost other modules' writers a write; see docs/sandbox.md
+                                 nodes=0) as s:
         await s.ca_issuer("ca-a")
         yield s
 
