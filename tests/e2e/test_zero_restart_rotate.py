@@ -1,15 +1,14 @@
 """Zero-restart rotation on the sandbox with real etcd 3.5 (issue 11, part 5).
 
 ``ReconfigureTLS`` with ``rotateCertificates: true`` (same issuer, so the CA does not change): cert-manager
-re-issues every leaf, the real kubelet of a real node swaps the Secret volumes atomically (``..data``) on its
-sync, and etcd re-reads its leaf and key on the next handshake — so the operator restarts nothing. Measured with
+re-issues every leaf, the kubelet (here the node agent, below; the real kubelet does the same on its sync) swaps
+the Secret volumes atomically (``..data``), and etcd re-reads its leaf and key on the next handshake — so the operator restarts nothing. Measured with
 the live writer (a put every 20 ms through every member) and the leader monitor; "restarted" is judged by the pod
-UIDs and by the etcd containers (containerd's IDs), and "serves the new leaf" by this test's own fresh handshake on
+UIDs and by the etcd PIDs, and "serves the new leaf" by this test's own fresh handshake on
 both TLS ports.
 
 The other cases hold back one pod's volume refresh with the node agent's test-only annotation
-``sandbox.opsmanager.dev/hold-volume-refresh: "true"`` (a second sandbox, over the node agent: a real kubelet has
-no per-pod hold): that member keeps serving its previous leaf, and after the delivery bound (here
+``sandbox.opsmanager.dev/hold-volume-refresh: "true"`` (a real kubelet has no per-pod hold): that member keeps serving its previous leaf, and after the delivery bound (here
 ``--certificate-delivery-timeout 6``) it — and only it — is restarted.
 """
 
@@ -40,19 +39,8 @@ MAX_STALL = 1.0  # seconds between two acknowledged writes (the writer puts ever
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
     async with scenario.Scenario(tmp_path_factory.mktemp("zero-rotate"), delivery_timeout=DELIVERY_TIMEOUT,
-                                 # node agent in make test: this module passes on a real node run alone, but its long run there beside the
-                                 # others took make test past 30 minutes and the load cost other modules' writers a write; see docs/sandbox.md
-                                 nodes=0) as s:
-        await s.ca_issuer("ca-a")
-        yield s
-
-
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def agent(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The node agent under the real control plane, for the held-back refresh: holding back one pod's Secret
-    volume refresh is its test-only annotation, and a real kubelet has no such hold (it refreshes every pod's
-    volumes on its own sync)."""
-    async with scenario.Scenario(tmp_path_factory.mktemp("zero-rotate-held"), delivery_timeout=DELIVERY_TIMEOUT,
+                                 # node agent: the held-back refresh is its annotation; the rotate alone passes on
+                                 # a real node, but beside the other modules made make test too long (docs/sandbox.md)
                                  nodes=0) as s:
         await s.ca_issuer("ca-a")
         yield s
@@ -112,18 +100,18 @@ async def test_rotate_with_the_same_ca_restarts_nothing_and_loses_no_write(sc: s
     await sc.drop_etcd(db)
 
 
-async def test_a_member_whose_volume_refresh_is_held_back_is_restarted_alone(agent: scenario.Scenario) -> None:
+async def test_a_member_whose_volume_refresh_is_held_back_is_restarted_alone(sc: scenario.Scenario) -> None:
     db = "zs"
-    await agent.fresh_etcd(db, issuer="ca-a")
+    await sc.fresh_etcd(db, issuer="ca-a")
     stale = f"{db}-1"
-    await agent.k.patch("v1", "Pod", agent.namespace, stale, {"metadata": {"annotations": {
+    await sc.k.patch("v1", "Pod", sc.namespace, stale, {"metadata": {"annotations": {
         sandbox_kubelet.ANNOTATION_HOLD_VOLUME_REFRESH: "true"}}})
-    result, pod_restarts, pid_restarts = await rotate(agent, db)
+    result, pod_restarts, pid_restarts = await rotate(sc, db)
     assert umbrella(result) == ORDER_WITH_RESTART
     assert pod_restarts == {f"{db}-0": 0, stale: 1, f"{db}-2": 0}, "only the stale member, once"
     assert pid_restarts == {f"{db}-0": 0, stale: 1, f"{db}-2": 0}
     assert result.elections == result.leader_moves, "no election the engine did not ask for"
-    req = await agent.request(f"{db}-rotate")
+    req = await sc.request(f"{db}-rotate")
     assert req is not None
     restart = conditions.get_condition(req["status"]["conditions"], constants.COND_RESTART_PODS)
     assert restart is not None and restart["status"] == constants.TRUE
@@ -131,34 +119,34 @@ async def test_a_member_whose_volume_refresh_is_held_back_is_restarted_alone(age
     assert restart["message"].endswith(f"after it was issued: {stale}")
     print(f"\nheld-back member: {restart['message']}; {result.writes_ok} writes ok / {result.writes_failed} failed, "
           f"max stall {result.max_gap:.3f}s, {result.elections} elections, wall {result.wall_seconds:.1f}s")
-    await agent.drop_etcd(db)
+    await sc.drop_etcd(db)
 
 
 async def test_operator_killed_while_restarting_the_stale_member_restarts_it_only_once(
-        agent: scenario.Scenario) -> None:
+        sc: scenario.Scenario) -> None:
     """SIGKILL the operator right after it decided to restart the held-back member (``RestartPods`` False): the
     operator started again finishes the restart from the conditions, without a second eviction."""
     db = "zk"
-    await agent.fresh_etcd(db, issuer="ca-a")
+    await sc.fresh_etcd(db, issuer="ca-a")
     stale = f"{db}-2"
-    await agent.k.patch("v1", "Pod", agent.namespace, stale, {"metadata": {"annotations": {
+    await sc.k.patch("v1", "Pod", sc.namespace, stale, {"metadata": {"annotations": {
         sandbox_kubelet.ANNOTATION_HOLD_VOLUME_REFRESH: "true"}}})
-    async with scenario.PodTracker(agent, db) as pods, scenario.PidTracker(agent, db, interval=0.05) as pids:
-        await agent.submit(f"{db}-rotate", db, "ReconfigureTLS", tls={"rotateCertificates": True})
+    async with scenario.PodTracker(sc, db) as pods, scenario.PidTracker(sc, db, interval=0.05) as pids:
+        await sc.submit(f"{db}-rotate", db, "ReconfigureTLS", tls={"rotateCertificates": True})
 
         async def restarting() -> bool:
-            req = await agent.request(f"{db}-rotate") or {}
+            req = await sc.request(f"{db}-rotate") or {}
             return conditions.is_false((req.get("status") or {}).get("conditions"), constants.COND_RESTART_PODS)
 
         await aeventually(restarting, timeout=60, interval=0.05, what="the restart of the stale member decided")
-        await agent.kill_operator()
-        await agent.start_operator()
-        req = await agent.watch_request(f"{db}-rotate", timeout=120)
+        await sc.kill_operator()
+        await sc.start_operator()
+        req = await sc.watch_request(f"{db}-rotate", timeout=120)
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
     assert pods.restarts() == {f"{db}-0": 0, f"{db}-1": 0, stale: 1}, pods.uids
     assert pids.restarts() == {f"{db}-0": 0, f"{db}-1": 0, stale: 1}, pids.pids
-    served_now = await served(agent, db)
-    after = await secret_serials(agent, db)
+    served_now = await served(sc, db)
+    after = await secret_serials(sc, db)
     assert all(set(by_member.values()) == {after[port]} for port, by_member in served_now.items())
-    assert not await agent.is_paused(db)
-    await agent.drop_etcd(db)
+    assert not await sc.is_paused(db)
+    await sc.drop_etcd(db)
