@@ -21,6 +21,7 @@ import pytest_asyncio
 from e2e import naive, scenario
 from opsmanager.api import conditions, constants
 from opsmanager.cluster import naming
+from tests.e2e import tier
 from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -35,9 +36,7 @@ Trigger = tuple[str, "str | Callable[[Conds], bool]"]
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
     async with scenario.Scenario(tmp_path_factory.mktemp("faults"), namespace="faults",
-                                 # node agent in make test: this module passes on a real node run alone, but its long run there beside the
-                                 # others took make test past 30 minutes and the load cost other modules' writers a write; see docs/sandbox.md
-                                 nodes=0) as s:
+                                 nodes=tier.LONG_MODULE_NODES) as s:
         await s.ca_issuer("ca-a")
         await s.ca_issuer("ca-b")
         yield s

@@ -34,6 +34,7 @@ from opsmanager.cluster import naming
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import plan
+from tests.e2e import tier
 from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -45,9 +46,7 @@ KEYS = 20
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
     async with scenario.Scenario(tmp_path_factory.mktemp("rescue"), delivery_timeout=GRACE,
-                                 # node agent in make test: this module passes on a real node run alone, but its long run there beside the
-                                 # others took make test past 30 minutes and the load cost other modules' writers a write; see docs/sandbox.md
-                                 nodes=0) as s:
+                                 nodes=tier.LONG_MODULE_NODES) as s:
         yield s
 
 

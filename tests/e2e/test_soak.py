@@ -14,19 +14,14 @@ request the operator filed, every member healthy at the end.
 
 from __future__ import annotations
 
-import os
 import pathlib
 
 import pytest
 
 from e2e import bench, scenario, soak
 from opsmanager.api import constants
+from tests.e2e import tier
 from tests.polling import aeventually
-
-# Node agent in make test: the soaks pass on a real node run alone (the gated one with 0 failed writes through two
-# CA rollovers), but their long runs there beside the other modules took make test past 30 minutes and the load cost
-# writers there a write (docs/sandbox.md); OPSMANAGER_SOAK_NODES=1 runs them on one.
-SOAK_NODES = int(os.environ.get("OPSMANAGER_SOAK_NODES", "0"))
 
 
 def test_failures_become_outages_with_a_cause() -> None:
@@ -90,7 +85,7 @@ def test_strategies_are_one_line_each_and_selectable_in_the_bench() -> None:
 async def test_the_short_soak_measures_and_reports_on_todays_layout(tmp_path: pathlib.Path) -> None:
     lines: list[str] = []
     async with scenario.Scenario(tmp_path / "sb", printer=lambda _line: None, namespace="soak",
-                                 nodes=SOAK_NODES) as sc:
+                                 nodes=tier.LONG_MODULE_NODES) as sc:
         result = await soak.run(sc, soak.STRATEGIES[0], soak.SHORT, lines.append)
     assert result.writes_ok > 1000, lines  # it wrote, through the material, for the whole soak
     assert result.duration_s >= soak.SHORT.duration
@@ -116,7 +111,7 @@ async def test_the_short_gated_soak_rolls_every_ca_over_with_no_failed_write(tmp
     lines: list[str] = []
     gated = next(s for s in soak.STRATEGIES if s.key == "gated")
     async with scenario.Scenario(tmp_path / "sb", printer=lambda _line: None, namespace="soak",
-                                 nodes=SOAK_NODES) as sc:
+                                 nodes=tier.LONG_MODULE_NODES) as sc:
         result = await soak.run(sc, gated, soak.SHORT_GATED, lines.append)
         # A rollover the CA's second renewal started near the window's end may still be rolling: its end is
         # awaited (its phase is what counts here; the writer covered the window).

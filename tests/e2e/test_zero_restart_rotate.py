@@ -39,8 +39,8 @@ MAX_STALL = 1.0  # seconds between two acknowledged writes (the writer puts ever
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
     async with scenario.Scenario(tmp_path_factory.mktemp("zero-rotate"), delivery_timeout=DELIVERY_TIMEOUT,
-                                 # node agent: the held-back refresh is its annotation; the rotate alone passes on
-                                 # a real node, but beside the other modules made make test too long (docs/sandbox.md)
+                                 # node agent: the held-back refresh is its annotation (the rotate test alone
+                                 # passes on a real node; beside the others it made make test too long: tier.py)
                                  nodes=0) as s:
         await s.ca_issuer("ca-a")
         yield s
