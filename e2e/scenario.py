@@ -128,8 +128,7 @@ class Scenario:
                                                    control_plane=self.control_plane, nodes=self.nodes)
         await self.sandbox.__aenter__()
         if self.operator_image and self.install is None and self.sandbox.realnodes is not None:
-            from opsmanager_sandbox.realnodes import operator_image
-            await self.sandbox.realnodes.load_image(await asyncio.to_thread(operator_image.image))
+            await self.sandbox.realnodes.load_operator_image()
         self.kube = kube.Kube.from_kubeconfig(str(self.sandbox.kubeconfig))
         await self.ensure_namespace(self.namespace)
         if self.install is None:

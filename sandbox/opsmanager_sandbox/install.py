@@ -23,7 +23,6 @@ from typing import Any
 
 from opsmanager import kube
 from opsmanager_sandbox import components, statefulset
-from opsmanager_sandbox.realnodes import operator_image
 
 NAMESPACE = "opsmanager-system"
 OPERATOR_SELECTOR = "app.kubernetes.io/name=opsmanager,app.kubernetes.io/component=operator"
@@ -114,7 +113,7 @@ def install(bundle: str | Path, *, timeout: float = READY_TIMEOUT) -> Any:
                                "--authorization RBAC): the product runs under its own ServiceAccounts")
         await sb.apply([PROMETHEUS_RULE_CRD])
         if getattr(sb, "realnodes", None) is not None:  # the image the bundle names, made and loaded into each node
-            await sb.realnodes.load_image(await asyncio.to_thread(operator_image.image))
+            await sb.realnodes.load_operator_image()
         output = await apply_bundle(sb.kubeconfig, directory)
         await wait_available(sb.client, NAMESPACE, ["opsmanager-webhook", "opsmanager-operator"], timeout)
         pods = await operator_pods(sb.client)

@@ -22,7 +22,7 @@ from typing import Any
 from opsmanager import kube
 from opsmanager_sandbox import node as node_agent
 from opsmanager_sandbox import realcp
-from opsmanager_sandbox.realnodes import images, netplan, network
+from opsmanager_sandbox.realnodes import images, netplan, network, operator_image
 from opsmanager_sandbox.realnodes.node import RealNode
 
 log = logging.getLogger(__name__)
@@ -147,6 +147,11 @@ class RealNodes:
             if n.name == name:
                 return n
         raise LookupError(f"no node {name!r} (nodes: {', '.join(n.name for n in self.nodes)})")
+
+    async def load_operator_image(self) -> None:
+        """The operator's own image (made from the Dockerfile's recipe, cached) into every node: what the bundle's
+        pods and the members' ``restore`` init container run."""
+        await self.load_image(await asyncio.to_thread(operator_image.image))
 
     def volume_dir(self, pod: dict[str, Any], volume: str, plugin: str = "kubernetes.io~secret") -> Path:
         """Where the kubelet of ``pod``'s node keeps the files of the pod's volume ``volume`` (a Pod object)."""
