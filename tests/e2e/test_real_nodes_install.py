@@ -43,11 +43,19 @@ async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
         yield s
 
 
-def kubectl(sc: scenario.Scenario, *args: str) -> str:
-    done = subprocess.run(["kubectl", "--kubeconfig", str(sc.sandbox.kubeconfig), *args], capture_output=True,
+def _kubectl(sc: scenario.Scenario, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["kubectl", "--kubeconfig", str(sc.sandbox.kubeconfig), *args], capture_output=True,
                           text=True, timeout=60)
+
+
+def kubectl(sc: scenario.Scenario, *args: str) -> str:
+    done = _kubectl(sc, *args)
     assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
     return done.stdout
+
+
+def _operator_exec(pod: str, *argv: str) -> tuple[str, ...]:
+    return ("exec", "-n", sandbox_install.NAMESPACE, pod, "-c", "operator", "--", *argv)
 
 
 async def _operator_pod(sc: scenario.Scenario) -> dict[str, Any]:
@@ -57,7 +65,7 @@ async def _operator_pod(sc: scenario.Scenario) -> dict[str, Any]:
 
 
 def _in_operator(sc: scenario.Scenario, pod: str, *argv: str) -> str:
-    return kubectl(sc, "exec", "-n", sandbox_install.NAMESPACE, pod, "-c", "operator", "--", *argv)
+    return kubectl(sc, *_operator_exec(pod, *argv))
 
 
 async def test_the_operator_runs_from_its_image_with_its_own_root_file_system(sc: scenario.Scenario) -> None:
@@ -87,11 +95,8 @@ async def test_the_operator_resolves_a_members_dns_name(sc: scenario.Scenario) -
     async def resolved() -> bool:
         # A Ready member is in its Service's EndpointSlice a moment before CoreDNS's watch has it: poll. The
         # resolver's error is kept, so a name that never resolves says why (NXDOMAIN, or DNS unreachable).
-        done = await asyncio.to_thread(
-            subprocess.run, ["kubectl", "--kubeconfig", str(sc.sandbox.kubeconfig), "exec", "-n",
-                             sandbox_install.NAMESPACE, pod, "-c", "operator", "--", "python3", "-c",
-                             f"import socket; print(socket.gethostbyname({fqdn!r}))"],
-            capture_output=True, text=True, timeout=60)
+        done = await asyncio.to_thread(_kubectl, sc, *_operator_exec(
+            pod, "python3", "-c", f"import socket; print(socket.gethostbyname({fqdn!r}))"))
         answers.append((done.stdout or done.stderr).strip().splitlines()[-1] if (done.stdout or done.stderr) else "")
         return done.returncode == 0
 
