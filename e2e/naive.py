@@ -253,26 +253,6 @@ async def etcd_pid(sc: scenario.Scenario, pod_name: str) -> int | None:
     return pid
 
 
-def processes_in_pod(uid: str, command: str) -> list[int]:
-    """The host PIDs of every ``command`` process in the pod whose UID is ``uid`` on a real node, found by the
-    pod's cgroup (the kubelet's cgroupfs layout names it ``pod<uid>``): a container the kubelet has just started is
-    there before the pod's status names it."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/comm") as f:
-                if f.read().strip() != command:
-                    continue
-            with open(f"/proc/{entry.name}/cgroup") as f:
-                if f"pod{uid}" in f.read():
-                    found.append(int(entry.name))
-        except OSError:  # gone meanwhile
-            continue
-    return found
-
-
 async def sigkill_and_wait(sc: scenario.Scenario, pod_name: str, *,
                            timeout: float = MEMBER_TIMEOUT) -> MemberStep:
     """SIGKILL a member's etcd process (a crash, no leader transfer) and wait until the kubelet has restarted it

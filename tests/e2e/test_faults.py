@@ -221,7 +221,7 @@ async def test_a_member_crash_looping_during_a_roll_fails_the_request_and_keeps_
         pod = await sc.k.get("v1", "Pod", sc.namespace, victim[0])
         if pod is None or pod["metadata"].get("deletionTimestamp"):
             return []
-        return naive.processes_in_pod(str(pod["metadata"]["uid"]), "etcd")
+        return sc.sandbox.realnodes.pod_processes(str(pod["metadata"]["uid"]), "etcd")
 
     async def crash_loop(request: str) -> None:
         victim.extend(await aeventually(lambda: evicted(request), timeout=120, interval=0.02,

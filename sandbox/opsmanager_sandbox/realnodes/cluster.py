@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,26 @@ class RealNodes:
             if n.name == name:
                 return n
         raise LookupError(f"no node {name!r} (nodes: {', '.join(n.name for n in self.nodes)})")
+
+    @staticmethod
+    def pod_processes(uid: str, command: str) -> list[int]:
+        """The host PIDs of every ``command`` process in the pod whose UID is ``uid``, found by the pod's cgroup
+        (the nodes' kubelets use cgroupfs, whose layout names it ``pod<uid>``): a container the kubelet has just
+        started is there before the pod's status names it."""
+        found = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/comm") as f:
+                    if f.read().strip() != command:
+                        continue
+                with open(f"/proc/{entry.name}/cgroup") as f:
+                    if f"pod{uid}" in f.read():
+                        found.append(int(entry.name))
+            except OSError:  # gone meanwhile
+                continue
+        return found
 
     async def load_operator_image(self) -> None:
         """The operator's own image (made from the Dockerfile's recipe, cached) into every node: what the bundle's
