@@ -194,7 +194,9 @@ async def test_deletion_waits_the_grace_period_then_kills(standalone_kubelet: ku
     one_deletion = await abaseline(lambda: host.delete_pod(next(names)))
 
     worker = host.run_pod(shell_pod("stubborn", "trap '' TERM; touch /out/trapped; while true; do sleep 0.1; done"))
-    await aeventually(lambda: (worker.dir / "volumes" / "out" / "trapped").exists(), timeout=10, what="TERM ignored")
+    # the shell can write its file before the runner has recorded it as running: wait for both
+    await aeventually(lambda: (worker.dir / "volumes" / "out" / "trapped").exists() and "sh" in worker.pids(),
+                      timeout=10, what="TERM ignored")
     pid = worker.pids()["sh"]
     started = time.monotonic()
     await host.delete_pod("stubborn")
@@ -208,7 +210,9 @@ async def test_deletion_waits_the_grace_period_then_kills(standalone_kubelet: ku
 async def test_a_shorter_grace_cuts_a_deletion_in_progress_short(standalone_kubelet: kubelet.StandaloneHost) -> None:
     host = standalone_kubelet
     worker = host.run_pod(shell_pod("deaf", "trap '' TERM; touch /out/trapped; while true; do sleep 0.1; done"))
-    await aeventually(lambda: (worker.dir / "volumes" / "out" / "trapped").exists(), timeout=10, what="TERM ignored")
+    # the shell can write its file before the runner has recorded it as running: wait for both
+    await aeventually(lambda: (worker.dir / "volumes" / "out" / "trapped").exists() and "sh" in worker.pids(),
+                      timeout=10, what="TERM ignored")
     pid = worker.pids()["sh"]
     long_deletion = asyncio.create_task(host.delete_pod("deaf", grace=60))
     await aeventually(lambda: worker.terminating, timeout=5, what="the 60 s deletion under way")
