@@ -268,11 +268,20 @@ def now_text() -> str:
 
 EMBEDDED = "embedded"
 KUBERNETES = "kubernetes"
+# ``--control-plane nodes``: the real control plane over real nodes (kubelets, containerd, a pod network) instead of
+# the node agent; the operations' rows only (the other scenarios measure the API server or the operator).
+NODES = "nodes"
+ALL_PLANES = "all"
+REAL_PLANES = "real"  # the real control plane over the node agent and over real nodes
+DEFAULT_NODES = 3
 
 
 def control_plane_of(record: Record) -> str:
-    """Which control plane a record was measured on (records from before there were two: the embedded one)."""
-    return str(record.get("control_plane") or EMBEDDED)
+    """Where a record was measured: the control plane (records from before there were two: the embedded one), and
+    the real nodes under it when there were any."""
+    plane = str(record.get("control_plane") or EMBEDDED)
+    nodes = int(record.get("nodes") or 0)
+    return f"{plane} + {nodes} real nodes" if nodes else plane
 
 
 def merge_records(old: Sequence[Record], new: Sequence[Record]) -> list[Record]:
@@ -294,8 +303,8 @@ def order_key(record: Record) -> tuple[int, int, str, int]:
              "scale", "webhook-latency", "webhook-fuzz", "soak"]
     scen = record.get("scenario", "")
     rank = {ENGINE: 0, NO_MOVE_LEADER: 1}.get(record.get("strategy", ""), 2)
-    return (order.index(scen) if scen in order else len(order), rank, record.get("strategy", ""),
-            int(control_plane_of(record) != EMBEDDED))
+    where = 0 if control_plane_of(record) == EMBEDDED else 2 if record.get("nodes") else 1
+    return (order.index(scen) if scen in order else len(order), rank, record.get("strategy", ""), where)
 
 
 def machine() -> dict[str, Any]:
@@ -591,11 +600,13 @@ the leaves with no restart, narrow with a second roll) — held to the bar (`mak
 METHOD_TEXT = """
 ## What is measured, and how
 
-Everything runs in the sandbox with the operator as a separate process (`opsmanager run`), on two control
-planes side by side (the *control plane* column): **embedded** (`sandbox/opsmanager_sandbox/`: an in-memory Kubernetes API
+Everything runs in the sandbox with the operator as a separate process (`opsmanager run`), in three places side by
+side (the *control plane* column): **embedded** (`sandbox/opsmanager_sandbox/`: an in-memory Kubernetes API
 server and controllers) and **kubernetes** (kube-apiserver, kube-controller-manager and kube-scheduler built from
-their Go modules; `docs/sandbox.md`). On both the node agent runs real **etcd 3.5.35** processes (the build of
-`make controlplane`) and cert-manager's CA issuer is the sandbox's own. On the real control plane only our
+their Go modules; `docs/sandbox.md`), where the node agent runs real **etcd 3.5.35** processes (the build of
+`make controlplane`) as pods; and **kubernetes + 3 real nodes**, the real control plane over three real nodes (the
+kubelet over containerd and runc, a pod network, kube-proxy, CoreDNS), where the members are containers of the etcd
+image. cert-manager's CA issuer is the sandbox's own everywhere. On the real control plane only our
 request runs; the naive strategies measure etcd's behaviour, which the control plane does not change. Every run starts from a **fresh 3-member Etcd** (plaintext, or TLS from
 the CA Issuer `ca-a`) and deletes it afterwards, so a naive run that breaks its cluster cannot touch the next run.
 
@@ -922,16 +933,19 @@ def _line(r: Record) -> str:
 
 
 async def run_operations(workdir: pathlib.Path, keys: Sequence[str], say: Printer, *,
-                         repeat: int = 1, control_plane: str = EMBEDDED) -> list[Record]:
+                         repeat: int = 1, control_plane: str = EMBEDDED, nodes: int = 0) -> list[Record]:
     """Every strategy of each operation in ``keys``, ``repeat`` times (a fresh Etcd each time; the repetitions
     interleave, so a slow minute of the machine does not land on one strategy), aggregated per strategy. On the
-    real control plane only our request runs (the naive strategies measure etcd, not the API server)."""
+    real control plane only our request runs (the naive strategies measure etcd, not the API server); ``nodes``:
+    real nodes under it (0: the node agent)."""
     records: list[Record] = []
     engine_only = control_plane != EMBEDDED
-    sandbox_dir = workdir / ("ops" if control_plane == EMBEDDED else f"ops-{control_plane}")
-    # the same etcd on both control planes
+    sandbox_dir = workdir / ("ops" if control_plane == EMBEDDED else f"ops-{control_plane}"
+                             + (f"-{nodes}-nodes" if nodes else ""))
+    # the same etcd everywhere
     async with scenario.Scenario(sandbox_dir, printer=lambda _line: None, namespace="bench",
-                                 control_plane=control_plane, etcd_version=scenario.BUILT_ETCD_VERSION) as sc:
+                                 control_plane=control_plane, etcd_version=scenario.BUILT_ETCD_VERSION,
+                                 nodes=nodes) as sc:
         await sc.ca_issuer("ca-a")
         await sc.ca_issuer("ca-b")
         bare = await bare_restarts(sc, say)
@@ -957,6 +971,8 @@ async def run_operations(workdir: pathlib.Path, keys: Sequence[str], say: Printe
     drop_volumes(sandbox_dir)
     for record in records:
         record.update(control_plane=control_plane, etcd_version=scenario.BUILT_ETCD_VERSION)
+        if nodes:
+            record["nodes"] = nodes
     return records
 
 
@@ -982,8 +998,16 @@ def select(name: str) -> tuple[list[str], bool, bool]:
 
 
 def control_planes(choice: str) -> list[str]:
-    """``--control-plane`` → the control planes the operation and API-cost scenarios run on."""
-    return [EMBEDDED, KUBERNETES] if choice == "both" else [choice]
+    """``--control-plane`` → where the operations run (:data:`NODES`: the real control plane on real nodes)."""
+    return {"both": [EMBEDDED, KUBERNETES], REAL_PLANES: [KUBERNETES, NODES],
+            ALL_PLANES: [EMBEDDED, KUBERNETES, NODES]}.get(choice, [choice])
+
+
+def api_planes(planes: Sequence[str]) -> list[str]:
+    """The control planes of the scenarios that measure the API server or the operator (not where pods run): the
+    real one stands for itself with or without real nodes."""
+    out = [KUBERNETES if p == NODES else p for p in planes]
+    return list(dict.fromkeys(out))
 
 
 async def run(args: argparse.Namespace, say: Printer) -> list[Record]:
@@ -991,13 +1015,14 @@ async def run(args: argparse.Namespace, say: Printer) -> list[Record]:
     workdir = pathlib.Path(args.dir)
     records: list[Record] = []
     planes = control_planes(args.control_plane)
+    apis = api_planes(planes)
     if args.scenario in ("all", "soak"):
         config = soak.SoakConfig(args.soak_duration, args.soak_ca, args.soak_leaf)
         records += await soak.soak_concurrently(workdir / "soak", config, say)
     if args.scenario in ("all", "api-cost"):
         from e2e import apicost
 
-        for plane in planes:
+        for plane in apis:
             records += await apicost.bench(workdir / f"api-cost-{plane}", say, control_plane=plane,
                                            etcd_version=scenario.BUILT_ETCD_VERSION)
     if with_webhook:
@@ -1005,19 +1030,21 @@ async def run(args: argparse.Namespace, say: Printer) -> list[Record]:
 
         records += await webhook_load.bench(say)
     for plane in planes if keys else ():
-        records += await run_operations(workdir, keys, say, repeat=args.repeat, control_plane=plane)
+        records += await run_operations(workdir, keys, say, repeat=args.repeat,
+                                        control_plane=KUBERNETES if plane == NODES else plane,
+                                        nodes=args.nodes if plane == NODES else 0)
     from e2e import databench
 
     data_keys = databench.select(args.scenario)
     if data_keys:  # on the real control plane when it is one of the chosen (where the e2e tests prove them)
-        records += await databench.bench_data(workdir, data_keys, say, control_plane=planes[-1],
+        records += await databench.bench_data(workdir, data_keys, say, control_plane=apis[-1],
                                               megabytes=args.data_mb)
     if with_scale:
         from e2e import scale
 
         for clusters in args.clusters:  # on the real control plane when it is one of the chosen
             records.append(await scale.bench(workdir / f"scale-{clusters}", say, clusters=clusters,
-                                             control_plane=planes[-1], etcd_version=scenario.BUILT_ETCD_VERSION))
+                                             control_plane=apis[-1], etcd_version=scenario.BUILT_ETCD_VERSION))
     return records
 
 
@@ -1091,9 +1118,14 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--dir", default=".sandbox/bench", help="working directory of the sandboxes (%(default)s)")
     parser.add_argument("--clusters", type=int, nargs="+", default=[30, 20],
                         help="clusters in the scale scenario, one run per number (%(default)s)")
-    parser.add_argument("--control-plane", choices=(EMBEDDED, KUBERNETES, "both"), default="both",
+    parser.add_argument("--control-plane", choices=(EMBEDDED, KUBERNETES, NODES, "both", REAL_PLANES, ALL_PLANES),
+                        default=ALL_PLANES,
                         help="where the operation and API-cost scenarios run: the embedded API server, the real "
-                             "one (make controlplane builds it) or both, side by side (%(default)s)")
+                             "one over the node agent (make controlplane builds it), the real one over real nodes "
+                             "(operations only; API cost on the real one), both control planes, the real one over "
+                             "both (real), or all three side by side (%(default)s)")
+    parser.add_argument("--nodes", type=int, default=DEFAULT_NODES, metavar="N",
+                        help="real nodes under the real control plane for --control-plane nodes/all (%(default)s)")
     parser.add_argument("--repeat", type=int, default=1, metavar="N",
                         help="run each operation's strategies N times, fresh Etcd each time, and report median and "
                              "worst per figure (scale, webhook and soak run once; %(default)s)")
@@ -1109,6 +1141,8 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--render-only", action="store_true",
                         help="run nothing: regenerate the markdown page from the --json file")
     args = parser.parse_args(list(argv))
+    if args.nodes < 1:
+        parser.error("--nodes must be at least 1 (the real nodes the operations' rows run on)")
     if min(args.clusters) < 1:
         parser.error("--clusters must be at least 1")
     if args.repeat < 1:

@@ -300,6 +300,23 @@ def test_records_are_kept_per_control_plane_and_per_scale_size() -> None:
     assert {bench.control_plane_of(r) for r in merged if r["scenario"] == "add-tls"} == {"embedded", "kubernetes"}
 
 
+def test_rows_on_real_nodes_are_kept_beside_the_node_agents_and_ordered_after_them() -> None:
+    agent = _engine(control_plane="kubernetes", wall=2.0)
+    real = {**_engine(control_plane="kubernetes", wall=3.0), "nodes": 3}
+    merged = bench.merge_records([_engine(), agent], [real])
+    assert len(merged) == 3  # a real-nodes row is no rerun of the node agent's
+    assert [bench.control_plane_of(r) for r in sorted(merged, key=bench.order_key)] == [
+        "embedded", "kubernetes", "kubernetes + 3 real nodes"]
+    assert bench.control_planes("all") == ["embedded", "kubernetes", "nodes"]
+    assert bench.control_planes("both") == ["embedded", "kubernetes"]
+    assert bench.control_planes("real") == ["kubernetes", "nodes"]
+    # what measures the API server or the operator runs on the real control plane once, nodes or not
+    assert bench.api_planes(["embedded", "kubernetes", "nodes"]) == ["embedded", "kubernetes"]
+    assert bench.api_planes(["nodes"]) == ["kubernetes"]
+    with pytest.raises(SystemExit):
+        bench.main(["--nodes", "0", "--scenario", "rotate"])
+
+
 def test_cpu_floor_is_the_work_of_n_over_the_cores_the_idle_members_leave() -> None:
     # one alone used 3.0 CPU s in 20 s, 0.6 of them its members idling (0.9 cores for 30 clusters → 0.03 for one)
     floor = scale.cpu_floor(clusters=30, cores=2, members_idle_cores=0.9, single_wall_s=20.0, single_cpu_s=3.0)

@@ -41,11 +41,7 @@ ALIASES = constants.CERT_ALIASES
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    async with scenario.Scenario(tmp_path_factory.mktemp("byo"),
-                                 # node agent still: on a real node the handover lost one write in two full make
-                                 # test runs of three (a put with no answer before the writer's 0.5 s try, the
-                                 # fail-over's TLS handshake not done in time); not yet explained
-                                 nodes=0) as s:
+    async with scenario.Scenario(tmp_path_factory.mktemp("byo")) as s:
         s.cas["user"] = pki.make_ca("user-root")  # the user's own CA: the writer holds an identity from it
         await s.ca_issuer("cm")  # cert-manager's, a different CA
         await issuer_from(s, "same", s.cas["user"])  # cert-manager signing with the user's very CA

@@ -30,10 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    async with scenario.Scenario(tmp_path_factory.mktemp("ca-rollover"), delivery_timeout=6.0,
-                                 # node agent still: on a real node the rollover through two operator kills lost
-                                 # one write in one run of two, not yet explained
-                                 nodes=0) as s:
+    async with scenario.Scenario(tmp_path_factory.mktemp("ca-rollover"), delivery_timeout=6.0) as s:
         await s.ca_issuer("ca-a")
         yield s
 

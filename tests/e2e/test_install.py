@@ -52,8 +52,9 @@ MUTATING = {"create", "update", "patch", "delete"}
 async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
     async with scenario.Scenario(tmp_path_factory.mktemp("install"), install=BUNDLE,
                                  # node agent still (test_real_nodes_install.py has the bundle on a real node):
-                                 # here the operator is deleted mid-roll and a member's node looked at, which
-                                 # failed their first run on a real node (5 failed writes on the standby's takeover)
+                                 # on a real node, under a loaded make test, the operator did not read the Node of a
+                                 # frozen (SIGSTOP) member within 90 s, and an earlier run lost 5 writes in the
+                                 # standby's takeover; neither is explained yet
                                  nodes=0) as s:
         await s.ca_issuer("ca-a")
         await s.ca_issuer("ca-b")

@@ -40,6 +40,9 @@ FIXED_PATHS: Final = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers"
 """Host paths the kubelet or containerd use whatever they are told; each node binds a directory of its own there."""
 RUNC: Final = "/usr/sbin/runc"
 KUBELET_PORT: Final = 10250
+# cpu.shares of a node's cgroup: as much as sixteen busy host processes, more than the test tier keeps busy beside
+# it at once (its workers, their control planes and operators), so that a node's pods are not starved by the host.
+NODE_CPU_SHARES: Final = 16 * 1024
 
 
 
@@ -143,6 +146,15 @@ class RealNode:
         for hierarchy in network.CGROUP_FS.iterdir():
             if hierarchy.is_dir() and not hierarchy.is_symlink() and (hierarchy / "cgroup.procs").exists():
                 (hierarchy / self.cgroup / "system").mkdir(parents=True, exist_ok=True)
+        # A node is a machine of its own in a cloud; here it is one cgroup beside the host's processes, and under
+        # cgroup v1 every busy process at the root weighs as much as a cgroup of default shares. Left at the default,
+        # a node's pods together got the CPU of one host process: a loaded host starved its members (a restarted
+        # member's TLS handshakes took longer than a client's try). The node weighs as a machine's worth of busy
+        # processes instead; inside it, the kubelet shares the CPU among pods by their requests as on any node.
+        for cpu in (network.CGROUP_FS / "cpu", network.CGROUP_FS / "cpu,cpuacct"):
+            shares = cpu / self.cgroup / "cpu.shares"
+            if shares.exists():
+                shares.write_text(str(NODE_CPU_SHARES))
 
     def _argv(self, argv: list[str]) -> list[str]:
         """``argv`` in the node's namespaces, in the node's ``system`` cgroups (joined before the exec, so the PID
