@@ -9,6 +9,9 @@ every call, so no state lives in memory. Inside ``Progressing`` the current step
 per-pod condition in flight. An operator killed at any point starts again with the same phase, the same plan,
 the same current step, and steps that re-derive their progress from what they observe.
 
+The engine knows no request type: what differs per type (its plan, what it observes and records when it starts,
+its success message, its apply policy) comes from the type's module through :mod:`opsmanager.ops.operations`.
+
 Round trips and writes: a reconcile goes on with the next step (or the same step again) while the result is
 immediate — ``Done``, or ``Progress`` with no delay — on the same in-memory context, at most
 :data:`MAX_ITERATIONS` times; it stops at a ``Progress`` with a delay, a ``Fail`` or the end. Status changes are
