@@ -19,6 +19,8 @@ from opsmanager.api import opsrequest as ops_api
 from opsmanager.ops import context
 from opsmanager.ops import plan as plan_mod
 
+# (``plan_mod``: inside :class:`Operation`, ``plan`` is the type's planner.)
+
 # How a type plans: the Etcd as it was when the request started, the request, and what the type's ``observe``
 # chose then (None for a type that observes nothing). Pure; a request the type cannot run raises ValueError, whose
 # text becomes the request's failure message.
