@@ -3,7 +3,7 @@
 The ops engine writes the result back to the Etcd in its last step (``UpdateDatabase``), and the admission
 webhook lets exactly that write through while the request holds the Etcd paused (any other edit of ``spec.tls``
 then is refused). Both must compute the same value, so the rule lives here, below both of them: the engine
-(``opsmanager.ops.plan``) may not be imported by the webhook.
+(``opsmanager.ops.operations.reconfigure_tls``) may not be imported by the webhook.
 
 The request's ``status.origin`` belongs to the same contract: the engine records there the Etcd's ``spec.tls`` as
 it was when the request started, and folds the request into *that* (so its own write cannot change its plan). The

@@ -396,7 +396,7 @@ class OpsContext:
     async def credentials(self) -> access.Credentials | None:
         """The root credentials of this cluster (etcd's authentication): from ``spec.authSecret``, and during a
         RotateAuth from the Secrets it stages in and moves to; None on a cluster without authentication."""
-        also = tuple(s for s in (self.plan.auth_secrets or ()) if s)
+        also = tuple(s for s in self.plan.credential_secrets if s)
         auth = self.spec.authentication
         if auth is not None and auth.secret_ref is not None and auth.secret_ref.name:
             also += (auth.secret_ref.name,)

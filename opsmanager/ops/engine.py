@@ -9,6 +9,9 @@ every call, so no state lives in memory. Inside ``Progressing`` the current step
 per-pod condition in flight. An operator killed at any point starts again with the same phase, the same plan,
 the same current step, and steps that re-derive their progress from what they observe.
 
+The engine knows no request type: what differs per type (its plan, what it observes and records when it starts,
+its success message, its apply policy) comes from the type's module through :mod:`opsmanager.ops.operations`.
+
 Round trips and writes: a reconcile goes on with the next step (or the same step again) while the result is
 immediate — ``Done``, or ``Progress`` with no delay — on the same in-memory context, at most
 :data:`MAX_ITERATIONS` times; it stops at a ``Progress`` with a delay, a ``Fail`` or the end. Status changes are
@@ -39,7 +42,7 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Any
 
 import transitions
 
@@ -50,7 +53,7 @@ from opsmanager.api import pause as pause_api
 from opsmanager.etcd import admin, pool
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.kube import cache as kube_cache
-from opsmanager.ops import context, observe, plan, queue
+from opsmanager.ops import context, operations, plan, queue
 from opsmanager.ops.steps import (
     apply_credential,
     clear_alarms,
@@ -376,31 +379,24 @@ class Engine:
         return decision
 
     async def _expiry(self, req: dict[str, Any], db_obj: dict[str, Any]) -> str:
-        """What expired, when the Etcd's certificates expired and nothing else keeps it from Ready (every member's
-        pod exists); ``""`` otherwise. Decided by expiry as the rescue is (:func:`observe.observe_expiry`: the
-        leaves the members serve, read by a handshake that does not verify, and the CAs every member loaded);
-        remembered for :data:`EXPIRY_TTL` seconds per Etcd, as it costs a handshake with every member."""
+        """What expired, when the Etcd's certificates expired and nothing else keeps it from Ready; ``""``
+        otherwise, and for a type that rescues nothing. Asked of the request's type (its ``rescue_reason``: for the
+        TLS family, by expiry as the rescue is decided); remembered for :data:`EXPIRY_TTL` seconds per Etcd, as it
+        costs a handshake with every member."""
+        op = operations.get(str((req.get("spec") or {}).get("type", "")))
+        if op is None or op.rescue_reason is None:
+            return ""
         meta = db_obj["metadata"]
         key = (meta.get("namespace") or "default", meta["name"], meta.get("uid") or "")
         now = self.clock()
         cached = self._expiry_seen.get(key)
         if cached is not None and (now - cached[0]).total_seconds() < EXPIRY_TTL:
             return cached[1]
-        ctx = context.OpsContext(self.kube, req, db_obj, plan.Plan(constants.OPS_TYPE_RECONFIGURE_TLS, None, None, ()),
+        ctx = context.OpsContext(self.kube, req, db_obj, plan.Plan(op.type, None, None, ()),
                                  now, tls_before=(db_obj.get("spec") or {}).get("tls"), admin_factory=self.etcd,
                                  etcd_pool=self.etcd_pool,
                                  delivery_timeout=self.delivery_timeout, watched=self.watched)
-        found = ""
-        pods = await ctx.pods()
-        missing = [p for p in ctx.pod_names() if p not in pods or pods[p]["metadata"].get("deletionTimestamp")]
-        if ctx.db.spec.tls is not None and not missing:  # a member missing is more than expiry
-            try:
-                leaves, cas = await observe.observe_expiry(ctx)
-            except etcd_errors.EtcdError as err:
-                log.info("EtcdOpsRequest %s/%s: reading served leaves: %s", ctx.namespace, ctx.name, err)
-                leaves, cas = (), ()
-            if leaves or cas:
-                found = plan.rescue_reason(plan.RotateObservation(expired_leaves=leaves, expired_cas=cas))
+        found = await op.rescue_reason(ctx)
         self._expiry_seen[key] = (now, found)
         return found
 
@@ -414,12 +410,7 @@ class Engine:
         origin: dict[str, Any] = {"observedAt": conditions.rfc3339(self.clock())}
         if isinstance(before := (db_obj.get("spec") or {}).get("tls"), dict):
             origin["tls"] = before
-        if isinstance(replicas := (db_obj.get("spec") or {}).get("replicas"), int):
-            origin["replicas"] = replicas  # a HorizontalScaling's direction, fixed before it changes the count
-        if isinstance(version := (db_obj.get("spec") or {}).get("version"), str):
-            origin["version"] = version  # an UpdateVersion's direction, fixed before it writes the new version
-        if isinstance(auth := ((db_obj.get("spec") or {}).get("authSecret") or {}).get("name"), str):
-            origin["authSecret"] = auth  # where a RotateAuth stages the new password, fixed before it moves it
+        origin.update(operations.origin(db_obj.get("spec") or {}))  # what the types read back (their modules say)
 
         def record(st: dict[str, Any]) -> dict[str, Any]:
             return st if isinstance(st.get("origin"), dict) else {**st, "origin": origin}
@@ -449,42 +440,6 @@ class Engine:
                         f"{cond.get('message') or 'no progress'}")
         return None
 
-    async def _variant(self, ctx: context.OpsContext) -> plan.RotateVariant:
-        """Which rotate plan this request runs: observed once, when it starts (no step condition yet), and
-        recorded in ``status.origin`` with the TLS it started from — the plan never changes mid-run. A request that
-        is not a rotate, or started before the record existed, is ``HOT_RELOAD``."""
-        spec = ctx.spec
-        if spec.type != constants.OPS_TYPE_RECONFIGURE_TLS or spec.tls is None or not spec.tls.rotate_certificates:
-            return plan.RotateVariant.HOT_RELOAD
-        raw = tlschange.recorded_plan(ctx.request)
-        if raw is None:
-            if any(c.get("type") != constants.COND_PENDING for c in ctx.conditions) or ctx.db.spec.tls is None:
-                return plan.RotateVariant.HOT_RELOAD
-            seen = await observe.observe_rotation(self.kube, ctx.db)
-            try:
-                leaves, cas = await observe.observe_expiry(ctx)
-            except etcd_errors.EtcdError as err:  # no member to ask at all: judged by status.tls alone
-                log.info("EtcdOpsRequest %s/%s: reading served leaves: %s", ctx.namespace, ctx.name, err)
-                leaves, cas = (), ()
-            seen = dataclasses.replace(seen, expired_leaves=leaves, expired_cas=cas)
-            variant = plan.rotate_variant(seen)
-            origin = ctx.recorded("origin")
-            if not origin:  # started by an older engine: its record (an annotation) carries over with the plan
-                origin = {"observedAt": conditions.rfc3339(ctx.now)}
-                if ctx.tls_before is not None:
-                    origin["tls"] = ctx.tls_before
-            origin["plan"] = variant.value
-            if reason := plan.rescue_reason(seen):
-                origin["rescueReason"] = reason
-                log.info("EtcdOpsRequest %s/%s: %s", ctx.namespace, ctx.name, reason)
-            ctx.record("origin", origin)
-            await ctx.flush()  # on record before any step acts on it
-            return variant
-        try:
-            return plan.RotateVariant(raw)
-        except ValueError:
-            return plan.RotateVariant.HOT_RELOAD
-
     async def _progress(self, req: dict[str, Any], db_obj: dict[str, Any], lifecycle: Lifecycle, *,
                         started: queue.Decision | None = None) -> Outcome:
         req, tls_before = await self._snapshot(req, db_obj)
@@ -494,20 +449,17 @@ class Engine:
                                  delivery_timeout=self.delivery_timeout, watched=self.watched)
         ctx.set_phase(lifecycle.state)  # Progressing (queued: a request that just started writes it with its steps)
         if started is not None:
-            rescue = started.reason == queue.REASON_STARTED_AS_RESCUE
-            if rescue or ctx.condition(constants.COND_PENDING) is not None:  # it waited, or started as a rescue
-                ctx.set_condition(constants.COND_PENDING, constants.FALSE, started.message, reason=started.reason)
-            if rescue:
-                ctx.announce(constants.EVENT_STARTED_AS_RESCUE, started.message, "Warning")
+            _mark_started(ctx, started)
+        op = operations.get(request.spec.type)
         try:
-            variant = await self._variant(ctx)
+            variant = await op.observe(ctx) if op is not None and op.observe is not None else None
         except (kube.Unavailable, kube.Conflict) as err:
             log.info("EtcdOpsRequest %s/%s: observing the plan: transient: %s", ctx.namespace, ctx.name, err)
             metrics.reconcile_error(err)
             await ctx.flush()
             return Outcome(finished=False, delay=1.0, phase=lifecycle.state)
         try:
-            ctx.plan = plan.plan_for(ctx.db, request, variant)
+            ctx.plan = operations.plan_for(ctx.db, request, variant)
         except ValueError as err:
             return await self._finish(ctx, lifecycle, ok=False, message=str(err), reason="InvalidRequest")
         delay = 0.0
@@ -515,8 +467,8 @@ class Engine:
             ctx.now = self.clock()
             step = next((s for s in ctx.plan.steps if not ctx.is_true(s.condition)), None)
             if step is None:
-                return await self._finish(ctx, lifecycle, ok=True, message=_success_message(ctx.plan),
-                                          reason=constants.COND_SUCCESSFUL)
+                done = operations.of(ctx.plan.request_type).success_message(ctx.plan)
+                return await self._finish(ctx, lifecycle, ok=True, message=done, reason=constants.COND_SUCCESSFUL)
             if (why := self._timed_out(ctx, step, request.spec.timeout_delta)) is not None:
                 return await self._finish(ctx, lifecycle, ok=False, message=why, reason="Timeout")
             if ctx.condition(step.condition) is None:
@@ -556,6 +508,16 @@ metrics.declare_requests(constants.OPS_TYPES, constants.TERMINAL_OPS_PHASES)
 WARNING_STEPS = frozenset({constants.COND_RESCUE_PLAN_CHOSEN})
 
 
+def _mark_started(ctx: context.OpsContext, started: queue.Decision) -> None:
+    """A request the queue just started: its ``Pending`` goes False when it waited or started as a rescue (a
+    rescue also announced, as a warning)."""
+    rescue = started.reason == queue.REASON_STARTED_AS_RESCUE
+    if rescue or ctx.condition(constants.COND_PENDING) is not None:  # it waited, or started as a rescue
+        ctx.set_condition(constants.COND_PENDING, constants.FALSE, started.message, reason=started.reason)
+    if rescue:
+        ctx.announce(constants.EVENT_STARTED_AS_RESCUE, started.message, "Warning")
+
+
 def _step_done(ctx: context.OpsContext, step: plan.Step, message: str) -> None:
     """The step's condition goes True; its one Event and its duration go out after the write that records it."""
     started = (ctx.condition(step.condition) or {}).get("lastTransitionTime")
@@ -578,16 +540,11 @@ def _count_finished(req: dict[str, Any], phase: str, now: datetime.datetime) -> 
 
 def _queued(obj: dict[str, Any]) -> queue.Queued:
     spec = obj.get("spec") or {}
-    tls = spec.get("tls") or {}
-    # A recovery from quorum loss is for a cluster that cannot be Ready: waiting for Ready would wait forever.
-    apply = (constants.APPLY_ALWAYS if spec.get("type") == constants.OPS_TYPE_RECOVER_FROM_QUORUM_LOSS
-             else spec.get("apply", constants.APPLY_IF_READY))
     return queue.Queued(
         name=obj["metadata"]["name"], type=spec.get("type", ""),
         phase=(obj.get("status") or {}).get("phase") or "",
-        created=obj["metadata"].get("creationTimestamp") or "", apply=apply,
-        rescues=spec.get("type") == constants.OPS_TYPE_RECONFIGURE_TLS and bool(
-            tls.get("rotateCertificates") or tls.get("issuerRef")) and not tls.get("remove"),
+        created=obj["metadata"].get("creationTimestamp") or "", apply=operations.apply_policy(spec),
+        rescues=operations.rescues(spec),
     )
 
 
@@ -605,27 +562,3 @@ def _etcd_state(db_obj: dict[str, Any]) -> queue.EtcdState:
         by_request = pause_api.held_by_request(status)
         paused_by = f"EtcdOpsRequest {by_request}" if by_request else (pause_api.holder(status) or "someone")
     return queue.EtcdState(phase=phase, not_ready=not_ready, paused_by=paused_by)
-
-
-SUCCESS_MESSAGES: Final = {
-    constants.OPS_TYPE_RECONFIGURE_TLS: "Successfully reconfigured the etcd TLS configuration",
-    constants.OPS_TYPE_RESTART: "Successfully restarted the etcd members",
-    constants.OPS_TYPE_MOVE_LEADER: "Successfully moved the etcd leader",
-    constants.OPS_TYPE_COMPACT: "Successfully compacted the etcd key-value history",
-    constants.OPS_TYPE_DEFRAGMENT: "Successfully defragmented the etcd members",
-    constants.OPS_TYPE_RECONFIGURE: "Successfully reconfigured etcd",
-    constants.OPS_TYPE_VERTICAL_SCALING: "Successfully scaled the etcd container's resources",
-    constants.OPS_TYPE_ROTATE_AUTH: "Successfully rotated the etcd root password",
-    constants.OPS_TYPE_BACKUP: "Successfully backed up the etcd cluster",
-    constants.OPS_TYPE_RESTORE: "Successfully restored the etcd cluster from the snapshot",
-    constants.OPS_TYPE_RECOVER_FROM_QUORUM_LOSS: "Successfully recovered the etcd cluster from quorum loss",
-}
-
-
-def _success_message(p: plan.Plan) -> str:
-    """The ``Successful`` condition's message; scaling and versions name where the cluster ended."""
-    if p.request_type == constants.OPS_TYPE_HORIZONTAL_SCALING:
-        return p.steps[-1].message
-    if p.request_type == constants.OPS_TYPE_UPDATE_VERSION:
-        return f"Successfully updated the etcd version to {p.desired_version}"
-    return SUCCESS_MESSAGES[p.request_type]

@@ -1,4 +1,4 @@
-"""CA rollover, the provisioner's half: notice a renewed CA and file the ``EtcdOpsRequest`` that rolls it. The rolling itself is the ops engine's CA-rollover plan (:func:`opsmanager.ops.plan.rotate_variant`).
+"""CA rollover, the provisioner's half: notice a renewed CA and file the ``EtcdOpsRequest`` that rolls it. The rolling itself is the ops engine's CA-rollover plan (:func:`opsmanager.ops.operations.reconfigure_tls.plans.rotate_variant`).
 
 cert-manager renews the CA behind a CA Issuer on its own schedule (a CA ``Certificate`` with ``rotationPolicy:
 Always``), and a user may replace the CA Secret. etcd loads CA files only at start, so a leaf of the new CA must not

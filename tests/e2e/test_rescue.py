@@ -33,7 +33,7 @@ from opsmanager.api import conditions, constants, tlschange
 from opsmanager.cluster import naming
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
-from opsmanager.ops import plan
+from opsmanager.ops.operations.reconfigure_tls import plans as tls_plans
 from tests.e2e import tier
 from tests.polling import aeventually
 
@@ -176,7 +176,7 @@ async def test_expired_leaves_are_rescued_by_auto_renew_without_a_restart_and_wi
         assert first["spec"].get("apply") == constants.APPLY_ALWAYS  # the expired cluster is not Ready
         done = await sc.watch_request(first["metadata"]["name"], timeout=150)
         assert done["status"]["phase"] == constants.PHASE_FAILED, done["status"]  # no Issuer: it cannot issue
-        assert tlschange.recorded_plan(done) == plan.RotateVariant.RESCUE_LEAVES.value
+        assert tlschange.recorded_plan(done) == tls_plans.RotateVariant.RESCUE_LEAVES.value
         assert f"{db}-0 client notAfter" in rescue_condition(done)["message"]
         failed = conditions.get_condition(done["status"]["conditions"], constants.COND_FAILED)
         assert failed is not None and "not found" in failed["message"], failed  # cert-manager's reason
@@ -207,7 +207,7 @@ async def test_expired_leaves_are_rescued_by_auto_renew_without_a_restart_and_wi
         # cert-manager renews the expired leaves as soon as the Issuer is back, and the gate releases them: when
         # that came before the retry started, the retry finds nothing expired and is a plain rotate (no rescue).
         retry_plan = tlschange.recorded_plan(ok)
-        assert retry_plan in (plan.RotateVariant.RESCUE_LEAVES.value, plan.RotateVariant.HOT_RELOAD.value)
+        assert retry_plan in (tls_plans.RotateVariant.RESCUE_LEAVES.value, tls_plans.RotateVariant.HOT_RELOAD.value)
         await read_keys(sc, db, written)
     assert pods.restarts() == {p: 0 for p in naming.pods(db, 3)}, pods.uids
     assert pids.restarts() == {p: 0 for p in naming.pods(db, 3)}, pids.pids
@@ -305,7 +305,7 @@ async def test_an_expired_ca_comes_back_by_itself_and_with_a_plain_rotate_filed_
             assert all(r["status"]["phase"] in constants.TERMINAL_OPS_PHASES for r in finished)
             ok = [r for r in finished if r["status"]["phase"] == constants.PHASE_SUCCESSFUL]
             rescues = [r for r in ok if tlschange.recorded_plan(r)
-                       == plan.RotateVariant.RESCUE_CA.value]
+                       == tls_plans.RotateVariant.RESCUE_CA.value]
             assert len(rescues) == 1, [(r["metadata"]["name"], r["status"]) for r in finished]
             rescue = rescues[0]
             assert "the CA every member loaded has expired" in rescue_condition(rescue)["message"]
@@ -330,7 +330,7 @@ async def test_an_expired_ca_comes_back_by_itself_and_with_a_plain_rotate_filed_
     await sc.submit("after-rescue", alone, constants.OPS_TYPE_RECONFIGURE_TLS, tls={"rotateCertificates": True})
     after = await sc.watch_request("after-rescue", timeout=120)
     assert after["status"]["phase"] == constants.PHASE_SUCCESSFUL, after["status"]
-    assert tlschange.recorded_plan(after) == plan.RotateVariant.HOT_RELOAD.value
+    assert tlschange.recorded_plan(after) == tls_plans.RotateVariant.HOT_RELOAD.value
     assert conditions.get_condition(after["status"]["conditions"], constants.COND_RESTART_PODS) is None
 
 
@@ -360,7 +360,7 @@ async def test_a_valid_cluster_whose_members_are_all_stopped_is_never_rescued(sc
         return tlschange.recorded_plan(req)
 
     variant = await aeventually(observed, timeout=60, interval=0.5, what="the rotate's plan observed")
-    assert variant == plan.RotateVariant.HOT_RELOAD.value
+    assert variant == tls_plans.RotateVariant.HOT_RELOAD.value
     req = await sc.request("rotate-stopped") or {}
     assert tlschange.rescue_reason(req) is None
     await sc.k.delete(constants.OPS_API_VERSION, constants.OPS_KIND, sc.namespace, "rotate-stopped")

@@ -24,7 +24,7 @@ import pytest
 from opsmanager import pki
 from opsmanager.api import conditions, constants, tlschange
 from opsmanager.api import etcd as etcd_api
-from opsmanager.ops import plan
+from opsmanager.ops.operations.reconfigure_tls import plans as tls_plans
 from opsmanager.tls import gate, release, rollover
 from tests.ops import test_engine_operations as operations
 from tests.ops import test_engine_resume as resume
@@ -104,7 +104,7 @@ async def test_the_rollover_widens_releases_verifies_and_narrows_restarting_each
     before = await bundle_cas(world)
     req = await world.run(name)
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
-    assert tlschange.recorded_plan(req) == plan.RotateVariant.CA_ROLLOVER.value
+    assert tlschange.recorded_plan(req) == tls_plans.RotateVariant.CA_ROLLOVER.value
     assert w.umbrella(req) == ORDER
     await operations.assert_rolled_safely(world, ROLLOVER)
     assert before == ["ca-a-ca"] and await bundle_cas(world) == ["ca-a-renewed"]
@@ -128,7 +128,7 @@ async def test_a_same_ca_rotate_is_observed_as_such_and_restarts_nothing(world: 
     await world.request("rotate", "db", "ReconfigureTLS", tls={"rotateCertificates": True})
     req = await world.run("rotate")
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL
-    assert tlschange.recorded_plan(req) == plan.RotateVariant.HOT_RELOAD.value
+    assert tlschange.recorded_plan(req) == tls_plans.RotateVariant.HOT_RELOAD.value
     assert world.record.creations == {}
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from opsmanager import pki
 from opsmanager.api import conditions, constants, tlschange
-from opsmanager.ops import plan
+from opsmanager.ops.operations.reconfigure_tls import plans as tls_plans
 from tests.ops import test_engine_operations as operations
 from tests.ops import test_engine_resume as resume
 from tests.ops import world as w
@@ -85,7 +85,7 @@ async def test_expired_leaves_are_rescued_at_once_without_restarting_any_member(
     await rotate(world)
     req = await world.run("rotate")
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
-    assert tlschange.recorded_plan(req) == plan.RotateVariant.RESCUE_LEAVES.value
+    assert tlschange.recorded_plan(req) == tls_plans.RotateVariant.RESCUE_LEAVES.value
     assert w.umbrella(req) == LEAVES_ORDER
     message = rescue_message(req)
     assert "db-0 client notAfter" in message and "RescueLeaves" in message, message
@@ -99,7 +99,7 @@ async def test_an_expired_ca_is_rescued_by_restarting_every_member_together_once
     await rotate(world)
     req = await world.run("rotate")
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
-    assert tlschange.recorded_plan(req) == plan.RotateVariant.RESCUE_CA.value
+    assert tlschange.recorded_plan(req) == tls_plans.RotateVariant.RESCUE_CA.value
     assert w.umbrella(req) == CA_ORDER
     assert "the CA every member loaded has expired" in rescue_message(req)
     assert sorted(world.record.deletions) == operations.PODS and world.record.evictions == []
@@ -165,7 +165,7 @@ async def test_a_valid_cluster_with_every_member_down_is_never_rescued(world: w.
     await rotate(world)
     await world.engine().reconcile(w.NS, "rotate")  # New -> Progressing: observes the variant
     req = await world.get_request("rotate")
-    assert tlschange.recorded_plan(req) == plan.RotateVariant.HOT_RELOAD.value
+    assert tlschange.recorded_plan(req) == tls_plans.RotateVariant.HOT_RELOAD.value
     assert tlschange.rescue_reason(req) is None
 
 
@@ -196,11 +196,11 @@ async def test_a_scan_from_before_the_last_request_does_not_choose_a_rescue(worl
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     chosen = await _down_with_an_expired_scan(world, scanned=now - datetime.timedelta(seconds=30),
                                               other_ended=now - datetime.timedelta(seconds=5))
-    assert chosen == plan.RotateVariant.HOT_RELOAD.value
+    assert chosen == tls_plans.RotateVariant.HOT_RELOAD.value
 
 
 async def test_a_scan_after_the_last_request_still_judges_members_that_do_not_answer(world: w.World) -> None:
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     chosen = await _down_with_an_expired_scan(world, scanned=now - datetime.timedelta(seconds=5),
                                               other_ended=now - datetime.timedelta(seconds=30))
-    assert chosen != plan.RotateVariant.HOT_RELOAD.value
+    assert chosen != tls_plans.RotateVariant.HOT_RELOAD.value

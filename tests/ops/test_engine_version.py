@@ -14,7 +14,7 @@ import pytest
 from opsmanager.api import conditions, constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
-from opsmanager.ops import plan
+from opsmanager.ops import operations, plan
 from tests.ops import world as w
 
 PODS = ("db-0", "db-1", "db-2")
@@ -94,9 +94,9 @@ def test_the_upgrade_path(monkeypatch: pytest.MonkeyPatch, start: str, target: s
                                        "spec": {"version": target, "replicas": 3}})  # spec.version already written
     if refused is not None:
         with pytest.raises(ValueError, match=refused):
-            plan.plan_for(db, version_request(target, start))
+            operations.plan_for(db, version_request(target, start))
         return
-    steps = plan.plan_for(db, version_request(target, start)).steps
+    steps = operations.plan_for(db, version_request(target, start)).steps
     downgrade = [s for s in steps if isinstance(s, plan.EnableDowngrade)]
     assert [s.version for s in downgrade] == (["3.5"] if start.startswith("3.6") and target.startswith("3.5") else [])
     apply = next(s for s in steps if isinstance(s, plan.ApplyStatefulSet))

@@ -45,15 +45,26 @@ def set_conditions(source: str) -> set[str]:
     return found
 
 
+def _step_class_name(func: ast.expr) -> str | None:
+    """``X`` of a call to ``X(…)`` or ``plan.X(…)`` (the type modules import the plan module)."""
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "plan":
+        return func.attr
+    return None
+
+
 def declared_steps() -> list[tuple[str, str]]:
-    """(condition, StepKind name) of every step the plans declare: ``<StepClass>(constants.COND_…, …)``."""
+    """(condition, StepKind name) of every step the plans declare: ``<StepClass>(constants.COND_…, …)``, in the
+    plan module and in every operation type's module."""
     out = []
-    for node in ast.walk(ast.parse((OPS / "plan.py").read_text())):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args and \
-                isinstance(node.args[0], ast.Attribute) and node.args[0].attr.startswith("COND_"):
-            step_class = getattr(plan, node.func.id)
-            assert issubclass(step_class, plan.Step), node.func.id
-            out.append((getattr(constants, node.args[0].attr), step_class.kind.name))
+    for path in [OPS / "plan.py", *sorted((OPS / "operations").rglob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and (name := _step_class_name(node.func)) is not None and node.args and \
+                    isinstance(node.args[0], ast.Attribute) and node.args[0].attr.startswith("COND_"):
+                step_class = getattr(plan, name)
+                assert issubclass(step_class, plan.Step), name
+                out.append((getattr(constants, node.args[0].attr), step_class.kind.name))
     return out
 
 

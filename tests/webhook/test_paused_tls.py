@@ -4,7 +4,7 @@ We test these aspects, on the pure rule (``validation.validate_etcd``) with the 
 - allowed: an Etcd that is not paused; one paused by someone else (a person); a request-held Etcd whose update
   leaves ``spec.tls`` as it is (another field changes), without even reading the request;
 - allowed: exactly what the holding request's ``UpdateDatabase`` writes — add, rotate (nothing), issuer change,
-  certificate fields, remove —, computed by the engine's own ``ops.plan.desired_tls``; also spelled without the
+  certificate fields, remove —, computed by the engine's own ``tls_plans.desired_tls``; also spelled without the
   defaults, and folded into the ``spec.tls`` the engine recorded on the request when it started;
 - refused with the request named: any other change of ``spec.tls`` while the request holds the Etcd (a change on
   top of the request's, a change during a rotate or a Restart, the engine's write for another request);
@@ -25,7 +25,7 @@ import pytest
 from opsmanager.api import conditions, constants, pause
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
-from opsmanager.ops import plan
+from opsmanager.ops.operations.reconfigure_tls import plans as tls_plans
 from opsmanager.webhook import admission, validation
 
 NS = "demo"
@@ -74,11 +74,11 @@ def with_tls(obj: Obj, tls: Obj | None) -> Obj:
 
 
 def engine_write(old: Obj, req: Obj) -> Obj | None:
-    """What the engine's UpdateDatabase writes: ``ops.plan.desired_tls`` (the engine's name) of the Etcd's TLS."""
+    """What the engine's UpdateDatabase writes: ``tls_plans.desired_tls`` (the engine's name) of the Etcd's TLS."""
     current = etcd_api.Etcd.model_validate(old).spec.tls
     req_tls = ops_api.EtcdOpsRequest.model_validate(req).spec.tls
     assert req_tls is not None
-    desired = plan.desired_tls(current, req_tls)
+    desired = tls_plans.desired_tls(current, req_tls)
     return desired.to_dict() if desired is not None else None
 
 

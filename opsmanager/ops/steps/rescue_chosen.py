@@ -1,7 +1,7 @@
 """``RescuePlanChosen`` (rescue): say that the rescue plan runs and why.
 
 The reason is what the engine observed when the request started (expired served leaves, member/port/notAfter, or
-an expired loaded CA; :func:`opsmanager.ops.plan.rescue_reason`), recorded in the request's
+an expired loaded CA; :func:`opsmanager.ops.operations.reconfigure_tls.plans.rescue_reason`), recorded in the request's
 ``status.origin`` with the plan itself, so an operator restarted mid-run says the same. The
 step changes nothing in the cluster.
 """

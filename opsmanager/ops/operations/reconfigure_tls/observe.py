@@ -1,27 +1,35 @@
 """What the engine observes to choose a plan's variant once, when a request starts: for a rotate, whether a CA
 was renewed that not every member has loaded (CA rollover); for any TLS request, which served leaves and loaded CAs
-have already expired (rescue). Decided by expiry, never by reachability."""
+have already expired (rescue). Decided by expiry, never by reachability.
+
+:func:`variant` is the type's ``observe`` (recorded in ``status.origin``); :func:`expired` is what the queue asks
+before it starts a rescue on an Etcd that is not Ready."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import logging
 from typing import Any
 
 from opsmanager import kube, pki
-from opsmanager.api import conditions, constants
+from opsmanager.api import conditions, constants, tlschange
 from opsmanager.api import etcd as etcd_api
 from opsmanager.cluster import render
 from opsmanager.etcd import errors as etcd_errors
-from opsmanager.ops import context, plan
+from opsmanager.ops import context
+from opsmanager.ops.operations.reconfigure_tls import plans
 from opsmanager.tls import gate, release, rollover
 
+log = logging.getLogger("opsmanager.ops")
 
-async def observe_rotation(client: kube.Kube, db: etcd_api.Etcd) -> plan.RotateObservation:
-    """What decides a rotate's plan (:func:`plan.rotate_variant`): the sources the gate holds as ``UntrustedCA``
+
+async def observe_rotation(client: kube.Kube, db: etcd_api.Etcd) -> plans.RotateObservation:
+    """What decides a rotate's plan (:func:`plans.rotate_variant`): the sources the gate holds as ``UntrustedCA``
     against the CAs every member has loaded, and whether a CA Issuer signs with a CA not loaded by every member."""
     tls = db.spec.tls
     if tls is None:
-        return plan.RotateObservation()
+        return plans.RotateObservation()
     loaded = await release.loaded(client, db)
     ns = db.metadata.namespace or "default"
     untrusted = []
@@ -33,7 +41,7 @@ async def observe_rotation(client: kube.Kube, db: etcd_api.Etcd) -> plan.RotateO
             untrusted.append(verdict.secret)
     issuers = await rollover.issuer_cas(client, db, tls)
     unloaded = bool(rollover.renewed_cas(issuers, loaded, _now()))
-    return plan.RotateObservation(tuple(untrusted), unloaded)
+    return plans.RotateObservation(tuple(untrusted), unloaded)
 
 
 def _now() -> datetime.datetime:
@@ -112,3 +120,59 @@ async def observe_expiry(ctx: context.OpsContext) -> tuple[tuple[str, ...], tupl
     if infos and all(i.not_after < now for i in infos):
         cas = tuple(f"{i.subject} notAfter {conditions.rfc3339(i.not_after)}" for i in infos)
     return tuple(expired), cas
+
+
+async def _expired_or_nothing(ctx: context.OpsContext) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """:func:`observe_expiry`, or nothing expired when no member can be asked at all (then judged by ``status.tls``
+    alone, as a member that does not answer)."""
+    try:
+        return await observe_expiry(ctx)
+    except etcd_errors.EtcdError as err:
+        log.info("EtcdOpsRequest %s/%s: reading served leaves: %s", ctx.namespace, ctx.name, err)
+        return (), ()
+
+
+async def expired(ctx: context.OpsContext) -> str:
+    """What expired (the rescue's reason), when the Etcd's certificates expired and nothing else keeps it from
+    Ready (every member's pod exists); ``""`` otherwise."""
+    pods = await ctx.pods()
+    missing = [p for p in ctx.pod_names() if p not in pods or pods[p]["metadata"].get("deletionTimestamp")]
+    if ctx.db.spec.tls is None or missing:  # a member missing is more than expiry
+        return ""
+    leaves, cas = await _expired_or_nothing(ctx)
+    if not leaves and not cas:
+        return ""
+    return plans.rescue_reason(plans.RotateObservation(expired_leaves=leaves, expired_cas=cas))
+
+
+async def variant(ctx: context.OpsContext) -> plans.RotateVariant:
+    """Which rotate plan this request runs: observed once, when it starts (no step condition yet), and recorded in
+    ``status.origin`` with the TLS it started from — the plan never changes mid-run. A request that is not a
+    rotate, or started before the record existed, is ``HOT_RELOAD``."""
+    spec = ctx.spec
+    if spec.tls is None or not spec.tls.rotate_certificates:
+        return plans.RotateVariant.HOT_RELOAD
+    raw = tlschange.recorded_plan(ctx.request)
+    if raw is not None:
+        try:
+            return plans.RotateVariant(raw)
+        except ValueError:
+            return plans.RotateVariant.HOT_RELOAD
+    if any(c.get("type") != constants.COND_PENDING for c in ctx.conditions) or ctx.db.spec.tls is None:
+        return plans.RotateVariant.HOT_RELOAD
+    seen = await observe_rotation(ctx.kube, ctx.db)
+    leaves, cas = await _expired_or_nothing(ctx)
+    seen = dataclasses.replace(seen, expired_leaves=leaves, expired_cas=cas)
+    chosen = plans.rotate_variant(seen)
+    origin = ctx.recorded("origin")
+    if not origin:  # started by an older engine: its record (an annotation) carries over with the plan
+        origin = {"observedAt": conditions.rfc3339(ctx.now)}
+        if ctx.tls_before is not None:
+            origin["tls"] = ctx.tls_before
+    origin["plan"] = chosen.value
+    if reason := plans.rescue_reason(seen):
+        origin["rescueReason"] = reason
+        log.info("EtcdOpsRequest %s/%s: %s", ctx.namespace, ctx.name, reason)
+    ctx.record("origin", origin)
+    await ctx.flush()  # on record before any step acts on it
+    return chosen

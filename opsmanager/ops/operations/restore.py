@@ -1,0 +1,54 @@
+"""``Restore``: every member replaced together from a snapshot of the Etcd's ``spec.backup`` destination — the
+snapshot found and checked before anything changes, the plan for the members' init containers written, the
+restored data verified — then the plan withdrawn and the restore recorded on the Etcd."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from opsmanager.api import conditions, constants
+from opsmanager.api import etcd as etcd_api
+from opsmanager.api import opsrequest as ops_api
+from opsmanager.cluster import naming
+from opsmanager.ops import context, plan
+from opsmanager.ops.operations import base
+
+
+def plan_restore(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest, seen: enum.Enum | None = None) -> plan.Plan:
+    spec = request.spec
+    source = spec.restore.source if spec.restore is not None else None
+    if not source:
+        raise ValueError("spec.restore.source can not be empty")
+    if db.spec.backup is None:
+        raise ValueError(f"Etcd {db.metadata.name} has no spec.backup: a Restore reads from its destination")
+    restore = (
+        plan.running(f"Etcd ops request is restoring the cluster from {source}"),
+        plan.VerifySnapshot(constants.COND_SNAPSHOT_VERIFIED, "The snapshot is whole and as recorded",
+                            source=source),
+        plan.RestoreMembers(constants.COND_MEMBERS_RESTORED, "Every member was restored from the snapshot"),
+        plan.VerifyRestore(constants.COND_RESTORE_VERIFIED, "Every member holds the snapshot's keys"),
+        plan.update_database("Successfully restored the cluster from the snapshot"),
+    )
+    return plan.Plan(spec.type, None, db.spec.tls, restore)
+
+
+async def write_back(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+    """The plan is removed (a member's init container then does nothing) and the Etcd records the snapshot it was
+    restored from (``status.backup.lastRestore``)."""
+    await ctx.kube.delete("v1", "ConfigMap", ctx.namespace, naming.restore_plan(ctx.db_name))
+    record = ctx.recorded("snapshot")
+
+    def restored(st: dict[str, Any]) -> dict[str, Any]:
+        backup = {**(st.get("backup") or {}), "lastRestore": {"key": record.get("key"), "revision":
+                                                              record.get("revision"), "request": ctx.name,
+                                                              "at": conditions.rfc3339(ctx.now)}}
+        return {**st, "backup": backup}
+
+    await ctx.kube.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name,
+                                   restored)
+    return context.Done(step.message)
+
+
+OPERATION = base.Operation(constants.OPS_TYPE_RESTORE, plan_restore,
+                           "Successfully restored the etcd cluster from the snapshot", write_back=write_back)
