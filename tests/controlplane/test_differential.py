@@ -5,6 +5,7 @@ alone (tests/controlplane/test_kubernetes.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import pathlib
@@ -55,8 +56,10 @@ async def prepared(k: kube.Kube) -> kube.Kube:
             pass
     await aeventually(lambda: established(k), timeout=60, what="the CRDs established")
     await k.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    # no ServiceAccount controller beside this kube-apiserver: a pod's admission needs the default one
-    await k.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": NS}})
+    # no ServiceAccount controller beside this kube-apiserver: a pod's admission needs the default one (already
+    # there when a create answered late was tried again, as on a loaded machine)
+    with contextlib.suppress(kube.AlreadyExists):
+        await k.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": NS}})
     await k.create(copy.deepcopy(ETCD))
     await k.create(copy.deepcopy(REQUEST))
     return k
