@@ -12,7 +12,7 @@ What is played, by :meth:`World.settle` — called after every reconcile, so it 
 - cert-manager: a Certificate with no Secret, a changed spec or ``Issuing=True`` gets a Secret with a fresh leaf
   from its issuer's CA (one CA per issuer name), ``Ready=True`` and ``revision + 1`` — its *source* Secret
   (``<db>-<alias>-issued``): the pods mount the Secrets the operator releases through the gate, as in production;
-- etcd: a :class:`~opsmanager.etcd.fake.FakeCluster` — a member stops when its pod is deleted and starts when the
+- etcd: a :class:`~tests.fakes.etcd.FakeCluster` — a member stops when its pod is deleted and starts when the
   pod is recreated, serving the certificates of the Secrets its pod template mounts;
 - the kubelet's volume refresh and etcd's hot reload of its leaf: a running member serves whatever leaf its pod's
   Secrets hold now (one settle after a change), except a pod annotated with the sandbox kubelet's test-only
@@ -39,13 +39,14 @@ from opsmanager.api import conditions, constants, crdgen
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import pause as pause_api
 from opsmanager.cluster import naming, render
-from opsmanager.etcd import access, client, fake
+from opsmanager.etcd import access, client
 from opsmanager.ops import engine
 from opsmanager.provisioner import applying
 from opsmanager.tls import material, release
 from opsmanager_sandbox import apiserver as sandbox_apiserver
 from opsmanager_sandbox import kubelet as sandbox_kubelet
 from opsmanager_sandbox import statefulset as sandbox_statefulset
+from tests.fakes import etcd as fake
 
 NS = "ops"
 CERT_API = "cert-manager.io/v1"
