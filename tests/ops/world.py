@@ -38,10 +38,9 @@ from opsmanager import kube, pki
 from opsmanager.api import conditions, constants, crdgen
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import pause as pause_api
-from opsmanager.cluster import naming, render
+from opsmanager.cluster import naming, render, statefulset
 from opsmanager.etcd import access, client
 from opsmanager.ops import engine
-from opsmanager.provisioner import applying
 from opsmanager.tls import material, release
 from opsmanager_sandbox import apiserver as sandbox_apiserver
 from opsmanager_sandbox import kubelet as sandbox_kubelet
@@ -327,7 +326,7 @@ class World:
             cas = [material.secret_bytes(await self.kube.get("v1", "Secret", NS, render.secret_name(db, db.spec.tls, a)),
                                       "ca.crt") for a in constants.CERT_ALIASES]
             await release.write_bundle(self.kube, db, pki.bundle(*[c for c in cas if c]), initial=True)
-        await applying.apply_statefulset(self.kube, db)
+        await statefulset.apply_statefulset(self.kube, db)
         if self.budget:
             await self.kube.apply(render.render_pdb(db))
         for _ in range(3):
@@ -533,7 +532,7 @@ class World:
             args = sts["spec"]["template"]["spec"]["containers"][0]["args"]
             state = f"--initial-cluster-state={render.initial_cluster_state(db)}"
             if sts["spec"].get("replicas") != db.spec.replicas or state not in args:
-                await applying.apply_statefulset(self.kube, db)
+                await statefulset.apply_statefulset(self.kube, db)
 
     async def _statefulset(self, sts: Obj) -> None:
         template = sts["spec"]["template"]

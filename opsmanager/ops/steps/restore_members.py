@@ -26,9 +26,8 @@ from __future__ import annotations
 
 from opsmanager.api import auth, constants
 from opsmanager.backup import restoreplan
-from opsmanager.cluster import credentials, members, naming, render
+from opsmanager.cluster import credentials, members, naming, render, statefulset
 from opsmanager.ops import context, plan, restart
-from opsmanager.provisioner import applying
 
 # The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
 CONDITIONS: tuple[str, ...] = (constants.COND_MEMBERS_RESTORED,)
@@ -92,7 +91,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
         if missing is not None:
             return missing
         await ctx.kube.apply(config_map(ctx, restore_plan(ctx)))
-        sts = await applying.apply_statefulset(ctx.kube, ctx.db, render.Wiring.steady(ctx.db.spec.tls),
+        sts = await statefulset.apply_statefulset(ctx.kube, ctx.db, render.Wiring.steady(ctx.db.spec.tls),
                                                restarted_at=f"{ctx.name}/{step.condition}")
         status = sts.get("status") or {}
         if status.get("observedGeneration", 0) < sts["metadata"].get("generation", 0):
