@@ -92,6 +92,8 @@ def test_wheel_holds_one_top_level_package(wheel: pathlib.Path) -> None:
     assert not [n for n in names if "sandbox" in n and not n.endswith(".dist-info/METADATA")], \
         [n for n in names if "sandbox" in n]
     assert not [n for n in names if n.startswith(("e2e/", "tests/", "webhooks/", "opsmanager_sandbox/"))]
+    # Test doubles stay with the tests: nothing in the product imports them.
+    assert not [n for n in names if "fake" in n.rsplit("/", 1)[-1]], [n for n in names if "fake" in n]
     # Runtime requirements carry no sandbox, test or codegen dependency (test and codegen sit behind extras).
     runtime = [line for line in metadata.splitlines()
                if line.startswith("Requires-Dist:") and "extra ==" not in line]

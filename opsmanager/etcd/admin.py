@@ -3,7 +3,7 @@
 The engine never names :class:`~opsmanager.etcd.client.EtcdClient`; it receives an :data:`AdminFactory` (on the
 :class:`~opsmanager.ops.engine.Engine` constructor, handed to every :class:`~opsmanager.ops.context.OpsContext`)
 that turns the member endpoints and the operator's TLS identity of one reconcile into an ``EtcdAdmin``. The real
-one is :func:`connect` (the gRPC client); tests inject :class:`opsmanager.etcd.fake.FakeCluster`'s factory.
+one is :func:`connect` (the gRPC client); tests inject the tests' in-memory ``FakeCluster`` (``tests/fakes/etcd.py``, not shipped)'s factory.
 
 The value types (:class:`~opsmanager.etcd.client.MemberStatus`, ``Member``, ``LeaderMove``, ``Recovery``) and
 the error hierarchy (:mod:`opsmanager.etcd.errors`) are shared by every implementation: a fake must raise the

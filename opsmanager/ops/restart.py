@@ -39,11 +39,10 @@ from typing import Any
 
 from opsmanager import kube, metrics
 from opsmanager.api import conditions, constants
-from opsmanager.cluster import members, naming
+from opsmanager.cluster import members, naming, statefulset
 from opsmanager.etcd import admin
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan, rollout
-from opsmanager.provisioner import applying
 from opsmanager.tls import serials
 
 T, F = constants.TRUE, constants.FALSE
@@ -258,7 +257,7 @@ async def apply_template(ctx: context.OpsContext, step: Templated) -> context.St
     if await ctx.statefulset() is None:
         return context.Fail(f"StatefulSet {ctx.namespace}/{ctx.db_name} does not exist", reason="NoStatefulSet")
     try:
-        sts = await applying.apply_statefulset(ctx.kube, ctx.db, step.wiring, restarted_at=restart_token(ctx, step),
+        sts = await statefulset.apply_statefulset(ctx.kube, ctx.db, step.wiring, restarted_at=restart_token(ctx, step),
                                                before_write=lambda: _before_write(ctx, step))
     except kube.Conflict:
         return context.Progress("the StatefulSet changed while it was updated; retrying", delay=0.1)

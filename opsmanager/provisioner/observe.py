@@ -16,10 +16,10 @@ import logging
 
 from opsmanager import kube
 from opsmanager.api import etcd as etcd_api
-from opsmanager.cluster import credentials, health, members, naming
+from opsmanager.cluster import credentials, health, members, naming, statefulset
 from opsmanager.etcd import access, pool
 from opsmanager.etcd import errors as etcd_errors
-from opsmanager.provisioner import applying, auth
+from opsmanager.provisioner import auth
 from opsmanager.tls import identity as tls_identity
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ async def observe(k: kube.Kube, db: etcd_api.Etcd) -> health.Verdict:
     pods = await members.pods(k, ns, name)
     nodes_down = await members.down_nodes(k, pods)
 
-    schemes = applying.client_schemes(sts)
+    schemes = statefulset.client_schemes(sts)
     identity: access.TLSIdentity | None = None
     blocked = ""
     if "https" in schemes:

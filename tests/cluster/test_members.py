@@ -12,7 +12,7 @@ from typing import Any
 
 from opsmanager import kube
 from opsmanager.cluster import members
-from opsmanager.etcd import fake
+from tests.fakes import etcd as fake
 
 NS, DB = "demo", "db"
 NAMES = ["db-0", "db-1", "db-2"]

@@ -1,4 +1,4 @@
-"""The in-memory etcd (:mod:`opsmanager.etcd.fake`) answers as the real admin client does.
+"""The in-memory etcd (:mod:`tests.fakes.etcd`) answers as the real admin client does.
 
 We test these aspects: MoveLeader to a follower is accepted and starts a new term; to a non-member or a learner it
 raises ``BadLeaderTransferee`` and to a member that is down ``LeaderTransferTimeout`` (the real client's typed
@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 from opsmanager import pki
-from opsmanager.etcd import access, errors, fake
+from opsmanager.etcd import access, errors
+from tests.fakes import etcd as fake
 
 NAMES = ["e-0", "e-1", "e-2"]
 

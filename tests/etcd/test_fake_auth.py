@@ -1,4 +1,4 @@
-"""The in-memory etcd's auth and snapshots (:mod:`opsmanager.etcd.fake`) answer as the real client does against
+"""The in-memory etcd's auth and snapshots (:mod:`tests.fakes.etcd`) answer as the real client does against
 etcd 3.5/3.6 (tests/etcd/test_auth_live.py checks those answers on real members).
 
 We test these aspects: AuthEnable needs ``root`` with the role ``root`` (``RootUserNotExist``,
@@ -20,7 +20,8 @@ import pathlib
 import pytest
 
 from opsmanager import pki
-from opsmanager.etcd import access, errors, fake
+from opsmanager.etcd import access, errors
+from tests.fakes import etcd as fake
 
 NAMES = ["e-0", "e-1", "e-2"]
 ROOT = access.Credentials("root", "root-pw")

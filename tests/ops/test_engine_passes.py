@@ -20,10 +20,9 @@ from typing import Any
 from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.api import etcd as etcd_api
-from opsmanager.cluster import naming, render
+from opsmanager.cluster import naming, render, statefulset
 from opsmanager.etcd import access, pool
 from opsmanager.ops import context, engine
-from opsmanager.provisioner import applying
 from tests.ops import world as w
 
 
@@ -112,9 +111,9 @@ async def test_apply_statefulset_renders_again_only_when_an_input_or_the_live_ob
         return real(*args, **kwargs)
 
     monkeypatch.setattr(render, "render_statefulset", counting)
-    applying._IN_SYNC.clear()
-    live = await applying.apply_statefulset(world.kube, db)
-    again = await applying.apply_statefulset(world.kube, db)
+    statefulset._IN_SYNC.clear()
+    live = await statefulset.apply_statefulset(world.kube, db)
+    again = await statefulset.apply_statefulset(world.kube, db)
     assert len(renders) == 1, "the same render against the same live object was rendered twice"
     assert again["metadata"]["resourceVersion"] == live["metadata"]["resourceVersion"]
 
@@ -122,17 +121,17 @@ async def test_apply_statefulset_renders_again_only_when_an_input_or_the_live_ob
     edited = copy.deepcopy(again)
     edited["spec"]["template"]["spec"]["containers"][0]["image"] = "example.invalid/etcd:edited"
     await world.kube.replace(edited)
-    fixed = await applying.apply_statefulset(world.kube, db)
+    fixed = await statefulset.apply_statefulset(world.kube, db)
     assert len(renders) == 2
     assert fixed["spec"]["template"]["spec"]["containers"][0]["image"] == f"quay.io/coreos/etcd:v{db.spec.version}"
 
     # A new restart token is a new input: rendered, and written (a new revision for the engine's pass).
-    bumped = await applying.apply_statefulset(world.kube, db, restarted_at="r/RestartPods")
+    bumped = await statefulset.apply_statefulset(world.kube, db, restarted_at="r/RestartPods")
     assert len(renders) == 3
-    assert applying.live_restarted_at(bumped) == "r/RestartPods"
-    await applying.apply_statefulset(world.kube, db, restarted_at="r/RestartPods")
+    assert statefulset.live_restarted_at(bumped) == "r/RestartPods"
+    await statefulset.apply_statefulset(world.kube, db, restarted_at="r/RestartPods")
     assert len(renders) == 4, "the write's answer is not remembered as in sync (only a compare that found it so is)"
-    await applying.apply_statefulset(world.kube, db, restarted_at="r/RestartPods")
+    await statefulset.apply_statefulset(world.kube, db, restarted_at="r/RestartPods")
     assert len(renders) == 4
 
 

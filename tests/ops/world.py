@@ -12,7 +12,7 @@ What is played, by :meth:`World.settle` — called after every reconcile, so it 
 - cert-manager: a Certificate with no Secret, a changed spec or ``Issuing=True`` gets a Secret with a fresh leaf
   from its issuer's CA (one CA per issuer name), ``Ready=True`` and ``revision + 1`` — its *source* Secret
   (``<db>-<alias>-issued``): the pods mount the Secrets the operator releases through the gate, as in production;
-- etcd: a :class:`~opsmanager.etcd.fake.FakeCluster` — a member stops when its pod is deleted and starts when the
+- etcd: a :class:`~tests.fakes.etcd.FakeCluster` — a member stops when its pod is deleted and starts when the
   pod is recreated, serving the certificates of the Secrets its pod template mounts;
 - the kubelet's volume refresh and etcd's hot reload of its leaf: a running member serves whatever leaf its pod's
   Secrets hold now (one settle after a change), except a pod annotated with the sandbox kubelet's test-only
@@ -38,14 +38,14 @@ from opsmanager import kube, pki
 from opsmanager.api import conditions, constants, crdgen
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import pause as pause_api
-from opsmanager.cluster import naming, render
-from opsmanager.etcd import access, client, fake
+from opsmanager.cluster import naming, render, statefulset
+from opsmanager.etcd import access, client
 from opsmanager.ops import engine
-from opsmanager.provisioner import applying
 from opsmanager.tls import material, release
 from opsmanager_sandbox import apiserver as sandbox_apiserver
 from opsmanager_sandbox import kubelet as sandbox_kubelet
 from opsmanager_sandbox import statefulset as sandbox_statefulset
+from tests.fakes import etcd as fake
 
 NS = "ops"
 CERT_API = "cert-manager.io/v1"
@@ -326,7 +326,7 @@ class World:
             cas = [material.secret_bytes(await self.kube.get("v1", "Secret", NS, render.secret_name(db, db.spec.tls, a)),
                                       "ca.crt") for a in constants.CERT_ALIASES]
             await release.write_bundle(self.kube, db, pki.bundle(*[c for c in cas if c]), initial=True)
-        await applying.apply_statefulset(self.kube, db)
+        await statefulset.apply_statefulset(self.kube, db)
         if self.budget:
             await self.kube.apply(render.render_pdb(db))
         for _ in range(3):
@@ -532,7 +532,7 @@ class World:
             args = sts["spec"]["template"]["spec"]["containers"][0]["args"]
             state = f"--initial-cluster-state={render.initial_cluster_state(db)}"
             if sts["spec"].get("replicas") != db.spec.replicas or state not in args:
-                await applying.apply_statefulset(self.kube, db)
+                await statefulset.apply_statefulset(self.kube, db)
 
     async def _statefulset(self, sts: Obj) -> None:
         template = sts["spec"]["template"]

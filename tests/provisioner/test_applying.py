@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from opsmanager.api import etcd as etcd_api
-from opsmanager.cluster import naming, render
+from opsmanager.cluster import naming, render, statefulset
 from opsmanager.provisioner import applying
 
 
@@ -35,35 +35,35 @@ def as_live(rendered: dict[str, Any]) -> dict[str, Any]:
 
 
 def live_sts(db: etcd_api.Etcd, **kw: Any) -> dict[str, Any]:
-    return as_live(applying.desired_statefulset(render.render_statefulset(db, **kw), None))
+    return as_live(statefulset.desired_statefulset(render.render_statefulset(db, **kw), None))
 
 
 def test_is_subset_ignores_added_fields_but_not_changed_or_removed_items() -> None:
-    assert applying.is_subset({"a": 1, "b": {"c": [1, {"d": 2}]}}, {"a": 1, "x": 0, "b": {"c": [1, {"d": 2, "e": 3}]}})
-    assert not applying.is_subset({"a": 1}, {"a": 2})
-    assert not applying.is_subset({"a": [1, 2]}, {"a": [1]})
-    assert not applying.is_subset({"a": {"b": 1}}, {"a": None})
+    assert statefulset.is_subset({"a": 1, "b": {"c": [1, {"d": 2}]}}, {"a": 1, "x": 0, "b": {"c": [1, {"d": 2, "e": 3}]}})
+    assert not statefulset.is_subset({"a": 1}, {"a": 2})
+    assert not statefulset.is_subset({"a": [1, 2]}, {"a": [1]})
+    assert not statefulset.is_subset({"a": {"b": 1}}, {"a": None})
 
 
 def test_an_empty_field_the_api_server_omits_is_not_a_difference() -> None:
     # kube-apiserver drops `volumes: []` (omitempty): without this, a plaintext StatefulSet was PUT on every pass
-    assert applying.is_subset({"spec": {"volumes": [], "env": {}, "x": 1}}, {"spec": {"x": 1}})
-    assert not applying.is_subset({"spec": {"volumes": [{"name": "a"}]}}, {"spec": {}})
-    assert not applying.is_subset({"spec": {"volumes": []}}, {"spec": {"volumes": [{"name": "a"}]}})
+    assert statefulset.is_subset({"spec": {"volumes": [], "env": {}, "x": 1}}, {"spec": {"x": 1}})
+    assert not statefulset.is_subset({"spec": {"volumes": [{"name": "a"}]}}, {"spec": {}})
+    assert not statefulset.is_subset({"spec": {"volumes": []}}, {"spec": {"volumes": [{"name": "a"}]}})
 
 
 def test_unchanged_render_against_a_defaulted_live_object_writes_nothing() -> None:
     db = make_db(tls=True)
-    assert applying.statefulset_update(render.render_statefulset(db), live_sts(db)) is None
+    assert statefulset.statefulset_update(render.render_statefulset(db), live_sts(db)) is None
 
 
 def test_live_restarted_at_is_preserved() -> None:
     db = make_db()
     live = live_sts(db, template_annotations={naming.ANNOTATION_RESTARTED_AT: "2026-01-01T10:00:00Z"})
     rendered = render.render_statefulset(db)
-    assert applying.statefulset_update(rendered, live) is None  # the render lacks it, the live value is kept
+    assert statefulset.statefulset_update(rendered, live) is None  # the render lacks it, the live value is kept
     halted = render.render_statefulset(make_db(halted=True))
-    body = applying.statefulset_update(halted, live)
+    body = statefulset.statefulset_update(halted, live)
     assert body is not None
     assert body["spec"]["replicas"] == 0
     assert body["spec"]["template"]["metadata"]["annotations"][naming.ANNOTATION_RESTARTED_AT] == "2026-01-01T10:00:00Z"
@@ -73,7 +73,7 @@ def test_live_restarted_at_is_preserved() -> None:
 def test_restarted_at_given_by_the_engine_wins() -> None:
     db = make_db()
     live = live_sts(db, template_annotations={naming.ANNOTATION_RESTARTED_AT: "old"})
-    body = applying.statefulset_update(render.render_statefulset(db), live, restarted_at="new")
+    body = statefulset.statefulset_update(render.render_statefulset(db), live, restarted_at="new")
     assert body is not None
     assert body["spec"]["template"]["metadata"]["annotations"][naming.ANNOTATION_RESTARTED_AT] == "new"
 
@@ -83,7 +83,7 @@ def test_immutable_fields_keep_their_live_values() -> None:
     live = live_sts(db)
     live["spec"]["volumeClaimTemplates"][0]["spec"]["resources"] = {"requests": {"storage": "5Gi"}}
     bigger = make_db(storage={"resources": {"requests": {"storage": "9Gi"}}}, replicas=5)
-    body = applying.statefulset_update(render.render_statefulset(bigger), live)
+    body = statefulset.statefulset_update(render.render_statefulset(bigger), live)
     assert body is not None
     assert body["spec"]["replicas"] == 5
     assert body["spec"]["volumeClaimTemplates"] == live["spec"]["volumeClaimTemplates"]
@@ -95,7 +95,7 @@ def test_a_hand_edit_of_the_live_statefulset_is_reverted() -> None:
     db = make_db()
     live = live_sts(db)
     live["spec"]["template"]["spec"]["containers"][0]["args"].append("--snapshot-count=1")
-    body = applying.statefulset_update(render.render_statefulset(db), live)
+    body = statefulset.statefulset_update(render.render_statefulset(db), live)
     assert body is not None
     assert "--snapshot-count=1" not in body["spec"]["template"]["spec"]["containers"][0]["args"]
 
@@ -103,25 +103,25 @@ def test_a_hand_edit_of_the_live_statefulset_is_reverted() -> None:
 def test_a_field_removed_from_the_render_is_detected_by_the_hash() -> None:
     with_res = make_db(podTemplate={"spec": {"resources": {"limits": {"cpu": "1"}}}})
     live = live_sts(with_res)
-    body = applying.statefulset_update(render.render_statefulset(make_db()), live)
+    body = statefulset.statefulset_update(render.render_statefulset(make_db()), live)
     assert body is not None and "resources" not in body["spec"]["template"]["spec"]["containers"][0]
 
 
 def test_tls_mounted_and_client_schemes() -> None:
     plain, tls = render.render_statefulset(make_db()), render.render_statefulset(make_db(tls=True))
-    assert not applying.tls_mounted(plain) and applying.tls_mounted(tls)
-    assert applying.client_schemes(plain) == ("http",)
-    assert applying.client_schemes(tls) == ("https",)
+    assert not statefulset.tls_mounted(plain) and statefulset.tls_mounted(tls)
+    assert statefulset.client_schemes(plain) == ("http",)
+    assert statefulset.client_schemes(tls) == ("https",)
     db = make_db(tls=True)
     assert db.spec.tls is not None
     dual = render.render_statefulset(db, render.Wiring.dual(db.spec.tls, "http"))
-    assert applying.client_schemes(dual) == ("https", "http")
-    assert applying.client_schemes({"spec": {}}) == ("http",)
+    assert statefulset.client_schemes(dual) == ("https", "http")
+    assert statefulset.client_schemes({"spec": {}}) == ("http",)
 
 
 def test_pvc_names_of_the_members_only() -> None:
     pvcs = [{"metadata": {"name": n}} for n in ("data-db-0", "data-db-1", "data-db-x", "data-dbb-0", "other-db-0")]
-    assert applying.pvc_names(pvcs, "db") == ["data-db-0", "data-db-1"]
+    assert statefulset.pvc_names(pvcs, "db") == ["data-db-0", "data-db-1"]
 
 
 def test_parse_names_the_bad_field() -> None:
@@ -142,6 +142,6 @@ def test_defaults_inside_immutable_fields_do_not_trigger_an_update() -> None:
     live["spec"]["volumeClaimTemplates"][0].update(apiVersion="v1", kind="PersistentVolumeClaim",
                                                    status={"phase": "Pending"})
     live["spec"]["volumeClaimTemplates"][0]["spec"]["volumeMode"] = "Filesystem"
-    live["metadata"]["annotations"][applying.ANNOTATION_SPEC_HASH] = applying.desired_statefulset(
-        render.render_statefulset(db), None)["metadata"]["annotations"][applying.ANNOTATION_SPEC_HASH]
-    assert applying.statefulset_update(render.render_statefulset(db), live) is None
+    live["metadata"]["annotations"][statefulset.ANNOTATION_SPEC_HASH] = statefulset.desired_statefulset(
+        render.render_statefulset(db), None)["metadata"]["annotations"][statefulset.ANNOTATION_SPEC_HASH]
+    assert statefulset.statefulset_update(render.render_statefulset(db), live) is None

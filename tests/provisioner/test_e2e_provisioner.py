@@ -26,7 +26,7 @@ import yaml
 
 from opsmanager import kube, pki
 from opsmanager.api import conditions, constants
-from opsmanager.cluster import naming
+from opsmanager.cluster import naming, statefulset
 from opsmanager.etcd import access, client, errors
 from opsmanager.provisioner import applying
 from opsmanager.provisioner import status as prov_status
@@ -137,7 +137,7 @@ async def test_tls_etcd_from_a_ca_issuer_needs_the_client_certificate(env: Env) 
     await aeventually(lambda: ready(env, "secure"), timeout=WAIT, what="TLS Etcd Ready")
 
     sts = await env.k.get("apps/v1", "StatefulSet", NS, "secure")
-    assert sts is not None and applying.client_schemes(sts) == ("https",)
+    assert sts is not None and statefulset.client_schemes(sts) == ("https",)
     secret = await env.k.get("v1", "Secret", NS, "secure-client-cert")
     bundle = await env.k.get("v1", "Secret", NS, "secure-ca-bundle")
     assert secret is not None and bundle is not None

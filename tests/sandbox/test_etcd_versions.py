@@ -16,6 +16,8 @@ def test_the_tag_names_the_version(image: str, version: str | None) -> None:
     assert process.image_version(image) == version
 
 
+# Slow: it needs the binaries `make controlplane` builds, which `make test-fast` does not.
+@pytest.mark.slow
 def test_each_built_release_runs_its_own_binaries_and_3_5_1_runs_etcd_distros() -> None:
     build = realcp.build_module()
     for name in ("etcd-3.5", "etcd-3.6"):

@@ -10,10 +10,9 @@ from typing import Any
 from opsmanager.api import constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
-from opsmanager.cluster import naming, render
+from opsmanager.cluster import naming, render, statefulset
 from opsmanager.ops import context, plan
 from opsmanager.ops.operations import base
-from opsmanager.provisioner import applying
 
 
 def _survivor(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> str:
@@ -54,7 +53,7 @@ def plan_recovery(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest, seen: enum
 
 async def write_back(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     """Every replica again (the members rejoined have data: nothing restarts)."""
-    sts = await applying.apply_statefulset(ctx.kube, ctx.db, render.Wiring.steady(ctx.db.spec.tls),
+    sts = await statefulset.apply_statefulset(ctx.kube, ctx.db, render.Wiring.steady(ctx.db.spec.tls),
                                            restarted_at=f"{ctx.name}/{step.condition}")
     if (sts.get("status") or {}).get("observedGeneration", 0) < sts["metadata"].get("generation", 0):
         return context.Progress("waiting for the StatefulSet controller to observe the template",

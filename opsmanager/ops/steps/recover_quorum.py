@@ -22,12 +22,11 @@ from __future__ import annotations
 import dataclasses
 
 from opsmanager.api import constants
-from opsmanager.cluster import health, members, naming, render
+from opsmanager.cluster import health, members, naming, render, statefulset
 from opsmanager.etcd import admin
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan, restart
-from opsmanager.provisioner import applying
 
 # The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
 CONDITIONS: tuple[str, ...] = (constants.COND_QUORUM_LOSS_CONFIRMED, constants.COND_SURVIVOR_FORCED,
@@ -95,7 +94,7 @@ async def _confirm(ctx: context.OpsContext, step: plan.ConfirmQuorumLoss) -> con
 
 async def _apply(ctx: context.OpsContext, w: render.Wiring, token: str) -> context.Progress | None:
     """Apply the StatefulSet for ``w``; a Progress while its controller has not observed it."""
-    sts = await applying.apply_statefulset(ctx.kube, ctx.db, w, restarted_at=f"{ctx.name}/{token}")
+    sts = await statefulset.apply_statefulset(ctx.kube, ctx.db, w, restarted_at=f"{ctx.name}/{token}")
     status = sts.get("status") or {}
     if status.get("observedGeneration", 0) < sts["metadata"].get("generation", 0):
         return context.Progress("waiting for the StatefulSet controller to observe the template",
@@ -161,7 +160,7 @@ async def _force(ctx: context.OpsContext, step: plan.ForceNewCluster) -> context
         if still:
             return context.Progress(f"waiting for the pods of {', '.join(still)} to go", delay=ctx.until_watched(0.5))
         wiped = []
-        claims = applying.pvc_names(await ctx.kube.list("v1", "PersistentVolumeClaim", ctx.namespace), ctx.db_name)
+        claims = statefulset.pvc_names(await ctx.kube.list("v1", "PersistentVolumeClaim", ctx.namespace), ctx.db_name)
         for pvc in claims:
             if any(pvc.endswith(f"-{n}") for n in others) and await ctx.kube.delete(
                     "v1", "PersistentVolumeClaim", ctx.namespace, pvc):

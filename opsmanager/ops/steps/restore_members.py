@@ -25,16 +25,15 @@ the operator out with a password nobody holds any more.
 from __future__ import annotations
 
 from opsmanager.api import auth, constants
-from opsmanager.backup import restore
-from opsmanager.cluster import credentials, members, naming, render
+from opsmanager.backup import restoreplan
+from opsmanager.cluster import credentials, members, naming, render, statefulset
 from opsmanager.ops import context, plan, restart
-from opsmanager.provisioner import applying
 
 # The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
 CONDITIONS: tuple[str, ...] = (constants.COND_MEMBERS_RESTORED,)
 
 
-def restore_plan(ctx: context.OpsContext) -> restore.RestorePlan:
+def restore_plan(ctx: context.OpsContext) -> restoreplan.RestorePlan:
     """The plan every member's init container follows (from the snapshot SnapshotVerified recorded)."""
     policy = ctx.db.spec.backup
     assert policy is not None
@@ -44,7 +43,7 @@ def restore_plan(ctx: context.OpsContext) -> restore.RestorePlan:
     peers = dict(part.split("=", 1) for part in cluster.split(","))
     uid = str(ctx.request["metadata"].get("uid") or ctx.name)
     dest = policy.destination
-    return restore.RestorePlan(
+    return restoreplan.RestorePlan(
         id=uid, bucket=dest.bucket, key=record["key"], endpoint=dest.endpoint, region=dest.region,
         prefix=dest.prefix, ca_file=f"{naming.RESTORE_CA_MOUNT}/{dest.ca.key}" if dest.ca is not None else None,
         sha256=record["sha256"], revision=int(record["revision"]), initial_cluster=cluster,
@@ -54,7 +53,7 @@ def restore_plan(ctx: context.OpsContext) -> restore.RestorePlan:
                             else None))
 
 
-def config_map(ctx: context.OpsContext, the_plan: restore.RestorePlan) -> dict[str, object]:
+def config_map(ctx: context.OpsContext, the_plan: restoreplan.RestorePlan) -> dict[str, object]:
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": naming.restore_plan(ctx.db_name), "namespace": ctx.namespace,
                          "labels": naming.labels(ctx.db_name),
@@ -92,7 +91,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
         if missing is not None:
             return missing
         await ctx.kube.apply(config_map(ctx, restore_plan(ctx)))
-        sts = await applying.apply_statefulset(ctx.kube, ctx.db, render.Wiring.steady(ctx.db.spec.tls),
+        sts = await statefulset.apply_statefulset(ctx.kube, ctx.db, render.Wiring.steady(ctx.db.spec.tls),
                                                restarted_at=f"{ctx.name}/{step.condition}")
         status = sts.get("status") or {}
         if status.get("observedGeneration", 0) < sts["metadata"].get("generation", 0):

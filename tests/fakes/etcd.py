@@ -35,10 +35,9 @@ is an :data:`~opsmanager.etcd.admin.AdminFactory`: ``Engine(client, etcd=cluster
   same verified writer as the real client) and reports the cluster's revision.
 
 Nothing waits: ``wait_recovered`` answers from the current state at once (the real one polls until its timeout),
-so a test drives time itself. Why it lives in the package and not under ``tests/``: it is the reference double of
-a package Protocol (as httpx ships ``MockTransport``), typed and checked with the package, importing nothing but
-the etcd layer, so any suite — the engine's, the provisioner's — can use the same one. Nothing in the product
-imports it.
+so a test drives time itself. It lives with the tests, not in the package: nothing in the product imports it, so it
+has no place in the wheel or the operator's image. It imports nothing but the etcd layer, so any suite — the
+engine's, the provisioner's — uses the same one, and mypy checks it with the tests that use it.
 """
 
 from __future__ import annotations
