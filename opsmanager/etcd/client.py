@@ -1062,6 +1062,16 @@ class EtcdClient:
     def _bytes(value: bytes | str) -> bytes:
         return value.encode() if isinstance(value, str) else value
 
+    async def _on(self, endpoint: access.Endpoint | str | None, call: str, fn: Callable[[_Conn, float], Awaitable[T]],
+                  *, scheme: str | None, timeout: float | None, deadline: float | None) -> T:
+        """``fn`` on ``endpoint`` (and ``scheme``) when given, else on any member."""
+        if endpoint is None:
+            resp, _ = await self._on_any(call, fn, timeout=timeout, deadline=deadline)
+            return resp
+        result, _ = await self._call(self.endpoint(endpoint), call, fn, timeout=timeout, deadline=deadline,
+                                     scheme=scheme)
+        return result
+
     async def put(self, key: bytes | str, value: bytes | str, *, endpoint: access.Endpoint | str | None = None,
                   scheme: str | None = None, timeout: float | None = None,
                   deadline: float | None = None) -> int:
@@ -1071,44 +1081,34 @@ class EtcdClient:
         async def fn(c: _Conn, t: float) -> rpc_pb2.PutResponse:
             return await c.kv.Put(request, timeout=t)  # type: ignore[no-any-return]
 
-        if endpoint is None:
-            resp, _ = await self._on_any("Put", fn, timeout=timeout, deadline=deadline)
-        else:
-            resp, _ = await self._call(self.endpoint(endpoint), "Put", fn, timeout=timeout, deadline=deadline,
-                                       scheme=scheme)
+        resp = await self._on(endpoint, "Put", fn, scheme=scheme, timeout=timeout, deadline=deadline)
         return int(resp.header.revision)
+
+    async def _range_one(self, key: bytes, *, serializable: bool, endpoint: access.Endpoint | str | None,
+                         scheme: str | None, timeout: float | None, deadline: float | None) -> rpc_pb2.RangeResponse:
+        request = rpc_pb2.RangeRequest(key=key, serializable=serializable, limit=1)
+
+        async def fn(c: _Conn, t: float) -> rpc_pb2.RangeResponse:
+            return await c.kv.Range(request, timeout=t)  # type: ignore[no-any-return]
+
+        return await self._on(endpoint, "Range", fn, scheme=scheme, timeout=timeout, deadline=deadline)
 
     async def get(self, key: bytes | str, *, endpoint: access.Endpoint | str | None = None,
                   serializable: bool = False, scheme: str | None = None, timeout: float | None = None,
                   deadline: float | None = None) -> bytes | None:
         """Read one key (linearizable unless ``serializable``); None when absent."""
-        request = rpc_pb2.RangeRequest(key=self._bytes(key), serializable=serializable, limit=1)
-
-        async def fn(c: _Conn, t: float) -> rpc_pb2.RangeResponse:
-            return await c.kv.Range(request, timeout=t)  # type: ignore[no-any-return]
-
-        if endpoint is None:
-            resp, _ = await self._on_any("Range", fn, timeout=timeout, deadline=deadline)
-        else:
-            resp, _ = await self._call(self.endpoint(endpoint), "Range", fn, timeout=timeout, deadline=deadline,
-                                       scheme=scheme)
+        resp = await self._range_one(self._bytes(key), serializable=serializable, endpoint=endpoint, scheme=scheme,
+                                     timeout=timeout, deadline=deadline)
         return bytes(resp.kvs[0].value) if resp.kvs else None
 
     async def read_key(self, key: bytes | str, *, endpoint: access.Endpoint | str | None = None,
                        scheme: str | None = None, timeout: float | None = None,
                        deadline: float | None = None) -> KeyRead:
         """A linearizable read of one key with its revisions (what :meth:`get` leaves out)."""
-        request = rpc_pb2.RangeRequest(key=self._bytes(key), limit=1)
-
-        async def fn(c: _Conn, t: float) -> rpc_pb2.RangeResponse:
-            return await c.kv.Range(request, timeout=t)  # type: ignore[no-any-return]
-
-        if endpoint is None:
-            resp, _ = await self._on_any("Range", fn, timeout=timeout, deadline=deadline)
-        else:
-            resp, _ = await self._call(self.endpoint(endpoint), "Range", fn, timeout=timeout, deadline=deadline,
-                                       scheme=scheme)
-        return _key_read(request.key, resp.kvs, resp.header)
+        k = self._bytes(key)
+        resp = await self._range_one(k, serializable=False, endpoint=endpoint, scheme=scheme, timeout=timeout,
+                                     deadline=deadline)
+        return _key_read(k, resp.kvs, resp.header)
 
     async def put_if_mod_revision(self, key: bytes | str, value: bytes | str, mod_revision: int, *,
                                   endpoint: access.Endpoint | str | None = None, scheme: str | None = None,
@@ -1125,11 +1125,7 @@ class EtcdClient:
         async def fn(c: _Conn, t: float) -> rpc_pb2.TxnResponse:
             return await c.kv.Txn(request, timeout=t)  # type: ignore[no-any-return]
 
-        if endpoint is None:
-            resp, _ = await self._on_any("Txn", fn, timeout=timeout, deadline=deadline)
-        else:
-            resp, _ = await self._call(self.endpoint(endpoint), "Txn", fn, timeout=timeout, deadline=deadline,
-                                       scheme=scheme)
+        resp = await self._on(endpoint, "Txn", fn, scheme=scheme, timeout=timeout, deadline=deadline)
         if resp.succeeded:
             return GuardedPut(succeeded=True, revision=resp.header.revision, current=None)
         kvs = resp.responses[0].response_range.kvs if resp.responses else []
