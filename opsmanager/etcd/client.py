@@ -38,7 +38,7 @@ import dataclasses
 import os
 import pathlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import aiohttp
@@ -222,8 +222,9 @@ class WatchEvent:
 
 @dataclasses.dataclass(frozen=True)
 class WatchBatch:
-    """One response of a watch stream: its events (none for a progress notification) and the header's store
-    revision, cluster and member."""
+    """One response of a watch stream: its events (none in the confirmation that opens the stream, or in a progress
+    notification) and the header's store revision, cluster and member — the confirmation already names the cluster
+    that will answer, before any event of it."""
 
     events: tuple[WatchEvent, ...]
     revision: int
@@ -1132,7 +1133,7 @@ class EtcdClient:
         return GuardedPut(succeeded=False, revision=resp.header.revision, current=_key_read(k, kvs, resp.header))
 
     async def watch(self, prefix: bytes | str, *, start_revision: int, endpoint: access.Endpoint | str,
-                    scheme: str | None = None, timeout: float | None = None) -> AsyncIterator[WatchBatch]:
+                    scheme: str | None = None, timeout: float | None = None) -> AsyncGenerator[WatchBatch, None]:
         """The changes of every key under ``prefix`` from ``start_revision`` on, as ``endpoint`` streams them, until
         the caller stops iterating (a watch has no end of its own). ``timeout`` bounds the set-up only: until etcd
         confirms the watch.
@@ -1171,10 +1172,7 @@ class EtcdClient:
                         raise compacted
                     raise errors.EtcdServerError(f"Watch on {label}: cancelled ({resp.cancel_reason})",
                                                  endpoint=label, details=resp.cancel_reason)
-                if not confirmed:
-                    confirmed = True
-                    if resp.created and not resp.events:
-                        continue
+                confirmed = True
                 yield WatchBatch(
                     events=tuple(WatchEvent(kind="delete" if e.type == rpc_pb2.Event.DELETE else "put",
                                             key=bytes(e.kv.key), value=bytes(e.kv.value),
