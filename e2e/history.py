@@ -216,7 +216,24 @@ class _Targets:
         return ordered
 
 
-class Recorder:
+class _Running:
+    """``async with``: :meth:`start` on the way in, :meth:`stop` on the way out."""
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> object:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+class Recorder(_Running):
     """``clients`` clients recording operations on ``keys`` shared keys under ``prefix`` (by default
     ``/opsmanager/history/<8 hex digits>``, its own). Each client waits ``interval`` seconds between operations;
     ``try_timeout`` bounds one. ``start()``/``stop()`` or ``async with``; :meth:`history` after."""
@@ -274,13 +291,6 @@ class Recorder:
 
     async def close(self) -> None:
         await self._connections.close()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     async def wait_operations(self, count: int, *, timeout: float = 10.0) -> None:
         """Wait (polling, with a deadline) until ``count`` more operations are recorded; a sync point."""
@@ -370,7 +380,7 @@ class Recorder:
         return out
 
 
-class Watcher:
+class Watcher(_Running):
     """One watch on ``prefix`` from ``start_revision``, reconnecting after every error from the revision after the
     last event seen, on the next target; :attr:`log` is what :func:`e2e.watchcheck.check` reads."""
 
@@ -403,13 +413,6 @@ class Watcher:
             self._task = None
         await self._connections.close()
         return self.log
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     async def wait_reached(self, revision: int, *, timeout: float = 10.0) -> None:
         """Wait (polling, with a deadline) until an event at ``revision`` or later was delivered."""

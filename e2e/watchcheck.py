@@ -81,11 +81,13 @@ Entry = Connected | Delivered | Broken
 @dataclasses.dataclass(frozen=True)
 class Change:
     """A change the clients made: ``value`` written to ``key`` at ``revision`` — None when the write's outcome is
-    unknown (it may not have happened) and no read showed its revision."""
+    unknown (it may not have happened) and no read showed its revision — in the history of ``cluster_id`` (None:
+    whichever a segment watches; a restore keeps revisions, so two histories can both have a revision 9)."""
 
     key: str
     value: str
     revision: int | None
+    cluster_id: int | None = None
 
 
 def changes(writes: Iterable[tuple[str, str, int | None]],
@@ -154,19 +156,22 @@ def _segments(log: Sequence[Entry], problems: list[str]) -> list[_Segment]:
 def check(log: Sequence[Entry], made: Sequence[Change], *, prefix: str = "",
           until: int | None = None) -> list[str]:
     """The problems of a watch log against the changes the clients made under the watched ``prefix`` (events on
-    other keys are not compared). ``until``: the revision the watcher is known to have reached (it was stopped only
-    after seeing it): every known change up to it must be there; without it, up to the last event seen. Empty: every
-    guarantee held."""
+    other keys are not compared). ``until``: the revision the watcher is known to have reached in its last segment
+    (it was stopped only after seeing it): every known change up to it must be there; without it, up to the last
+    event seen. A segment is compared with the changes of its own cluster (and those whose cluster is not known).
+    Empty: every guarantee held."""
     problems: list[str] = []
     segments = _segments(log, problems)
-    by_value: dict[tuple[str, str], Change] = {}
+    written: set[tuple[str, str, int | None]] = set()
     for c in made:
-        if (c.key, c.value) in by_value:
+        if (c.key, c.value, c.cluster_id) in written:
             problems.append(f"the clients wrote {c.key}={c.value!r} twice: values must be unique to be compared")
-        by_value[(c.key, c.value)] = c
+        written.add((c.key, c.value, c.cluster_id))
     for index, seg in enumerate(segments):
         final = index == len(segments) - 1
         start = seg.start or 0
+        mine = [c for c in made if c.cluster_id is None or c.cluster_id == seg.cluster_id]
+        by_value = {(c.key, c.value): c for c in mine}
         delivered: dict[int, list[Event]] = {}
         for event, _response in seg.events:
             if not event.key.startswith(prefix):
@@ -181,7 +186,7 @@ def check(log: Sequence[Entry], made: Sequence[Change], *, prefix: str = "",
         reached = max((e.revision for e, _ in seg.events), default=start - 1)
         if final and until is not None:
             reached = max(reached, until)
-        missing = [c for c in made if c.revision is not None and start <= c.revision <= reached
+        missing = [c for c in mine if c.revision is not None and start <= c.revision <= reached
                    and not any(e.key == c.key and e.value == c.value for e in delivered.get(c.revision, ()))]
         for c in sorted(missing, key=lambda c: c.revision or 0)[:20]:
             problems.append(f"gap: {c.key}={c.value!r} written at revision {c.revision} was never delivered (the "
