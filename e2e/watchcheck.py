@@ -18,11 +18,11 @@ happened; :class:`e2e.history.Watcher` writes them) and the changes the clients 
   compaction, with the compaction's revision) or ``new-cluster`` (the watcher saw another cluster ID and stopped
   before taking any of its events). A response from another cluster without either is a *silent jump*.
 
-**What etcd does, measured on 3.5 and 3.6 (docs/testing.md, "Histories and watches")**: a watch from a compacted
-revision is cancelled at once with ``compact_revision`` = the last compaction (clientv3's ``ErrCompacted``); from
-the compaction's own revision it works. A watch from a revision the cluster has not reached yet waits, silently,
-until the cluster gets there. So after a restore (the operator keeps the snapshot's revisions: D27.5) or a quorum
-recovery, a watcher reconnecting from its last revision + 1 gets no error from etcd: it waits, then receives the new
+**What etcd does, measured on 3.5.35 and 3.6.16 (docs/reliability.md, "What etcd gives")**: a watch from a
+compacted revision is cancelled at once with ``compact_revision`` = the last compaction (clientv3's
+``ErrCompacted``); from the compaction's own revision it works. A watch from a revision the cluster has not reached
+yet waits, silently, until the cluster gets there. So after a restore (the operator keeps the snapshot's revisions:
+D27.5) a watcher reconnecting from its last revision + 1 gets no error from etcd: it waits, then receives the new
 history's events as if they followed. The only clear signal is the new cluster ID in every response header — the
 confirmation that opens the stream already carries it — so the watcher must compare it, and this check refuses a
 stream that changed cluster without saying so.
