@@ -418,7 +418,9 @@ class Watcher(_Running):
         """Wait (polling, with a deadline) until an event at ``revision`` or later was delivered."""
         deadline = time.monotonic() + timeout
         while self.reached < revision:
-            if self._task is not None and self._task.done():
+            if self._task is None:
+                raise RuntimeError(f"Watcher: not running (stopped at revision {self.reached}, waited for {revision})")
+            if self._task.done():
                 self._task.result()
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"Watcher: reached revision {self.reached}, not {revision}, within {timeout}s")

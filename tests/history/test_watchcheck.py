@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from e2e import history, watchcheck
+import pytest
+
+from e2e import history, watchcheck, writer
 from e2e.watchcheck import Broken, Change, Connected, Delivered, Event
+from opsmanager.etcd import access
 
 CLUSTER, OTHER = 0xC1, 0xC2
 MADE = [Change("/p/k0", "a", 5), Change("/p/k1", "b", 7), Change("/p/k0", "c", 9), Change("/p/k1", "d", None)]
@@ -125,3 +128,10 @@ def test_a_recorded_history_gives_its_changes() -> None:
     ))
     assert h.changes() == [Change("/p/k0", "a", 5), Change("/p/k0", "b", 6), Change("/p/k1", "c", 7)]
     assert h.counts() == {"operations": 5, "put ok": 1, "txn ok": 2, "put unknown": 1, "get ok": 1}
+
+
+async def test_a_watcher_that_is_not_running_says_so_instead_of_waiting() -> None:
+    target = writer.Target(access.Endpoint(name="m0", host="127.0.0.1", schemes=("http",)), "http")
+    w = history.Watcher([target], prefix="/p/")
+    with pytest.raises(RuntimeError, match="not running"):
+        await w.wait_reached(5, timeout=30)
