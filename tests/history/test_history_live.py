@@ -12,6 +12,7 @@ We test these aspects:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import pathlib
 
 import pytest
@@ -61,12 +62,32 @@ async def test_a_history_across_a_member_restart_is_linearizable_and_the_watch_w
     verdict.raise_for_problems()
     assert verdict.operations == len(recorded.operations) > down
     assert verdict.unknown == len(unknown)
+    # The same history with one read turned stale is refused: on real histories too, the check is not vacuous.
+    refused = await lincheck.check(made_stale(recorded), tmp_path / "stale")
+    assert refused.verdict == "not linearizable" and refused.visualization is not None
 
     assert recording.result.watch_problems() == []
     counts = watchcheck.summary(log)
     assert counts["connects"] >= 2 and counts.get("transient", 0) >= 1, counts
     delivered = {e.revision for entry in log if isinstance(entry, watchcheck.Delivered) for e in entry.events}
     assert last in delivered
+
+
+def made_stale(h: history.History) -> history.History:
+    """``h`` with one read answering the value its key held before a write that had returned before the read began."""
+    done: dict[str, list[history.Operation]] = {}  # acknowledged writes by key, in return order
+    ops = sorted(h.operations, key=lambda op: op.call)
+    for i, op in enumerate(ops):
+        if op.kind == "get" and op.outcome == "ok" and op.found:
+            writes = sorted((w for w in done.get(op.key, ()) if w.return_ is not None and w.return_ < op.call),
+                            key=lambda w: w.revision)
+            if len(writes) >= 2 and writes[-1].revision == op.mod_revision:
+                older = writes[-2]
+                ops[i] = dataclasses.replace(op, read_value=older.value, mod_revision=older.revision)
+                return dataclasses.replace(h, operations=tuple(ops))
+        if op.outcome == "ok" and (op.kind == "put" or (op.kind == "txn" and op.succeeded)):
+            done.setdefault(op.key, []).append(op)
+    raise AssertionError("no read to make stale: every read overlapped the write it saw")
 
 
 async def test_a_watch_from_below_a_compaction_ends_with_a_clear_error(cluster: localcluster.LocalEtcdCluster) -> None:
