@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Self
 
-from e2e import consistency, monitor, processes, writer
+from e2e import consistency, history, monitor, processes, writer
 from opsmanager import kube, pki
 from opsmanager.api import constants, pause
 from opsmanager.cluster import naming
@@ -59,6 +59,8 @@ class OpResult:
     # The live writer, stopped (for the read-back), and the database it wrote to: see Scenario.assert_no_loss.
     live_writer: writer.Writer | None = dataclasses.field(default=None, compare=False, repr=False)
     db: str = ""
+    # operate(record=True): the clients' history and the watch log beside the writer (e2e.lincheck, e2e.watchcheck)
+    recorded: history.Recorded | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def unplanned_elections(self) -> int:
@@ -417,15 +419,21 @@ class Scenario:
             await asyncio.sleep(interval)  # the poll interval
 
     async def operate(self, request_name: str, db: str, type_: str, *, timeout: float = 300.0,
-                      login: writer.Login | None = None, **spec: Any) -> OpResult:
-        """Submit a request and follow it with the live writer and the leader monitor running."""
+                      login: writer.Login | None = None, record: bool = False, **spec: Any) -> OpResult:
+        """Submit a request and follow it with the live writer and the leader monitor running; with ``record``,
+        a history recorder and a watcher beside the writer too, following its targets and login
+        (:class:`e2e.history.Recording`: the result's ``recorded``)."""
+        recording: history.Recording | None = None
         async with self.live(db, login=login) as (w, mon):
-            before = w.snapshot()
-            started = time.monotonic()
-            await self.submit(request_name, db, type_, **spec)
-            req = await self.watch_request(request_name, timeout=timeout)
-            wall = time.monotonic() - started
-            after = w.snapshot()
+            async with contextlib.AsyncExitStack() as beside:
+                if record:
+                    recording = await beside.enter_async_context(history.Recording(history.Recorder.following(w)))
+                before = w.snapshot()
+                started = time.monotonic()
+                await self.submit(request_name, db, type_, **spec)
+                req = await self.watch_request(request_name, timeout=timeout)
+                wall = time.monotonic() - started
+                after = w.snapshot()
             mres = mon.result
         final = w.result  # after the writer stopped: its last acknowledged put included
         assert final is not None
@@ -441,6 +449,7 @@ class Scenario:
             conditions=tuple(c["type"] for c in status.get("conditions") or []), failure=failure,
             writer_key=final.prefix, last_acknowledged=final.last_value,
             writer_failovers=after.failovers - before.failovers, live_writer=w, db=db,
+            recorded=recording.result if recording is not None else None,
         )
 
     async def consistency(self, db: str, w: writer.Writer, *, timeout: float = 30.0,

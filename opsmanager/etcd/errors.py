@@ -216,9 +216,11 @@ class DataInconsistent(EtcdError):
 
 class Compacted(EtcdError):
     """The revision asked for is at or below the last compaction (``OUT_OF_RANGE``): a compaction there is done
-    already, a read or hash there is no longer possible."""
+    already, a read or hash there is no longer possible. A watch from below it is cancelled instead, with the last
+    compaction's revision: ``compact_revision`` (0 when etcd did not say)."""
 
     transient = False
+    compact_revision = 0
 
 
 class EtcdServerError(EtcdError):

@@ -151,6 +151,10 @@ COMPONENTS = {c.name: c for c in (
     # (sandbox/controlplane/cert-manager/main.go). The same release as the CRDs below.
     Component("cert-manager", "github.com/cert-manager/cert-manager", {"controller": ".", "cainjector": "./cainjector"},
               source="sandbox/controlplane/cert-manager"),
+    # The tests' linearizability checker: porcupine behind a main of ours holding the model of etcd's key-value
+    # store (sandbox/controlplane/lincheck/main.go, e2e/lincheck.py; docs/decisions.md D36.1 says why not etcd's).
+    Component("lincheck", "github.com/anishathalye/porcupine", {"lincheck": "."},
+              source="sandbox/controlplane/lincheck"),
 )}
 
 # cert-manager's CRDs, as its release ships them (plain YAML in ``deploy/crds`` of the module): the real API server

@@ -96,7 +96,9 @@ def _ours() -> descriptor_pb2.FileDescriptorProto:
     return fd
 
 
-ETCD_NAME = {".etcdserverpb.KeyValue": ".mvccpb.KeyValue"}  # declared in our package; mvccpb in etcd
+# declared in our package; mvccpb in etcd
+ETCD_NAME = {".etcdserverpb.KeyValue": ".mvccpb.KeyValue", ".etcdserverpb.Event": ".mvccpb.Event",
+             ".etcdserverpb.Event.EventType": ".mvccpb.Event.EventType"}
 
 
 def test_every_field_we_declare_matches_etcd(etcd_messages: dict[str, descriptor_pb2.DescriptorProto]) -> None:

@@ -94,6 +94,154 @@ class PutResponse(_message.Message):
     prev_kv: KeyValue
     def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., prev_kv: _Optional[_Union[KeyValue, _Mapping]] = ...) -> None: ...
 
+class Compare(_message.Message):
+    __slots__ = ("result", "target", "key", "version", "create_revision", "mod_revision", "value", "lease", "range_end")
+    class CompareResult(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        EQUAL: _ClassVar[Compare.CompareResult]
+        GREATER: _ClassVar[Compare.CompareResult]
+        LESS: _ClassVar[Compare.CompareResult]
+        NOT_EQUAL: _ClassVar[Compare.CompareResult]
+    EQUAL: Compare.CompareResult
+    GREATER: Compare.CompareResult
+    LESS: Compare.CompareResult
+    NOT_EQUAL: Compare.CompareResult
+    class CompareTarget(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        VERSION: _ClassVar[Compare.CompareTarget]
+        CREATE: _ClassVar[Compare.CompareTarget]
+        MOD: _ClassVar[Compare.CompareTarget]
+        VALUE: _ClassVar[Compare.CompareTarget]
+        LEASE: _ClassVar[Compare.CompareTarget]
+    VERSION: Compare.CompareTarget
+    CREATE: Compare.CompareTarget
+    MOD: Compare.CompareTarget
+    VALUE: Compare.CompareTarget
+    LEASE: Compare.CompareTarget
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CREATE_REVISION_FIELD_NUMBER: _ClassVar[int]
+    MOD_REVISION_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    RANGE_END_FIELD_NUMBER: _ClassVar[int]
+    result: Compare.CompareResult
+    target: Compare.CompareTarget
+    key: bytes
+    version: int
+    create_revision: int
+    mod_revision: int
+    value: bytes
+    lease: int
+    range_end: bytes
+    def __init__(self, result: _Optional[_Union[Compare.CompareResult, str]] = ..., target: _Optional[_Union[Compare.CompareTarget, str]] = ..., key: _Optional[bytes] = ..., version: _Optional[int] = ..., create_revision: _Optional[int] = ..., mod_revision: _Optional[int] = ..., value: _Optional[bytes] = ..., lease: _Optional[int] = ..., range_end: _Optional[bytes] = ...) -> None: ...
+
+class RequestOp(_message.Message):
+    __slots__ = ("request_range", "request_put", "request_delete_range")
+    REQUEST_RANGE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_PUT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_DELETE_RANGE_FIELD_NUMBER: _ClassVar[int]
+    request_range: RangeRequest
+    request_put: PutRequest
+    request_delete_range: DeleteRangeRequest
+    def __init__(self, request_range: _Optional[_Union[RangeRequest, _Mapping]] = ..., request_put: _Optional[_Union[PutRequest, _Mapping]] = ..., request_delete_range: _Optional[_Union[DeleteRangeRequest, _Mapping]] = ...) -> None: ...
+
+class ResponseOp(_message.Message):
+    __slots__ = ("response_range", "response_put", "response_delete_range")
+    RESPONSE_RANGE_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_PUT_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_DELETE_RANGE_FIELD_NUMBER: _ClassVar[int]
+    response_range: RangeResponse
+    response_put: PutResponse
+    response_delete_range: DeleteRangeResponse
+    def __init__(self, response_range: _Optional[_Union[RangeResponse, _Mapping]] = ..., response_put: _Optional[_Union[PutResponse, _Mapping]] = ..., response_delete_range: _Optional[_Union[DeleteRangeResponse, _Mapping]] = ...) -> None: ...
+
+class TxnRequest(_message.Message):
+    __slots__ = ("compare", "success", "failure")
+    COMPARE_FIELD_NUMBER: _ClassVar[int]
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    compare: _containers.RepeatedCompositeFieldContainer[Compare]
+    success: _containers.RepeatedCompositeFieldContainer[RequestOp]
+    failure: _containers.RepeatedCompositeFieldContainer[RequestOp]
+    def __init__(self, compare: _Optional[_Iterable[_Union[Compare, _Mapping]]] = ..., success: _Optional[_Iterable[_Union[RequestOp, _Mapping]]] = ..., failure: _Optional[_Iterable[_Union[RequestOp, _Mapping]]] = ...) -> None: ...
+
+class TxnResponse(_message.Message):
+    __slots__ = ("header", "succeeded", "responses")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    succeeded: bool
+    responses: _containers.RepeatedCompositeFieldContainer[ResponseOp]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., succeeded: _Optional[bool] = ..., responses: _Optional[_Iterable[_Union[ResponseOp, _Mapping]]] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("type", "kv", "prev_kv")
+    class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        PUT: _ClassVar[Event.EventType]
+        DELETE: _ClassVar[Event.EventType]
+    PUT: Event.EventType
+    DELETE: Event.EventType
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    KV_FIELD_NUMBER: _ClassVar[int]
+    PREV_KV_FIELD_NUMBER: _ClassVar[int]
+    type: Event.EventType
+    kv: KeyValue
+    prev_kv: KeyValue
+    def __init__(self, type: _Optional[_Union[Event.EventType, str]] = ..., kv: _Optional[_Union[KeyValue, _Mapping]] = ..., prev_kv: _Optional[_Union[KeyValue, _Mapping]] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("create_request", "cancel_request")
+    CREATE_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    create_request: WatchCreateRequest
+    cancel_request: WatchCancelRequest
+    def __init__(self, create_request: _Optional[_Union[WatchCreateRequest, _Mapping]] = ..., cancel_request: _Optional[_Union[WatchCancelRequest, _Mapping]] = ...) -> None: ...
+
+class WatchCreateRequest(_message.Message):
+    __slots__ = ("key", "range_end", "start_revision", "progress_notify", "prev_kv")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    RANGE_END_FIELD_NUMBER: _ClassVar[int]
+    START_REVISION_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_NOTIFY_FIELD_NUMBER: _ClassVar[int]
+    PREV_KV_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    range_end: bytes
+    start_revision: int
+    progress_notify: bool
+    prev_kv: bool
+    def __init__(self, key: _Optional[bytes] = ..., range_end: _Optional[bytes] = ..., start_revision: _Optional[int] = ..., progress_notify: _Optional[bool] = ..., prev_kv: _Optional[bool] = ...) -> None: ...
+
+class WatchCancelRequest(_message.Message):
+    __slots__ = ("watch_id",)
+    WATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    watch_id: int
+    def __init__(self, watch_id: _Optional[int] = ...) -> None: ...
+
+class WatchResponse(_message.Message):
+    __slots__ = ("header", "watch_id", "created", "canceled", "compact_revision", "cancel_reason", "fragment", "events")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    WATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    CANCELED_FIELD_NUMBER: _ClassVar[int]
+    COMPACT_REVISION_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REASON_FIELD_NUMBER: _ClassVar[int]
+    FRAGMENT_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    watch_id: int
+    created: bool
+    canceled: bool
+    compact_revision: int
+    cancel_reason: str
+    fragment: bool
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., watch_id: _Optional[int] = ..., created: _Optional[bool] = ..., canceled: _Optional[bool] = ..., compact_revision: _Optional[int] = ..., cancel_reason: _Optional[str] = ..., fragment: _Optional[bool] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
+
 class Member(_message.Message):
     __slots__ = ("ID", "name", "peerURLs", "clientURLs", "isLearner")
     ID_FIELD_NUMBER: _ClassVar[int]

@@ -54,6 +54,11 @@ class KVStub:
                 request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.CompactionRequest.SerializeToString,
                 response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.CompactionResponse.FromString,
                 _registered_method=True)
+        self.Txn = channel.unary_unary(
+                '/etcdserverpb.KV/Txn',
+                request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.TxnRequest.SerializeToString,
+                response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.TxnResponse.FromString,
+                _registered_method=True)
 
 
 class KVServicer:
@@ -83,6 +88,13 @@ class KVServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Txn(self, request, context):
+        """A put guarded by a comparison (the tests' client histories, e2e/history.py).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KVServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -105,6 +117,11 @@ def add_KVServicer_to_server(servicer, server):
                     servicer.Compact,
                     request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.CompactionRequest.FromString,
                     response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.CompactionResponse.SerializeToString,
+            ),
+            'Txn': grpc.unary_unary_rpc_method_handler(
+                    servicer.Txn,
+                    request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.TxnRequest.FromString,
+                    response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.TxnResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -215,6 +232,108 @@ class KV:
             '/etcdserverpb.KV/Compact',
             opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.CompactionRequest.SerializeToString,
             opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.CompactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Txn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.KV/Txn',
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.TxnRequest.SerializeToString,
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.TxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class WatchStub:
+    """The tests' watch guarantees (e2e/watchcheck.py): a stream of the events on a key range from a revision on.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Watch = channel.stream_stream(
+                '/etcdserverpb.Watch/Watch',
+                request_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.WatchRequest.SerializeToString,
+                response_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.WatchResponse.FromString,
+                _registered_method=True)
+
+
+class WatchServicer:
+    """The tests' watch guarantees (e2e/watchcheck.py): a stream of the events on a key range from a revision on.
+    """
+
+    def Watch(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_WatchServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Watch': grpc.stream_stream_rpc_method_handler(
+                    servicer.Watch,
+                    request_deserializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.WatchRequest.FromString,
+                    response_serializer=opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.WatchResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'etcdserverpb.Watch', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('etcdserverpb.Watch', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Watch:
+    """The tests' watch guarantees (e2e/watchcheck.py): a stream of the events on a key range from a revision on.
+    """
+
+    @staticmethod
+    def Watch(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/etcdserverpb.Watch/Watch',
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.WatchRequest.SerializeToString,
+            opsmanager_dot_etcd_dot___pb_dot_rpc__pb2.WatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
