@@ -275,9 +275,15 @@ async def test_an_etcd_naming_a_missing_issuer_is_warned_at_admission_and_says_w
 
     cond = await aeventually(waiting, timeout=60, interval=0.5, what="Reconciled=False/IssuerNotFound")
     assert f"Issuer {sc.namespace}/{issuer} (spec.tls.issuerRef) does not exist" in cond["message"], cond
-    events = [e for e in await sc.k.list("v1", "Event", sc.namespace)
-              if e.get("reason") == "IssuerNotFound" and (e.get("involvedObject") or {}).get("name") == db]
-    assert events and events[0]["type"] == "Warning", events
+
+    async def warned() -> list[dict[str, Any]] | None:
+        # the Event is posted after the status that names the same cause: poll for it too
+        found = [e for e in await sc.k.list("v1", "Event", sc.namespace)
+                 if e.get("reason") == "IssuerNotFound" and (e.get("involvedObject") or {}).get("name") == db]
+        return found or None
+
+    events = await aeventually(warned, timeout=30, interval=0.5, what="an IssuerNotFound Event on the Etcd")
+    assert events[0]["type"] == "Warning", events
     obj = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db) or {}
     scanned = conditions.get_condition((obj.get("status") or {}).get("conditions"), constants.COND_CERTIFICATES_VALID)
     assert scanned is None, f"a scan of members that were never created: {scanned}"
