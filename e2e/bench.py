@@ -25,7 +25,7 @@ time) and keeps median, worst and raw values per figure.
 
 ``--json PATH`` writes one object per (scenario, strategy) (merged into an existing file, so a single
 ``--scenario`` refreshes its rows only) and regenerates the markdown page next to it (``benchmarks.md``), with
-the machine and the date. Scenarios: ``ops`` (all five operations), each operation by name, ``scale``
+the machine and the date. Scenarios: ``ops`` (every operation), ``tls`` (the four ReconfigureTLS operations), each operation by name, ``scale``
 (:mod:`e2e.scale`), ``webhook`` (:mod:`e2e.webhook_load`), ``soak`` (:mod:`e2e.soak`: the CA churn soak, one run per
 strategy, both at once in child processes: 7.5 min by default, ``--soak-duration``/``--soak-ca``/``--soak-leaf``),
 ``rotate-auth``, ``backup-restore`` and ``quorum-recovery`` (:mod:`e2e.databench`: RotateAuth, Backup, Restore and
@@ -125,7 +125,8 @@ OPERATION_KEYS = tuple(op.key for op in OPERATIONS)
 # The data rows (RotateAuth, Backup, Restore, RecoverFromQuorumLoss on ~100 MB: e2e/databench.py), on the real
 # control plane when chosen.
 DATA_SCENARIOS = ("data-ops", "rotate-auth", "backup-restore", "quorum-recovery")
-SCENARIOS = ("all", "ops", *OPERATION_KEYS, *DATA_SCENARIOS, "scale", "webhook", "soak", "api-cost")
+TLS_KEYS = ("add-tls", "rotate", "issuer-change", "remove-tls")  # ``--scenario tls``: the four ReconfigureTLS rows
+SCENARIOS = ("all", "ops", "tls", *OPERATION_KEYS, *DATA_SCENARIOS, "scale", "webhook", "soak", "api-cost")
 
 STRATEGY_TEXT = {
     ENGINE: "opsmanager EtcdOpsRequest",
@@ -992,6 +993,8 @@ def select(name: str) -> tuple[list[str], bool, bool]:
         return list(OPERATION_KEYS), True, True
     if name == "ops":
         return list(OPERATION_KEYS), False, False
+    if name == "tls":
+        return list(TLS_KEYS), False, False
     if name in OPERATION_KEYS:
         return [name], False, False
     return [], name == "scale", name == "webhook"

@@ -310,6 +310,8 @@ def test_rows_on_real_nodes_are_kept_beside_the_node_agents_and_ordered_after_th
     assert bench.control_planes("all") == ["embedded", "kubernetes", "nodes"]
     assert bench.control_planes("both") == ["embedded", "kubernetes"]
     assert bench.control_planes("real") == ["kubernetes", "nodes"]
+    assert bench.select("tls") == (["add-tls", "rotate", "issuer-change", "remove-tls"], False, False)
+    assert set(bench.TLS_KEYS) <= set(bench.OPERATION_KEYS)
     # what measures the API server or the operator runs on the real control plane once, nodes or not
     assert bench.api_planes(["embedded", "kubernetes", "nodes"]) == ["embedded", "kubernetes"]
     assert bench.api_planes(["nodes"]) == ["kubernetes"]
