@@ -150,38 +150,6 @@ def _text(data: bytes | None) -> str:
     return (data or b"").decode("utf-8", "replace")
 
 
-class _Clients:
-    """One :class:`etcd_client.EtcdClient` per identity (as the writer keeps them), logged in with the current
-    credentials."""
-
-    def __init__(self, try_timeout: float) -> None:
-        self.try_timeout = try_timeout
-        self._by_identity: dict[str | None, etcd_client.EtcdClient] = {}
-        self._credentials: access.Credentials | None = None
-
-    def use_credentials(self, creds: access.Credentials | None) -> None:
-        if creds != self._credentials:
-            self._credentials = creds
-            for c in self._by_identity.values():
-                c.set_credentials(creds)
-
-    def for_target(self, target: writer.Target) -> etcd_client.EtcdClient:
-        key = target.identity.fingerprint if target.identity is not None else None
-        c = self._by_identity.get(key)
-        if c is None:
-            c = etcd_client.EtcdClient([target.endpoint], tls=target.identity, timeout=self.try_timeout,
-                                       credentials=self._credentials)
-            self._by_identity[key] = c
-        elif target.endpoint not in c.endpoints:
-            c.set_endpoints([*(e for e in c.endpoints if e.name != target.endpoint.name), target.endpoint])
-        return c
-
-    async def close(self) -> None:
-        clients, self._by_identity = list(self._by_identity.values()), {}
-        for c in clients:
-            await c.close()
-
-
 class _Targets:
     """Where operations go: fixed targets (:meth:`set_targets`, :meth:`move_endpoint`, like the writer's), or those
     of a running writer, read afresh each time."""
@@ -250,7 +218,7 @@ class Recorder(_Running):
         self.keys = [f"{self.prefix}/k{i}" for i in range(keys)]
         self.clients, self.interval = clients, interval
         self.targets = _Targets(targets, follow, credentials)
-        self._connections = _Clients(try_timeout)
+        self._connections = writer.ClientPool(try_timeout)
         self._seed = seed if seed is not None else random.randrange(1 << 30)
         self._operations: list[Operation] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -392,7 +360,7 @@ class Watcher(_Running):
         self.log: list[watchcheck.Entry] = []
         self.reached = start_revision - 1  # the revision of the last event delivered
         self._start = start_revision
-        self._connections = _Clients(timeout)
+        self._connections = writer.ClientPool(timeout)
         self._timeout, self._retry_interval = timeout, retry_interval
         self._task: asyncio.Task[None] | None = None
 

@@ -231,6 +231,49 @@ class LostWrites(AssertionError):
         self.read = read
 
 
+class ClientPool:
+    """One :class:`etcd_client.EtcdClient` per client identity, logged in with the current credentials: what a
+    writer (and each client of :mod:`e2e.history`) keeps, so that a changed identity means new connections and a
+    changed password reaches every client."""
+
+    def __init__(self, try_timeout: float) -> None:
+        self.try_timeout = try_timeout
+        self._by_identity: dict[str | None, etcd_client.EtcdClient] = {}
+        self._credentials: access.Credentials | None = None
+
+    def use_credentials(self, creds: access.Credentials | None) -> None:
+        if creds != self._credentials:
+            self._credentials = creds
+            for c in self._by_identity.values():
+                c.set_credentials(creds)
+
+    def for_target(self, target: Target) -> etcd_client.EtcdClient:
+        key = _identity_key(target)
+        c = self._by_identity.get(key)
+        if c is None:
+            c = etcd_client.EtcdClient([target.endpoint], tls=target.identity, timeout=self.try_timeout,
+                                       credentials=self._credentials)
+            self._by_identity[key] = c
+        elif target.endpoint not in c.endpoints:  # a call naming the member by name finds its current address
+            c.set_endpoints([*(e for e in c.endpoints if e.name != target.endpoint.name), target.endpoint])
+        return c
+
+    async def close_except(self, targets: Iterable[Target]) -> None:
+        """Close the clients of identities none of ``targets`` uses (material that was replaced)."""
+        keep = {_identity_key(t) for t in targets}
+        for key in [k for k in self._by_identity if k not in keep]:
+            await self._by_identity.pop(key).close()
+
+    async def close(self) -> None:
+        clients, self._by_identity = list(self._by_identity.values()), {}
+        for c in clients:
+            await c.close()
+
+
+def _identity_key(target: Target) -> str | None:
+    return target.identity.fingerprint if target.identity is not None else None
+
+
 @dataclasses.dataclass(frozen=True)
 class WriterResult:
     """Counts of one writer run (or a snapshot of a running one)."""
@@ -299,7 +342,7 @@ class Writer:
         self._acknowledged: list[int] = []  # every acknowledged sequence number, in order
         self._failovers = 0
         self._targets: list[Target] = []
-        self._clients: dict[str | None, etcd_client.EtcdClient] = {}
+        self._clients = ClientPool(try_timeout)
         self._last_good: Target | None = None  # tried first by the next op
         self._last_ok_label: str | None = None  # for counting switches (survives set_targets)
         self._task: asyncio.Task[None] | None = None
@@ -378,9 +421,7 @@ class Writer:
         self.mark(f"material changed (#{self._material_changes})")
 
     async def _close_stale_clients(self) -> None:
-        keep = {t.identity.fingerprint if t.identity is not None else None for t in self._targets}
-        for key in [k for k in self._clients if k not in keep]:
-            await self._clients.pop(key).close()
+        await self._clients.close_except(self._targets)
 
     async def stop_refreshing(self) -> None:
         """Stop the periodic re-read (tests: from now on only a failed op re-reads the material)."""
@@ -406,13 +447,8 @@ class Writer:
         self._marks.append((self._now() - self._started_at, text))
 
     def _client_for(self, target: Target) -> etcd_client.EtcdClient:
-        key = target.identity.fingerprint if target.identity is not None else None
-        c = self._clients.get(key)
-        if c is None:
-            c = etcd_client.EtcdClient([target.endpoint], tls=target.identity, timeout=self.try_timeout,
-                                       credentials=self._credentials)
-            self._clients[key] = c
-        return c
+        self._clients.use_credentials(self._credentials)  # set before the first op (start) or by _log_in_with
+        return self._clients.for_target(target)
 
     def _log_in_with(self, creds: access.Credentials | None) -> bool:
         """Use ``creds`` from the next call on (every client); True when they changed."""
@@ -421,8 +457,7 @@ class Writer:
         self._credentials = creds
         self._login_changes += 1
         self.mark(f"credentials changed (#{self._login_changes})")
-        for c in self._clients.values():
-            c.set_credentials(creds)
+        self._clients.use_credentials(creds)
         return True
 
     async def _refresh_login(self) -> None:
@@ -468,9 +503,7 @@ class Writer:
             if self._last_ok_at is not None:
                 self._max_gap = max(self._max_gap, self._stopped_at - self._last_ok_at)
             self.result = self.snapshot()
-            clients, self._clients = list(self._clients.values()), {}
-            for c in clients:
-                await c.close()
+            await self._clients.close()
         return self.result
 
     async def __aenter__(self) -> Writer:
@@ -636,5 +669,5 @@ class Writer:
         return False
 
 
-__all__ = ["FileMaterial", "Login", "LostWrites", "Material", "ReadBack", "SecretLogin", "SecretMaterial", "Target",
+__all__ = ["ClientPool", "FileMaterial", "Login", "LostWrites", "Material", "ReadBack", "SecretLogin", "SecretMaterial", "Target",
            "Writer", "WriterResult", "key_for", "missing_writes", "targets_for"]
