@@ -172,8 +172,7 @@ class _Targets:
         self._targets = list(targets)
 
     def move_endpoint(self, name: str, host: str) -> None:
-        self._targets = [writer.Target(dataclasses.replace(t.endpoint, host=host), t.scheme, t.identity)
-                         if t.endpoint.name == name else t for t in self._targets]
+        self._targets = [writer.moved(t, name, host) for t in self._targets]
 
     def order(self, home: int, last_good: writer.Target | None) -> list[writer.Target]:
         """The targets, the last good one first, then those on the client's home member, then the rest."""

@@ -79,6 +79,13 @@ class Target:
         return f"{self.endpoint.name}/{self.scheme}{who}"
 
 
+def moved(target: Target, name: str, host: str) -> Target:
+    """``target`` at ``host`` when it is member ``name``'s (a replaced pod's new address), else as it is."""
+    if target.endpoint.name != name or target.endpoint.host == host:
+        return target
+    return Target(dataclasses.replace(target.endpoint, host=host), target.scheme, target.identity)
+
+
 def targets_for(endpoint_list: Iterable[access.Endpoint],
                 identities: Iterable[access.TLSIdentity | None] = (None,),
                 schemes: Sequence[str] | None = None) -> list[Target]:
@@ -382,14 +389,9 @@ class Writer:
     def move_endpoint(self, name: str, host: str) -> None:
         """Member ``name`` answers at ``host`` now (a pod replaced on real nodes gets a new IP, as an application
         would learn from DNS): its targets use it from the next try on."""
-        def moved(t: Target) -> Target:
-            if t.endpoint.name != name or t.endpoint.host == host:
-                return t
-            return Target(dataclasses.replace(t.endpoint, host=host), t.scheme, t.identity)
-
-        self._targets = [moved(t) for t in self._targets]
+        self._targets = [moved(t, name, host) for t in self._targets]
         if self._last_good is not None:
-            self._last_good = moved(self._last_good)
+            self._last_good = moved(self._last_good, name, host)
 
     def add_targets(self, targets: Iterable[Target]) -> None:
         self.set_targets([*self._targets, *targets])
@@ -670,4 +672,4 @@ class Writer:
 
 
 __all__ = ["ClientPool", "FileMaterial", "Login", "LostWrites", "Material", "ReadBack", "SecretLogin", "SecretMaterial", "Target",
-           "Writer", "WriterResult", "key_for", "missing_writes", "targets_for"]
+           "Writer", "WriterResult", "key_for", "missing_writes", "moved", "targets_for"]
