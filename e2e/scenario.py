@@ -142,11 +142,11 @@ class Scenario:
         Started from a thread: its readiness wait blocks, and this loop also serves the sandbox's API.
         ``crash_after``: ``(request, condition)`` failpoints — the operator SIGKILLs itself right after the write
         that records that step True (:meth:`wait_crashed`)."""
-        from opsmanager.ops import engine as ops_engine
+        from opsmanager.ops.core import failpoints
         from opsmanager_sandbox import components as sandbox_components
 
         delivery = self.delivery_timeout
-        env = {ops_engine.FAILPOINTS_ENV: ",".join(f"crash-after:{r}:{c}" for r, c in crash_after)} \
+        env = {failpoints.FAILPOINTS_ENV: ",".join(f"crash-after:{r}:{c}" for r, c in crash_after)} \
             if crash_after else None
         self.operator = await asyncio.to_thread(
             processes.OperatorProcess.start, self.sandbox.operator_kubeconfig, log_path=self.dir / "operator.log",

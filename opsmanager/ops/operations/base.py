@@ -59,7 +59,7 @@ class Operation:
     """One ``EtcdOpsRequest`` type, as the engine sees it. ``success``: the ``Successful`` condition's message, or
     how to say it from the plan. ``apply``: the request's apply policy (a type that can only run on an Etcd that is
     not Ready says ``Always`` whatever the request says). ``rescues``: may the request start on an Etcd that is not
-    Ready only because of what ``rescue_reason`` finds (:mod:`opsmanager.ops.queue`)?"""
+    Ready only because of what ``rescue_reason`` finds (:mod:`opsmanager.ops.core.queue`)?"""
 
     type: str
     plan: Planner
