@@ -35,6 +35,7 @@ import datetime
 import logging
 from typing import Any
 
+from opsmanager.api import backup as backup_api
 from opsmanager.api import constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
@@ -70,6 +71,11 @@ WATCHED_BOUND = 15.0
 
 # The ops engine's etcd clients in the pool (:mod:`opsmanager.etcd.pool`); the engine closes them when a request ends.
 ENGINE_USER = "engine"
+
+
+# The status fields :meth:`OpsContext.records` reads: every field of the request's status but the buffer's own.
+_RECORD_KEYS = frozenset(f.alias or name for name, f in ops_api.EtcdOpsRequestStatus.model_fields.items()) - {
+    "phase", "observedGeneration", "conditions"}
 
 
 def per_pod_message(step: str, status: str, pod: str) -> str:
@@ -150,15 +156,51 @@ class OpsContext(core_status.RequestStatus):
     def set_pod_condition(self, step: str, pod: str, status: str) -> None:
         self.set_condition(constants.per_pod_type(step, pod), status, per_pod_message(step, status, pod))
 
-    def record(self, field: str, value: dict[str, Any] | list[Any]) -> None:
-        """A top-level ``status`` field of the engine's durable record (``origin``, ``restarts``), replaced whole,
-        written by the next :meth:`flush` — which a step flushes before the action the record is for."""
-        self.set_field(field, value)
+    def record(self, raw_field: str | None = None, raw_value: dict[str, Any] | list[Any] | None = None, *,
+               origin: ops_api.RequestOrigin | None = None, restarts: ops_api.Restarts | None = None,
+               database_sizes: dict[str, ops_api.DatabaseSize] | None = None, warnings: list[str] | None = None,
+               snapshot: backup_api.SnapshotRecord | None = None, restore: ops_api.RestoreProgress | None = None,
+               recovery: ops_api.RecoveryProgress | None = None) -> None:
+        """The engine's durable records in the request's status (each a typed field of
+        :class:`~opsmanager.api.opsrequest.EtcdOpsRequestStatus`, replaced whole), written by the next
+        :meth:`flush` — which a step flushes before the action the record is for. (``raw_field``, ``raw_value``:
+        a record as raw JSON, for the steps not yet moved to the typed fields.)"""
+        if raw_field is not None and raw_value is not None:
+            self.set_field(raw_field, raw_value)
+        given = {name: value for name, value in (
+            ("origin", origin), ("restarts", restarts), ("database_sizes", database_sizes), ("warnings", warnings),
+            ("snapshot", snapshot), ("restore", restore), ("recovery", recovery)) if value is not None}
+        dumped = ops_api.EtcdOpsRequestStatus.model_validate(given).model_dump(
+            by_alias=True, exclude_none=True, mode="json", include=set(given))
+        for key, value in dumped.items():
+            self.set_field(key, value)
+
+    @property
+    def records(self) -> ops_api.EtcdOpsRequestStatus:
+        """The engine's durable records as they are in memory, typed (the conditions and phase are read through
+        the status buffer, not here)."""
+        st = self.request.get("status") or {}
+        return ops_api.EtcdOpsRequestStatus.model_validate(
+            {k: v for k, v in st.items() if k in _RECORD_KEYS})
 
     def recorded(self, field: str) -> dict[str, Any]:
-        """The engine's durable record ``status.<field>`` (empty when there is none yet)."""
+        """A record read as raw JSON, for the steps not yet moved to :attr:`records` (empty when absent)."""
         value = self.field(field)
         return dict(value) if isinstance(value, dict) else {}
+
+    @property
+    def restarts(self) -> ops_api.Restarts:
+        """The members restarted so far (``status.restarts``; empty before the first)."""
+        return self.records.restarts or ops_api.Restarts()
+
+    @property
+    def snapshot(self) -> backup_api.SnapshotRecord:
+        """The snapshot a Backup wrote or a Restore restores (``status.snapshot``): only the steps after the one
+        that records it read it."""
+        snapshot = self.records.snapshot
+        if snapshot is None:
+            raise LookupError(f"EtcdOpsRequest {self.namespace}/{self.name}: no snapshot recorded yet")
+        return snapshot
 
     def legacy_annotation(self, name: str) -> str | None:
         """An annotation an older engine kept its record in (read on the requests it started, never written)."""

@@ -327,10 +327,10 @@ class Engine:
         recorded, tls = tlschange.recorded_tls(req)
         if recorded:
             return req, tls
-        origin: dict[str, Any] = {"observedAt": conditions.rfc3339(self.clock())}
-        if isinstance(before := (db_obj.get("spec") or {}).get("tls"), dict):
-            origin["tls"] = before
-        origin.update(operations.origin(db_obj.get("spec") or {}))  # what the types read back (their modules say)
+        before = (db_obj.get("spec") or {}).get("tls")
+        typed = operations.origin(db_obj.get("spec") or {}).model_copy(update={  # what the types read back
+            "observed_at": conditions.rfc3339(self.clock()), "tls": before if isinstance(before, dict) else None})
+        origin = typed.model_dump(by_alias=True, exclude_none=True, mode="json")
 
         def record(st: dict[str, Any]) -> dict[str, Any]:
             return st if isinstance(st.get("origin"), dict) else {**st, "origin": origin}
