@@ -23,12 +23,14 @@ requests.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from typing import Any
 
 from opsmanager import kube
 from opsmanager.api import conditions, constants
-from opsmanager.cluster import members, naming
+from opsmanager.api import etcd as etcd_api
+from opsmanager.cluster import etcdstatus, members, naming
 from opsmanager.etcd import admin
 from opsmanager.etcd import client as etcd_client
 from opsmanager.ops import context, membership, plan, restart, rollout
@@ -82,14 +84,28 @@ def _waiting(why: str, what: str) -> context.Progress:
 # --- the Etcd's member count ------------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class ScaledBy:
+    """The Etcd's ``status.scaledBy``: this request and the count it writes into ``spec.replicas`` next. The webhook
+    admits a running Etcd's member count from an active HorizontalScaling only, and only the count it names."""
+
+    request: str
+    replicas: int
+
+    def apply(self, status: etcdstatus.Status) -> etcdstatus.Status:
+        return {**status, "scaledBy": etcd_api.ScaledBy(request=self.request, replicas=self.replicas).to_dict()}
+
+
 async def _set_replicas(ctx: context.OpsContext, replicas: int) -> None:
-    """The Etcd's ``spec.replicas``: the provisioner renders the StatefulSet (and ``--initial-cluster``) for it. The
-    write names this request and the count (the webhook admits a running Etcd's member count from an active
-    HorizontalScaling only, and only the count that request wrote with it)."""
-    updated = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name,
-                                   {"metadata": {"annotations": {
-                                       constants.ANNOTATION_SCALED_BY: f"{ctx.name}/{replicas}"}},
-                                    "spec": {"replicas": replicas}})
+    """The Etcd's ``spec.replicas``: the provisioner renders the StatefulSet (and ``--initial-cluster``) for it.
+    ``status.scaledBy`` names this request and the count first, for the webhook to admit the write. The legacy
+    ``scaled-by`` annotation an older operator wrote goes with the write (the webhook reads it only when there is no
+    ``status.scaledBy``)."""
+    await etcdstatus.write(ctx.kube, ctx.namespace, ctx.db_name, ScaledBy(ctx.name, replicas))
+    patch: dict[str, Any] = {"spec": {"replicas": replicas}}
+    if constants.ANNOTATION_SCALED_BY in (ctx.db_obj["metadata"].get("annotations") or {}):
+        patch["metadata"] = {"annotations": {constants.ANNOTATION_SCALED_BY: None}}
+    updated = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name, patch)
     if updated is not None:
         ctx.db_obj = updated
 
