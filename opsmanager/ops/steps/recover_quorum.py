@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 
 from opsmanager.api import constants
+from opsmanager.api import opsrequest as ops_api
 from opsmanager.cluster import health, members, render, statefulset
 from opsmanager.etcd import admin
 from opsmanager.etcd import client as etcd_client
@@ -120,20 +121,20 @@ async def _alone(ctx: context.OpsContext, survivor: str) -> str | None:
 
 async def _restart_survivor(ctx: context.OpsContext, survivor: str, field: str, w: render.Wiring, token: str,
                             what: str) -> context.StepResult | None:
-    """Restart the survivor once onto ``w`` (its pod UID recorded in ``status.recovery.<field>`` first) and wait
+    """Restart the survivor once onto ``w`` (its pod UID recorded in ``status.recovery`` first, ``field`` a field of the record) and wait
     until it leads alone; None once done."""
     waiting = await _apply(ctx, w, token)
     if waiting is not None:
         return waiting
     pods = await ctx.pods()
-    record = ctx.recorded("recovery")
-    before = record.get(field)
+    record = ctx.records.recovery or ops_api.RecoveryProgress()
+    before = getattr(record, field)
     if not before:
         pod = pods.get(survivor)
         if pod is None or members.terminating(pod):
             return context.Progress(f"waiting for {survivor}'s pod", delay=ctx.until_watched(0.5))
         before = str(pod["metadata"].get("uid") or "")
-        ctx.record("recovery", {**record, field: before})
+        ctx.record(recovery=record.model_copy(update={field: before}))
         await ctx.flush()  # on record before the pod is deleted
     if await restart.delete_recorded(ctx, {survivor: before}, pods):
         ctx.announce("SurvivorRestarted", f"Restarted {survivor} {what}")
@@ -148,7 +149,7 @@ async def _restart_survivor(ctx: context.OpsContext, survivor: str, field: str, 
 
 async def _force(ctx: context.OpsContext, step: plan.ForceNewCluster) -> context.StepResult:
     survivor = step.survivor
-    if not ctx.recorded("recovery").get("forced"):
+    if not (ctx.records.recovery or ops_api.RecoveryProgress()).forced:
         others = [n for n in ctx.pod_names() if n != survivor]
         await ctx.joins_existing()
         alone = wiring(ctx, [survivor], force=True)
@@ -167,12 +168,13 @@ async def _force(ctx: context.OpsContext, step: plan.ForceNewCluster) -> context
                 wiped.append(pvc)
         if wiped:
             ctx.announce("MembersWiped", f"Deleted the data volumes of the members that are gone: {', '.join(wiped)}")
-        result = await _restart_survivor(ctx, survivor, "forcedFrom", alone, "force", "with --force-new-cluster")
+        result = await _restart_survivor(ctx, survivor, "forced_from", alone, "force", "with --force-new-cluster")
         if result is not None:
             return result
-        ctx.record("recovery", {**ctx.recorded("recovery"), "forced": True})
+        recovery = ctx.records.recovery or ops_api.RecoveryProgress()
+        ctx.record(recovery=recovery.model_copy(update={"forced": True}))
         await ctx.flush()  # from now on the template never carries --force-new-cluster again
-    result = await _restart_survivor(ctx, survivor, "unforcedFrom", wiring(ctx, [survivor]), "alone",
+    result = await _restart_survivor(ctx, survivor, "unforced_from", wiring(ctx, [survivor]), "alone",
                                      "without --force-new-cluster")
     if result is not None:
         return result

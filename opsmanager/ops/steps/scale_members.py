@@ -51,7 +51,7 @@ EVEN_WARNING = ("an even member count tolerates no more failures than the odd co
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     assert isinstance(step, plan.ScaleMembers), step  # the engine runs a step with the module its kind names
     if step.replicas % 2 == 0 and not (ctx.request.get("status") or {}).get("warnings"):
-        ctx.record("warnings", [f"spec.horizontalScaling.replicas is {step.replicas}: {EVEN_WARNING}"])
+        ctx.record(warnings=[f"spec.horizontalScaling.replicas is {step.replicas}: {EVEN_WARNING}"])
     pods = await ctx.pods()
     async with await ctx.etcd(pods) as client:
         listed = await client.members()
@@ -230,8 +230,8 @@ async def _delete_volume(ctx: context.OpsContext, pod: str) -> None:
 
 async def _shrink(ctx: context.OpsContext, step: plan.ScaleMembers, client: admin.EtcdAdmin,
                   listed: list[etcd_client.Member], pods: dict[str, dict[str, Any]]) -> context.StepResult:
-    origin = ctx.recorded("origin").get("replicas")
-    start = max(origin if isinstance(origin, int) else 0, ctx.db.spec.replicas)
+    origin = ctx.records.origin.replicas if ctx.records.origin is not None else None
+    start = max(origin or 0, ctx.db.spec.replicas)
     names = naming.pods(ctx.db_name, start)
     for index in reversed(range(step.replicas, start)):
         pod = names[index]
