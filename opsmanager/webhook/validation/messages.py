@@ -3,7 +3,8 @@ would say (only the lists of types, aliases and versions are ours), and ours for
 
 The texts are constants so that the rules and the tests that check them quote the same string; ``{...}`` fields
 are filled with ``str.format``. The ones shared with the CRD's own validation live in the model
-(:mod:`opsmanager.api.etcd`) and are only named here.
+(:mod:`opsmanager.api.etcd`), and those of the request rules the engine enforces too in :mod:`opsmanager.api.rules`;
+both are only named here.
 """
 
 from __future__ import annotations
