@@ -34,6 +34,7 @@ from typing import Any
 
 from opsmanager.api import conditions, constants
 from opsmanager.cluster import members
+from opsmanager.etcd import admin
 from opsmanager.ops import context, plan, restart, rollout
 from opsmanager.tls import serials
 
@@ -76,6 +77,25 @@ def _since_synced(ctx: context.OpsContext, step: plan.VerifyServed) -> float:
     return 0.0
 
 
+async def _stale_members(ctx: context.OpsContext, client: admin.EtcdAdmin, names: list[str],
+                         expected: dict[str, int]) -> dict[str, str]:
+    """The members not yet verified that still serve a previous certificate, each with what it serves; those that
+    serve the expected ones get ``VerifyServedCertificate--<pod>`` True, the others False (once)."""
+    stale: dict[str, str] = {}
+    for name in names:
+        type_ = constants.per_pod_type(constants.STEP_VERIFY_SERVED_CERTIFICATE, name)
+        if ctx.is_true(type_):
+            continue
+        problem = await serials.served_problem(client, name, expected)
+        if problem is None:
+            ctx.set_pod_condition(constants.STEP_VERIFY_SERVED_CERTIFICATE, name, T)
+            continue
+        if ctx.condition(type_) is None:
+            ctx.set_pod_condition(constants.STEP_VERIFY_SERVED_CERTIFICATE, name, F)
+        stale[name] = problem
+    return stale
+
+
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     assert isinstance(step, plan.VerifyServed), step  # the engine runs a step with the module its kind names
     assert step.tls is not None
@@ -96,18 +116,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
         missing = [p for p in constants.PORT_ALIAS if p not in expected]
         if missing:
             return context.Progress(f"no certificate in the Secret of the {', '.join(missing)} port", delay=0.5)
-        stale: dict[str, str] = {}
-        for name in names:
-            type_ = constants.per_pod_type(constants.STEP_VERIFY_SERVED_CERTIFICATE, name)
-            if ctx.is_true(type_):
-                continue
-            problem = await serials.served_problem(client, name, expected)
-            if problem is None:
-                ctx.set_pod_condition(constants.STEP_VERIFY_SERVED_CERTIFICATE, name, T)
-                continue
-            if ctx.condition(type_) is None:
-                ctx.set_pod_condition(constants.STEP_VERIFY_SERVED_CERTIFICATE, name, F)
-            stale[name] = problem
+        stale = await _stale_members(ctx, client, names, expected)
         if not stale:
             # The members this step restarted (its own record: an earlier pass of the same request, e.g. a
             # handover's widen, leaves EvictPod--<pod> True too).
