@@ -209,7 +209,7 @@ async def test_a_member_that_never_becomes_ready_fails_the_request_naming_it(sc:
     assert not await sc.is_paused(db)
     eps = await sc.endpoints(db)
     async with scenario.etcd_client.EtcdClient([e.with_schemes("http") for e in eps]) as client:  # quorum kept
-        leader = await client.leader(timeout=5)
+        leader = await client.maintenance.leader(timeout=5)
         assert leader.endpoint.name in ("stuck-0", "stuck-1")
     await sc.drop_etcd(db)
 

@@ -481,3 +481,20 @@ def test_the_3_6_version_field_is_read_from_unknown_fields() -> None:
     message = rpc_pb2.SnapshotResponse.FromString(raw)
     assert maintenance.snapshot_version(message) == "3.6.0"
     assert maintenance.snapshot_version(rpc_pb2.SnapshotResponse(remaining_bytes=3)) == ""
+
+
+# ---- one transport under every service --------------------------------------------------------------------------
+
+async def test_every_service_goes_over_the_clients_one_transport_channel_and_login(stand_in: Any) -> None:
+    service, ep = stand_in
+    async with client(ep) as c:
+        assert all(s.transport is c.transport for s in (c.kv, c.cluster, c.maintenance, c.auth))
+        assert c.maintenance.cluster is c.cluster  # the leader outside the endpoints is found through MemberList
+        # The client's own calls of the engine's seam are its services' methods, not a second code path.
+        assert (c.statuses, c.members, c.compact, c.user_add) == (
+            c.maintenance.statuses, c.cluster.members, c.kv.compact, c.auth.user_add)
+        await c.maintenance.status("e0")
+        assert await c.auth.check_login("e0", "root", PASSWORD)  # its own token, thrown away
+        await c.maintenance.status("e0")
+        assert c.logins == 1 and len(c.transport._conns) == 1  # one login, one channel for both services
+    assert service.seen == [("Authenticate", None), ("Status", "tok1"), ("Authenticate", None), ("Status", "tok1")]

@@ -216,20 +216,20 @@ async def test_no_grpc_error_escapes_the_public_calls(etcd_mtls_cluster: Cluster
     x, y = etcd_mtls_cluster.subnet
     dead = access.Endpoint("dead", f"127.{x}.{y}.250", metrics_port=None)
     calls = {
-        "status": lambda c: c.status("dead"),
-        "leader": lambda c: c.leader(timeout=0.5),
+        "status": lambda c: c.maintenance.status("dead"),
+        "leader": lambda c: c.maintenance.leader(timeout=0.5),
         "members": lambda c: c.members(),
         "member_update": lambda c: c.member_update(1, ["https://127.0.0.1:2380"]),
         "member_add": lambda c: c.member_add(["https://127.0.0.1:2380"]),
         "member_remove": lambda c: c.member_remove(1),
         "member_promote": lambda c: c.member_promote(1),
-        "put": lambda c: c.put("k", "v"),
-        "get": lambda c: c.get("k"),
+        "put": lambda c: c.kv.put("k", "v"),
+        "get": lambda c: c.kv.get("k"),
         "move_leader": lambda c: c.move_leader(1, timeout=1),
         "wait_recovered": lambda c: c.wait_recovered("dead", expected_voters=3, timeout=0.5),
         "served_certificate": lambda c: c.served_certificate("dead"),
         "hash_kv": lambda c: c.hash_kv("dead"),
-        "check_consistency": lambda c: c.check_consistency(timeout=0.5),
+        "check_consistency": lambda c: c.maintenance.check_consistency(timeout=0.5),
     }
     foreign = access.TLSIdentity(pki.make_ca("x").cert_pem, name="foreign")
     for tls, eps in ((etcd_mtls_cluster.tls_identity(), [dead]), (foreign, etcd_mtls_cluster.endpoints()[:1])):
