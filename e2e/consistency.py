@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from e2e import writer
-from opsmanager.etcd import access, errors
+from opsmanager.etcd import access, errors, maintenance
 from opsmanager.etcd import client as etcd_client
 
 
@@ -50,7 +50,7 @@ async def _one_status(clients: Sequence[etcd_client.EtcdClient], ep: access.Endp
     last = "no client"
     for c in clients:
         try:
-            return c, await c.status(ep.name, timeout=timeout)
+            return c, await c.maintenance.status(ep.name, timeout=timeout)
         except errors.EtcdError as err:
             last = f"{type(err).__name__}: {err}"
     return last
@@ -94,7 +94,7 @@ async def hashkv_agree(endpoints: Sequence[access.Endpoint], identities: Sequenc
                     hashes, problem = [], f"HashKV at revision {revision}: {type(err).__name__}: {err}"
             if not problem:
                 views = {h.endpoint: f"{h.hash:08x}" for h in hashes}
-                problems = etcd_client.inconsistent_hashes(hashes)
+                problems = maintenance.inconsistent_hashes(hashes)
                 result = HashKV(agree=not problems, revision=revision, hashes=views,
                                 problem="members disagree: " + "; ".join(problems) if problems else "")
                 if check and not result.agree:

@@ -147,7 +147,7 @@ async def fill(sc: scenario.Scenario, db: str, megabytes: int, creds: access.Cre
     started = time.monotonic()
     async with await client_for(sc, db, creds) as c:
         for i in range(megabytes):
-            await c.put(f"{DATA_PREFIX}{i:04d}", os.urandom(VALUE_BYTES))
+            await c.kv.put(f"{DATA_PREFIX}{i:04d}", os.urandom(VALUE_BYTES))
     return time.monotonic() - started
 
 
@@ -403,7 +403,7 @@ class _Probe:
                 ids = {v.cluster_id for v in views.values() if isinstance(v, etcd_client.MemberStatus)}
                 if len(ids) != 1 or ids & self.before:
                     return False
-                await c.put("/bench/probe", "x", timeout=1.0)
+                await c.kv.put("/bench/probe", "x", timeout=1.0)
                 return True
         except (etcd_errors.EtcdError, ValueError, OSError):
             return False
@@ -558,7 +558,7 @@ class _RecoveryProbe:
                 views = await c.statuses(timeout=0.5)
                 if not any(isinstance(v, etcd_client.MemberStatus) and v.leader_id for v in views.values()):
                     return False
-                await c.put("/bench/quorum-probe", "x", timeout=1.0)
+                await c.kv.put("/bench/quorum-probe", "x", timeout=1.0)
                 return True
         except (etcd_errors.EtcdError, ValueError, OSError):
             return False

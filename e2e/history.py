@@ -53,8 +53,7 @@ from collections.abc import Sequence
 from typing import Any, Self
 
 from e2e import watchcheck, writer
-from opsmanager.etcd import access, errors
-from opsmanager.etcd import client as etcd_client
+from opsmanager.etcd import access, errors, kv
 
 KINDS = ("put", "get", "txn")
 
@@ -308,12 +307,12 @@ class Recorder(_Running):
         call = time.monotonic_ns()
         try:
             if kind == "put":
-                revision = await c.put(key, value, **where)
+                revision = await c.kv.put(key, value, **where)
                 answer: dict[str, Any] = {"revision": revision}
             elif kind == "get":
-                answer = self._read(await c.read_key(key, **where))
+                answer = self._read(await c.kv.read_key(key, **where))
             else:
-                guarded = await c.put_if_mod_revision(key, value, expect, **where)
+                guarded = await c.kv.put_if_mod_revision(key, value, expect, **where)
                 answer = {"revision": guarded.revision, "succeeded": guarded.succeeded}
                 if guarded.current is not None:
                     answer.update(self._read(guarded.current))
@@ -323,7 +322,7 @@ class Recorder(_Running):
         return Operation(call=call, return_=time.monotonic_ns(), outcome="ok", **base, **answer)
 
     @staticmethod
-    def _read(kv: etcd_client.KeyRead) -> dict[str, Any]:
+    def _read(kv: kv.KeyRead) -> dict[str, Any]:
         return {"revision": kv.revision, "found": kv.value is not None, "read_value": _text(kv.value),
                 "mod_revision": kv.mod_revision}
 
@@ -395,7 +394,7 @@ class Watcher(_Running):
 
     async def _current_revision(self, target: writer.Target) -> int:
         c = self._connections.for_target(target)
-        return (await c.read_key(self.prefix, endpoint=target.endpoint.name, scheme=target.scheme)).revision
+        return (await c.kv.read_key(self.prefix, endpoint=target.endpoint.name, scheme=target.scheme)).revision
 
     async def _run(self) -> None:
         cluster: int | None = None  # the cluster this segment watches (None: the next to answer)
@@ -409,7 +408,7 @@ class Watcher(_Running):
                 if resync:  # a new segment: from now on
                     start, resync = await self._current_revision(target) + 1, False
                 self.log.append(watchcheck.Connected(start, target.label))
-                async with contextlib.aclosing(c.watch(self.prefix, start_revision=start,
+                async with contextlib.aclosing(c.kv.watch(self.prefix, start_revision=start,
                                                        endpoint=target.endpoint.name, scheme=target.scheme,
                                                        timeout=self._timeout)) as stream:
                     async for batch in stream:

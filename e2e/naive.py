@@ -462,10 +462,10 @@ async def fragment(sc: scenario.Scenario, db: str, megabytes: int = 64, live_meg
     every member does it at once, grows with the live data)."""
     async with await sc.plain_client(db) as client:
         for i in range(live_megabytes * 16):
-            await client.put(f"/live/{i:06d}", b"l" * 65536)
+            await client.kv.put(f"/live/{i:06d}", b"l" * 65536)
         for i in range(megabytes * 16):
-            await client.put(f"/fragment/{i:06d}", b"x" * 65536)
-        _deleted, revision = await client.delete_prefix("/fragment/")
+            await client.kv.put(f"/fragment/{i:06d}", b"x" * 65536)
+        _deleted, revision = await client.kv.delete_prefix("/fragment/")
         await client.compact(revision, physical=True)
 
 

@@ -552,7 +552,7 @@ class Writer:
             async with etcd_client.EtcdClient([target.endpoint], tls=target.identity, timeout=timeout,
                                               credentials=self._credentials) as c:
                 try:
-                    pairs, revision = await c.range_prefix(self.prefix + b"/", endpoint=target.endpoint,
+                    pairs, revision = await c.kv.range_prefix(self.prefix + b"/", endpoint=target.endpoint,
                                                            scheme=target.scheme, timeout=timeout)
                 except errors.EtcdError as err:
                     last = err
@@ -646,7 +646,7 @@ class Writer:
         for target in order:
             c = self._client_for(target)
             try:
-                await c.put(key, value, endpoint=target.endpoint, scheme=target.scheme,
+                await c.kv.put(key, value, endpoint=target.endpoint, scheme=target.scheme,
                             timeout=self.try_timeout)
             except errors.EtcdError as err:
                 tried.append(f"{target.label}: {type(err).__name__}: {err}")

@@ -2,8 +2,13 @@
 
 * :mod:`~opsmanager.etcd.access` — :class:`Endpoint` (member address, ports, URL schemes), :class:`TLSIdentity`
   (trust bundle + client certificate as bytes) and :class:`Credentials` (an etcd user, for auth).
-* :mod:`~opsmanager.etcd.client` — :class:`EtcdClient`, the async admin client over gRPC (Status, MemberList,
-  MemberUpdate, MoveLeader routed to the leader, health, the recovery gate, served certificates, auth, snapshots).
+* :mod:`~opsmanager.etcd.client` — :class:`EtcdClient`, the async admin client over gRPC: one transport and a
+  service per etcd service (``client.kv``, ``client.cluster``, ``client.maintenance``, ``client.auth``), plus health,
+  the recovery gate and served certificates.
+* :mod:`~opsmanager.etcd.transport` — the channels, TLS identity, login, endpoint choice, deadlines and error
+  translation every service shares.
+* :mod:`~opsmanager.etcd.kv`, :mod:`~opsmanager.etcd.cluster`, :mod:`~opsmanager.etcd.maintenance`,
+  :mod:`~opsmanager.etcd.auth` — etcd's KV (and Watch), Cluster, Maintenance and Auth services.
 * :mod:`~opsmanager.etcd.tokens` — the client's etcd login: the token interceptors of its channels.
 * :mod:`~opsmanager.etcd.snapshot` — the verified snapshot file and the revision inside it.
 * :mod:`~opsmanager.etcd.errors` — the error hierarchy and :func:`is_transient`.

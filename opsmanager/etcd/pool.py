@@ -54,12 +54,7 @@ class SharedClient(client.EtcdClient):
 
     async def prune(self) -> None:
         """Close the channels of addresses that are no longer endpoints."""
-        targets = {ep.target for ep in self.endpoints}
-        gone = [key for key in self._conns if key[0] not in targets]
-        for key in gone:
-            conn = self._conns.pop(key)
-            with contextlib.suppress(Exception):
-                await conn.channel.close(grace=None)
+        await self.transport.prune()
 
 
 @dataclasses.dataclass

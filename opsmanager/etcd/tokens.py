@@ -6,9 +6,9 @@ the gRPC metadata key ``token``, or, with ``--client-cert-auth`` and no token, t
 therefore always wins over the certificate, which is what we want: a client with :class:`~access.Credentials` acts
 as that user whatever certificate its TLS identity holds.
 
-Why interceptors: every call site of :class:`~opsmanager.etcd.client.EtcdClient` (unary and the Snapshot stream)
-keeps working unchanged, and the token and the retry live in one place. One :class:`Login` per client is shared by
-the interceptors of all its channels (the channel cache is keyed by TLS identity; credentials and the token are the
+Why interceptors: every call of every service of :class:`~opsmanager.etcd.client.EtcdClient` (unary and the
+Snapshot stream) keeps working unchanged, and the token and the retry live in one place. One :class:`Login` per client
+(its :class:`~opsmanager.etcd.transport.Transport`'s) is shared by the interceptors of all its channels (the channel cache is keyed by TLS identity; credentials and the token are the
 client's, so a channel carries whatever the client's login is at call time).
 
 What the interceptors do, per call (``Authenticate`` itself passes through untouched, with no token):

@@ -71,7 +71,7 @@ async def test_rotate_the_root_password_live_under_a_writer_that_follows_the_sec
     assert len(old) >= 24
     async with await sc.plain_client(db, timeout=5.0) as anonymous:
         with pytest.raises(etcd_errors.PermissionDenied):
-            await anonymous.put("/anonymous", "x")
+            await anonymous.kv.put("/anonymous", "x")
     assert await logs_in(sc, db, old)
 
     login = writer.SecretLogin(sc.k, sc.namespace, secret)
@@ -125,7 +125,7 @@ async def test_a_first_rotate_auth_turns_authentication_on_with_the_named_secret
         assert message in failed["message"]
         async with await sc.plain_client(db, timeout=5.0) as anonymous:
             assert not await anonymous.auth_status()  # nothing changed: still open
-            await anonymous.put("/still-open", "yes")
+            await anonymous.kv.put("/still-open", "yes")
         await sc.wait_ready(db, timeout=60)  # resumed
 
     password = "pw-" + "x" * 29
@@ -141,6 +141,6 @@ async def test_a_first_rotate_auth_turns_authentication_on_with_the_named_secret
     assert await logs_in(sc, db, password)
     async with await sc.plain_client(db, timeout=5.0) as anonymous:
         with pytest.raises(etcd_errors.PermissionDenied):
-            await anonymous.put("/anonymous", "x")
+            await anonymous.kv.put("/anonymous", "x")
     await sc.wait_ready(db, timeout=60)  # the provisioner's status pass logs in too
     await assert_nowhere(sc, db, f"{db}-on", password)

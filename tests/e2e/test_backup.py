@@ -62,7 +62,7 @@ async def test_a_backup_under_the_writer_then_retention(sc: scenario.Scenario, o
     await sc.fresh_etcd(db, extra={"backup": policy(object_store)})
     async with await sc.plain_client(db) as c:
         for i in range(500):
-            await c.put(f"/data/{i:04d}", "x" * 200)
+            await c.kv.put(f"/data/{i:04d}", "x" * 200)
     result = await sc.operate(f"{db}-b1", db, constants.OPS_TYPE_BACKUP, timeout=120, backup={})
     assert result.phase == constants.PHASE_SUCCESSFUL, result.failure
     assert [c for c in result.conditions if c != "Pending"] == ["SnapshotUploaded", "SnapshotsPruned", "Successful"]

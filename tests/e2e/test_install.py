@@ -160,17 +160,17 @@ async def test_a_backup_and_a_restore_through_the_installed_operator(sc: scenari
         "endpoint": object_store.endpoint, "bucket": "backups", "prefix": "install",
         "credentialsSecret": {"name": "s3"}}}})
     async with await sc.plain_client(db) as c:
-        await c.put("/kept", "before")
+        await c.kv.put("/kept", "before")
     await sc.submit(f"{db}-backup", db, constants.OPS_TYPE_BACKUP, backup={})
     assert (await sc.watch_request(f"{db}-backup", timeout=120))["status"]["phase"] == constants.PHASE_SUCCESSFUL
     async with await sc.plain_client(db) as c:
-        await c.put("/kept", "after")
+        await c.kv.put("/kept", "after")
     await sc.submit(f"{db}-restore", db, constants.OPS_TYPE_RESTORE, restore={"source": "latest"}, timeout="5m")
     req = await sc.watch_request(f"{db}-restore", timeout=300)
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
     await sc.wait_ready(db, timeout=120)
     async with await sc.plain_client(db) as c:
-        assert await c.get("/kept") == b"before"
+        assert await c.kv.get("/kept") == b"before"
     assert not [r for r in audit(sc).records(user=OPERATOR_USER) if r.code == 403]
     await sc.drop_etcd(db)
 

@@ -22,7 +22,7 @@ async def test_counts_one_election_per_leader_move_and_one_for_a_killed_leader(e
     await mon.start()
     await aeventually(lambda: mon.result.first_term > 0, what="the first term seen")
     async with etcd_client.EtcdClient(eps) as client:
-        leader = await client.leader()
+        leader = await client.maintenance.leader()
         statuses = await client.statuses()
         target = next(s for s in statuses.values()
                       if isinstance(s, etcd_client.MemberStatus) and not s.is_leader)

@@ -209,7 +209,7 @@ async def test_a_member_that_never_becomes_ready_fails_the_request_naming_it(sc:
     assert not await sc.is_paused(db)
     eps = await sc.endpoints(db)
     async with scenario.etcd_client.EtcdClient([e.with_schemes("http") for e in eps]) as client:  # quorum kept
-        leader = await client.leader(timeout=5)
+        leader = await client.maintenance.leader(timeout=5)
         assert leader.endpoint.name in ("stuck-0", "stuck-1")
     await sc.drop_etcd(db)
 
@@ -331,8 +331,8 @@ async def test_compact_then_defragment_give_the_space_back_under_the_writer(sc: 
     await sc.fresh_etcd(db)
     async with await sc.plain_client(db) as client:  # a cluster without TLS
         for i in range(1600):
-            await client.put(f"/bulk/{i:05d}", b"x" * 65536)
-        deleted, _ = await client.delete_prefix("/bulk/")
+            await client.kv.put(f"/bulk/{i:05d}", b"x" * 65536)
+        deleted, _ = await client.kv.delete_prefix("/bulk/")
     assert deleted == 1600
     compacted = await sc.operate(f"{db}-compact", db, "Compact", timeout=120, compact={})
     assert compacted.phase == constants.PHASE_SUCCESSFUL, compacted.failure

@@ -80,7 +80,7 @@ async def write_keys(sc: scenario.Scenario, db: str) -> dict[str, str]:
         try:
             async with etcd_client.EtcdClient(endpoints, tls=identity) as client:
                 for key, value in written.items():
-                    await client.put(key, value)
+                    await client.kv.put(key, value)
             return written
         except etcd_errors.TLSHandshakeFailed as err:
             refused.append(f"{identity.name}: {str(err)[:120]}")
@@ -94,7 +94,7 @@ async def read_keys(sc: scenario.Scenario, db: str, written: dict[str, str]) -> 
         for identity in sc.writer_identities():
             try:
                 async with etcd_client.EtcdClient(await sc.endpoints(db), tls=identity) as client:
-                    got = {k: await client.get(k) for k in written}
+                    got = {k: await client.kv.get(k) for k in written}
                     if all(got[k] == v.encode() for k, v in written.items()):
                         return True
                     last.append(f"values differ: {sorted(k for k in written if got[k] != written[k].encode())[:3]}")

@@ -46,7 +46,7 @@ async def everything(sc: scenario.Scenario, db: str, revision: int = 0,
                      creds: access.Credentials | None = None) -> dict[bytes, bytes]:
     """Every key and value (at ``revision``, else now)."""
     async with await databench.client_for(sc, db, creds, timeout=10.0) as c:
-        pairs, _ = await c.range_prefix(b"/", timeout=10.0, revision=revision)
+        pairs, _ = await c.kv.range_prefix(b"/", timeout=10.0, revision=revision)
     return dict(pairs)
 
 
@@ -71,13 +71,13 @@ async def test_restore_makes_the_store_the_snapshot_exactly(sc: scenario.Scenari
     await prepare(sc, object_store, db)
     async with await sc.plain_client(db) as c:
         for i in range(300):
-            await c.put(f"/data/{i:04d}", f"v{i}")
+            await c.kv.put(f"/data/{i:04d}", f"v{i}")
     snap = await backup(sc, db, f"{db}-b")
     at_snapshot = await everything(sc, db, snap["revision"])
     assert len(at_snapshot) >= 300
     async with await sc.plain_client(db) as c:
         for i in range(50):
-            await c.put(f"/after/{i:03d}", "later")
+            await c.kv.put(f"/after/{i:03d}", "later")
     before = await cluster_id(sc, db)
 
     await sc.submit(f"{db}-r", db, constants.OPS_TYPE_RESTORE, restore={"source": "latest"}, timeout="10m")
@@ -94,8 +94,8 @@ async def test_restore_makes_the_store_the_snapshot_exactly(sc: scenario.Scenari
     async with await sc.plain_client(db) as c:
         hashes = {(await c.hash_kv(ep.name, revision=snap["revision"], timeout=10.0)).hash for ep in c.endpoints}
         assert hashes == {snap["hashKv"]}  # every member, at the snapshot's revision, as the backup recorded
-        await c.put("/after-restore", "yes")  # it takes writes
-        assert await c.get("/after-restore") == b"yes"
+        await c.kv.put("/after-restore", "yes")  # it takes writes
+        assert await c.kv.get("/after-restore") == b"yes"
     obj = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db)
     assert obj is not None and obj["status"]["backup"]["lastRestore"]["key"] == snap["key"]
     assert await sc.k.get("v1", "ConfigMap", sc.namespace, f"{db}-restore") is None
@@ -108,7 +108,7 @@ async def test_a_damaged_snapshot_is_refused_and_the_cluster_untouched(
     await prepare(sc, object_store, db)
     async with await sc.plain_client(db) as c:
         for i in range(100):
-            await c.put(f"/data/{i:04d}", f"v{i}")
+            await c.kv.put(f"/data/{i:04d}", f"v{i}")
     snap = await backup(sc, db, f"{db}-b")
     path = tmp_path / "snap.db"
     s3 = object_store.client()
@@ -121,7 +121,7 @@ async def test_a_damaged_snapshot_is_refused_and_the_cluster_untouched(
     head = s3.head_object(Bucket="backups", Key=snap["key"])
     s3.put_object(Bucket="backups", Key=snap["key"], Body=bytes(data), Metadata=head["Metadata"])
     async with await sc.plain_client(db) as c:
-        await c.put("/after", "kept")
+        await c.kv.put("/after", "kept")
     before = await cluster_id(sc, db)
 
     await sc.submit(f"{db}-r", db, constants.OPS_TYPE_RESTORE, restore={"source": snap["key"]}, timeout="5m")
@@ -132,7 +132,7 @@ async def test_a_damaged_snapshot_is_refused_and_the_cluster_untouched(
     assert "not the one its backup recorded" in failed["message"] and "the cluster was not touched" in failed["message"]
     assert await cluster_id(sc, db) == before
     async with await sc.plain_client(db) as c:
-        assert await c.get("/after") == b"kept"
+        assert await c.kv.get("/after") == b"kept"
     await sc.wait_ready(db, timeout=60)
     await sc.drop_etcd(db)
 
@@ -150,7 +150,7 @@ async def test_a_restore_keeps_the_password_a_rotation_gave_after_the_backup(
     as_old = access.Credentials(auth.USERNAME, old)
     async with await databench.client_for(sc, db, as_old) as c:
         for i in range(100):
-            await c.put(f"/data/{i:04d}", f"v{i}")
+            await c.kv.put(f"/data/{i:04d}", f"v{i}")
     login = writer.SecretLogin(sc.k, sc.namespace, secret)
     snap = await backup(sc, db, f"{db}-b", login)
     at_snapshot = await everything(sc, db, snap["revision"], as_old)
@@ -173,7 +173,7 @@ async def test_a_restore_keeps_the_password_a_rotation_gave_after_the_backup(
     async with await databench.client_for(sc, db, as_new) as c:
         hashes = {(await c.hash_kv(ep.name, revision=snap["revision"], timeout=10.0)).hash for ep in c.endpoints}
         assert hashes == {snap["hashKv"]}
-        await c.put("/after-restore", "yes")
+        await c.kv.put("/after-restore", "yes")
     for pod in ("guarded-0", "guarded-1", "guarded-2"):  # each init container said what it did, with no password
         log = sc.sandbox.logs(sc.namespace, pod, "restore")
         assert "root password set in the restored data" in log and f"restored member {pod}" in log, log

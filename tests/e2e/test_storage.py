@@ -46,8 +46,8 @@ async def test_a_fragmented_database_is_defragmented_by_the_operator_itself(sc: 
     await sc.fresh_etcd(db, extra={"storageLifecycle": POLICY})
     async with await sc.plain_client(db) as client:
         for i in range(320):
-            await client.put(f"/bulk/{i:05d}", b"x" * 65536)
-        deleted, revision = await client.delete_prefix("/bulk/")
+            await client.kv.put(f"/bulk/{i:05d}", b"x" * 65536)
+        deleted, revision = await client.kv.delete_prefix("/bulk/")
         assert deleted == 320
         await client.compact(revision, physical=True)
     async with sc.live(db) as (w, _mon):

@@ -27,7 +27,7 @@ import grpc
 import grpc.aio
 import pytest
 
-from opsmanager.etcd import access, errors, snapshot, tokens
+from opsmanager.etcd import access, errors, maintenance, snapshot, tokens
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd._pb import rpc_pb2, rpc_pb2_grpc
 
@@ -220,8 +220,8 @@ async def test_first_call_logs_in_without_a_token_and_every_call_carries_it(stan
                                                                             tmp_path: pathlib.Path) -> None:
     service, ep = stand_in
     async with client(ep) as c:
-        await c.status("e0")
-        await c.status("e0")
+        await c.maintenance.status("e0")
+        await c.maintenance.status("e0")
         await c.snapshot("e0", tmp_path / "s.db", timeout=5)
         assert c.logins == 1
     assert service.seen == [("Authenticate", None), ("Status", "tok1"), ("Status", "tok1"),
@@ -232,16 +232,16 @@ async def test_without_credentials_nothing_is_added_and_etcd_asks_for_a_user(sta
     service, ep = stand_in
     async with client(ep, password=None) as c:
         with pytest.raises(errors.AuthRequired, match="user name is empty"):
-            await c.status("e0")
+            await c.maintenance.status("e0")
     assert service.seen == [("Status", None)]
 
 
 async def test_a_forgotten_token_is_renewed_once_and_the_call_resent(stand_in: Any) -> None:
     service, ep = stand_in
     async with client(ep) as c:
-        await c.status("e0")
+        await c.maintenance.status("e0")
         service.valid.clear()  # TTL passed, or the member restarted
-        await c.status("e0")
+        await c.maintenance.status("e0")
         assert c.logins == 2
     assert service.seen[1:] == [("Status", "tok1"), ("Status", "tok1"), ("Authenticate", None), ("Status", "tok2")]
 
@@ -251,7 +251,7 @@ async def test_a_token_refused_again_after_the_renewal_is_raised_not_looped(stan
     service.refuse_all_tokens = True
     async with client(ep) as c:
         with pytest.raises(errors.InvalidAuthToken) as caught:
-            await c.status("e0")
+            await c.maintenance.status("e0")
     assert errors.is_transient(caught.value)
     assert [m for m, _ in service.seen] == ["Authenticate", "Status", "Authenticate", "Status"]
 
@@ -273,20 +273,20 @@ async def test_clients_of_one_cluster_share_a_token_through_their_board(stand_in
     board = tokens.Board()
     creds = access.Credentials("root", PASSWORD)
     async with etcd_client.EtcdClient([ep], timeout=2.0, credentials=creds, board=board) as first:
-        await first.status("e0")
+        await first.maintenance.status("e0")
         async with etcd_client.EtcdClient([ep], timeout=2.0, credentials=creds, board=board) as second:
-            await second.status("e0")
+            await second.maintenance.status("e0")
             assert (first.logins, second.logins) == (1, 0)
             board.withdraw("tok1")  # as a client does when some member refused it
-            await first.status("e0")  # answered with it here: back on the board
+            await first.maintenance.status("e0")  # answered with it here: back on the board
             assert board.token == "tok1"
             service.valid.clear()  # etcd forgot tok1
-            await second.status("e0")
+            await second.maintenance.status("e0")
             assert second.logins == 1 and board.token == "tok2"
         async with etcd_client.EtcdClient([ep], timeout=2.0, credentials=access.Credentials("other", PASSWORD),
                                           board=board) as stranger:
             with pytest.raises(errors.AuthFailed):
-                await stranger.status("e0")  # another user's token is never taken
+                await stranger.maintenance.status("e0")  # another user's token is never taken
     assert service.seen == [("Authenticate", None), ("Status", "tok1"), ("Status", "tok1"), ("Status", "tok1"),
                             ("Status", "tok1"), ("Authenticate", None), ("Status", "tok2"), ("Authenticate", None)]
 
@@ -294,10 +294,10 @@ async def test_clients_of_one_cluster_share_a_token_through_their_board(stand_in
 async def test_concurrent_calls_share_one_login(stand_in: Any) -> None:
     service, ep = stand_in
     async with client(ep) as c:
-        await asyncio.gather(*(c.status("e0") for _ in range(10)))
+        await asyncio.gather(*(c.maintenance.status("e0") for _ in range(10)))
         assert c.logins == 1
         service.valid.clear()
-        await asyncio.gather(*(c.status("e0") for _ in range(10)))
+        await asyncio.gather(*(c.maintenance.status("e0") for _ in range(10)))
         assert c.logins == 2
     assert [m for m, _ in service.seen].count("Authenticate") == 2
 
@@ -306,12 +306,12 @@ async def test_auth_off_means_no_token_until_etcd_asks_for_a_user(stand_in: Any)
     service, ep = stand_in
     service.enabled = False
     async with client(ep) as c:
-        await asyncio.gather(*(c.status("e0") for _ in range(5)))
-        await c.status("e0")
+        await asyncio.gather(*(c.maintenance.status("e0") for _ in range(5)))
+        await c.maintenance.status("e0")
         assert service.seen.count(("Authenticate", None)) == 1  # asked once, remembered
         assert all(token is None for _, token in service.seen)
         service.enabled = True  # somebody enabled auth
-        await c.status("e0")
+        await c.maintenance.status("e0")
         assert c.logins == 1
     assert service.seen[-3:] == [("Status", None), ("Authenticate", None), ("Status", "tok1")]
 
@@ -320,7 +320,7 @@ async def test_a_wrong_password_is_auth_failed_and_never_printed(stand_in: Any) 
     service, ep = stand_in
     async with client(ep, password="wrong-" + PASSWORD) as c:
         with pytest.raises(errors.AuthFailed) as caught:
-            await c.status("e0")
+            await c.maintenance.status("e0")
     text = f"{caught.value} {caught.value!r} {caught.value.details} {caught.value.__cause__}"
     assert "wrong-" not in text and PASSWORD not in text
     assert "'root'" in str(caught.value)
@@ -334,26 +334,26 @@ async def test_alternate_passwords_are_tried_in_turn_and_the_one_that_worked_fir
     assert creds.passwords == ("old-pw", "next-pw")
     assert "next-pw" not in repr(creds) and "alternates=<2 redacted>" in repr(creds)
     async with etcd_client.EtcdClient([ep], timeout=2.0, credentials=creds) as c:
-        await c.status("e0")
+        await c.maintenance.status("e0")
         service.valid.clear()
-        await c.status("e0")
+        await c.maintenance.status("e0")
         assert c.logins == 2
     assert [m for m, _ in service.seen] == ["Authenticate", "Authenticate", "Status",  # old refused, next accepted
                                             "Status", "Authenticate", "Status"]  # next-pw tried first this time
     service.password = "another"
     async with etcd_client.EtcdClient([ep], timeout=2.0, credentials=creds) as c:
         with pytest.raises(errors.AuthFailed, match="tried 2 passwords") as caught:
-            await c.status("e0")
+            await c.maintenance.status("e0")
     assert "pw" not in str(caught.value).replace("root", "")
 
 
 async def test_check_login_leaves_the_clients_token_alone(stand_in: Any) -> None:
     service, ep = stand_in
     async with client(ep) as c:
-        await c.status("e0")
+        await c.maintenance.status("e0")
         assert await c.check_login("e0", "root", PASSWORD) is True
         assert await c.check_login(None, "root", "nope") is False
-        await c.status("e0")
+        await c.maintenance.status("e0")
         assert c.logins == 1
     assert service.seen[-1] == ("Status", "tok1")  # not tok2, the token check_login got
     assert ("Authenticate", "tok1") not in service.seen  # Authenticate never carries a token
@@ -366,17 +366,17 @@ async def test_check_login_leaves_the_clients_token_alone(stand_in: Any) -> None
 async def test_new_credentials_drop_the_token_and_equal_ones_keep_it(stand_in: Any) -> None:
     service, ep = stand_in
     async with client(ep) as c:
-        await c.status("e0")
+        await c.maintenance.status("e0")
         c.set_credentials(access.Credentials("root", PASSWORD))  # equal: nothing changes
-        await c.status("e0")
+        await c.maintenance.status("e0")
         assert c.logins == 1
         service.password = "next"
         c.set_credentials(access.Credentials("root", "next"))
-        await c.status("e0")
+        await c.maintenance.status("e0")
         assert c.logins == 2 and c.credentials == access.Credentials("root", "next")
         c.set_credentials(None)
         with pytest.raises(errors.AuthRequired):
-            await c.status("e0")
+            await c.maintenance.status("e0")
         with pytest.raises(TypeError):
             c.set_credentials(("root", "x"))  # type: ignore[arg-type]
     assert service.seen[-1] == ("Status", None)
@@ -479,5 +479,22 @@ def test_snapshot_file_verifies_what_it_renames(tmp_path: pathlib.Path) -> None:
 def test_the_3_6_version_field_is_read_from_unknown_fields() -> None:
     raw = rpc_pb2.SnapshotResponse(remaining_bytes=3).SerializeToString() + bytes([0x22, 5]) + b"3.6.0"
     message = rpc_pb2.SnapshotResponse.FromString(raw)
-    assert etcd_client.snapshot_version(message) == "3.6.0"
-    assert etcd_client.snapshot_version(rpc_pb2.SnapshotResponse(remaining_bytes=3)) == ""
+    assert maintenance.snapshot_version(message) == "3.6.0"
+    assert maintenance.snapshot_version(rpc_pb2.SnapshotResponse(remaining_bytes=3)) == ""
+
+
+# ---- one transport under every service --------------------------------------------------------------------------
+
+async def test_every_service_goes_over_the_clients_one_transport_channel_and_login(stand_in: Any) -> None:
+    service, ep = stand_in
+    async with client(ep) as c:
+        assert all(s.transport is c.transport for s in (c.kv, c.cluster, c.maintenance, c.auth))
+        assert c.maintenance.cluster is c.cluster  # the leader outside the endpoints is found through MemberList
+        # The client's own calls of the engine's seam are its services' methods, not a second code path.
+        assert (c.statuses, c.members, c.compact, c.user_add) == (
+            c.maintenance.statuses, c.cluster.members, c.kv.compact, c.auth.user_add)
+        await c.maintenance.status("e0")
+        assert await c.auth.check_login("e0", "root", PASSWORD)  # its own token, thrown away
+        await c.maintenance.status("e0")
+        assert c.logins == 1 and len(c.transport._conns) == 1  # one login, one channel for both services
+    assert service.seen == [("Authenticate", None), ("Status", "tok1"), ("Authenticate", None), ("Status", "tok1")]

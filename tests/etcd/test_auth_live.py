@@ -99,7 +99,7 @@ async def auth_on(root: etcd_client.EtcdClient) -> etcd_client.EtcdClient:
         pass
     await root.user_grant_role("root", "root")
     await root.auth_enable()
-    await root.put("/auth/k", "v")
+    await root.kv.put("/auth/k", "v")
     return root
 
 
@@ -126,13 +126,13 @@ async def test_enable_auth_then_every_call_works_with_credentials(live: Live, ro
     views = await root.statuses()
     assert all(isinstance(v, etcd_client.MemberStatus) for v in views.values()), views
     assert len(await root.members()) == 3
-    revision = await root.put("/auth/k", "v")
-    assert await root.get("/auth/k") == b"v"
-    assert await root.range_prefix("/auth/") == ([(b"/auth/k", b"v")], revision)
+    revision = await root.kv.put("/auth/k", "v")
+    assert await root.kv.get("/auth/k") == b"v"
+    assert await root.kv.range_prefix("/auth/") == ([(b"/auth/k", b"v")], revision)
     for name in views:
         assert (await root.hash_kv(name)).member_id == views[name].member_id  # type: ignore[union-attr]
-    await root.check_consistency()
-    leader = await root.leader()
+    await root.maintenance.check_consistency()
+    leader = await root.maintenance.leader()
     follower = next(n for n in views if n != leader.endpoint.name)
     move = await root.move_leader(views[follower].member_id)  # type: ignore[union-attr]
     assert move.leader_id == views[follower].member_id  # type: ignore[union-attr]
@@ -150,15 +150,16 @@ async def test_calls_without_credentials_are_refused_and_the_token_wins_over_the
         assert await anonymous.auth_status() is True
         name = live.cluster.members[1].name
         if live.mode == "plain":
-            for call in (anonymous.status(name), anonymous.members(), anonymous.put("/auth/x", "y"),
-                         anonymous.get("/auth/k"), anonymous.alarms()):
+            for call in (anonymous.maintenance.status(name), anonymous.members(), anonymous.kv.put("/auth/x", "y"),
+                         anonymous.kv.get("/auth/k"), anonymous.alarms()):
                 with pytest.raises(errors.AuthRequired, match="user name is empty"):
                     await call
             admin_refusal: type[errors.EtcdError] = errors.AuthRequired
         else:  # --client-cert-auth: no token, so etcd acts as the certificate's CN ("opsmanager", no user)
-            assert (await anonymous.status(name)).version.startswith(live.version)  # any authenticated name will do
+            # any authenticated name will do
+            assert (await anonymous.maintenance.status(name)).version.startswith(live.version)
             assert len(await anonymous.members()) == 3
-            for call in (anonymous.put("/auth/x", "y"), anonymous.get("/auth/k")):
+            for call in (anonymous.kv.put("/auth/x", "y"), anonymous.kv.get("/auth/k")):
                 with pytest.raises(errors.PermissionDenied):  # "cannot find a user for permission check"
                     await call
             admin_refusal = errors.UserNotFound
@@ -172,7 +173,7 @@ async def test_calls_without_credentials_are_refused_and_the_token_wins_over_the
     # The same certificate with credentials: every one of those works (the token, not the CN, names the user).
     await auth_on.hash_kv(name)
     await auth_on.defragment(name)
-    assert await auth_on.get("/auth/k") == b"v"
+    assert await auth_on.kv.get("/auth/k") == b"v"
 
 
 async def test_a_password_change_takes_effect_at_once(live: Live, auth_on: etcd_client.EtcdClient) -> None:
@@ -180,21 +181,21 @@ async def test_a_password_change_takes_effect_at_once(live: Live, auth_on: etcd_
     await auth_on.user_grant_role("alice", "root")
     staged = access.Credentials("alice", "old-pw", alternates=("new-pw",))  # the new password staged beside
     async with live.client(access.Credentials("alice", "old-pw")) as alice, live.client(staged) as follower:
-        await alice.put("/auth/alice", "1")
-        await follower.put("/auth/alice", "1")
+        await alice.kv.put("/auth/alice", "1")
+        await follower.kv.put("/auth/alice", "1")
         assert alice.logins >= 1 and follower.logins >= 1
         await auth_on.user_change_password("alice", "new-pw")
-        await follower.put("/auth/alice", "1")  # dropped token, old password refused, the staged one logs in
+        await follower.kv.put("/auth/alice", "1")  # dropped token, old password refused, the staged one logs in
         assert await auth_on.check_login(None, "alice", "old-pw") is False
         assert await auth_on.check_login(live.cluster.members[2].name, "alice", "new-pw") is True
         # Observed on 3.5.35 and 3.6.16: etcd drops the user's simple tokens when the password changes, so the
         # client holding the old token does NOT keep working: its next call is "invalid auth token", the client logs
         # in again with the password it has, and that fails.
         with pytest.raises(errors.AuthFailed):
-            await alice.put("/auth/alice", "2")
+            await alice.kv.put("/auth/alice", "2")
         alice.set_credentials(access.Credentials("alice", "new-pw"))
-        await alice.put("/auth/alice", "3")
-    assert await auth_on.get("/auth/alice") == b"3"
+        await alice.kv.put("/auth/alice", "3")
+    assert await auth_on.kv.get("/auth/alice") == b"3"
 
 
 async def test_a_restarted_member_forgets_tokens_and_the_client_logs_in_again(
@@ -204,13 +205,13 @@ async def test_a_restarted_member_forgets_tokens_and_the_client_logs_in_again(
     name = next(n for n, v in (await auth_on.statuses()).items()
                 if isinstance(v, etcd_client.MemberStatus) and not v.is_leader)
     await asyncio.to_thread(live.cluster.restart_member, name)
-    st = await auth_on.status(name)  # "invalid auth token" from the restarted member, a new login, resent
+    st = await auth_on.maintenance.status(name)  # "invalid auth token" from the restarted member, a new login, resent
     assert st.endpoint.name == name
     assert auth_on.logins > before
     await auth_on.wait_recovered(name, expected_voters=3)
     views = await auth_on.statuses()
     assert all(isinstance(v, etcd_client.MemberStatus) for v in views.values()), views
-    assert await auth_on.get("/auth/k", endpoint=name) == b"v"
+    assert await auth_on.kv.get("/auth/k", endpoint=name) == b"v"
 
 
 async def test_a_token_from_a_longer_raft_log_stalls_until_the_client_forgets_it(
@@ -220,17 +221,17 @@ async def test_a_token_from_a_longer_raft_log_stalls_until_the_client_forgets_it
     etcd's own with its index pushed far ahead. Calls carrying it time out, whatever the member; once the client
     forgets it (what the Restore step makes every pooled client do), the next call logs in afresh and answers."""
     async with live.client(ROOT) as c:
-        await c.get("/auth/k")
-        login = c._login  # the client's token, as the interceptors hold it
+        await c.kv.get("/auth/k")
+        login = c.transport.login  # the client's token, as the interceptors hold it
         assert login.token is not None and c.logins == 1
         prefix, _, index = login.token.rpartition(".")
         stale = login.token = f"{prefix}.{int(index) + 10**9}"
         for ep in c.endpoints:
             with pytest.raises(errors.EtcdError):
-                await c.get("/auth/k", endpoint=ep.name, timeout=1.0)
+                await c.kv.get("/auth/k", endpoint=ep.name, timeout=1.0)
         assert login.token == stale  # a timeout is no reason to log in again (a lost quorum times out too)
         c.forget_login()
-        assert await c.get("/auth/k", timeout=5.0) == b"v"
+        assert await c.kv.get("/auth/k", timeout=5.0) == b"v"
         assert c.logins == 2 and login.token != stale
 
 
@@ -238,7 +239,7 @@ async def _fill(c: etcd_client.EtcdClient, total: int) -> int:
     revision = 0
     keys = [f"/snap/{i:06d}".encode() for i in range(total // len(VALUE))]
     for start in range(0, len(keys), 32):
-        revisions = await asyncio.gather(*(c.put(k, VALUE) for k in keys[start:start + 32]))
+        revisions = await asyncio.gather(*(c.kv.put(k, VALUE) for k in keys[start:start + 32]))
         revision = max(revision, *revisions)
     return revision
 
@@ -246,10 +247,10 @@ async def _fill(c: etcd_client.EtcdClient, total: int) -> int:
 async def test_snapshot_of_a_follower_with_auth_on(live: Live, auth_on: etcd_client.EtcdClient,
                                                    tmp_path: pathlib.Path) -> None:
     last_put = await _fill(auth_on, 5 * 1024 * 1024)
-    leader = await auth_on.leader()
+    leader = await auth_on.maintenance.leader()
     follower = next(m.name for m in live.cluster.members if m.name != leader.endpoint.name)
-    follower_id = (await auth_on.status(follower)).member_id
-    await auth_on.get("/auth/k", endpoint=follower)  # linearizable there: the follower has applied every put
+    follower_id = (await auth_on.maintenance.status(follower)).member_id
+    await auth_on.kv.get("/auth/k", endpoint=follower)  # linearizable there: the follower has applied every put
     dest = tmp_path / "follower.db"
 
     tracemalloc.start()
@@ -293,11 +294,11 @@ async def test_auth_disable_lets_everyone_in_again(live: Live, auth_on: etcd_cli
     await auth_on.auth_disable()
     async with live.client() as anonymous:
         assert await anonymous.auth_status() is False
-        assert await anonymous.get("/auth/k") == b"v"
+        assert await anonymous.kv.get("/auth/k") == b"v"
         await anonymous.hash_kv(live.cluster.members[0].name)
         with pytest.raises(errors.AuthNotEnabled):
             await anonymous.check_login(None, "root", ROOT.password)
-    assert await auth_on.get("/auth/k") == b"v"  # the root client now goes without a token
+    assert await auth_on.kv.get("/auth/k") == b"v"  # the root client now goes without a token
 
 
 @pytest.mark.parametrize("version", ["3.5", "3.6"])
@@ -308,11 +309,11 @@ async def test_a_token_past_its_ttl_is_renewed_transparently(version: str, tmp_p
             await c.user_add("root", ROOT.password)
             await c.user_grant_role("root", "root")
             await c.auth_enable()
-            await c.put("/ttl", "1")
+            await c.kv.put("/ttl", "1")
             assert c.logins == 1
             await asyncio.sleep(3)  # etcd drops a simple token --auth-token-ttl after its last use
-            await c.put("/ttl", "2")
+            await c.kv.put("/ttl", "2")
             assert c.logins == 2
-            assert await c.get("/ttl") == b"2"
+            assert await c.kv.get("/ttl") == b"2"
     finally:
         cluster.close()

@@ -47,7 +47,7 @@ async def _follower(c: etcd_client.EtcdClient, *, other_than: int = 0) -> etcd_c
 
 async def test_leader_is_found_and_matches_the_json_gateway(client: etcd_client.EtcdClient,
                                                             etcd_mtls_cluster: Cluster) -> None:
-    leader = await client.leader()
+    leader = await client.maintenance.leader()
     views = await client.statuses()
     assert all(isinstance(v, etcd_client.MemberStatus) for v in views.values()), views
     statuses = [v for v in views.values() if isinstance(v, etcd_client.MemberStatus)]
@@ -74,7 +74,7 @@ async def test_leader_is_found_and_matches_the_json_gateway(client: etcd_client.
 
 
 async def test_move_leader_to_a_follower_and_all_members_agree_promptly(client: etcd_client.EtcdClient) -> None:
-    before = await client.leader()
+    before = await client.maintenance.leader()
     target = await _follower(client)
     one_round = await abaseline(client.statuses)  # one Status of every member, here and now
     move = await client.move_leader(target.member_id)
@@ -89,12 +89,12 @@ async def test_move_leader_to_a_follower_and_all_members_agree_promptly(client: 
 
 async def test_move_leader_sent_to_a_follower_is_routed_to_the_leader(client: etcd_client.EtcdClient,
                                                                       etcd_mtls_cluster: Cluster) -> None:
-    leader = await client.leader()
+    leader = await client.maintenance.leader()
     via = await _follower(client)
     target = await _follower(client, other_than=via.member_id)
     move = await client.move_leader(target.member_id, via=via.endpoint)
     assert move.redirects == 1 and move.sent_to == leader.endpoint.label
-    assert (await client.leader()).member_id == target.member_id
+    assert (await client.maintenance.leader()).member_id == target.member_id
 
     # A client that only knows one follower finds the leader through MemberList's client URLs.
     lonely_follower = await _follower(client)
@@ -102,7 +102,7 @@ async def test_move_leader_sent_to_a_follower_is_routed_to_the_leader(client: et
     async with etcd_client.EtcdClient([lonely_follower.endpoint], tls=etcd_mtls_cluster.tls_identity()) as lonely:
         moved = await lonely.move_leader(back_to)
         assert moved.leader_id == back_to and moved.sent_to != lonely_follower.endpoint.label
-    assert (await client.leader()).member_id == back_to
+    assert (await client.maintenance.leader()).member_id == back_to
 
 
 async def test_move_leader_to_a_non_member_is_a_bad_transferee(client: etcd_client.EtcdClient) -> None:
@@ -176,17 +176,17 @@ async def test_served_certificate_follows_in_place_replacement_on_client_and_pee
     assert etcd_mtls_cluster.member(name).pid == pid  # no restart happened
     # A new gRPC connection verifies the new leaf (same CA) and the member still serves.
     async with etcd_client.EtcdClient([etcd_mtls_cluster.endpoint(name)], tls=etcd_mtls_cluster.tls_identity()) as c:
-        assert (await c.status(name)).member_id
+        assert (await c.maintenance.status(name)).member_id
 
 
 async def test_server_name_override_verifies_the_certificate_dns_name(etcd_mtls_cluster: Cluster) -> None:
     eps = etcd_mtls_cluster.endpoints(server_name=True)
     assert eps[0].server_name == "m0.etcd.test" and eps[0].host.startswith("127.")
     async with etcd_client.EtcdClient(eps, tls=etcd_mtls_cluster.tls_identity()) as c:
-        assert (await c.status("m0")).member_id
+        assert (await c.maintenance.status("m0")).member_id
         wrong = dataclasses.replace(eps[0], server_name="someone-else.example")
         with pytest.raises(errors.TLSHandshakeFailed) as info:
-            await c.status(wrong, timeout=2)
+            await c.maintenance.status(wrong, timeout=2)
         assert "m0 (" in str(info.value) and not errors.is_transient(info.value)
 
 
@@ -194,42 +194,42 @@ async def test_tls_failures_are_typed_and_the_identity_can_be_swapped(etcd_mtls_
     foreign = access.TLSIdentity(pki.make_ca("someone-else").cert_pem, name="foreign")
     async with etcd_client.EtcdClient(etcd_mtls_cluster.endpoints(), tls=foreign, timeout=2) as c:
         with pytest.raises(errors.TLSHandshakeFailed):
-            await c.status("m0")  # we do not trust the member
+            await c.maintenance.status("m0")  # we do not trust the member
         c.set_tls(etcd_mtls_cluster.tls_identity(client_cert=False, name="no-cert"))
         with pytest.raises(errors.TLSHandshakeFailed) as info:
-            await c.status("m0")  # the member does not accept us: no client certificate
+            await c.maintenance.status("m0")  # the member does not accept us: no client certificate
         assert "m0 (" in str(info.value) and isinstance(info.value.__cause__, grpc.RpcError)
         c.set_tls(etcd_mtls_cluster.tls_identity())
-        assert (await c.status("m0")).scheme == "https"
+        assert (await c.maintenance.status("m0")).scheme == "https"
 
 
 async def test_dual_scheme_endpoint_uses_the_scheme_that_answers(etcd_mtls_cluster: Cluster) -> None:
     dual = etcd_mtls_cluster.endpoint("m0", schemes=("http", "https"))
     async with etcd_client.EtcdClient([dual], tls=etcd_mtls_cluster.tls_identity(), timeout=2) as c:
-        assert (await c.status("m0")).scheme == "https"  # http tried first, refused by the TLS-only port
-        assert (await c.status("m0")).scheme == "https"  # remembered: https first now
+        assert (await c.maintenance.status("m0")).scheme == "https"  # http tried first, refused by the TLS-only port
+        assert (await c.maintenance.status("m0")).scheme == "https"  # remembered: https first now
         with pytest.raises(errors.MemberUnreachable):  # plaintext HTTP/2 on a TLS-only port: the socket is closed
-            await c.status("m0", scheme="http")
+            await c.maintenance.status("m0", scheme="http")
 
 
 async def test_no_grpc_error_escapes_the_public_calls(etcd_mtls_cluster: Cluster) -> None:
     x, y = etcd_mtls_cluster.subnet
     dead = access.Endpoint("dead", f"127.{x}.{y}.250", metrics_port=None)
     calls = {
-        "status": lambda c: c.status("dead"),
-        "leader": lambda c: c.leader(timeout=0.5),
+        "status": lambda c: c.maintenance.status("dead"),
+        "leader": lambda c: c.maintenance.leader(timeout=0.5),
         "members": lambda c: c.members(),
         "member_update": lambda c: c.member_update(1, ["https://127.0.0.1:2380"]),
         "member_add": lambda c: c.member_add(["https://127.0.0.1:2380"]),
         "member_remove": lambda c: c.member_remove(1),
         "member_promote": lambda c: c.member_promote(1),
-        "put": lambda c: c.put("k", "v"),
-        "get": lambda c: c.get("k"),
+        "put": lambda c: c.kv.put("k", "v"),
+        "get": lambda c: c.kv.get("k"),
         "move_leader": lambda c: c.move_leader(1, timeout=1),
         "wait_recovered": lambda c: c.wait_recovered("dead", expected_voters=3, timeout=0.5),
         "served_certificate": lambda c: c.served_certificate("dead"),
         "hash_kv": lambda c: c.hash_kv("dead"),
-        "check_consistency": lambda c: c.check_consistency(timeout=0.5),
+        "check_consistency": lambda c: c.maintenance.check_consistency(timeout=0.5),
     }
     foreign = access.TLSIdentity(pki.make_ca("x").cert_pem, name="foreign")
     for tls, eps in ((etcd_mtls_cluster.tls_identity(), [dead]), (foreign, etcd_mtls_cluster.endpoints()[:1])):
@@ -256,7 +256,7 @@ async def test_wait_recovered_gates_a_restarted_follower(client: etcd_client.Etc
     etcd_mtls_cluster.stop_member(name)
     try:
         for i in range(20):  # the follower falls behind
-            await client.put(f"/test/lag/{i}", "x" * 100)
+            await client.kv.put(f"/test/lag/{i}", "x" * 100)
         with pytest.raises(errors.NotRecovered) as info:  # 2 of 3 up: quorum, but not recovered
             await client.wait_recovered(name, expected_voters=3, timeout=1.5)
         assert "health" in info.value.reason or "unreachable" in info.value.reason.lower(), info.value.reason
@@ -265,6 +265,6 @@ async def test_wait_recovered_gates_a_restarted_follower(client: etcd_client.Etc
     recovery = await client.wait_recovered(name, expected_voters=3, timeout=20, check_hash=True)
     assert recovery.member == name and recovery.voters == 3
     assert recovery.applied_index >= recovery.leader_commit_index
-    assert await client.get("/test/lag/19", endpoint=name) == b"x" * 100
-    hashes = await client.check_consistency()
+    assert await client.kv.get("/test/lag/19", endpoint=name) == b"x" * 100
+    hashes = await client.maintenance.check_consistency()
     assert len(hashes) == 3 and len({(h.revision, h.hash) for h in hashes}) == 1

@@ -54,7 +54,7 @@ async def test_server_tls_mode_dual_scheme_restart_writer_and_cleanup(etcd_clust
     ident = cluster.tls_identity()
     assert ident is not None and ident.cert_pem is None  # CA only: server TLS needs no client certificate
     async with etcd_client.EtcdClient(cluster.endpoints(), tls=ident) as c:
-        assert (await c.status("m0")).scheme == "https"
+        assert (await c.maintenance.status("m0")).scheme == "https"
         assert (await c.served_certificate("m0")).ip_addresses == (member.address,)
 
         # Restart onto http+https on the same client port (the first step of a plaintext -> TLS move).
@@ -64,8 +64,8 @@ async def test_server_tls_mode_dual_scheme_restart_writer_and_cleanup(etcd_clust
         dual = cluster.endpoint("m0")
         assert dual.schemes == ("https", "http")
         c.set_endpoints([dual])
-        assert (await c.status("m0", scheme="http")).scheme == "http"
-        assert (await c.status("m0", scheme="https")).scheme == "https"
+        assert (await c.maintenance.status("m0", scheme="http")).scheme == "http"
+        assert (await c.maintenance.status("m0", scheme="https")).scheme == "https"
 
         # The writer: a dead target first is skipped, counts stay honest, targets can change while running.
         x, y = cluster.subnet
@@ -92,7 +92,7 @@ async def test_server_tls_mode_dual_scheme_restart_writer_and_cleanup(etcd_clust
         assert read.ok and read.acknowledged == result.ok, read.describe()
         # An acknowledged write that is not stored any more is named (its key overwritten with junk here).
         victim = w.acknowledged[2]
-        await c.put(writer.key_for(result.prefix, victim), b"gone")
+        await c.kv.put(writer.key_for(result.prefix, victim), b"gone")
         with pytest.raises(writer.LostWrites, match=rf"1 of {result.ok} acknowledged writes missing.*seq {victim}\b"):
             await w.read_back()
         assert (await w.read_back(check=False)).missing == (victim,)

@@ -45,18 +45,18 @@ async def _sizes(c: etcd_client.EtcdClient) -> dict[str, tuple[int, int]]:
 
 async def test_delete_compact_and_defragment_give_the_space_back(client: etcd_client.EtcdClient) -> None:
     for i in range(2000):  # about 8 MB of values
-        await client.put(PREFIX + f"{i:05d}".encode(), VALUE)
+        await client.kv.put(PREFIX + f"{i:05d}".encode(), VALUE)
     grown = await _sizes(client)
     assert len(grown) == 3 and all(size >= 8_000_000 for size, _ in grown.values()), grown
 
-    deleted, revision = await client.delete_prefix(PREFIX)
+    deleted, revision = await client.kv.delete_prefix(PREFIX)
     assert deleted == 2000
-    assert await client.get(PREFIX + b"00000") is None
+    assert await client.kv.get(PREFIX + b"00000") is None
     assert await client.compact(revision) >= revision
     with pytest.raises(errors.EtcdError, match="compacted"):
         await client.compact(revision - 1)
 
-    leader = await client.leader()
+    leader = await client.maintenance.leader()
     order = [n for n in grown if n != leader.endpoint.name] + [leader.endpoint.name]  # followers first
     for name in order:
         await client.defragment(name)
@@ -66,31 +66,31 @@ async def test_delete_compact_and_defragment_give_the_space_back(client: etcd_cl
         assert size <= in_use * 2, f"{name}: {size} bytes on disk for {in_use} in use"
     # HashKV compares at the lowest revision a member reports, which must be above the compaction: a member that
     # has not applied this write yet would still report the compacted revision.
-    after = await client.put(PREFIX + b"after", b"v")
+    after = await client.kv.put(PREFIX + b"after", b"v")
 
     async def applied_everywhere() -> bool:
         views = await client.statuses()
         return all(isinstance(v, etcd_client.MemberStatus) and v.revision >= after for v in views.values())
 
     await aeventually(applied_everywhere, timeout=10, what="every member applied the write after the compaction")
-    await client.check_consistency()
+    await client.maintenance.check_consistency()
 
 
 async def test_a_nospace_alarm_refuses_writes_until_it_is_disarmed(client: etcd_client.EtcdClient) -> None:
     assert await client.alarms() == []
-    member = (await client.leader()).member_id
+    member = (await client.maintenance.leader()).member_id
     raised = await client.set_alarm(member, "NOSPACE", raised=True)
     assert raised == [etcd_client.Alarm(member, "NOSPACE")]
     try:
         assert await client.alarms() == [etcd_client.Alarm(member, "NOSPACE")]
         with pytest.raises(errors.EtcdError, match="space exceeded"):
-            await client.put(PREFIX + b"refused", b"v")
+            await client.kv.put(PREFIX + b"refused", b"v")
     finally:
         disarmed = await client.set_alarm(member, "NOSPACE", raised=False)
     assert disarmed == [etcd_client.Alarm(member, "NOSPACE")]
     assert await client.alarms() == []
-    await client.put(PREFIX + b"accepted", b"v")
-    assert await client.get(PREFIX + b"accepted") == b"v"
+    await client.kv.put(PREFIX + b"accepted", b"v")
+    assert await client.kv.get(PREFIX + b"accepted") == b"v"
 
 
 async def test_a_compaction_needs_a_positive_revision(client: etcd_client.EtcdClient) -> None:

@@ -23,24 +23,24 @@ async def test_a_lease_reuses_the_client_and_its_channels() -> None:
     p = pool.ClientPool()
     first = await p.lease("ns", "db", [ep("db-0", "10.0.0.1"), ep("db-1", "10.0.0.2")], None, timeout=2.0,
                           user="engine")
-    first._conn(first.endpoint("db-0"), "http")
+    first.transport.conn(first.endpoint("db-0"), "http")
     again = await p.lease("ns", "db", [ep("db-0", "10.0.0.1"), ep("db-1", "10.0.0.2")], None, timeout=3.0,
                           user="engine")
     assert again is first and p.opened == 1 and again.timeout == 3.0
-    assert len(first._conns) == 1, "the channel of the first lease is still open"
+    assert len(first.transport._conns) == 1, "the channel of the first lease is still open"
     async with again as c:  # a with-block does not close a pooled client
         assert c is first
-    assert len(first._conns) == 1
+    assert len(first.transport._conns) == 1
     await p.close()
-    assert len(p) == 0 and first._conns == {}
+    assert len(p) == 0 and first.transport._conns == {}
 
 
 async def test_a_new_address_closes_the_channel_of_the_old_one() -> None:
     p = pool.ClientPool()
     c = await p.lease("ns", "db", [ep("db-0", "10.0.0.1")], None, timeout=2.0, user="engine")
-    c._conn(c.endpoint("db-0"), "http")
+    c.transport.conn(c.endpoint("db-0"), "http")
     c = await p.lease("ns", "db", [ep("db-0", "10.0.0.9")], None, timeout=2.0, user="engine")  # the pod was recreated
-    assert c._conns == {}
+    assert c.transport._conns == {}
     assert c.endpoint("db-0").host == "10.0.0.9"
     await p.close()
 
@@ -64,9 +64,9 @@ async def test_identity_user_and_etcd_each_have_their_own_client() -> None:
 async def test_idle_clients_are_closed() -> None:
     p = pool.ClientPool(idle_close=0.0)
     old = await p.lease("ns", "db", [ep("db-0", "10.0.0.1")], None, timeout=2.0, user="engine")
-    old._conn(old.endpoint("db-0"), "http")
+    old.transport.conn(old.endpoint("db-0"), "http")
     await p.lease("ns", "db2", [ep("db2-0", "10.0.0.2")], None, timeout=2.0, user="engine")
-    assert old._conns == {}, "the idle client of db was closed when another was leased"
+    assert old.transport._conns == {}, "the idle client of db was closed when another was leased"
     await p.close()
 
 
@@ -93,13 +93,15 @@ async def test_the_clients_of_one_etcd_share_a_board_and_forget_their_logins_tog
     engine = await p.lease("ns", "db", [ep("db-0", "10.0.0.1")], None, timeout=2.0, user="engine")
     status = await p.lease("ns", "db", [ep("db-0", "10.0.0.1")], None, timeout=2.0, user="status")
     other = await p.lease("ns", "other", [ep("other-0", "10.0.0.9")], None, timeout=2.0, user="status")
-    assert engine._login.board is status._login.board is not None
-    assert other._login.board is not engine._login.board
-    engine._login.board.post("root", "t.9")
-    other._login.board.post("root", "u.3")  # type: ignore[union-attr]
+    assert engine.transport.login.board is status.transport.login.board is not None
+    assert other.transport.login.board is not engine.transport.login.board
+    engine.transport.login.board.post("root", "t.9")
+    other.transport.login.board.post("root", "u.3")  # type: ignore[union-attr]
     for c, token in ((engine, "t.9"), (status, "t.9"), (other, "u.3")):
-        c._login.token = token
+        c.transport.login.token = token
     p.forget_logins("ns", "db")
-    assert engine._login.token is None and status._login.token is None and engine._login.board.token is None
-    assert other._login.token == "u.3" and other._login.board.token == "u.3"  # type: ignore[union-attr]
+    assert engine.transport.login.token is None and status.transport.login.token is None
+    assert engine.transport.login.board.token is None
+    assert other.transport.login.token == "u.3"
+    assert other.transport.login.board.token == "u.3"  # type: ignore[union-attr]
     await p.close()

@@ -92,14 +92,14 @@ def made_stale(h: history.History) -> history.History:
 
 async def test_a_watch_from_below_a_compaction_ends_with_a_clear_error(cluster: localcluster.LocalEtcdCluster) -> None:
     async with etcd_client.EtcdClient(cluster.endpoints(), tls=cluster.tls_identity()) as c:
-        first = await c.put("/compaction/a", "1")
-        second = await c.put("/compaction/a", "2")
+        first = await c.kv.put("/compaction/a", "1")
+        second = await c.kv.put("/compaction/a", "2")
         await c.compact(second)
         with pytest.raises(errors.Compacted) as caught:
-            async for _batch in c.watch("/compaction/", start_revision=first, endpoint=cluster.members[0].name):
+            async for _batch in c.kv.watch("/compaction/", start_revision=first, endpoint=cluster.members[0].name):
                 pass
         assert caught.value.compact_revision == second
-        async for batch in c.watch("/compaction/", start_revision=second, endpoint=cluster.members[1].name):
+        async for batch in c.kv.watch("/compaction/", start_revision=second, endpoint=cluster.members[1].name):
             if batch.events:  # from the compaction's own revision on, the watch works
                 assert [(e.value, e.mod_revision) for e in batch.events] == [(b"2", second)]
                 break

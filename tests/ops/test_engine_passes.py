@@ -139,9 +139,9 @@ async def test_forget_closes_only_the_named_users_clients() -> None:
     p = pool.ClientPool()
     eps = [access.Endpoint(name="db-0", host="10.0.0.1", schemes=("http",))]
     engine_client = await p.lease("ns", "db", eps, None, timeout=2.0, user=context.ENGINE_USER)
-    engine_client._conn(engine_client.endpoint("db-0"), "http")
+    engine_client.transport.conn(engine_client.endpoint("db-0"), "http")
     status_client = await p.lease("ns", "db", eps, None, timeout=2.0, user="status")
     await p.forget("ns", "db", user=context.ENGINE_USER)
-    assert len(p) == 1 and engine_client._conns == {}
+    assert len(p) == 1 and engine_client.transport._conns == {}
     assert await p.lease("ns", "db", eps, None, timeout=2.0, user="status") is status_client
     await p.close()

@@ -150,9 +150,9 @@ async def write_works(env: Env, name: str, key: str) -> None:
     eps = [access.Endpoint(name=p["metadata"]["name"], host=p["status"]["podIP"],
                            server_name=naming.pod_fqdn(name, NS, p["metadata"]["name"])) for p in pods]
     async with client.EtcdClient(eps, tls=identity, timeout=3.0) as c:
-        await c.put(key, "v", endpoint=eps[0])
+        await c.kv.put(key, "v", endpoint=eps[0])
         for ep in eps:
-            assert await c.get(key, endpoint=ep) == b"v"
+            assert await c.kv.get(key, endpoint=ep) == b"v"
 
 
 async def renew(env: Env, certificate: str) -> None:

@@ -119,8 +119,8 @@ async def test_plaintext_etcd_becomes_ready_with_three_healthy_members(env: Env)
         assert all(m.peer_urls == (f"http://{m.name}.plain-pods.{NS}.svc:2380",) for m in members)
         for ep in eps:
             assert (await c.health(ep)).healthy
-        await c.put("k", "before-pause", endpoint=eps[0])
-        assert await c.get("k", endpoint=eps[2]) == b"before-pause"
+        await c.kv.put("k", "before-pause", endpoint=eps[0])
+        assert await c.kv.get("k", endpoint=eps[2]) == b"before-pause"
 
 
 async def test_tls_etcd_from_a_ca_issuer_needs_the_client_certificate(env: Env) -> None:
@@ -148,21 +148,21 @@ async def test_tls_etcd_from_a_ca_issuer_needs_the_client_certificate(env: Env) 
     with_cert = access.TLSIdentity.from_secret_data(secret["data"], ca=bundle["data"], name="root")
     async with client.EtcdClient(eps, tls=with_cert) as c:
         assert len(await c.members()) == 3
-        await c.put("greeting", "hello over mTLS", endpoint=eps[1])
+        await c.kv.put("greeting", "hello over mTLS", endpoint=eps[1])
         for ep in eps:
-            assert await c.get("greeting", endpoint=ep) == b"hello over mTLS"
+            assert await c.kv.get("greeting", endpoint=ep) == b"hello over mTLS"
 
     no_cert = access.TLSIdentity(ca_pem=base64.b64decode(bundle["data"]["ca.crt"]), name="anonymous")
     async with client.EtcdClient(eps, tls=no_cert, timeout=2.0) as c:
         with pytest.raises(errors.EtcdError) as refused:
-            await c.put("greeting", "anonymous write", endpoint=eps[0])
+            await c.kv.put("greeting", "anonymous write", endpoint=eps[0])
         # etcd (--client-cert-auth) ends the handshake with a bad_certificate alert: no certificate, no service.
         assert isinstance(refused.value, errors.TLSHandshakeFailed), repr(refused.value)
     # Plain HTTP is not served at all.
     plain = [ep.with_schemes("http") for ep in eps]
     async with client.EtcdClient(plain, timeout=2.0) as c:
         with pytest.raises(errors.EtcdError):
-            await c.get("greeting", endpoint=plain[0])
+            await c.kv.get("greeting", endpoint=plain[0])
 
 
 async def test_paused_etcd_is_not_repaired_until_the_pause_is_removed(env: Env) -> None:
@@ -194,4 +194,4 @@ async def test_paused_etcd_is_not_repaired_until_the_pause_is_removed(env: Env) 
     await aeventually(lambda: ready(env, "plain"), timeout=WAIT, what="Ready again")
     eps = await member_endpoints(env, "plain", "http")
     async with client.EtcdClient(eps) as c:
-        assert await c.get("k", endpoint=eps[1]) == b"before-pause"
+        assert await c.kv.get("k", endpoint=eps[1]) == b"before-pause"
