@@ -518,6 +518,7 @@ class Decision:
     held_members: tuple[str, ...] = ()
     renew_at: datetime.datetime | None = None  # when the earliest leaf becomes due (None without a leaf)
     retry_at: datetime.datetime | None = None  # WAIT_RETRY: the earliest time of the next attempt
+    episode: str | None = None  # CREATE: what the request is filed for (:func:`request_episode`)
 
 
 def renew_before(not_before: datetime.datetime, not_after: datetime.datetime,
@@ -538,6 +539,13 @@ def request_name(etcd: str, not_after: datetime.datetime, failed_at: datetime.da
     retry of a failed request for the same expiry — deterministic, so a restart re-derives the same name."""
     name = f"{etcd}-auto-renew-{_stamp(not_after)}"
     return name if failed_at is None else f"{name}-{_stamp(failed_at)}"
+
+
+def request_episode(not_after: datetime.datetime, failed_at: datetime.datetime | None = None) -> str:
+    """The episode an auto-renew request is filed for (the filer's record): the expiry it renews and, for a retry,
+    the failure it follows — what :func:`request_name` is derived from."""
+    episode = f"notAfter {conditions.rfc3339(not_after)}"
+    return episode if failed_at is None else f"{episode}, retry after the failure at {conditions.rfc3339(failed_at)}"
 
 
 def auto_renew(
@@ -592,9 +600,10 @@ def auto_renew(
     if held:
         return Decision(Verdict.HOLD, f"renewal due, held while not scanned: {', '.join(held)}",
                         held_members=held, renew_at=renew_at)
-    name = request_name(etcd, not_after, last_failure_at if same_expiry else None)
+    retry_of = last_failure_at if same_expiry else None
     return Decision(Verdict.CREATE, f"the earliest certificate expires at {conditions.rfc3339(not_after)}, "
-                    f"within {go_duration(not_after - renew_at)}", request_name=name, renew_at=renew_at)
+                    f"within {go_duration(not_after - renew_at)}", request_name=request_name(etcd, not_after, retry_of),
+                    renew_at=renew_at, episode=request_episode(not_after, retry_of))
 
 
 # The auto request's spec.timeout: a quarter of the renew window, at least 1m, at most 10m — so a re-issue that
