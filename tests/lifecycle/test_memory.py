@@ -1,0 +1,86 @@
+"""What the lifecycle remembers lives in ``status.lifecycle``, changed by typed changes; the old annotations are read
+once.
+
+We test these aspects: the scan's memory written by a scan reads back the same (announced keys, first sightings,
+the recheck); a scan request keeps the earliest pending time after the last scan, inside the transaction; an Etcd an
+older operator annotated keeps the scan's, auto-renew's and auto-defragment's memory until the first typed write,
+which then wins (and auto-renew's and auto-defragment's legacy request becomes the filer's record).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import Any
+
+from opsmanager.api import constants, lifecycle
+from opsmanager.cluster import etcdstatus
+from opsmanager.lifecycle import autorenew, scan, storage, verdict
+
+T0 = datetime.datetime(2026, 12, 1, 10, 0, tzinfo=datetime.UTC)
+SEC = datetime.timedelta(seconds=1)
+
+
+def etcd(status: dict[str, Any] | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": "db", "namespace": "ns", "annotations": annotations or {}},
+            "spec": {"tls": {}}, "status": status or {}}
+
+
+def recorded(*, recheck: datetime.datetime | None = None, pending: datetime.datetime | None = None,
+             status: dict[str, Any] | None = None) -> dict[str, Any]:
+    change = scan.ScanRecorded(
+        {"lastScanTime": "2026-12-01T10:00:00Z"}, etcdstatus.SetCondition("CertificatesValid", "True", "Valid", "ok"),
+        frozenset({"X:ab", "S:cd:60"}), {"ab": T0 - 60 * SEC}, T0, recheck, pending)
+    return change.apply(status or {})
+
+
+def test_a_scans_memory_reads_back_from_status() -> None:
+    status = recorded(recheck=T0 + 10 * SEC)
+    memory = scan.memory(etcd(status))
+    assert memory == scan.Memory(frozenset({"X:ab", "S:cd:60"}), {"ab": T0 - 60 * SEC}, T0 + 10 * SEC)
+    assert status["lifecycle"]["tlsScan"]["announced"] == ["S:cd:60", "X:ab"]
+    assert status["tls"] == {"lastScanTime": "2026-12-01T10:00:00Z"}
+    assert status["conditions"][0]["type"] == "CertificatesValid"
+
+
+def test_a_scan_request_keeps_the_earliest_pending_time_after_the_last_scan() -> None:
+    status = recorded()  # scanned at T0, nothing pending
+    later = scan.RequestScan(T0 + 30 * SEC).apply(status)
+    assert scan.scan_requested(etcd(later)) == T0 + 30 * SEC
+    earlier = scan.RequestScan(T0 + 5 * SEC).apply(later)
+    assert scan.scan_requested(etcd(earlier)) == T0 + 5 * SEC
+    assert scan.RequestScan(T0 + 60 * SEC).apply(earlier) == earlier  # the pending one's scan covers it
+    assert scan.RequestScan(T0 - 5 * SEC).apply(status) == status  # the last scan already covered it
+
+
+def test_an_older_operators_scan_annotations_are_read_until_the_first_typed_write() -> None:
+    annotations = {scan.ANNOTATION_EVENT_KEYS: "S:cd:60,X:ab",
+                   scan.ANNOTATION_SECRET_SEEN: verdict.encode_seen({"ab": T0 - 60 * SEC}),
+                   scan.ANNOTATION_SCAN_REQUESTED: "2026-12-01T10:00:05Z"}
+    legacy = scan.memory(etcd(annotations=annotations))
+    assert legacy == scan.Memory(frozenset({"X:ab", "S:cd:60"}), {"ab": T0 - 60 * SEC}, T0 + 5 * SEC)
+    status = recorded(pending=legacy.requested)  # the first scan keeps what was pending
+    assert scan.memory(etcd(status, annotations)).requested == T0 + 5 * SEC
+    moved = recorded(status={"lifecycle": {"tlsScan": {"announced": ["X:ef"]}}})
+    assert scan.memory(etcd(moved, annotations)).announced == {"X:ab", "S:cd:60"}  # typed wins over annotations
+
+
+def test_an_older_operators_auto_renew_memory_becomes_typed_with_its_request_filed() -> None:
+    state = verdict.AutoRenewState("db-auto-renew-1", T0 + 60 * SEC, T0, ("db-1",))
+    old = etcd(annotations={autorenew.ANNOTATION_AUTO_RENEW: state.encode()})
+    assert autorenew.memory(old) == state
+    status = autorenew.Remembered(state).apply({})
+    assert autorenew.memory(etcd(status, old["metadata"]["annotations"])) == state
+    filed = lifecycle.LifecycleMemory.of(status).filed_by(constants.TRIGGER_AUTO_RENEW)
+    assert filed is not None and filed.request == "db-auto-renew-1"
+
+
+def test_an_older_operators_auto_defragment_episode_becomes_typed() -> None:
+    annotation = json.dumps({"request": "db-auto-defragment-1", "since": "2026-12-01T10:00:00Z"})
+    episode = storage.remembered(etcd(annotations={storage.ANNOTATION_AUTO_DEFRAGMENT: annotation}))
+    assert episode == storage.Episode(T0, "db-auto-defragment-1")
+    status = storage.ScanRecorded(lifecycle.StorageStatus(last_scan_time="2026-12-01T10:01:00Z"), frozenset(),
+                                  episode).apply({})
+    assert storage.remembered(etcd(status)) == episode
+    assert storage.remembered(etcd(storage.ScanRecorded(
+        lifecycle.StorageStatus(), frozenset(), storage.Episode()).apply(status))) == storage.Episode()
