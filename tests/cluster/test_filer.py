@@ -32,7 +32,7 @@ class Crash(Exception):
 
 class Store:
     """What the filer needs of the Kubernetes client, over objects in memory: ``create`` (AlreadyExists on a name
-    that exists), ``get`` and ``transact_status``; ``crash_on_status`` makes the next status write die."""
+    that exists), ``get``, ``list``, ``event`` and ``transact_status``; ``crash_on_status`` makes the next status write die."""
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], Obj] = {
@@ -40,6 +40,7 @@ class Store:
                                                 "spec": {}}}
         self.creates = 0
         self.crash_on_status = False
+        self.events: list[str] = []
 
     async def create(self, body: Obj) -> Obj:
         key = (body["kind"], body["metadata"]["namespace"], body["metadata"]["name"])
@@ -63,6 +64,12 @@ class Store:
             status = mutate(status)
         obj["status"] = status
         return copy.deepcopy(obj)
+
+    async def list(self, api_version: str, kind: str, namespace: str) -> list[Obj]:
+        return [copy.deepcopy(o) for (k, ns, _), o in self.objects.items() if (k, ns) == (kind, namespace)]
+
+    async def event(self, involved: Obj, *, reason: str, message: str, type_: str = "Normal") -> None:
+        self.events.append(reason)
 
     def etcd(self) -> Obj:
         return copy.deepcopy(self.objects[(constants.ETCD_KIND, "ns", "db")])

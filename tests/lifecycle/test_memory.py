@@ -4,7 +4,8 @@ once.
 We test these aspects: the scan's memory written by a scan reads back the same (announced keys, first sightings,
 the recheck); a scan request keeps the earliest pending time after the last scan, inside the transaction; an Etcd an
 older operator annotated keeps the scan's, auto-renew's and auto-defragment's memory until the first typed write,
-which then wins (and auto-renew's and auto-defragment's legacy request becomes the filer's record).
+which then wins (and auto-renew's and auto-defragment's legacy request becomes the filer's record); the storage
+scan files one Defragment per episode through the filer, named from the episode, across a crash before the create.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ import datetime
 import json
 from typing import Any
 
+import pytest
+
 from opsmanager.api import constants, lifecycle
 from opsmanager.cluster import etcdstatus
 from opsmanager.lifecycle import autorenew, scan, storage, verdict
+from tests.cluster import test_filer
 
 T0 = datetime.datetime(2026, 12, 1, 10, 0, tzinfo=datetime.UTC)
 SEC = datetime.timedelta(seconds=1)
@@ -84,3 +88,48 @@ def test_an_older_operators_auto_defragment_episode_becomes_typed() -> None:
     assert storage.remembered(etcd(status)) == episode
     assert storage.remembered(etcd(storage.ScanRecorded(
         lifecycle.StorageStatus(), frozenset(), storage.Episode()).apply(status))) == storage.Episode()
+
+
+MiB = 1024 * 1024
+
+
+async def test_auto_defragment_files_once_per_episode_under_the_episodes_name(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The storage scan through the filer: the episode is recorded with the scan, its request named from it, filed
+    once; a crash before the create files the same name; the share dropping ends the episode, the next one files
+    again."""
+    sizes = {"db-0": lifecycle.MemberStorage(db_size_bytes=1000 * MiB, db_size_in_use_bytes=100 * MiB)}
+
+    async def observe(k: Any, db: Any) -> tuple[dict[str, lifecycle.MemberStorage], set[str]]:
+        return dict(sizes), {"3.5.1"}
+
+    monkeypatch.setattr(storage, "observe", observe)
+    store = test_filer.Store()
+    db = store.objects[(constants.ETCD_KIND, "ns", "db")]
+    db["spec"] = {"version": "3.5.1"}
+    db["status"] = {"conditions": [{"type": constants.COND_PROVISIONED, "status": "True", "reason": "Up", "message": "",
+                                    "lastTransitionTime": "2026-12-01T09:00:00Z"}]}
+    create = store.create
+
+    async def crash(body: dict[str, Any]) -> dict[str, Any]:
+        raise test_filer.Crash()
+
+    store.create = crash  # type: ignore[method-assign]
+
+    async def scan_at(seconds: int) -> bool:
+        decision = await storage.scan_once(store, store.etcd(), now=T0 + seconds * SEC)  # type: ignore[arg-type]
+        assert decision is not None
+        return decision.file
+
+    with pytest.raises(test_filer.Crash):
+        await scan_at(0)
+    store.create = create  # type: ignore[method-assign]
+    assert await scan_at(60) and not await scan_at(120)
+    first = f"db-auto-defragment-{int(T0.timestamp())}"  # named from when the episode's request was first due
+    assert store.requests() == [first] and store.events == ["AutoDefragmentRequested"]
+    store.objects[(constants.OPS_KIND, "ns", first)]["status"] = {"phase": "Successful"}
+    sizes["db-0"] = lifecycle.MemberStorage(db_size_bytes=1000 * MiB, db_size_in_use_bytes=900 * MiB)
+    assert not await scan_at(180)  # below the policy: the episode is over
+    sizes["db-0"] = lifecycle.MemberStorage(db_size_bytes=1000 * MiB, db_size_in_use_bytes=100 * MiB)
+    assert await scan_at(240)
+    assert store.requests() == [first, f"db-auto-defragment-{int(T0.timestamp()) + 240}"]
