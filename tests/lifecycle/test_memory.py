@@ -18,7 +18,7 @@ import pytest
 
 from opsmanager.api import constants, lifecycle
 from opsmanager.cluster import etcdstatus
-from opsmanager.lifecycle import autorenew, scan, storage, verdict
+from opsmanager.lifecycle import autorenew, metrics, scan, storage, verdict
 from tests.cluster import test_filer
 
 T0 = datetime.datetime(2026, 12, 1, 10, 0, tzinfo=datetime.UTC)
@@ -104,6 +104,13 @@ async def test_auto_defragment_files_once_per_episode_under_the_episodes_name(
         return dict(sizes), {"3.5.1"}
 
     monkeypatch.setattr(storage, "observe", observe)
+    try:
+        await _files_once_per_episode(sizes)
+    finally:
+        metrics.forget_storage("ns", "db")  # the process's registry: other tests read it
+
+
+async def _files_once_per_episode(sizes: dict[str, lifecycle.MemberStorage]) -> None:
     store = test_filer.Store()
     db = store.objects[(constants.ETCD_KIND, "ns", "db")]
     db["spec"] = {"version": "3.5.1"}
