@@ -319,6 +319,11 @@ class EtcdStatus(common.OpenModel):
     )
     backup: backup_api.BackupStatus | None = pydantic.Field(
         default=None, description="The last good backup (key, SHA-256, revision) and the last failure.")
+    lifecycle_memory: lifecycle.LifecycleMemory | None = pydantic.Field(
+        default=None, alias="lifecycle",
+        description="What the operator's automatic filers (CA rollover, auto-renew, auto-defragment, scheduled "
+                    "backups) and the certificate scan remember: the requests filed per episode, the Events "
+                    "announced, the scan requested.")
     quorum_loss: QuorumLoss | None = pydantic.Field(
         default=None, description="Set while a majority of the members does not answer; `QuorumLost` is True once "
                                   "that lasted longer than the operator's bound.")

@@ -16,7 +16,8 @@ Usage::
 from __future__ import annotations
 
 import datetime
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 import pydantic
 
@@ -244,3 +245,96 @@ class StorageStatus(common.OpenModel):
     members: dict[str, MemberStorage] | None = pydantic.Field(default=None, description="By pod name.")
     reclaimable_bytes: int | None = pydantic.Field(
         default=None, description="The most a defragmentation would give back on one member.")
+
+
+# --- what the lifecycle remembers (status.lifecycle) ------------------------------------------------------------
+
+Trigger = Literal["ca-rollover", "auto-renew", "auto-defragment", "scheduled-backup"]
+
+
+class FiledRequest(common.OpenModel):
+    """The latest request one automatic filer filed, and the episode it was filed for. A filer files once per
+    episode: the request's name is derived from the episode, and an episode recorded here is not filed again."""
+
+    trigger: Trigger = pydantic.Field(
+        description="The filer: the request's `ops.opsmanager.dev/trigger` label (`ca-rollover`, `auto-renew`, "
+                    "`auto-defragment`, `scheduled-backup`).")
+    episode: str = pydantic.Field(
+        min_length=1,
+        description="What the request was filed for: the new CA's SHA-256 (`ca-rollover`), the notAfter it renews "
+                    "and, for a retry, the failure it follows (`auto-renew`), when the reclaimable share went over "
+                    "the policy (`auto-defragment`), the schedule slot (`scheduled-backup`).")
+    request: str = pydantic.Field(min_length=1, description="The `EtcdOpsRequest`'s name.")
+    filed_at: str | None = pydantic.Field(default=None, description="When it was filed (RFC 3339).")
+
+
+class TLSScanMemory(common.OpenModel):
+    """What the certificate scan remembers between scans."""
+
+    announced: list[str] | None = pydantic.Field(
+        default=None,
+        description="The once-only Events already posted, as keys of (kind, certificate serial[, threshold]): "
+                    "recorded before the Events, so neither a rescan nor a restarted operator repeats one.")
+    secret_seen: dict[str, str] | None = pydantic.Field(
+        default=None,
+        description="When the scan first saw each Secret leaf (serial → RFC 3339): a leaf's age for the delivery "
+                    "grace counts from there, not from its notBefore, which some issuers backdate.")
+    scan_requested: str | None = pydantic.Field(
+        default=None,
+        description="Scan once this time (RFC 3339) has come, before the scan interval: set when an ops request "
+                    "ends, a certificate is re-issued, or a member is within the delivery grace.")
+
+
+class AutoRenewMemory(common.OpenModel):
+    """What auto-renew remembers of its latest request (whose name is in `filed`)."""
+
+    requested_for: str | None = pydantic.Field(
+        default=None, description="The notAfter (RFC 3339) the latest auto-renew request was filed for.")
+    failed_at: str | None = pydantic.Field(
+        default=None,
+        description="When that request was found `Failed`, `Skipped` or deleted before it renewed (RFC 3339); no "
+                    "retry before `autoRenew.retryAfterFailure` has passed since.")
+    held: list[str] | None = pydantic.Field(
+        default=None,
+        description="The members not scanned that hold a due renewal back (`AutoRenewHeld` is posted once per "
+                    "hold).")
+
+
+class AutoDefragmentMemory(common.OpenModel):
+    """The storage scan's current auto-defragment episode."""
+
+    episode_since: str | None = pydantic.Field(
+        default=None,
+        description="When the current episode's request was first due (RFC 3339): its name is derived from it, and "
+                    "the episode ends when the reclaimable share drops below the policy.")
+
+
+class LifecycleMemory(common.OpenModel):
+    """What the operator's automatic filers and the certificate scan remember between passes and across operator
+    restarts. Written by the operator only."""
+
+    filed: list[FiledRequest] | None = pydantic.Field(
+        default=None,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["trigger"]},
+        description="Per filer, the latest request it filed and the episode it was for.")
+    tls_scan: TLSScanMemory | None = pydantic.Field(default=None, description="The certificate scan's memory.")
+    auto_renew: AutoRenewMemory | None = pydantic.Field(default=None, description="Auto-renew's memory.")
+    auto_defragment: AutoDefragmentMemory | None = pydantic.Field(
+        default=None, description="Auto-defragment's current episode.")
+
+    @classmethod
+    def of(cls, status: Mapping[str, Any] | None) -> LifecycleMemory:
+        """The memory in an Etcd's ``status`` (empty when there is none, or when it does not parse)."""
+        raw = (status or {}).get("lifecycle")
+        try:
+            return cls.model_validate(raw) if isinstance(raw, Mapping) else cls()
+        except pydantic.ValidationError:
+            return cls()
+
+    def into(self, status: Mapping[str, Any]) -> dict[str, Any]:
+        """A copy of ``status`` holding this memory."""
+        return {**status, "lifecycle": self.to_dict()}
+
+    def filed_by(self, trigger: str) -> FiledRequest | None:
+        """The latest request filed by ``trigger``, or None."""
+        return next((f for f in self.filed or () if f.trigger == trigger), None)

@@ -6,7 +6,8 @@ scheduled-backup``, owned by the Etcd), so it queues behind a running operation,
 and is what a person files by hand for an on-demand backup.
 
 - **One request per slot**: the newest slot at or before now (:func:`opsmanager.api.backup.last_slot`), named
-  ``<etcd>-backup-<yyyymmddhhmm>`` — a second tick, or a second operator replica, creates the same name and gets
+  ``<etcd>-backup-<yyyymmddhhmm>``, filed by :mod:`opsmanager.cluster.filer` (the slot is the episode, recorded in
+  ``status.lifecycle.filed``) — a second tick, or a second operator replica, creates the same name and gets
   "already exists" — and remembered in ``status.backup.lastScheduled``. A slot missed while the operator was down is
   filed late, once; the slots before it are not replayed. No slot before the Etcd existed; none while
   ``spec.backup.paused``.
@@ -32,6 +33,7 @@ from opsmanager.api import backup as backup_api
 from opsmanager.api import conditions, constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
+from opsmanager.cluster import etcdstatus, filer
 from opsmanager.lifecycle import metrics
 
 EVENT_BACKUP_REQUESTED: Final = "BackupRequested"
@@ -105,6 +107,22 @@ def last_failure(requests: Sequence[Mapping[str, Any]], db: str,
     return found
 
 
+@dataclasses.dataclass(frozen=True)
+class ScheduleRecorded:
+    """One look at the schedule: ``status.backup``'s ``lastScheduled``, ``lastFailure`` and ``lastFailureTime`` (the
+    rest of it is the Backup request's), and ``BackupUpToDate``."""
+
+    record: backup_api.BackupStatus
+    fresh: Freshness
+
+    def apply(self, status: etcdstatus.Status) -> etcdstatus.Status:
+        mine = self.record.model_dump(by_alias=True, exclude_none=True, mode="json",
+                                      include={"last_scheduled", "last_failure", "last_failure_time"})
+        return etcdstatus.SetCondition(
+            constants.COND_BACKUP_UP_TO_DATE, constants.TRUE if self.fresh.up_to_date else constants.FALSE,
+            self.fresh.reason, self.fresh.message).apply({**status, "backup": {**(status.get("backup") or {}), **mine}})
+
+
 async def tick(k: kube.Kube, obj: Mapping[str, Any], *, now: datetime.datetime) -> str | None:
     """One look at one Etcd: file the due Backup, record the last failure, set ``BackupUpToDate``. Returns the
     request filed, if any."""
@@ -122,15 +140,12 @@ async def tick(k: kube.Kube, obj: Mapping[str, Any], *, now: datetime.datetime) 
     filed = None
     slot = slot_to_file(policy, backup.last_scheduled if backup is not None else None, created, now)
     if slot is not None:
-        body = request_body(db, slot)
-        try:
-            await k.create(body)
-            filed = body["metadata"]["name"]
+        filing = filer.Filing(constants.TRIGGER_SCHEDULED_BACKUP, conditions.rfc3339(slot), request_body(db, slot))
+        if await filer.file(k, obj, filing, now=now):
+            filed = filing.name
             await k.event(dict(obj), reason=EVENT_BACKUP_REQUESTED,
                           message=f"Filed EtcdOpsRequest {filed} (Backup) for the schedule slot "
                                   f"{conditions.rfc3339(slot)}")
-        except kube.AlreadyExists:
-            pass
     success_at = backup.last_success.taken_at if backup is not None and backup.last_success is not None else None
     failure = last_failure(await k.list(constants.OPS_API_VERSION, constants.OPS_KIND, ns), name, success_at)
     record = backup.model_copy() if backup is not None else backup_api.BackupStatus()
@@ -140,18 +155,7 @@ async def tick(k: kube.Kube, obj: Mapping[str, Any], *, now: datetime.datetime) 
         record.last_failure_time, record.last_failure = failure
     fresh = freshness(policy, record, created, now)
     was = conditions.get_condition(status.get("conditions"), constants.COND_BACKUP_UP_TO_DATE)
-
-    def mutate(st: dict[str, Any]) -> dict[str, Any]:
-        st = dict(st)
-        st["backup"] = {**(st.get("backup") or {}),
-                        **record.model_dump(by_alias=True, exclude_none=True, mode="json",
-                                            include={"last_scheduled", "last_failure", "last_failure_time"})}
-        st["conditions"] = conditions.set_condition(
-            st.get("conditions"), constants.COND_BACKUP_UP_TO_DATE,
-            constants.TRUE if fresh.up_to_date else constants.FALSE, reason=fresh.reason, message=fresh.message)
-        return st
-
-    await k.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name, mutate)
+    await etcdstatus.write(k, ns, name, ScheduleRecorded(record, fresh))
     if not fresh.up_to_date and (was is None or was.get("status") != constants.FALSE):
         await k.event(dict(obj), reason=EVENT_BACKUP_TOO_OLD, message=fresh.message, type_="Warning")
     last = conditions.parse_rfc3339(success_at).timestamp() if success_at else None

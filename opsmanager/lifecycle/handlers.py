@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import kopf
@@ -51,45 +51,15 @@ def register(registry: kopf.OperatorRegistry, client: kube.CachedKube, *, tick: 
 
     @kopf.timer(*RESOURCE, registry=registry, id="tls-scan", interval=tick, when=_has_tls)
     async def tls_scan(body: kopf.Body, logger: Logger, **_: Any) -> None:
-        obj = dict(body)
-        if not scan.due(obj, now=datetime.datetime.now(datetime.UTC)):
-            return
-        try:
-            result = await scan.scan_once(client, obj, delivery_grace=delivery_grace)
-            if result is not None:
-                fresh = await client.get(constants.ETCD_API_VERSION, constants.ETCD_KIND,
-                                         body.get("metadata", {}).get("namespace"), body.get("metadata", {}).get("name"))
-                decision = await autorenew.after_scan(client, fresh or obj, result)
-                if decision is not None:
-                    logger.debug("auto-renew: %s: %s", decision.verdict.value, decision.reason)
-        except (kube.KubeError, etcd_errors.EtcdError) as err:
-            metrics.scan_failed()
-            logger.info("TLS scan of %s/%s: %s; next tick retries", body.get("metadata", {}).get("namespace"),
-                        body.get("metadata", {}).get("name"), err)
+        await scan_tls(client, dict(body), logger, delivery_grace=delivery_grace)
 
     @kopf.timer(*RESOURCE, registry=registry, id="storage-scan", interval=tick)
     async def storage_scan(body: kopf.Body, logger: Logger, **_: Any) -> None:
-        obj = dict(body)
-        now = datetime.datetime.now(datetime.UTC)
-        if not storage.due(obj, now):
-            return
-        try:
-            decision = await storage.scan_once(client, obj, now=now)
-            if decision is not None:
-                logger.debug("storage: %s", decision.reason)
-        except (kube.KubeError, etcd_errors.EtcdError) as err:
-            logger.info("storage scan of %s/%s: %s; next tick retries", body.get("metadata", {}).get("namespace"),
-                        body.get("metadata", {}).get("name"), err)
+        await scan_storage(client, dict(body), logger)
 
     @kopf.timer(*RESOURCE, registry=registry, id="backup-schedule", interval=tick, when=_has_backup)
     async def backup_schedule(body: kopf.Body, logger: Logger, **_: Any) -> None:
-        try:
-            filed = await backups.tick(client, dict(body), now=datetime.datetime.now(datetime.UTC))
-            if filed:
-                logger.info("backup schedule: filed %s", filed)
-        except kube.KubeError as err:
-            logger.info("backup schedule of %s/%s: %s; next tick retries",
-                        body.get("metadata", {}).get("namespace"), body.get("metadata", {}).get("name"), err)
+        await look_at_schedule(client, dict(body), logger)
 
     @kopf.on.delete(*RESOURCE, registry=registry, id="tls-scan-forget", optional=True)
     async def forget(body: kopf.Body, **_: Any) -> None:
@@ -116,3 +86,50 @@ def register_triggers(registry: kopf.OperatorRegistry, client: kube.CachedKube, 
     async def stop_triggers(**_: Any) -> None:
         for trigger in scan_triggers:
             await trigger.stop()
+
+
+def _where(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+async def scan_tls(client: kube.Kube, obj: dict[str, Any], logger: Logger, *, delivery_grace: float) -> None:
+    """The TLS timer's tick: scan when due (:func:`scan.due`), then decide auto-renew on the Etcd as the scan left
+    it. A failure is logged and counted; the next tick retries."""
+    if not scan.due(obj, now=datetime.datetime.now(datetime.UTC)):
+        return
+    try:
+        result = await scan.scan_once(client, obj, delivery_grace=delivery_grace)
+        if result is not None:
+            meta = obj.get("metadata") or {}
+            fresh = await client.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, meta.get("namespace"),
+                                     str(meta.get("name") or ""))
+            decision = await autorenew.after_scan(client, fresh or obj, result)
+            if decision is not None:
+                logger.debug("auto-renew: %s: %s", decision.verdict.value, decision.reason)
+    except (kube.KubeError, etcd_errors.EtcdError) as err:
+        metrics.scan_failed()
+        logger.info("TLS scan of %s: %s; next tick retries", _where(obj), err)
+
+
+async def scan_storage(client: kube.Kube, obj: dict[str, Any], logger: Logger) -> None:
+    """The storage timer's tick: scan when ``scanInterval`` has passed (:func:`storage.due`)."""
+    now = datetime.datetime.now(datetime.UTC)
+    if not storage.due(obj, now):
+        return
+    try:
+        decision = await storage.scan_once(client, obj, now=now)
+        if decision is not None:
+            logger.debug("storage: %s", decision.reason)
+    except (kube.KubeError, etcd_errors.EtcdError) as err:
+        logger.info("storage scan of %s: %s; next tick retries", _where(obj), err)
+
+
+async def look_at_schedule(client: kube.Kube, obj: dict[str, Any], logger: Logger) -> None:
+    """The backup schedule's tick (:func:`backups.tick`)."""
+    try:
+        filed = await backups.tick(client, obj, now=datetime.datetime.now(datetime.UTC))
+        if filed:
+            logger.info("backup schedule: filed %s", filed)
+    except kube.KubeError as err:
+        logger.info("backup schedule of %s: %s; next tick retries", _where(obj), err)

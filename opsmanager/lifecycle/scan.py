@@ -9,26 +9,27 @@ verify it), and compares it with the leaf in that member's Secret (the ``server`
 ``peer`` alias for the peer port). The earliest CA of the trust bundle is recorded too.
 
 The decisions are :mod:`opsmanager.lifecycle.verdict`'s (pure). Here, in this order, so that a crash never repeats
-an Event: status and condition (one ``transact_status``), then the announced-Event keys (an annotation on the
-Etcd), then the Events, then the metrics. A member that cannot be reached, an unreadable Secret or malformed PEM
-become findings (``ScanFailed``), never exceptions.
+an Event: ``status.tls``, the condition and the scan's memory (``status.lifecycle.tlsScan``: the announced-Event
+keys among it) in one write through :func:`opsmanager.cluster.etcdstatus.write`, then the Events, then the metrics.
+A member that cannot be reached, an unreadable Secret or malformed PEM become findings (``ScanFailed``), never
+exceptions.
 
 While an EtcdOpsRequest holds the Etcd paused the scan stands aside: mid-rotation a mismatch is the plan, not a
 finding; the first scan after the pause reports the result.
 
-When: every ``scanInterval`` after ``status.tls.lastScanTime``, and whenever the annotation
-``opsmanager.dev/tls-scan-requested`` holds a time after the last scan that has come (:func:`due`). Triggers write
-it (:mod:`opsmanager.lifecycle.triggers`: an ops request ended, a Certificate was re-issued) and so does the scan
-itself while a member is within the **delivery grace** (it serves another leaf than its Secret's, but that Secret
-leaf is younger than ``--certificate-delivery-timeout``): it looks again every few seconds until the member serves
-the new leaf or the grace is over and the member is flagged ``ServedCertificateMismatch``. A Secret leaf's age is
-counted from when the scan first saw its serial (annotation ``opsmanager.dev/tls-secret-seen``), not from its
-notBefore, which some issuers backdate (ACME by an hour).
+When: every ``scanInterval`` after ``status.tls.lastScanTime``, and whenever
+``status.lifecycle.tlsScan.scanRequested`` holds a time after the last scan that has come (:func:`due`). Triggers
+write it (:class:`RequestScan`, from :mod:`opsmanager.lifecycle.triggers`: an ops request ended, a Certificate was
+re-issued) and so does the scan itself while a member is within the **delivery grace** (it serves another leaf
+than its Secret's, but that Secret leaf is younger than ``--certificate-delivery-timeout``): it looks again every
+few seconds until the member serves the new leaf or the grace is over and the member is flagged
+``ServedCertificateMismatch``. A Secret leaf's age is counted from when the scan first saw its serial
+(``status.lifecycle.tlsScan.secretSeen``), not from its notBefore, which some issuers backdate (ACME by an hour).
+An Etcd an older operator annotated with this memory keeps it once (:func:`legacy_memory`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime
 from collections.abc import Mapping, Sequence
@@ -37,7 +38,7 @@ from typing import Any, Final
 from opsmanager import kube, pki
 from opsmanager.api import conditions, constants, durations, lifecycle, pause
 from opsmanager.api import etcd as etcd_api
-from opsmanager.cluster import members, naming, render
+from opsmanager.cluster import etcdstatus, members, naming, render
 from opsmanager.etcd import access
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
@@ -45,6 +46,8 @@ from opsmanager.lifecycle import metrics, verdict
 from opsmanager.tls import identity as tls_identity
 from opsmanager.tls import material
 
+# Legacy: where an older operator kept the scan's memory, now status.lifecycle.tlsScan. Read only by
+# legacy_memory(), never written; removal note: delete them with it.
 ANNOTATION_EVENT_KEYS: Final = "opsmanager.dev/tls-announced"  # which Events were posted (verdict's keys)
 ANNOTATION_SCAN_REQUESTED: Final = "opsmanager.dev/tls-scan-requested"  # RFC 3339: scan once this time has come
 ANNOTATION_SECRET_SEEN: Final = "opsmanager.dev/tls-secret-seen"  # Secret leaf serial -> first seen (verdict)
@@ -141,23 +144,6 @@ def renew_window(db: etcd_api.Etcd, observations: Sequence[verdict.Observation])
 CERT_MANAGER_DEFAULT_DURATION: Final = datetime.timedelta(hours=2160)
 
 
-PATCH_ATTEMPTS: Final = 5
-
-
-async def patch_annotations(k: kube.Kube, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
-    """Merge ``annotations`` into the Etcd's metadata, retrying a Conflict (the API server may give up re-applying
-    a merge patch while the object is written often, e.g. while it is created) a few times, briefly backing off."""
-    for attempt in range(PATCH_ATTEMPTS):
-        try:
-            await k.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, namespace, name,
-                          {"metadata": {"annotations": dict(annotations)}})
-            return
-        except kube.Conflict:
-            if attempt == PATCH_ATTEMPTS - 1:
-                raise
-            await asyncio.sleep(0.2 * (attempt + 1))  # back-off between attempts, not a synchronisation
-
-
 def parse_time(value: object) -> datetime.datetime | None:
     """An RFC 3339 time from status or an annotation; None when absent or unparsable."""
     if not isinstance(value, str) or not value:
@@ -180,7 +166,100 @@ def last_scan(obj: Mapping[str, Any]) -> datetime.datetime | None:
 
 
 def scan_requested(obj: Mapping[str, Any]) -> datetime.datetime | None:
-    return parse_time(((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SCAN_REQUESTED))
+    return memory(obj).requested
+
+
+@dataclasses.dataclass(frozen=True)
+class Memory:
+    """What the scan remembers of an Etcd: the keys of the Events it posted, when it first saw each Secret leaf
+    serial, and the time a scan was requested for."""
+
+    announced: frozenset[str] = frozenset()
+    seen: Mapping[str, datetime.datetime] = dataclasses.field(default_factory=dict)
+    requested: datetime.datetime | None = None
+
+
+def memory(obj: Mapping[str, Any]) -> Memory:
+    """The scan's memory of ``obj``: ``status.lifecycle.tlsScan``, else what an older operator annotated."""
+    typed = lifecycle.LifecycleMemory.of(obj.get("status")).tls_scan
+    if typed is not None:
+        seen = {serial: at for serial, text in (typed.secret_seen or {}).items() if (at := parse_time(text))}
+        return Memory(frozenset(typed.announced or ()), seen, parse_time(typed.scan_requested))
+    return legacy_memory((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def legacy_memory(annotations: Mapping[str, Any]) -> Memory:
+    """The memory an older operator kept in annotations (:data:`ANNOTATION_EVENT_KEYS`,
+    :data:`ANNOTATION_SECRET_SEEN`, :data:`ANNOTATION_SCAN_REQUESTED`), read until the first scan writes
+    ``status.lifecycle.tlsScan``. Removal note: delete with those constants once no supported upgrade starts from
+    an operator that wrote them."""
+    return Memory(verdict.decode_keys(annotations.get(ANNOTATION_EVENT_KEYS)),
+                  verdict.decode_seen(annotations.get(ANNOTATION_SECRET_SEEN)),
+                  parse_time(annotations.get(ANNOTATION_SCAN_REQUESTED)))
+
+
+def _tls_scan_memory(status: Mapping[str, Any]) -> lifecycle.TLSScanMemory | None:
+    return lifecycle.LifecycleMemory.of(status).tls_scan
+
+
+def _with_tls_scan(status: Mapping[str, Any], **fields: Any) -> dict[str, Any]:
+    """``status`` with these fields of ``status.lifecycle.tlsScan`` replaced (the others kept)."""
+    mem = lifecycle.LifecycleMemory.of(status)
+    known = mem.tls_scan or lifecycle.TLSScanMemory()
+    return mem.model_copy(update={"tls_scan": known.model_copy(update=fields)}).into(status)
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestScan:
+    """A scan wanted once ``at`` has come, merged with the live status (:func:`verdict.merge_scan_request`: the
+    earliest pending request after the last scan wins). ``pending``: an older operator's pending request, used while
+    the status has no scan memory yet."""
+
+    at: datetime.datetime
+    pending: datetime.datetime | None = None
+
+    def apply(self, status: etcdstatus.Status) -> etcdstatus.Status:
+        known = _tls_scan_memory(status)
+        pending = parse_time(known.scan_requested) if known is not None else self.pending
+        last = parse_time((status.get("tls") or {}).get("lastScanTime"))
+        wanted = verdict.merge_scan_request(pending=pending, last_scan=last, wanted=self.at)
+        if wanted is None:
+            return status
+        return _with_tls_scan(status, scan_requested=conditions.rfc3339(wanted))
+
+
+async def record_scan_request(k: kube.Kube, namespace: str, name: str, at: datetime.datetime, *,
+                              pending: datetime.datetime | None = None) -> None:
+    """Write :class:`RequestScan` for the Etcd: merged with the live status inside the writer's transaction, so a
+    trigger that wrote meanwhile keeps the earlier time."""
+    await etcdstatus.write(k, namespace, name, RequestScan(at, pending=pending))
+
+
+@dataclasses.dataclass(frozen=True)
+class ScanRecorded:
+    """One scan's results in one write: ``status.tls``, ``CertificatesValid``, and the scan's memory — the keys of
+    the Events about to be posted, the first sightings of Secret leaves, and a recheck while a member is within the
+    delivery grace (merged as :class:`RequestScan` is)."""
+
+    tls: dict[str, Any]
+    condition: etcdstatus.SetCondition
+    announced: frozenset[str]
+    seen: Mapping[str, datetime.datetime]
+    scanned_at: datetime.datetime
+    recheck: datetime.datetime | None
+    pending: datetime.datetime | None  # what was pending before the scan, used while the status has no memory yet
+
+    def apply(self, status: etcdstatus.Status) -> etcdstatus.Status:
+        st = self.condition.apply({**status, "tls": self.tls})
+        known = _tls_scan_memory(st)
+        pending = parse_time(known.scan_requested) if known is not None else self.pending
+        requested = pending
+        if self.recheck is not None:
+            requested = verdict.merge_scan_request(pending=pending, last_scan=self.scanned_at,
+                                                   wanted=self.recheck) or pending
+        return _with_tls_scan(st, announced=sorted(self.announced),
+                              secret_seen={serial: conditions.rfc3339(at) for serial, at in sorted(self.seen.items())},
+                              scan_requested=conditions.rfc3339(requested) if requested is not None else None)
 
 
 def due(obj: Mapping[str, Any], *, now: datetime.datetime) -> bool:
@@ -206,38 +285,21 @@ async def scan_once(k: kube.Kube, obj: Mapping[str, Any], *, now: datetime.datet
     if db.spec.tls is None:
         return None
     ns, name = db.metadata.namespace or "default", db.metadata.name or ""
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    remembered = memory(obj)
     observed = await observe(k, db, now=now or _now())
-    seen = verdict.seen_after(verdict.decode_seen(annotations.get(ANNOTATION_SECRET_SEEN)), observed.observations,
-                              observed.now)
+    seen = verdict.seen_after(remembered.seen, observed.observations, observed.now)
     scan = dataclasses.replace(observed, delivery_grace=datetime.timedelta(seconds=delivery_grace),
                                secret_seen=seen)
     tls_status = verdict.scan_status(scan)
     status, reason, message = verdict.condition(scan)
-    generation = (obj.get("metadata") or {}).get("generation")
-
-    def mutate(st: dict[str, Any]) -> dict[str, Any]:
-        st = dict(st)
-        st["tls"] = tls_status
-        st["conditions"] = conditions.set_condition(st.get("conditions"), constants.COND_CERTIFICATES_VALID, status,
-                                                    reason=reason, message=message, observed_generation=generation)
-        return st
-
-    previous_tls = (obj.get("status") or {}).get("tls")
-    await k.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name, mutate)
-    events, keys = verdict.events(verdict.decode_keys(annotations.get(ANNOTATION_EVENT_KEYS)), scan, previous_tls)
-    wanted: dict[str, str] = {ANNOTATION_EVENT_KEYS: verdict.encode_keys(keys),
-                              ANNOTATION_SECRET_SEEN: verdict.encode_seen(seen)}
+    events, keys = verdict.events(remembered.announced, scan, (obj.get("status") or {}).get("tls"))
     recheck = verdict.recheck_at(scan)
-    if recheck is not None:
-        again = verdict.merge_scan_request(pending=scan_requested(obj), last_scan=scan.now.replace(microsecond=0),
-                                           wanted=ceil_second(recheck))
-        if again is not None:
-            wanted[ANNOTATION_SCAN_REQUESTED] = conditions.rfc3339(again)
-    changed = {key: value for key, value in wanted.items() if value != annotations.get(key)}
-    if changed:
-        # Keys first, Events second: a crash in between loses an Event rather than posting it twice.
-        await patch_annotations(k, ns, name, changed)
+    # One write, keys before Events: a crash in between loses an Event rather than posting it twice.
+    await etcdstatus.write(k, ns, name, ScanRecorded(
+        tls_status, etcdstatus.SetCondition(constants.COND_CERTIFICATES_VALID, status, reason, message,
+                                            (obj.get("metadata") or {}).get("generation")),
+        keys, seen, scan.now.replace(microsecond=0), ceil_second(recheck) if recheck is not None else None,
+        remembered.requested))
     for event in events:
         await k.event(dict(obj), reason=event.reason, message=event.message, type_=event.type_)
     metrics.publish(ns, name, tls_status)

@@ -10,15 +10,17 @@ into the quota (``NOSPACE``: no writes at all). The decision (:func:`decide`) is
 - **reclaimable**: on the member where it is largest, the file's size minus what is in use;
 - **over**: that is at least ``autoDefragment.reclaimablePercent`` of the file and at least
   ``minReclaimableBytes`` — a small database is never defragmented for nothing;
-- **once per episode**: the request filed is remembered on the Etcd (annotation
-  ``opsmanager.dev/auto-defragment``) until the share drops below the threshold again — a defragmentation that
-  failed is not retried in a loop (its Failed condition says why; a person files the next one);
+- **once per episode**: the episode (when its request was first due, ``status.lifecycle.autoDefragment``) and the
+  request filed in it (the filer's ``status.lifecycle.filed``) are remembered on the Etcd until the share drops
+  below the threshold again — a defragmentation that failed is not retried in a loop (its Failed condition says
+  why; a person files the next one);
 - **never beside another request**: while any request of this Etcd is not finished, nothing is filed (the queue
   would hold it anyway, and the member sizes are in motion).
 
-The request: ``<etcd>-auto-defragment-<unix time>``, ``Defragment``, labelled ``ops.opsmanager.dev/trigger:
-auto-defragment``, owned by the Etcd; created first and remembered second (a crash in between files it again
-under another name at worst — the queue runs them one after the other and the second finds nothing to give back).
+The request: ``<etcd>-auto-defragment-<unix time the episode's request was first due>``, ``Defragment``, labelled
+``ops.opsmanager.dev/trigger: auto-defragment``, owned by the Etcd, filed by :mod:`opsmanager.cluster.filer`. The
+episode is written (with the scan's ``status.storage``) before the request is created, and the filing after it, so
+a crash anywhere in between files the same name again and gets AlreadyExists: one request per episode.
 The scan stands aside while a request holds the Etcd paused, while it is halted, and before it was ever Ready.
 """
 
@@ -34,12 +36,14 @@ from opsmanager import kube
 from opsmanager.api import conditions, constants, lifecycle, pause
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
-from opsmanager.cluster import credentials, members, naming
+from opsmanager.cluster import credentials, etcdstatus, filer, members, naming
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.lifecycle import metrics
 from opsmanager.tls import identity as tls_identity
 
+# Legacy: where an older operator kept the episode, now status.lifecycle. Read only by legacy_remembered(), never
+# written; removal note: delete it with that function.
 ANNOTATION_AUTO_DEFRAGMENT: Final = "opsmanager.dev/auto-defragment"  # {"request": name, "since": RFC 3339}
 EVENT_AUTO_DEFRAGMENT: Final = "AutoDefragmentRequested"
 TIMEOUT: Final = 3.0
@@ -50,6 +54,7 @@ class Decision:
     file: bool
     reason: str
     forget: bool = False  # the episode is over: drop the memory of the request filed in it
+    over: bool = False  # the reclaimable share is over the policy: an episode is under way
 
 
 def reclaimable(sizes: Mapping[str, lifecycle.MemberStorage]) -> tuple[str | None, int, int]:
@@ -74,12 +79,12 @@ def decide(sizes: Mapping[str, lifecycle.MemberStorage], policy: lifecycle.AutoD
         return Decision(False, f"{what}: below the policy ({policy.reclaimable_percent}% and "
                                f"{policy.min_reclaimable_bytes} bytes)", forget=remembered is not None)
     if not policy.enabled:
-        return Decision(False, f"{what}, but autoDefragment is disabled")
+        return Decision(False, f"{what}, but autoDefragment is disabled", over=True)
     if remembered is not None:
-        return Decision(False, f"{what}; {remembered} was filed for this episode already")
+        return Decision(False, f"{what}; {remembered} was filed for this episode already", over=True)
     if in_flight:
-        return Decision(False, f"{what}; waiting for {', '.join(in_flight)} to finish")
-    return Decision(True, what)
+        return Decision(False, f"{what}; waiting for {', '.join(in_flight)} to finish", over=True)
+    return Decision(True, what, over=True)
 
 
 def due(obj: Mapping[str, Any], now: datetime.datetime) -> bool:
@@ -121,12 +126,68 @@ async def observe(k: kube.Kube, db: etcd_api.Etcd) -> tuple[dict[str, lifecycle.
     return out, versions
 
 
-def request_body(db: etcd_api.Etcd, now: datetime.datetime) -> dict[str, Any]:
+def request_body(db: etcd_api.Etcd, since: datetime.datetime) -> dict[str, Any]:
+    """The Defragment request of the episode that began at ``since``, named from it."""
     name = db.metadata.name or ""
     return ops_api.filed_request(etcd=name, namespace=db.metadata.namespace, etcd_uid=db.metadata.uid,
-                                 name=f"{name}-auto-defragment-{int(now.timestamp())}",
+                                 name=f"{name}-auto-defragment-{int(since.timestamp())}",
                                  trigger=constants.TRIGGER_AUTO_DEFRAGMENT,
                                  spec={"type": constants.OPS_TYPE_DEFRAGMENT, "defragment": {}})
+
+
+@dataclasses.dataclass(frozen=True)
+class Episode:
+    """Auto-defragment's memory: when the current episode's request was first due, and the request filed in it."""
+
+    since: datetime.datetime | None = None
+    request: str | None = None
+
+
+def remembered(obj: Mapping[str, Any]) -> Episode:
+    """The episode ``status.lifecycle`` records (``autoDefragment`` and the filer's ``filed``), else what an older
+    operator annotated (:func:`legacy_remembered`)."""
+    status = obj.get("status") or {}
+    memory = lifecycle.LifecycleMemory.of(status).auto_defragment
+    if memory is None:
+        return legacy_remembered((obj.get("metadata") or {}).get("annotations") or {})
+    if not memory.episode_since:
+        return Episode()
+    since = conditions.parse_rfc3339(memory.episode_since)
+    return Episode(since, filer.filed_for(status, constants.TRIGGER_AUTO_DEFRAGMENT, memory.episode_since))
+
+
+def legacy_remembered(annotations: Mapping[str, Any]) -> Episode:
+    """The episode an older operator kept in the annotation :data:`ANNOTATION_AUTO_DEFRAGMENT`, read until the
+    scan first writes ``status.lifecycle.autoDefragment``. Removal note: delete with that constant once no supported
+    upgrade starts from an operator that wrote it."""
+    try:
+        value = json.loads(annotations.get(ANNOTATION_AUTO_DEFRAGMENT) or "null")
+        since = conditions.parse_rfc3339(str(value["since"]))
+    except (ValueError, TypeError, KeyError):
+        return Episode()
+    return Episode(since, str(value["request"])) if value.get("request") else Episode()
+
+
+@dataclasses.dataclass(frozen=True)
+class ScanRecorded:
+    """One storage scan: ``status.storage``, ``status.version`` (when any member answered) and the episode of
+    ``status.lifecycle.autoDefragment`` (with, for an older operator's episode, the request it filed)."""
+
+    record: lifecycle.StorageStatus
+    versions: frozenset[str]
+    episode: Episode
+
+    def apply(self, status: etcdstatus.Status) -> etcdstatus.Status:
+        out = {**status, "storage": self.record.to_dict()}
+        if self.versions:
+            out["version"] = ",".join(sorted(self.versions))
+        since = conditions.rfc3339(self.episode.since) if self.episode.since is not None else None
+        if since is not None and self.episode.request is not None:
+            out = filer.Remember(lifecycle.FiledRequest(trigger=constants.TRIGGER_AUTO_DEFRAGMENT, episode=since,
+                                                        request=self.episode.request)).apply(out)
+        memory = lifecycle.LifecycleMemory.of(out)
+        return memory.model_copy(update={
+            "auto_defragment": lifecycle.AutoDefragmentMemory(episode_since=since)}).into(out)
 
 
 async def scan_once(k: kube.Kube, obj: Mapping[str, Any], *, now: datetime.datetime) -> Decision | None:
@@ -143,45 +204,24 @@ async def scan_once(k: kube.Kube, obj: Mapping[str, Any], *, now: datetime.datet
     member, free, _size = reclaimable(sizes)
     record = lifecycle.StorageStatus(last_scan_time=conditions.rfc3339(now), members=sizes,
                                      reclaimable_bytes=free if member is not None else 0)
-
-    def mutate(st: dict[str, Any]) -> dict[str, Any]:
-        out = {**st, "storage": record.model_dump(by_alias=True, exclude_none=True, mode="json")}
-        if versions:
-            out["version"] = ",".join(sorted(versions))
-        return out
-
-    await k.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name, mutate)
-    metrics.publish_storage(ns, name, sizes)
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    remembered = _remembered(annotations.get(ANNOTATION_AUTO_DEFRAGMENT))
+    episode = remembered(obj)
     requests = await k.list(constants.OPS_API_VERSION, constants.OPS_KIND, ns)
     in_flight = [r["metadata"]["name"] for r in requests
                  if ((r.get("spec") or {}).get("databaseRef") or {}).get("name") == name
                  and (r.get("status") or {}).get("phase") not in constants.TERMINAL_OPS_PHASES]
-    decision = decide(sizes, db.storage_lifecycle.auto_defragment, remembered, in_flight)
-    if decision.forget:
-        await _remember(k, ns, name, None)
-    if decision.file:
-        body = request_body(db, now)
-        try:
-            await k.create(body)
-        except kube.AlreadyExists:
-            pass
-        request = body["metadata"]["name"]
-        await _remember(k, ns, name, json.dumps({"request": request, "since": conditions.rfc3339(now)}))
-        await k.event(dict(obj), reason=EVENT_AUTO_DEFRAGMENT,
-                      message=f"Filed EtcdOpsRequest {request} (Defragment): {decision.reason}")
+    decision = decide(sizes, db.storage_lifecycle.auto_defragment, episode.request, in_flight)
+    if decision.forget or not decision.over:
+        episode = Episode()  # over: the next episode may file again
+    elif decision.file and episode.since is None:
+        episode = Episode(now.replace(microsecond=0))  # recorded before the create: the name is derived from it
+    # One write: the scan, and the episode before its request is filed (a crash between them re-files the same name).
+    await etcdstatus.write(k, ns, name, ScanRecorded(record, frozenset(versions), episode))
+    metrics.publish_storage(ns, name, sizes)
+    if decision.file and episode.since is not None:
+        body = request_body(db, episode.since)
+        filing = filer.Filing(constants.TRIGGER_AUTO_DEFRAGMENT, conditions.rfc3339(episode.since), body)
+        if await filer.file(k, obj, filing, now=now):
+            await k.event(dict(obj), reason=EVENT_AUTO_DEFRAGMENT,
+                          message=f"Filed EtcdOpsRequest {filing.name} (Defragment): "
+                                  f"{decision.reason}")
     return decision
-
-
-def _remembered(raw: str | None) -> str | None:
-    try:
-        value = json.loads(raw) if raw else None
-    except ValueError:
-        return None
-    return str(value.get("request")) if isinstance(value, dict) and value.get("request") else None
-
-
-async def _remember(k: kube.Kube, ns: str, name: str, value: str | None) -> None:
-    await k.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name,
-                  {"metadata": {"annotations": {ANNOTATION_AUTO_DEFRAGMENT: value}}})

@@ -1,8 +1,8 @@
 """What makes the certificate scan run before its interval: an ops request of that Etcd ended, or one of its
 certificates was (re-)issued.
 
-A trigger does not scan. It records "scan wanted after time T" on the Etcd (annotation
-``opsmanager.dev/tls-scan-requested``, RFC 3339; :func:`request_scan`), and the scan timer scans once T has come and
+A trigger does not scan. It records "scan wanted after time T" in the Etcd's status
+(``status.lifecycle.tlsScan.scanRequested``, RFC 3339; :func:`request_scan`), and the scan timer scans once T has come and
 is after ``status.tls.lastScanTime`` (:func:`opsmanager.lifecycle.scan.due`). Recorded on the object, a request
 survives an operator restart, and many triggers in a row cost one scan (:func:`verdict.merge_scan_request` keeps
 the earliest pending time).
@@ -56,26 +56,15 @@ def _now() -> datetime.datetime:
 async def request_scan(k: kube.Kube, namespace: str, name: str, at: datetime.datetime) -> bool:
     """Record that Etcd ``namespace/name`` should be scanned once ``at`` has come. False when nothing was written
     (no such TLS Etcd, its last scan is already later, or an earlier request is pending)."""
-    for attempt in range(scan.PATCH_ATTEMPTS):
-        obj = await k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, namespace, name)
-        if obj is None or not (obj.get("spec") or {}).get("tls"):
-            return False
-        wanted = verdict.merge_scan_request(pending=scan.scan_requested(obj), last_scan=scan.last_scan(obj),
-                                            wanted=scan.ceil_second(at))
-        if wanted is None:
-            return False
-        # Optimistic lock: the merge was decided on this version (another trigger may have written meanwhile).
-        rv = (obj.get("metadata") or {}).get("resourceVersion")
-        try:
-            await k.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, namespace, name,
-                          {"metadata": {"resourceVersion": rv,
-                                        "annotations": {scan.ANNOTATION_SCAN_REQUESTED: conditions.rfc3339(wanted)}}})
-            return True
-        except kube.Conflict:
-            if attempt == scan.PATCH_ATTEMPTS - 1:
-                raise
-            await asyncio.sleep(0.1 * (attempt + 1))  # back-off before re-reading, not a synchronisation
-    return False
+    obj = await k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, namespace, name)
+    if obj is None or not (obj.get("spec") or {}).get("tls"):
+        return False
+    wanted = scan.ceil_second(at)
+    if verdict.merge_scan_request(pending=scan.scan_requested(obj), last_scan=scan.last_scan(obj),
+                                  wanted=wanted) is None:
+        return False
+    await scan.record_scan_request(k, namespace, name, wanted, pending=scan.scan_requested(obj))
+    return True
 
 
 def request_ended_at(body: Mapping[str, Any]) -> datetime.datetime | None:

@@ -21,7 +21,7 @@ Rules (each prevents a failure that was seen elsewhere or would follow from the 
 - **Stable messages.** Messages name member, port and the absolute ``notAfter``, never a countdown ("in 3m12s"):
   a countdown would rewrite the condition on every scan of a steady cluster and flood the API server and watchers.
 - **Each alert once, across rescans and restarts.** An Event is keyed by (kind, certificate serial[, threshold]);
-  the keys are returned to the caller to persist (an annotation, :func:`encode_keys`), so neither a rescan nor a
+  the keys are returned to the caller to persist (``status.lifecycle.tlsScan.announced``), so neither a rescan nor a
   restarted operator repeats an Event. Keys of certificates no longer served are dropped only after a scan that
   saw every port, so a member that is briefly unreachable does not lose its keys and re-alert later.
 - **One threshold Event per crossing, the tightest one.** When a certificate is first seen already past several
@@ -225,12 +225,15 @@ def recheck_at(scan: Scan) -> datetime.datetime | None:
     return min(min(ends) + datetime.timedelta(seconds=1), scan.now + GRACE_RECHECK)
 
 
-# Annotation value grammar: ``<serial>@<unix seconds, hex>`` joined by commas.
+# Legacy: the grammar of the annotation an older operator kept first sightings in (``<serial>@<unix seconds, hex>``
+# joined by commas), now ``status.lifecycle.tlsScan.secretSeen``. decode_seen() is the legacy reader's, encode_seen()
+# its counterpart for tests; removal note: delete both with the annotation's reader (scan.legacy_memory).
 _SEEN = re.compile(r"^([0-9a-f]{1,64})@([0-9a-f]{1,12})$")
 
 
 def decode_seen(text: object) -> dict[str, datetime.datetime]:
-    """Secret serial -> first seen, from the annotation value; malformed parts (or a non-string) are ignored."""
+    """Secret serial -> first seen, from the legacy annotation value; malformed parts (or a non-string) are
+    ignored."""
     out: dict[str, datetime.datetime] = {}
     if not isinstance(text, str):
         return out
@@ -242,7 +245,7 @@ def decode_seen(text: object) -> dict[str, datetime.datetime]:
 
 
 def encode_seen(seen: Mapping[str, datetime.datetime]) -> str:
-    """The annotation value of :func:`decode_seen`, sorted (an unchanged map is not rewritten)."""
+    """The legacy annotation value :func:`decode_seen` reads, sorted."""
     return ",".join(f"{serial}@{_stamp(at)}" for serial, at in sorted(seen.items()))
 
 
@@ -384,12 +387,14 @@ _KEY_SEPARATOR: Final = ","
 
 
 def encode_keys(keys: Iterable[str]) -> str:
-    """The keys as one annotation value: sorted, comma-separated (stable, so an unchanged set is not rewritten)."""
+    """The keys as one legacy annotation value, sorted and comma-separated (the counterpart of :func:`decode_keys`,
+    for tests; removal note: delete both with the annotation's reader, scan.legacy_memory)."""
     return _KEY_SEPARATOR.join(sorted({k for k in keys if _KEY.match(k)}))
 
 
 def decode_keys(text: object) -> frozenset[str]:
-    """The keys from an annotation value; anything that is not a well-formed key (or not a string) is ignored."""
+    """The keys from an older operator's annotation value; anything that is not a well-formed key (or not a string)
+    is ignored."""
     if not isinstance(text, str):
         return frozenset()
     return frozenset(part.strip() for part in text.split(_KEY_SEPARATOR) if _KEY.match(part.strip()))
@@ -463,19 +468,7 @@ def events(
             out.append(Event(EVENT_TYPE_WARNING, constants.EVENT_SERVED_CERTIFICATE_MISMATCH,
                              f"{_where(obs)} serves serial {serial} (notAfter {not_after}), its Secret holds "
                              f"serial {serial_hex(obs.secret_leaf.serial)}"))
-    largest = scan.largest_threshold
-    blocking = ca_blocks_renewal(scan)
-    for ca in sorted(scan.cas, key=lambda c: c.not_after):
-        serial = serial_hex(ca.serial)
-        if ca == blocking and f"B:{serial}" not in keys:  # once more, when it is what stops a renewal
-            keys.add(f"B:{serial}")
-            out.append(Event(EVENT_TYPE_WARNING, constants.EVENT_CA_EXPIRING_SOON, _ca_blocks_message(ca, scan)))
-        if ca.not_after - now <= largest and f"C:{serial}" not in keys:
-            keys.add(f"C:{serial}")
-            verb = "expired" if ca.not_after <= now else "expires"
-            out.append(Event(EVENT_TYPE_WARNING, constants.EVENT_CA_EXPIRING_SOON,
-                             f"CA {ca.subject or ca.issuer} (serial {serial}) {verb} at "
-                             f"{conditions.rfc3339(ca.not_after)}"))
+    out += _ca_events(scan, keys)
     renewed = _renewed(scan, previous_serials(previous_tls))
     if renewed is not None:
         out.append(renewed)
@@ -484,6 +477,25 @@ def events(
         current = {serial_hex(c.serial) for _, c in _served(scan)} | {serial_hex(c.serial) for c in scan.cas}
         keys = {k for k in keys if _key_serial(k) in current}
     return out, frozenset(keys)
+
+
+def _ca_events(scan: Scan, keys: set[str]) -> list[Event]:
+    """The CA Events of this scan (adding their keys to ``keys``): a CA within the largest threshold, and once more
+    the CA that stops a renewal."""
+    out: list[Event] = []
+    blocking = ca_blocks_renewal(scan)
+    for ca in sorted(scan.cas, key=lambda c: c.not_after):
+        serial = serial_hex(ca.serial)
+        if ca == blocking and f"B:{serial}" not in keys:  # once more, when it is what stops a renewal
+            keys.add(f"B:{serial}")
+            out.append(Event(EVENT_TYPE_WARNING, constants.EVENT_CA_EXPIRING_SOON, _ca_blocks_message(ca, scan)))
+        if ca.not_after - scan.now <= scan.largest_threshold and f"C:{serial}" not in keys:
+            keys.add(f"C:{serial}")
+            verb = "expired" if ca.not_after <= scan.now else "expires"
+            out.append(Event(EVENT_TYPE_WARNING, constants.EVENT_CA_EXPIRING_SOON,
+                             f"CA {ca.subject or ca.issuer} (serial {serial}) {verb} at "
+                             f"{conditions.rfc3339(ca.not_after)}"))
+    return out
 
 
 def _renewed(scan: Scan, before: Mapping[tuple[str, str], str]) -> Event | None:
@@ -518,6 +530,7 @@ class Decision:
     held_members: tuple[str, ...] = ()
     renew_at: datetime.datetime | None = None  # when the earliest leaf becomes due (None without a leaf)
     retry_at: datetime.datetime | None = None  # WAIT_RETRY: the earliest time of the next attempt
+    episode: str | None = None  # CREATE: what the request is filed for (:func:`request_episode`)
 
 
 def renew_before(not_before: datetime.datetime, not_after: datetime.datetime,
@@ -538,6 +551,13 @@ def request_name(etcd: str, not_after: datetime.datetime, failed_at: datetime.da
     retry of a failed request for the same expiry — deterministic, so a restart re-derives the same name."""
     name = f"{etcd}-auto-renew-{_stamp(not_after)}"
     return name if failed_at is None else f"{name}-{_stamp(failed_at)}"
+
+
+def request_episode(not_after: datetime.datetime, failed_at: datetime.datetime | None = None) -> str:
+    """The episode an auto-renew request is filed for (the filer's record): the expiry it renews and, for a retry,
+    the failure it follows — what :func:`request_name` is derived from."""
+    episode = f"notAfter {conditions.rfc3339(not_after)}"
+    return episode if failed_at is None else f"{episode}, retry after the failure at {conditions.rfc3339(failed_at)}"
 
 
 def auto_renew(
@@ -592,9 +612,10 @@ def auto_renew(
     if held:
         return Decision(Verdict.HOLD, f"renewal due, held while not scanned: {', '.join(held)}",
                         held_members=held, renew_at=renew_at)
-    name = request_name(etcd, not_after, last_failure_at if same_expiry else None)
+    retry_of = last_failure_at if same_expiry else None
     return Decision(Verdict.CREATE, f"the earliest certificate expires at {conditions.rfc3339(not_after)}, "
-                    f"within {go_duration(not_after - renew_at)}", request_name=name, renew_at=renew_at)
+                    f"within {go_duration(not_after - renew_at)}", request_name=request_name(etcd, not_after, retry_of),
+                    renew_at=renew_at, episode=request_episode(not_after, retry_of))
 
 
 # The auto request's spec.timeout: a quarter of the renew window, at least 1m, at most 10m — so a re-issue that
@@ -622,14 +643,18 @@ def request_body(*, etcd: str, namespace: str, etcd_uid: str | None, name: str, 
               **({"apply": constants.APPLY_ALWAYS} if now is not None and not_after <= now else {})})
 
 
-ANNOTATION_AUTO_RENEW_FOR: Final = "opsmanager.dev/auto-renew-for"  # on the request: the notAfter it renews
+# On the request: the notAfter it renews, in full (the name holds it as hex seconds). Description for a reader of
+# the request; nothing reads it back (auto-renew's memory is the Etcd's status.lifecycle).
+ANNOTATION_AUTO_RENEW_FOR: Final = "opsmanager.dev/auto-renew-for"
 
 
 @dataclasses.dataclass(frozen=True)
 class AutoRenewState:
-    """What auto-renew remembers on the Etcd (annotation ``opsmanager.dev/tls-auto-renew``): the latest request
-    it filed, the expiry that request was for, when it was found failed, and the members of the current hold
-    (so ``AutoRenewHeld`` is posted once per hold)."""
+    """What auto-renew remembers of an Etcd (``status.lifecycle``, :func:`opsmanager.lifecycle.autorenew.memory`):
+    the latest request it filed, the expiry that request was for, when it was found failed, and the members of the
+    current hold (so ``AutoRenewHeld`` is posted once per hold). :meth:`decode` reads the annotation an older
+    operator kept it in (``opsmanager.dev/tls-auto-renew``), :meth:`encode` writes that format for tests; removal
+    note: delete both with that annotation's reader (autorenew.legacy_memory)."""
 
     request: str | None = None
     requested_for: datetime.datetime | None = None

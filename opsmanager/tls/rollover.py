@@ -11,15 +11,18 @@ back as ``UntrustedCA`` (:mod:`.gate`). Held, it is safe but not for long: the l
   leaves the whole leaf lifetime for the rollover; not loaded by every member (:func:`.release.loaded`); a CA
   (basicConstraints) and valid now;
 - **the request** (:func:`request_body`): ``<etcd>-ca-rollover-<12 hex of the CA's SHA-256>`` — named from the new
-  CA, so a restarted operator finds it exists (AlreadyExists) and files nothing twice — ``ReconfigureTLS`` with
+  CA, filed by :mod:`opsmanager.cluster.filer` once per CA (the episode, recorded in the Etcd's
+  ``status.lifecycle.filed``; a restarted operator that decides again gets AlreadyExists) — ``ReconfigureTLS`` with
   ``rotateCertificates: true`` (the engine observes, when it starts, that the sources or the issuer are on a CA not
   loaded everywhere and runs the rollover plan), labelled ``ops.opsmanager.dev/trigger: ca-rollover``, owned by the
   Etcd. It queues like any request: a newer ReconfigureTLS supersedes it while it is Pending, and that one
   observes the same CA and rolls it;
 - **Event** ``CARolloverRequested`` on the Etcd, naming the request and the CA (subject, fingerprint).
 
-A request that ended ``Failed`` is not filed again for the same CA (its name exists): delete it to retry (the
-runbook in ``docs/operations.md``).
+A request that ended ``Failed`` is not filed again for the same CA: delete it to retry (the filer re-files a
+deleted rollover request; the runbook in ``docs/operations.md``). The annotation ``ops.opsmanager.dev/ca-rollover-to``
+on the request is description for a reader (the CA's whole fingerprint, where the name holds 12 hex); nothing reads
+it back.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from opsmanager import kube, pki
 from opsmanager.api import constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
-from opsmanager.cluster import render
+from opsmanager.cluster import filer, render
 from opsmanager.tls import gate, material, release
 
 log = logging.getLogger(__name__)
@@ -152,9 +155,9 @@ async def file_if_renewed(k: kube.Kube, obj: Mapping[str, Any], held: Iterable[g
         return None
     ca = renewed[0]
     body = request_body(db, ca)
-    try:
-        await k.create(body)
-    except kube.AlreadyExists:
+    # Re-filed when deleted: deleting a rollover request that failed is how a person retries it.
+    if not await filer.file(k, obj, filer.Filing(constants.TRIGGER_CA_ROLLOVER, ca.fingerprint, body,
+                                                 refile_if_deleted=True), now=now):
         return None
     name = body["metadata"]["name"]
     message = (f"created EtcdOpsRequest {name} (ReconfigureTLS, rotateCertificates, CA rollover): CA {ca.subject} "

@@ -214,9 +214,8 @@ async def test_a_reissue_and_an_ended_request_each_trigger_a_scan_long_before_th
         requested one too): from here on only a new trigger can make the next scan."""
         obj = await etcd(sc, db)
         now = (obj.get("status") or {}).get("tls") or {}
-        pending = ((obj.get("metadata") or {}).get("annotations") or {}).get(scan.ANNOTATION_SCAN_REQUESTED)
-        if pending and (not now.get("lastScanTime") or conditions.parse_rfc3339(pending) > conditions.parse_rfc3339(
-                now["lastScanTime"])):
+        pending = scan.scan_requested(obj)
+        if pending and (not now.get("lastScanTime") or pending > conditions.parse_rfc3339(now["lastScanTime"])):
             return None
         return now if len(now.get("members") or ()) == 3 and all(served_serials(now).values()) else None
 
