@@ -374,14 +374,11 @@ class OpsContext:
     async def joins_existing(self) -> None:
         """From now on a member started on an empty data directory joins the running cluster (recorded on the Etcd,
         ``status.initialClusterState: existing``, before a member is added or the others wiped)."""
+        from opsmanager.cluster import etcdstatus, render
+
         if ((self.db_obj.get("status") or {}).get("initialClusterState")) == "existing":
             return
-
-        def mutate(st: dict[str, Any]) -> dict[str, Any]:
-            return {**st, "initialClusterState": "existing"}
-
-        updated = await self.kube.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, self.namespace,
-                                                  self.db_name, mutate)
+        updated = await etcdstatus.write(self.kube, self.namespace, self.db_name, render.JoinExisting())
         if updated is not None:
             self.db_obj = updated
 
