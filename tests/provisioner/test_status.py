@@ -161,3 +161,25 @@ def test_the_survivor_is_the_highest_committed_index_ties_to_the_lowest_ordinal(
     assert health.survivor([("db-0", 100), ("db-2", 130), ("db-1", 120)]) == "db-2"
     assert health.survivor([("db-2", 130), ("db-1", 130)]) == "db-1"
     assert health.survivor([]) is None
+
+
+def test_every_change_leaves_its_argument_alone() -> None:
+    before = status.Observed(ready_verdict(), halted=False, generation=1, now=T0).apply({})
+    frozen = copy.deepcopy(before)
+    for change in (status.ProvisioningStarted(2, now=T1), status.Reconciled(True, "Reconciled", "ok", 2, now=T1),
+                   status.Observed(critical_verdict(), halted=False, generation=2, now=T1),
+                   status.Observed(lost_verdict(), halted=True, generation=2, now=T1, quorum_loss_after=0),
+                   status.MaterialReady((("Expired", "held back"),), 2, now=T1),
+                   status.MaterialAnnounced((("ns/db-peer-issued", "Expired"),)),
+                   status.DeletionBlocked("m", 2, now=T1)):
+        assert change.apply(before) != frozen
+        assert before == frozen, change
+
+
+def test_the_announced_material_is_a_sorted_record_removed_when_empty() -> None:
+    s = status.MaterialAnnounced((("ns/b", "Expired"), ("ns/a", "UntrustedCA"))).apply({"phase": "Ready"})
+    assert s["materialAnnounced"] == [{"secret": "ns/a", "reason": "UntrustedCA"},
+                                      {"secret": "ns/b", "reason": "Expired"}]
+    assert status.announced({"status": s}) == {("ns/a", "UntrustedCA"), ("ns/b", "Expired")}
+    assert status.MaterialAnnounced(()).apply(s) == {"phase": "Ready"}
+    assert status.announced({"status": {"phase": "Ready"}}) is None
