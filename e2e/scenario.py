@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Self
 
-from e2e import consistency, history, monitor, processes, writer
+from e2e import consistency, history, lincheck, monitor, processes, writer
 from opsmanager import kube, pki
 from opsmanager.api import constants, pause
 from opsmanager.cluster import naming
@@ -85,11 +85,14 @@ class Scenario:
                  namespace: str = NAMESPACE, delivery_timeout: float | None = None,
                  operator_args: Sequence[str] = (), install: str | os.PathLike[str] | None = None,
                  control_plane: str | None = None, etcd_version: str | None = None,
-                 nodes: int | None = None, operator_image: bool = False) -> None:
+                 nodes: int | None = None, operator_image: bool = False, record: bool = True) -> None:
         """``delivery_timeout``: the operator's ``--certificate-delivery-timeout`` (None: the sandbox's 15 s);
         ``operator_args``: extra ``opsmanager run`` flags; ``install``: the bundle's directory (``deploy/``) —
         the sandbox then runs in RBAC mode and the product comes from ``kubectl apply -k`` of it (two operator
-        and two webhook pods under their own ServiceAccounts) instead of child processes."""
+        and two webhook pods under their own ServiceAccounts) instead of child processes. ``record``: every
+        :meth:`operate` records a client history and a watch log beside the writer, which :meth:`assert_no_loss`
+        judges (linearizability, the watch guarantees), unless the call says otherwise."""
+        self.record = record
         self.install = pathlib.Path(install) if install is not None else None
         # On real nodes, pods the operator renders with its own image (the members' ``restore`` init container) need
         # that image in the nodes; the bundle's install loads it, an operator run as a child process does not.
@@ -142,11 +145,11 @@ class Scenario:
         Started from a thread: its readiness wait blocks, and this loop also serves the sandbox's API.
         ``crash_after``: ``(request, condition)`` failpoints — the operator SIGKILLs itself right after the write
         that records that step True (:meth:`wait_crashed`)."""
-        from opsmanager.ops import engine as ops_engine
+        from opsmanager.ops.core import failpoints
         from opsmanager_sandbox import components as sandbox_components
 
         delivery = self.delivery_timeout
-        env = {ops_engine.FAILPOINTS_ENV: ",".join(f"crash-after:{r}:{c}" for r, c in crash_after)} \
+        env = {failpoints.FAILPOINTS_ENV: ",".join(f"crash-after:{r}:{c}" for r, c in crash_after)} \
             if crash_after else None
         self.operator = await asyncio.to_thread(
             processes.OperatorProcess.start, self.sandbox.operator_kubeconfig, log_path=self.dir / "operator.log",
@@ -419,11 +422,12 @@ class Scenario:
             await asyncio.sleep(interval)  # the poll interval
 
     async def operate(self, request_name: str, db: str, type_: str, *, timeout: float = 300.0,
-                      login: writer.Login | None = None, record: bool = False, **spec: Any) -> OpResult:
-        """Submit a request and follow it with the live writer and the leader monitor running; with ``record``,
-        a history recorder and a watcher beside the writer too, following its targets and login
-        (:class:`e2e.history.Recording`: the result's ``recorded``)."""
+                      login: writer.Login | None = None, record: bool | None = None, **spec: Any) -> OpResult:
+        """Submit a request and follow it with the live writer and the leader monitor running; with ``record``
+        (None: the scenario's), a history recorder and a watcher beside the writer too, following its targets and
+        login (:class:`e2e.history.Recording`: the result's ``recorded``)."""
         recording: history.Recording | None = None
+        record = self.record if record is None else record
         async with self.live(db, login=login) as (w, mon):
             async with contextlib.AsyncExitStack() as beside:
                 if record:
@@ -482,7 +486,21 @@ class Scenario:
         assert gap < max_stall, f"{label}: write stall {gap:.3f}s (bound {max_stall:.1f}s)"
         checked = await self.consistency(db, w, replicas=replicas)
         assert not checked.problems(), f"{label}: " + "; ".join(checked.problems())
+        if isinstance(run, OpResult) and run.recorded is not None:
+            await self.assert_history(run.recorded, label)
         return checked
+
+    async def assert_history(self, recorded: history.Recorded, label: str) -> lincheck.Verdict:
+        """The clients' history is linearizable (porcupine, :mod:`e2e.lincheck`; the report and, on failure, the
+        visualisation under ``<workdir>/lincheck/``) and the watch stream kept etcd's guarantees."""
+        assert recorded.history.operations, f"{label}: the recorder recorded no operation"
+        verdict = await lincheck.check(recorded.history, self.dir / "lincheck", name=label.replace("/", "_"))
+        verdict.raise_for_problems()
+        problems = recorded.watch_problems()
+        assert not problems, f"{label}: watch: " + "; ".join(problems[:5])
+        self.print(f"    {label}: history {verdict.describe()}; watch stream whole "
+                   f"({len(recorded.watch_log)} events)")
+        return verdict
 
     async def served_serials(self, db: str, port: str = "client") -> dict[str, int]:
         """The serial each member serves on its ``port`` (``client`` or ``peer``) now (fresh handshake), with

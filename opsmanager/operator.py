@@ -172,14 +172,14 @@ async def ensure_peering_objects(client: kube.Kube, name: str, *, namespaces: Co
     return created
 
 
-def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float,
+def build_registry(kubeconfig: str | None, client: kube.CachedKube, *, interval: float,
                    with_ops: bool = True,
                    delivery_timeout: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT,
                    namespaces: Collection[str] = (),
                    quorum_loss_after: float = provisioner_status.DEFAULT_QUORUM_LOSS_AFTER) -> kopf.OperatorRegistry:
     """A new kopf registry with login, settings, the peering object (with ``--peering``), the provisioner and (when
     present) the ops engine, whose handlers use ``client`` — the one Kubernetes client of the operator process
-    (also ``memo.kube``). ``namespaces``: the operator's ``--namespace`` list (empty: all); what it watches and
+    (also ``memo.kube``), whose caches the scan triggers subscribe to. ``namespaces``: the operator's ``--namespace`` list (empty: all); what it watches and
     lists beside kopf stays within them, so a Role there is enough (deploy/overlays/single-namespace)."""
     registry = kopf.OperatorRegistry()
 
@@ -190,23 +190,20 @@ def build_registry(kubeconfig: str | None, client: kube.Kube, *, interval: float
     @kopf.on.startup(registry=registry, id="opsmanager-settings")
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings)
-        if isinstance(client, kube.CachedKube):
-            await client.start()  # the caches fill in the background; reads go to the API server until then
+        await client.start()  # the caches fill in the background; reads go to the API server until then
 
-    if isinstance(client, kube.CachedKube):
-        # One watch per kind: kopf's events of Etcds and EtcdOpsRequests feed the client's caches of them.
-        # async: kopf runs a plain function in a worker thread, and the caches belong to the event loop
-        async def feed(event: kopf.RawEvent, **_: Any) -> None:
-            client.feed(event["type"], dict(event["object"]))
+    # One watch per kind: kopf's events of Etcds and EtcdOpsRequests feed the client's caches of them.
+    # async: kopf runs a plain function in a worker thread, and the caches belong to the event loop
+    async def feed(event: kopf.RawEvent, **_: Any) -> None:
+        client.feed(event["type"], dict(event["object"]))
 
-        for group, version, plural in ((constants.ETCD_GROUP, constants.ETCD_VERSION, constants.ETCD_PLURAL),
-                                       (constants.OPS_GROUP, constants.OPS_VERSION, constants.OPS_PLURAL)):
-            kopf.on.event(group, version, plural, registry=registry, id=f"opsmanager-cache-{plural}")(feed)
+    for group, version, plural in ((constants.ETCD_GROUP, constants.ETCD_VERSION, constants.ETCD_PLURAL),
+                                   (constants.OPS_GROUP, constants.OPS_VERSION, constants.OPS_PLURAL)):
+        kopf.on.event(group, version, plural, registry=registry, id=f"opsmanager-cache-{plural}")(feed)
 
     @kopf.on.cleanup(registry=registry, id="opsmanager-caches")
     async def cleanup(**_: Any) -> None:
-        if isinstance(client, kube.CachedKube):
-            await client.stop()
+        await client.stop()
         await etcd_pool.shared.close()
 
     @kopf.on.startup(registry=registry, id="opsmanager-peering")
@@ -230,8 +227,9 @@ def make_client(kubeconfig: str | None, namespaces: Sequence[str] = (), *, cache
     """The operator's one Kubernetes client, reading from watch-fed caches (:mod:`opsmanager.kube.cache`) of the
     kinds it reads: Etcds, EtcdOpsRequests and cert-manager Issuers whole; its own StatefulSets, Pods, Services,
     PodDisruptionBudgets, Certificates and Secrets by label (``app.kubernetes.io/managed-by=opsmanager``); other
-    Secrets it reads (an Issuer's CA, a user's own certificates) by a watch of their own name. ``namespaces``: the
-    ones it watches (none: all)."""
+    Secrets it reads (an Issuer's CA, a user's own certificates) by a watch of their own name. Whatever else reacts
+    to changes of a kind (the scan triggers) subscribes to these caches: each kind is watched once per process.
+    ``namespaces``: the ones it watches (none: all)."""
     client = kube.CachedKube(kube_config.load(kubeconfig))
     if not cached:
         return client  # --no-watch-cache: every read is a request (a diagnostic and the benchmark's baseline)

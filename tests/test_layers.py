@@ -89,7 +89,7 @@ def test_the_untouched_package_keeps_every_contract(tree: pathlib.Path) -> None:
     ("opsmanager/api/etcd.py", "from opsmanager.provisioner import applying", "pure",
      "opsmanager.api.etcd -> opsmanager.provisioner.applying"),
     # the harness
-    ("opsmanager/ops/queue.py", "import e2e.scenario", "no-harness", "opsmanager.ops.queue -> e2e"),
+    ("opsmanager/ops/core/queue.py", "import e2e.scenario", "no-harness", "opsmanager.ops.core.queue -> e2e"),
     ("opsmanager/kube/client.py", "from tests import polling", "no-harness", "opsmanager.kube.client -> tests"),
     # the product never imports the sandbox; the sandbox and the webhook stay out of the operator's internals
     ("opsmanager/operator.py", "import opsmanager_sandbox.cluster", "product",
@@ -105,9 +105,12 @@ def test_the_untouched_package_keeps_every_contract(tree: pathlib.Path) -> None:
      "opsmanager.tls.trust -> opsmanager.provisioner.applying"),
     ("opsmanager/ops/steps/verify_served.py", "from opsmanager.ops.steps import restart_pods", "independent-steps",
      "opsmanager.ops.steps.verify_served -> opsmanager.ops.steps.restart_pods"),
+    # the engine core knows nothing of etcd
+    ("opsmanager/ops/core/loop.py", "from opsmanager.etcd import errors", "engine-core",
+     "opsmanager.ops.core.loop -> opsmanager.etcd.errors"),
     # layers: what a cluster looks like may not import the ops engine, nor the etcd client the cluster layer
-    ("opsmanager/cluster/naming.py", "from opsmanager.ops import queue", "layers",
-     "opsmanager.cluster.naming -> opsmanager.ops.queue"),
+    ("opsmanager/cluster/naming.py", "from opsmanager.ops.core import queue", "layers",
+     "opsmanager.cluster.naming -> opsmanager.ops.core.queue"),
     ("opsmanager/etcd/access.py", "from opsmanager.cluster import naming", "layers",
      "opsmanager.etcd.access -> opsmanager.cluster.naming"),
 ])

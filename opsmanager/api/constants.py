@@ -285,8 +285,8 @@ CONDITION_STATUSES: Final = (TRUE, FALSE, UNKNOWN)
 LABEL_OPS_KIND: Final = "ops.opsmanager.dev/kind"
 LABEL_OPS_NAME: Final = "ops.opsmanager.dev/name"
 LABEL_OPS_TRIGGER: Final = "ops.opsmanager.dev/trigger"  # who created a request; absent = a user
-# On an Etcd: the HorizontalScaling request that wrote its spec.replicas (the webhook admits a member-count change
-# of a running Etcd only from an active one).
+# Legacy, on an Etcd: "<request>/<count>", what older operators wrote with spec.replicas; status.scaledBy holds it
+# now. The engine drops it with its next count; remove it (and the webhook's fallback) once no Etcd carries it.
 ANNOTATION_SCALED_BY: Final = "ops.opsmanager.dev/scaled-by"
 TRIGGER_AUTO_RENEW: Final = "auto-renew"
 TRIGGER_AUTO_DEFRAGMENT: Final = "auto-defragment"  # filed by the storage scan when much of a file is free

@@ -292,6 +292,13 @@ class AnnouncedMaterial(common.OpenModel):
     reason: str = pydantic.Field(description="The gate's problem code, e.g. `UntrustedCA` or `Expired`.")
 
 
+class ScaledBy(common.OpenModel):
+    """The member count a HorizontalScaling request writes into ``spec.replicas`` next (on record before it does)."""
+
+    request: str = pydantic.Field(description="The HorizontalScaling EtcdOpsRequest that changes `spec.replicas`.")
+    replicas: int = pydantic.Field(description="The count it writes next, one member from the current one.")
+
+
 class EtcdStatus(common.OpenModel):
     """What the provisioner observed."""
 
@@ -340,6 +347,14 @@ class EtcdStatus(common.OpenModel):
             "(absent) bootstraps the cluster; `existing` joins the running cluster, where a HorizontalScaling "
             "request has added it as a learner first. Set by the first HorizontalScaling; a member with data "
             "ignores it."
+        ),
+    )
+    scaled_by: ScaledBy | None = pydantic.Field(
+        default=None,
+        description=(
+            "The HorizontalScaling request that changes the member count and the count it writes next, recorded "
+            "before each write of `spec.replicas`: the webhook admits a running Etcd's new count only when that "
+            "request is active, holds this Etcd and names that very count."
         ),
     )
 

@@ -165,7 +165,7 @@ class AuthOldRevision(InvalidAuthToken):
 
 class AuthNotEnabled(AuthError):
     """Authenticate while auth is disabled ("authentication is not enabled"). The client then runs without a
-    token; :meth:`~opsmanager.etcd.client.EtcdClient.check_login` raises it (there is no login to check)."""
+    token; :meth:`~opsmanager.etcd.auth.Auth.check_login` raises it (there is no login to check)."""
 
 
 class UserExists(AuthError):

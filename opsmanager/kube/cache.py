@@ -27,6 +27,10 @@ Rules, each for a failure it prevents:
 - **Callers get copies.** Cached objects are shared; ``get``/``list`` hand out deep copies (:func:`copy_json`).
 - **Not synced yet → the API server.** Until an informer has listed, reads of its kind go to the API server.
 
+Who else sees the events (:meth:`CachedKube.subscribe`): a component that reacts to changes of a kind (the scan
+triggers of :mod:`opsmanager.lifecycle.triggers`) subscribes to the cache of that kind instead of watching it, so
+each kind is watched once per process (docs/decisions.md D25.6).
+
 Counters (:attr:`CachedKube.stats`: hits, misses, by kind) tell where requests still go; the operator logs them
 at debug level. The cost of a watch is one request when it opens and one each time the server closes it
 (``timeoutSeconds``, 5 minutes), for every cached kind together — not per object, not per pass.
@@ -140,6 +144,18 @@ class Wakeups:
                 del self._subscribers[key]
 
 
+def _selected(handler: informer.EventHandler, namespace: str | None,
+              wanted: dict[str, str]) -> informer.EventHandler:
+    """``handler``, called only for objects of ``namespace`` (None: any) that carry the labels ``wanted``: a cache
+    may hold more than a subscriber asked for (every namespace, a wider selector)."""
+
+    def call(etype: str, obj: Obj, old: Obj | None) -> None:
+        if (namespace is None or informer.key_of(obj)[0] == namespace) and matches(obj, wanted):
+            handler(etype, obj, old)
+
+    return call
+
+
 def wakeups_of(client: kube_client.Kube) -> Wakeups | None:
     """The client's :class:`Wakeups` — None unless it is a :class:`CachedKube` with wakeups on (without them, a loop
     waiting for a change waits its whole bound)."""
@@ -171,6 +187,9 @@ class CachedKube(kube_client.Kube):
         self._running = False
         self._named_full_warned = False
         self._handlers: list[informer.EventHandler] = []
+        # Watches opened for subscribers where no cache holds what they asked for (kind, namespace, selector):
+        # never read from, one per selection however many subscribe.
+        self._subscribed: dict[tuple[str, str, str | None, str], informer.Informer] = {}
         self.stats: collections.Counter[str] = collections.Counter()
         self.wakeups: Wakeups | None = None
 
@@ -215,6 +234,45 @@ class CachedKube(kube_client.Kube):
         cached.informer.feed(etype, copy_json(obj))
         return True
 
+    def subscribe(self, api_version: str, kind: str, handler: informer.EventHandler, *,
+                  namespaces: Iterable[str | None] = (None,),
+                  label_selector: str | None = None) -> list[informer.Informer]:
+        """Call ``handler`` on every change of a ``kind`` object in ``namespaces`` (None: all) that carries the
+        equality ``label_selector``, as the cache of that kind sees it — its own writes included — so that the
+        subscriber opens no watch of its own. Where no cache holds all those objects (``--no-watch-cache``, a kind
+        nobody caches, a narrower selector), one watch per kind, namespace and selector is opened for the
+        subscribers, started and stopped with the client, and never read from (reads still go to the API server).
+        Subscribe before :meth:`start` to see the first listing. Returns the informer serving each namespace: until
+        its ``synced`` is set, its events are the first listing (what already was), not changes."""
+        wanted = selectors.parse(label_selector).equalities()
+        if wanted is None:
+            raise ValueError(f"subscription to {kind}: only equality label selectors are supported, "
+                             f"got {label_selector!r}")
+        served = []
+        for ns in namespaces:
+            cached = self._covering(api_version, kind, ns)
+            if cached is not None and all(wanted.get(k) == v for k, v in cached.selector.items()):
+                source = cached.informer
+            else:
+                source = self._subscription_watch(api_version, kind, ns, label_selector or "")
+            source.add_handler(_selected(handler, ns, wanted))
+            served.append(source)
+        return served
+
+    def _subscription_watch(self, api_version: str, kind: str, namespace: str | None,
+                            label_selector: str) -> informer.Informer:
+        key = (api_version, kind, namespace, label_selector)
+        source = self._subscribed.get(key)
+        if source is None:
+            # relist_delay: a watch refused (e.g. an older ClusterRole without `watch`) is retried every few
+            # seconds, not every second; what subscribes to it has a slower way to find out meanwhile.
+            source = self._subscribed[key] = informer.Informer(
+                self, api_version, kind, namespace=namespace, label_selector=label_selector or None,
+                relist_delay=5.0)
+            if self._running:
+                source.start()
+        return source
+
     def use_wakeups(self, owner_of: OwnerOf) -> Wakeups:
         """Make :attr:`wakeups` a :class:`Wakeups` fed by every cache."""
         self.wakeups = Wakeups(owner_of)
@@ -229,6 +287,10 @@ class CachedKube(kube_client.Kube):
         return [c.informer for group in self._caches.values() for c in group] + \
             [c.informer for c in self._named.values()]
 
+    def _sources(self) -> list[informer.Informer]:
+        """Every informer: the caches' (:meth:`informers`) and the subscribers' own watches."""
+        return self.informers() + list(self._subscribed.values())
+
     def informer(self, api_version: str, kind: str, namespace: str | None = None) -> informer.Informer | None:
         """The informer that caches ``kind`` in ``namespace`` (for handlers that react to its events)."""
         found = self._covering(api_version, kind, namespace)
@@ -237,20 +299,20 @@ class CachedKube(kube_client.Kube):
     async def start(self) -> None:
         """Start every informer (they list, then watch, in the background)."""
         self._running = True
-        for source in self.informers():
+        for source in self._sources():
             source.start()
 
     async def wait_synced(self, timeout: float) -> bool:
         """Wait until every informer has listed once; False when ``timeout`` passed first."""
         try:
-            await asyncio.wait_for(asyncio.gather(*(s.synced.wait() for s in self.informers())), timeout)
+            await asyncio.wait_for(asyncio.gather(*(s.synced.wait() for s in self._sources())), timeout)
             return True
         except TimeoutError:
             return False
 
     async def stop(self) -> None:
         self._running = False
-        for source in self.informers():
+        for source in self._sources():
             await source.stop()
 
     # --- lookups ----------------------------------------------------------------------------------------------

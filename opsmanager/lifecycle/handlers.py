@@ -2,8 +2,8 @@
 :mod:`opsmanager.lifecycle.storage`, every ``spec.storageLifecycle.scanInterval``), a timer on every Etcd with TLS, scanning when its
 ``spec.tlsLifecycle.scanInterval`` has passed since ``status.tls.lastScanTime`` or a requested scan time has come
 (:func:`opsmanager.lifecycle.scan.due`), then deciding auto-renew (:mod:`opsmanager.lifecycle.autorenew`); and the
-scan triggers (:mod:`opsmanager.lifecycle.triggers`): a watch on EtcdOpsRequests that requests a scan when one
-ends, and a labelled watch on the operator's Certificates that requests one when a certificate is re-issued.
+scan triggers (:mod:`opsmanager.lifecycle.triggers`), subscribed to the client's caches rather than watching: one
+requests a scan when an EtcdOpsRequest ends, one when one of the operator's Certificates is re-issued.
 
 The timer ticks often (``tick`` seconds) and scans rarely: a per-object interval cannot be a kopf timer's own
 interval (that is one number for every object), and "has the interval passed" read from status survives an
@@ -40,15 +40,14 @@ def _has_tls(spec: Any, **_: Any) -> bool:
     return bool((spec or {}).get("tls"))
 
 
-def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, tick: float = DEFAULT_TICK,
+def register(registry: kopf.OperatorRegistry, client: kube.CachedKube, *, tick: float = DEFAULT_TICK,
              delivery_grace: float = constants.DEFAULT_CERTIFICATE_DELIVERY_TIMEOUT,
              namespaces: Collection[str] = ()) -> None:
-    """Add the scan timer and its triggers to ``registry``; they use ``client``. ``delivery_grace``: seconds a member
-    may serve its previous leaf after its Secret changed before the scan calls it a mismatch. ``namespaces``: the
-    operator's (``--namespace``); the trigger watches then watch those only, else every namespace."""
-    scopes: list[str | None] = [*namespaces] or [None]
-    watches = [watch for ns in scopes
-               for watch in (triggers.CertificateWatch(client, namespace=ns), triggers.RequestWatch(client, namespace=ns))]
+    """Add the scan timer and its triggers to ``registry``; they use ``client``, whose caches the triggers subscribe
+    to now (before it starts). ``delivery_grace``: seconds a member may serve its previous leaf after its Secret
+    changed before the scan calls it a mismatch. ``namespaces``: the operator's (``--namespace``); the triggers
+    then see those only, else every namespace."""
+    register_triggers(registry, client, namespaces=namespaces)
 
     @kopf.timer(*RESOURCE, registry=registry, id="tls-scan", interval=tick, when=_has_tls)
     async def tls_scan(body: kopf.Body, logger: Logger, **_: Any) -> None:
@@ -100,12 +99,20 @@ def register(registry: kopf.OperatorRegistry, client: kube.Kube, *, tick: float 
         metrics.forget_backup(meta.get("namespace") or "default", meta.get("name") or "")
         await pool.shared.forget(meta.get("namespace") or "default", meta.get("name") or "")  # its etcd clients
 
+
+def register_triggers(registry: kopf.OperatorRegistry, client: kube.CachedKube, *,
+                      namespaces: Collection[str] = ()) -> None:
+    """The scan triggers: subscribed to ``client``'s caches now, before it starts, so that they see its first
+    listing; started and stopped by kopf's startup and cleanup handlers."""
+    scan_triggers = [triggers.CertificateTrigger(client, namespaces=namespaces),
+                     triggers.RequestTrigger(client, namespaces=namespaces)]
+
     @kopf.on.startup(registry=registry, id="tls-scan-triggers")
-    async def start_watch(**_: Any) -> None:
-        for watch in watches:
-            watch.start()
+    async def start_triggers(**_: Any) -> None:
+        for trigger in scan_triggers:
+            trigger.start()
 
     @kopf.on.cleanup(registry=registry, id="tls-scan-triggers-stop")
-    async def stop_watch(**_: Any) -> None:
-        for watch in watches:
-            await watch.stop()
+    async def stop_triggers(**_: Any) -> None:
+        for trigger in scan_triggers:
+            await trigger.stop()

@@ -7,17 +7,22 @@ is after ``status.tls.lastScanTime`` (:func:`opsmanager.lifecycle.scan.due`). Re
 survives an operator restart, and many triggers in a row cost one scan (:func:`verdict.merge_scan_request` keeps
 the earliest pending time).
 
-- **An ops request ended** (phase ``Successful``, ``Failed`` or ``Skipped``; a watch on EtcdOpsRequests,
-  :class:`RequestWatch`): T = the time its terminal condition was set + 1 s (times are kept in whole seconds; a
-  scan earlier in the same second must not count as after it). The first scan after the pause is released reports
-  what the request left behind — and auto-renew learns that its request failed.
-- **A certificate was (re-)issued**: the operator watches only its own cert-manager ``Certificate`` objects (label
-  ``app.kubernetes.io/managed-by=opsmanager``, a server-side label selector) and reacts when ``status.revision``
-  or ``status.notAfter`` of a ``server`` or ``peer`` certificate changes — cert-manager writes them with the
-  Secret. T = now + :data:`SECRET_CHANGE_DELAY`, for the kubelet to deliver the files. Why Certificates and not
-  Secrets: the operator has no list/watch on Secrets (``deploy/base/operator/rbac.yaml``: Secrets by name only), and a watch
-  on Secrets, even labelled, needs that right on every Secret of the cluster. The trust bundle is the operator's
-  own Secret; it changes only inside an ops request, whose end triggers the scan.
+- **An ops request ended** (phase ``Successful``, ``Failed`` or ``Skipped``; :class:`RequestTrigger`): T = the
+  time its terminal condition was set + 1 s (times are kept in whole seconds; a scan earlier in the same second
+  must not count as after it). The first scan after the pause is released reports what the request left behind —
+  and auto-renew learns that its request failed.
+- **A certificate was (re-)issued** (:class:`CertificateTrigger`): the operator's own cert-manager ``Certificate``
+  objects only (label ``app.kubernetes.io/managed-by=opsmanager``), when ``status.revision`` or
+  ``status.notAfter`` of a ``server`` or ``peer`` certificate changes — cert-manager writes them with the Secret.
+  T = now + :data:`SECRET_CHANGE_DELAY`, for the kubelet to deliver the files. Certificates rather than their
+  Secrets: a Certificate's status says that a new certificate was issued, a Secret's change could be anything.
+  The trust bundle is the operator's own Secret; it changes only inside an ops request, whose end triggers the
+  scan.
+
+Neither watches: both subscribe to the operator client's caches of their kind
+(:meth:`opsmanager.kube.CachedKube.subscribe`: the labelled cache of Certificates, the cache of EtcdOpsRequests
+that kopf's watch feeds), so each kind is watched once per process (docs/decisions.md D25.6). They see what
+those caches see: the operator's namespaces (``--namespace``) or all of them, the same label selection.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from collections.abc import Coroutine, Mapping
+from collections.abc import Collection, Coroutine, Mapping
 from typing import Any, Final
 
 from opsmanager import kube
@@ -38,6 +43,7 @@ log = logging.getLogger(__name__)
 # After a certificate was re-issued, scan this much later: the kubelet's delivery of the new files takes a moment
 # (the sandbox's 0.5 s; a real kubelet up to a minute — the delivery grace covers the rest).
 SECRET_CHANGE_DELAY: Final = datetime.timedelta(seconds=5)
+CERT_MANAGER_API: Final = "cert-manager.io/v1"
 CERTIFICATE_SELECTOR: Final = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
 _SCANNED_ALIASES: Final = frozenset(constants.PORT_ALIAS.values())
 _TERMINAL_CONDITIONS: Final = (constants.COND_SUCCESSFUL, constants.COND_FAILED, constants.COND_SKIPPED)
@@ -101,30 +107,37 @@ def certificate_target(new: Mapping[str, Any], old: Mapping[str, Any] | None) ->
     return meta.get("namespace") or "default", etcd
 
 
-class _Watch:
-    """An informer whose handler turns changes into scan requests (each a small task of its own)."""
+class _Trigger:
+    """A subscriber to the client's cache of one kind (:meth:`opsmanager.kube.CachedKube.subscribe`: no watch of
+    its own) whose handler turns changes into scan requests, each a small task of its own. It subscribes when made,
+    before the client starts, so that it sees the first listing; :meth:`start` and :meth:`stop` are the kopf
+    startup and cleanup handlers' (the client's own cleanup stops the caches)."""
 
-    what = ""
-
-    def __init__(self, k: kube.Kube, api_version: str, kind: str, *, label_selector: str | None = None,
-                 namespace: str | None = None) -> None:
+    def __init__(self, k: kube.CachedKube, api_version: str, kind: str, *, label_selector: str | None = None,
+                 namespaces: Collection[str] = ()) -> None:
         self.k = k
-        # relist_delay: a watch refused (e.g. an older ClusterRole without `watch`) is retried every few seconds,
-        # not twice a second; the interval scan still runs meanwhile. ``namespace``: one namespace (an operator
-        # with --namespace, whose RBAC may be a Role there), else all of them.
-        self.informer = kube.Informer(k, api_version, kind, namespace=namespace, label_selector=label_selector,
-                                      relist_delay=5.0)
-        self.informer.add_handler(self._changed)
+        # ``namespaces``: the operator's (--namespace, whose RBAC may be a Role there); none: all of them.
+        self.sources = k.subscribe(api_version, kind, self._event, namespaces=[*namespaces] or [None],
+                                   label_selector=label_selector)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._stopped = False
 
     def start(self) -> None:
-        self.informer.start()
+        self._stopped = False
 
     async def stop(self) -> None:
-        await self.informer.stop()
+        self._stopped = True
         for task in list(self._tasks):
             task.cancel()
         self._tasks.clear()
+
+    def listed(self, namespace: str) -> bool:
+        """Has the cache serving ``namespace`` listed it once? Until then its events are what already was."""
+        return any(source.synced.is_set() for source in self.sources if source.namespace in (None, namespace))
+
+    def _event(self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if not self._stopped:
+            self._changed(etype, obj, old)
 
     def _changed(self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         raise NotImplementedError
@@ -142,18 +155,18 @@ class _Watch:
             log.info("TLS scan request for %s/%s (%s): %s; the interval scan covers it", namespace, etcd, why, err)
 
 
-class CertificateWatch(_Watch):
-    """A labelled watch on the operator's own Certificates that requests a scan of their Etcd, ``delay`` later,
-    when one is re-issued. Started and stopped by the kopf startup/cleanup handlers."""
+class CertificateTrigger(_Trigger):
+    """Subscribed to the cache of the operator's own Certificates (label :data:`CERTIFICATE_SELECTOR`); requests a
+    scan of their Etcd, ``delay`` later, when one is re-issued."""
 
-    def __init__(self, k: kube.Kube, *, delay: datetime.timedelta = SECRET_CHANGE_DELAY,
-                 namespace: str | None = None) -> None:
-        super().__init__(k, "cert-manager.io/v1", "Certificate", label_selector=CERTIFICATE_SELECTOR,
-                         namespace=namespace)
+    def __init__(self, k: kube.CachedKube, *, delay: datetime.timedelta = SECRET_CHANGE_DELAY,
+                 namespaces: Collection[str] = ()) -> None:
+        super().__init__(k, CERT_MANAGER_API, "Certificate", label_selector=CERTIFICATE_SELECTOR,
+                         namespaces=namespaces)
         self.delay = delay
 
     def _changed(self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        if etype == "DELETED" or not self.informer.synced.is_set():
+        if etype == "DELETED" or not self.listed(kube.key_of(obj)[0]):
             return  # the first listing is what already was: no change to react to
         target = certificate_target(obj, old)
         if target is not None:
@@ -173,25 +186,30 @@ def request_target(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> tup
     return (new.get("metadata") or {}).get("namespace") or "default", etcd, at + datetime.timedelta(seconds=1)
 
 
-class RequestWatch(_Watch):
-    """A watch on EtcdOpsRequests that requests a scan of the Etcd when one of its requests ends. Its own informer
-    rather than a kopf event handler: kopf skips an object's events while it throttles after an error (a Conflict
-    of its own patch), so a request's last event could be missed. The first listing requests, per Etcd, a scan
-    after its latest ended request (a no-op when the Etcd was scanned since): an operator restarted while a
-    request ended misses nothing."""
+class RequestTrigger(_Trigger):
+    """Subscribed to the cache of EtcdOpsRequests; requests a scan of the Etcd when one of its requests ends.
 
-    def __init__(self, k: kube.Kube, *, namespace: str | None = None) -> None:
-        super().__init__(k, constants.OPS_API_VERSION, constants.OPS_KIND, namespace=namespace)
+    The end is seen at once when this operator writes it (the cache takes in the client's own writes), else from
+    the watch that feeds the cache (kopf's, D25.6). kopf holds back an object's events while it throttles after an
+    error; the end is then seen late, not lost: the cache compares each version with the one it holds, and lists
+    again when kopf lists and every few minutes. The first listing requests, per Etcd, a scan after its latest
+    ended request (a no-op when the Etcd was scanned since): an operator restarted while a request ended misses
+    nothing."""
+
+    def __init__(self, k: kube.CachedKube, *, namespaces: Collection[str] = ()) -> None:
+        super().__init__(k, constants.OPS_API_VERSION, constants.OPS_KIND, namespaces=namespaces)
         self._listed: dict[tuple[str, str], datetime.datetime] = {}
 
     def start(self) -> None:
         super().start()
-        self._spawn(self._after_listing())
+        for source in dict.fromkeys(self.sources):  # one cache may serve several namespaces
+            self._spawn(self._after_listing(source))
 
-    async def _after_listing(self) -> None:
-        await self.informer.synced.wait()
-        listed, self._listed = self._listed, {}
-        for (namespace, etcd), at in listed.items():
+    async def _after_listing(self, source: kube.Informer) -> None:
+        await source.synced.wait()
+        mine = [key for key in self._listed if source.namespace in (None, key[0])]
+        listed = [(key, self._listed.pop(key)) for key in mine]
+        for (namespace, etcd), at in listed:
             await self._request(namespace, etcd, at, "an ops request ended (seen at start)")
 
     def _changed(self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
@@ -201,7 +219,7 @@ class RequestWatch(_Watch):
         if target is None:
             return
         namespace, etcd, at = target
-        if not self.informer.synced.is_set():
+        if not self.listed(kube.key_of(obj)[0]):
             key = (namespace, etcd)
             self._listed[key] = max(at, self._listed.get(key, at))
             return

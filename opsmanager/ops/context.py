@@ -1,11 +1,10 @@
 """What one reconcile of one EtcdOpsRequest works with: the request, its Etcd, the plan, and the I/O doors.
 
-Every step module receives an :class:`OpsContext`. Status is changed through it only (``set_condition``,
-``set_pod_condition``, ``set_phase``): a change applies to the in-memory request at once — later code of the same
-reconcile sees it — and is queued; :meth:`OpsContext.flush` writes everything queued in **one** status PATCH
-(``kube.transact_status``: re-read, optimistic lock, no write when nothing changed). Only the final state of a
-condition is written: set False then True before a flush, it is written True once, its ``lastTransitionTime``
-that of the last change of status — or the live one when the live status is already the final one.
+Every step module receives an :class:`OpsContext`, the engine core's status buffer
+(:class:`~opsmanager.ops.core.status.RequestStatus`: every status change applies in memory at once and is written
+by the next flush, in one status PATCH, with the Events and metric observations that ride on it) with the Etcd, its
+plan and the doors to its members and to etcd added. Status is changed through it only (``set_condition``,
+``set_pod_condition``, ``set_phase``, ``record``).
 
 When the record is written (each rule for the failure it prevents):
 
@@ -20,15 +19,9 @@ When the record is written (each rule for the failure it prevents):
   between would find the Etcd paused while it is still ``Pending`` and wait for itself;
 - **at the end of every reconcile** (the engine), and with the terminal phase.
 
-Events and metrics ride on the flush: :meth:`OpsContext.announce` (an Event on the request),
-:meth:`OpsContext.announce_step` (a step done) and :meth:`OpsContext.on_written` (a metric observation) are queued
-and go out right **after** the write that records what they announce (or at the next flush when nothing is dirty),
-never before it. An operator killed between the write and the Event loses the Event (a re-run finds the transition
-recorded and does not repeat it); one killed before the write repeats the work and announces it then — never twice
-for one recorded transition. The steps one write records done are one transition of the request: they are
-announced in **one** Event (reason the last of them, the message naming each), and those the terminal write
-records are folded into the ``Successful``/``Failed`` Event (:meth:`OpsContext.take_steps`) — the API budget of
-the API request budget counts every Event.
+Events ride on the flush (:mod:`opsmanager.ops.core.status`): a step's Event goes out after the write that
+records it, never before; the steps one write records done are one Event, and the terminal write's are folded into
+the ``Successful``/``Failed`` Event — the API request budget counts every Event.
 
 Everything else a step does is idempotent and observed again on the next reconcile, so losing the queued record of
 it (an operator killed before the flush) only repeats work: the step, and any step before it in the same
@@ -40,43 +33,29 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-from collections.abc import Callable
 from typing import Any
 
-from opsmanager import kube
-from opsmanager.api import conditions, constants
+from opsmanager.api import backup as backup_api
+from opsmanager.api import constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.backup import store
 from opsmanager.cluster import backups, credentials, members, naming
 from opsmanager.etcd import access, admin, pool
 from opsmanager.ops import plan as plan_mod
+from opsmanager.ops.core import results
+from opsmanager.ops.core import status as core_status
 from opsmanager.tls import identity as tls_identity
 from opsmanager.tls import trust
 
 log = logging.getLogger("opsmanager.ops")
 
 
-@dataclasses.dataclass(frozen=True)
-class Done:
-    message: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Progress:
-    """Not finished; look again after ``delay`` seconds. ``message`` (if any) updates the in-flight condition."""
-
-    message: str | None = None
-    delay: float = 0.5
-
-
-@dataclasses.dataclass(frozen=True)
-class Fail:
-    message: str
-    reason: str = "Failed"
-
-
-StepResult = Done | Progress | Fail
+# What a step answers (the engine core's; every step module names them through this module).
+Done = results.Done
+Progress = results.Progress
+Fail = results.Fail
+StepResult = results.StepResult
 
 
 def from_tls(answer: trust.Waiting | trust.Refused) -> Progress | Fail:
@@ -94,19 +73,9 @@ WATCHED_BOUND = 15.0
 ENGINE_USER = "engine"
 
 
-def steps_event(steps: list[tuple[str, str, str]]) -> tuple[str, str, str]:
-    """One Event for the steps one write records done: reason the last step, the message naming each (one step:
-    its own message), Warning if any is."""
-    reason = steps[-1][0]
-    type_ = "Warning" if any(t == "Warning" for _, _, t in steps) else "Normal"
-    if len(steps) == 1:
-        return reason, steps[0][1], type_
-    return reason, "; ".join(f"{cond}: {message}" for cond, message, _ in steps), type_
-
-
-def steps_suffix(steps: list[tuple[str, str, str]]) -> str:
-    """The steps a terminal write records done, for the terminal Event's message."""
-    return "".join(f"; {cond}: {message}" for cond, message, _ in steps)
+# The status fields :meth:`OpsContext.records` reads: every field of the request's status but the buffer's own.
+_RECORD_KEYS = frozenset(f.alias or name for name, f in ops_api.EtcdOpsRequestStatus.model_fields.items()) - {
+    "phase", "observedGeneration", "conditions"}
 
 
 def per_pod_message(step: str, status: str, pod: str) -> str:
@@ -124,9 +93,7 @@ def per_pod_message(step: str, status: str, pod: str) -> str:
 
 
 @dataclasses.dataclass
-class OpsContext:
-    kube: kube.Kube
-    request: dict[str, Any]
+class OpsContext(core_status.RequestStatus):
     db_obj: dict[str, Any]
     plan: plan_mod.Plan
     now: datetime.datetime
@@ -139,14 +106,6 @@ class OpsContext:
     # The operator's etcd clients, reused across reconciles (:mod:`opsmanager.etcd.pool`); None: ``admin_factory``
     # makes a client per call (tests' fakes).
     etcd_pool: pool.ClientPool | None = None
-    # What changed in ``request["status"]`` since the last flush: condition types (in the order of the in-memory
-    # list) and top-level status fields (phase, observedGeneration).
-    _dirty_conditions: set[str] = dataclasses.field(default_factory=set)
-    _dirty_fields: dict[str, Any] = dataclasses.field(default_factory=dict)
-    # Events and metric observations that go out after the next flush's write: (reason, message, type).
-    _events: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
-    _steps: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)  # steps done: (condition, …)
-    _written: list[Callable[[], None]] = dataclasses.field(default_factory=list)
     # Does a watch event about the Etcd's objects wake the next reconcile (the operator's watch caches and wakeups)?
     # Then a step that waits for something the caches see (a pod Ready, a StatefulSet revision, a Certificate) asks
     # only for a long bound (:meth:`until_watched`): the event brings the next pass, not a poll.
@@ -156,19 +115,6 @@ class OpsContext:
     _db_memo: tuple[Any, Any, etcd_api.Etcd] | None = dataclasses.field(default=None, repr=False, compare=False)
     _spec_memo: tuple[Any, ops_api.EtcdOpsRequestSpec] | None = dataclasses.field(default=None, repr=False,
                                                                                     compare=False)
-
-    @property
-    def name(self) -> str:
-        return str(self.request["metadata"]["name"])
-
-    @property
-    def namespace(self) -> str:
-        return str(self.request["metadata"]["namespace"])
-
-    @property
-    def generation(self) -> int | None:
-        gen = self.request["metadata"].get("generation")
-        return int(gen) if gen is not None else None
 
     @property
     def db(self) -> etcd_api.Etcd:
@@ -205,121 +151,61 @@ class OpsContext:
         only covers an event the operator could have missed."""
         return WATCHED_BOUND if self.watched else delay
 
-    @property
-    def conditions(self) -> list[dict[str, Any]]:
-        return list((self.request.get("status") or {}).get("conditions") or [])
-
     # --- status ---------------------------------------------------------------------------------------------
-
-    def set_condition(self, type_: str, status: str, message: str | None = None, *,
-                      reason: str | None = None) -> None:
-        """Set one condition on the request: in memory at once, written by the next :meth:`flush`."""
-        if reason is None and constants.PER_POD_SEPARATOR not in type_:
-            reason = type_
-        st = self.request.setdefault("status", {}) or {}
-        before = st.get("conditions") or []
-        after = conditions.set_condition(before, type_, status, reason=reason, message=message,
-                                         observed_generation=self.generation)
-        if after != before:
-            st["conditions"] = after
-            self.request["status"] = st
-            self._dirty_conditions.add(type_)
 
     def set_pod_condition(self, step: str, pod: str, status: str) -> None:
         self.set_condition(constants.per_pod_type(step, pod), status, per_pod_message(step, status, pod))
 
-    def set_phase(self, phase: str) -> None:
-        """The request's phase (and ``observedGeneration``), written by the next :meth:`flush`."""
-        st = self.request.setdefault("status", {}) or {}
-        for key, value in (("phase", phase), ("observedGeneration", self.generation)):
-            if st.get(key) != value:
-                st[key] = value
-                self._dirty_fields[key] = value
-        self.request["status"] = st
+    def record(self, raw_field: str | None = None, raw_value: dict[str, Any] | list[Any] | None = None, *,
+               origin: ops_api.RequestOrigin | None = None, restarts: ops_api.Restarts | None = None,
+               database_sizes: dict[str, ops_api.DatabaseSize] | None = None, warnings: list[str] | None = None,
+               snapshot: backup_api.SnapshotRecord | None = None, restore: ops_api.RestoreProgress | None = None,
+               recovery: ops_api.RecoveryProgress | None = None) -> None:
+        """The engine's durable records in the request's status (each a typed field of
+        :class:`~opsmanager.api.opsrequest.EtcdOpsRequestStatus`, replaced whole), written by the next
+        :meth:`flush` — which a step flushes before the action the record is for. (``raw_field``, ``raw_value``:
+        a record as raw JSON, for the steps not yet moved to the typed fields.)"""
+        if raw_field is not None and raw_value is not None:
+            self.set_field(raw_field, raw_value)
+        given = {name: value for name, value in (
+            ("origin", origin), ("restarts", restarts), ("database_sizes", database_sizes), ("warnings", warnings),
+            ("snapshot", snapshot), ("restore", restore), ("recovery", recovery)) if value is not None}
+        dumped = ops_api.EtcdOpsRequestStatus.model_validate(given).model_dump(
+            by_alias=True, exclude_none=True, mode="json", include=set(given))
+        for key, value in dumped.items():
+            self.set_field(key, value)
 
-    def record(self, field: str, value: dict[str, Any] | list[Any]) -> None:
-        """A top-level ``status`` field of the engine's durable record (``origin``, ``restarts``), replaced whole,
-        written by the next :meth:`flush` — which a step flushes before the action the record is for."""
-        st = self.request.setdefault("status", {}) or {}
-        if st.get(field) != value:
-            st[field] = value
-            self._dirty_fields[field] = value
-        self.request["status"] = st
+    @property
+    def records(self) -> ops_api.EtcdOpsRequestStatus:
+        """The engine's durable records as they are in memory, typed (the conditions and phase are read through
+        the status buffer, not here)."""
+        st = self.request.get("status") or {}
+        return ops_api.EtcdOpsRequestStatus.model_validate(
+            {k: v for k, v in st.items() if k in _RECORD_KEYS})
 
     def recorded(self, field: str) -> dict[str, Any]:
-        """The engine's durable record ``status.<field>`` (empty when there is none yet)."""
-        value = (self.request.get("status") or {}).get(field)
+        """A record read as raw JSON, for the steps not yet moved to :attr:`records` (empty when absent)."""
+        value = self.field(field)
         return dict(value) if isinstance(value, dict) else {}
+
+    @property
+    def restarts(self) -> ops_api.Restarts:
+        """The members restarted so far (``status.restarts``; empty before the first)."""
+        return self.records.restarts or ops_api.Restarts()
+
+    @property
+    def snapshot(self) -> backup_api.SnapshotRecord:
+        """The snapshot a Backup wrote or a Restore restores (``status.snapshot``): only the steps after the one
+        that records it read it."""
+        snapshot = self.records.snapshot
+        if snapshot is None:
+            raise LookupError(f"EtcdOpsRequest {self.namespace}/{self.name}: no snapshot recorded yet")
+        return snapshot
 
     def legacy_annotation(self, name: str) -> str | None:
         """An annotation an older engine kept its record in (read on the requests it started, never written)."""
         value = (self.request["metadata"].get("annotations") or {}).get(name)
         return value if isinstance(value, str) else None
-
-    @property
-    def dirty(self) -> bool:
-        """Is anything queued that :meth:`flush` would write?"""
-        return bool(self._dirty_conditions or self._dirty_fields)
-
-    async def flush(self) -> None:
-        """Write every queued status change in one ``transact_status`` (one PATCH; no I/O when nothing is queued).
-        A condition whose live status already is the final one keeps its live ``lastTransitionTime``. Then post the
-        queued Events and run the queued metric observations (:meth:`announce`, :meth:`on_written`)."""
-        if self.dirty:
-            await self._write()
-        observations, self._written = self._written, []
-        for observe in observations:
-            observe()
-        events, self._events = self._events, []
-        if self._steps:
-            events.insert(0, steps_event(self.take_steps()))
-        for reason, message, type_ in events:
-            await self.kube.event(self.request, reason=reason, message=message, type_=type_)
-
-    async def _write(self) -> None:
-        final = [c for c in self.conditions if c.get("type") in self._dirty_conditions]
-        fields = dict(self._dirty_fields)
-
-        def mutate(st: dict[str, Any]) -> dict[str, Any]:
-            st = {**st, **fields}
-            if final:  # merge_conditions keeps the live lastTransitionTime when the live status is the final one
-                st["conditions"] = conditions.merge_conditions(st.get("conditions"), final)
-            return st
-
-        updated = await self.kube.transact_status(
-            constants.OPS_API_VERSION, constants.OPS_KIND, self.namespace, self.name, mutate)
-        self._dirty_conditions.clear()
-        self._dirty_fields.clear()
-        if updated is not None:
-            self.request = updated
-
-    def condition(self, type_: str) -> dict[str, Any] | None:
-        return conditions.get_condition(self.conditions, type_)
-
-    def is_true(self, type_: str) -> bool:
-        return conditions.is_true(self.conditions, type_)
-
-    def announce(self, reason: str, message: str, type_: str = "Normal") -> None:
-        """An Event on the request, posted after the next flush's write (the record of what it announces). Never
-        Secret data or key material in ``message``."""
-        self._events.append((reason, message, type_))
-
-    def announce_step(self, condition: str, message: str, type_: str = "Normal") -> None:
-        """A step done, announced after the next flush's write together with the other steps it records."""
-        self._steps.append((condition, message, type_))
-
-    def take_steps(self) -> list[tuple[str, str, str]]:
-        """The steps done and not yet announced (the terminal Event folds them into its own)."""
-        steps, self._steps = self._steps, []
-        return steps
-
-    def on_written(self, observe: Callable[[], None]) -> None:
-        """A metric observation made after the next flush's write: counted only once the transition is recorded."""
-        self._written.append(observe)
-
-    async def event(self, reason: str, message: str, type_: str = "Normal") -> None:
-        """An Event on the request now (a terminal one, after the terminal write)."""
-        await self.kube.event(self.request, reason=reason, message=message, type_=type_)
 
     async def etcd_event(self, reason: str, message: str, type_: str = "Normal") -> None:
         """An Event on the Etcd now (pause and resume, after the Etcd's status write that does them)."""

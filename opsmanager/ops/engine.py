@@ -1,20 +1,22 @@
 """The EtcdOpsRequest engine: one reconcile = re-read everything, run the current step while it answers at once,
 persist once, return.
 
-The lifecycle is a small state machine (``transitions``) over the request's phase —
-``Pending → Progressing → Successful | Failed``, ``Pending → Skipped`` — rebuilt from the persisted phase on
-every call, so no state lives in memory. Inside ``Progressing`` the current step is the first step of the
-:mod:`plan <opsmanager.ops.plan>` whose condition is not ``True``; its ``False`` condition's
-``lastTransitionTime`` is the step's timeout clock (``spec.timeout``, default 10m), and so is that of any
-per-pod condition in flight. An operator killed at any point starts again with the same phase, the same plan,
-the same current step, and steps that re-derive their progress from what they observe.
+It builds on the engine core (:mod:`opsmanager.ops.core`), which knows nothing of etcd: the phase machine
+(``Pending → Progressing → Successful | Failed``, ``Pending → Skipped``, rebuilt from the persisted phase on every
+call, so no state lives in memory), the queue, the status buffer and the step loop (the first step of the
+:mod:`plan <opsmanager.ops.plan>` whose condition is not ``True`` runs; its ``False`` condition's
+``lastTransitionTime`` is its timeout clock, ``spec.timeout``, default 10m). What this module adds is the Etcd: it
+reads the request and its Etcd, asks the queue with the Etcd's state, records the request's origin, plans by type,
+runs the loop over the etcd steps (:data:`STEPS`) and, when the plan ends, resumes the Etcd and writes the terminal
+phase. An operator killed at any point starts again with the same phase, the same plan, the same current step, and
+steps that re-derive their progress from what they observe.
 
 The engine knows no request type: what differs per type (its plan, what it observes and records when it starts,
 its success message, its apply policy) comes from the type's module through :mod:`opsmanager.ops.operations`.
 
 Round trips and writes: a reconcile goes on with the next step (or the same step again) while the result is
 immediate — ``Done``, or ``Progress`` with no delay — on the same in-memory context, at most
-:data:`MAX_ITERATIONS` times; it stops at a ``Progress`` with a delay, a ``Fail`` or the end. Status changes are
+:data:`~opsmanager.ops.core.loop.MAX_ITERATIONS` times; it stops at a ``Progress`` with a delay, a ``Fail`` or the end. Status changes are
 queued on the context and written in one PATCH at the end (and at the context's flush points, before anything a
 crash must find recorded: :mod:`opsmanager.ops.context`), so a reconcile makes one status write, or none.
 
@@ -25,7 +27,7 @@ way the Etcd is resumed.
 Events and metrics (the table is in docs/operations.md): a step's condition going ``True`` is announced
 by an Event on the request, reason the condition, message the condition's (what was done), after the write that
 records it — one Event for the steps one write records, the terminal write's folded into ``Successful``/``Failed``
-(:meth:`~opsmanager.ops.context.OpsContext.announce_step`); ``Running``'s Event is the Etcd's ``Paused`` — and
+(:meth:`~opsmanager.ops.core.status.RequestStatus.announce_step`); ``Running``'s Event is the Etcd's ``Paused`` — and
 observes
 ``opsmanager_step_duration_seconds{step}`` (the condition's ``lastTransitionTime`` False → True). A terminal phase
 this process writes posts ``Successful`` / ``Failed`` / ``Skipped`` and counts ``opsmanager_opsrequests_total`` and
@@ -39,12 +41,8 @@ import asyncio
 import dataclasses
 import datetime
 import logging
-import os
-import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
-
-import transitions
 
 from opsmanager import kube, metrics
 from opsmanager.api import conditions, constants, tlschange
@@ -53,7 +51,10 @@ from opsmanager.api import pause as pause_api
 from opsmanager.etcd import admin, pool
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.kube import cache as kube_cache
-from opsmanager.ops import context, operations, plan, queue
+from opsmanager.ops import context, operations, plan
+from opsmanager.ops.core import failpoints, loop, queue
+from opsmanager.ops.core import status as core_status
+from opsmanager.ops.core.lifecycle import Lifecycle
 from opsmanager.ops.steps import (
     apply_credential,
     clear_alarms,
@@ -126,96 +127,15 @@ STEPS: dict[plan.StepKind, Executor] = {
 }
 
 
-# Failpoints, for the fault tests (as etcd's gofail): ``OPSMANAGER_FAILPOINTS="crash-after:<request>:<Condition>,…"``
-# makes the process SIGKILL itself right after the status write that records that step of that request True — a
-# crash at an exact step boundary, which a test polling the conditions can miss (a zero-restart rotate passes
-# several boundaries within one second). Unset in production: nothing is armed.
-FAILPOINTS_ENV = "OPSMANAGER_FAILPOINTS"
-
-
-def failpoints(text: str | None) -> frozenset[tuple[str, str]]:
-    """``(request, condition)`` pairs of ``crash-after`` failpoints from :data:`FAILPOINTS_ENV`'s value."""
-    out = set()
-    for part in (text or "").split(","):
-        kind, _, rest = part.strip().partition(":")
-        request, _, condition = rest.partition(":")
-        if kind == "crash-after" and request and condition:
-            out.add((request, condition))
-    return frozenset(out)
-
-
-def _crash() -> None:
-    log.warning("failpoint: crashing after a step boundary (%s)", FAILPOINTS_ENV)
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 # How long the engine remembers what it observed of an Etcd's expiry while a request waits (seconds): the
 # observation costs a handshake with every member, and a waiting request is looked at every second.
 EXPIRY_TTL = 5.0
-
-# Steps run at most this many times in one reconcile (each ``Done`` or immediate ``Progress`` counts one); then the
-# reconcile persists what it has and asks to be called again at once.
-MAX_ITERATIONS = 25
-
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     finished: bool
     delay: float = 0.0
     phase: str | None = None
-
-
-class Lifecycle:
-    """The phase state machine; ``state`` is the request's ``status.phase``."""
-
-    states = ["New", *constants.OPS_PHASES]
-    transitions_table: list[Any] = [
-        {"trigger": "enqueue", "source": "New", "dest": constants.PHASE_PENDING},
-        {"trigger": "start", "source": constants.PHASE_PENDING, "dest": constants.PHASE_PROGRESSING},
-        {"trigger": "skip", "source": constants.PHASE_PENDING, "dest": constants.PHASE_SKIPPED},
-        {"trigger": "succeed", "source": constants.PHASE_PROGRESSING, "dest": constants.PHASE_SUCCESSFUL},
-        {"trigger": "fail", "source": ["New", constants.PHASE_PENDING, constants.PHASE_PROGRESSING],
-         "dest": constants.PHASE_FAILED},
-    ]
-
-    def __init__(self, phase: str | None) -> None:
-        # The machine is built at the first transition: most passes only read the phase, and building a
-        # ``transitions.Machine`` is costly enough to matter when it happens on every pass of every request.
-        self._phase = phase or "New"
-        self._model: _PhaseModel | None = None
-
-    @property
-    def state(self) -> str:
-        return self._model.state if self._model is not None else self._phase
-
-    def _trigger(self, name: str) -> bool:
-        if self._model is None:
-            model = _PhaseModel()
-            transitions.Machine(model=model, states=self.states, transitions=self.transitions_table,
-                                initial=self._phase, auto_transitions=False)
-            self._model = model
-        return bool(getattr(self._model, name)())
-
-    def enqueue(self) -> bool:
-        return self._trigger("enqueue")
-
-    def start(self) -> bool:
-        return self._trigger("start")
-
-    def skip(self) -> bool:
-        return self._trigger("skip")
-
-    def succeed(self) -> bool:
-        return self._trigger("succeed")
-
-    def fail(self) -> bool:
-        return self._trigger("fail")
-
-
-class _PhaseModel:
-    """What :class:`Lifecycle`'s machine drives (``transitions`` adds ``state`` and the triggers)."""
-
-    state: str
 
 
 class Engine:
@@ -238,7 +158,7 @@ class Engine:
         # between a start decision and that write lie seconds of observation (handshakes), and a sibling deciding
         # meanwhile would still see it queued and could start as well.
         self._queue_locks: dict[tuple[str, str], asyncio.Lock] = {}
-        self.crash_after = failpoints(os.environ.get(FAILPOINTS_ENV))
+        self.crash_after = failpoints.armed()
 
     # --- status writes --------------------------------------------------------------------------------------
 
@@ -288,7 +208,7 @@ class Engine:
             lifecycle.fail()
             ctx.set_condition(constants.COND_FAILED, constants.TRUE, message, reason=reason)
         ctx.set_phase(lifecycle.state)
-        steps = context.steps_suffix(ctx.take_steps())  # the steps this write records done: in the one Event
+        steps = core_status.steps_suffix(ctx.take_steps())  # the steps this write records done: in the one Event
         await ctx.flush()
         _count_finished(ctx.request, lifecycle.state, self.clock())
         if ok:
@@ -343,7 +263,7 @@ class Engine:
     async def _pending(self, req: dict[str, Any], db_obj: dict[str, Any], spec: ops_api.EtcdOpsRequestSpec,
                        lifecycle: Lifecycle) -> Outcome | queue.Decision:
         """The queue's verdict: an :class:`Outcome` when the request is skipped or waits (its ``Pending`` condition
-        then says why), else the start's :class:`~opsmanager.ops.queue.Decision` (``lifecycle`` is then
+        then says why), else the start's :class:`~opsmanager.ops.core.queue.Decision` (``lifecycle`` is then
         ``Progressing``, written with the first step's record). A request new to the engine is written ``Pending``
         when it waits (a queued request that has not started is new or ``Pending`` alike for the queue:
         :attr:`queue.Queued.active`)."""
@@ -407,10 +327,10 @@ class Engine:
         recorded, tls = tlschange.recorded_tls(req)
         if recorded:
             return req, tls
-        origin: dict[str, Any] = {"observedAt": conditions.rfc3339(self.clock())}
-        if isinstance(before := (db_obj.get("spec") or {}).get("tls"), dict):
-            origin["tls"] = before
-        origin.update(operations.origin(db_obj.get("spec") or {}))  # what the types read back (their modules say)
+        before = (db_obj.get("spec") or {}).get("tls")
+        typed = operations.origin(db_obj.get("spec") or {}).model_copy(update={  # what the types read back
+            "observed_at": conditions.rfc3339(self.clock()), "tls": before if isinstance(before, dict) else None})
+        origin = typed.model_dump(by_alias=True, exclude_none=True, mode="json")
 
         def record(st: dict[str, Any]) -> dict[str, Any]:
             return st if isinstance(st.get("origin"), dict) else {**st, "origin": origin}
@@ -420,25 +340,6 @@ class Engine:
         if updated is None:  # deleted meanwhile: nothing to run (its delete handler releases the pause)
             raise kube.NotFound(f"EtcdOpsRequest {req['metadata']['namespace']}/{req['metadata']['name']} is gone")
         return updated, tlschange.tls_before(updated)
-
-    def _timed_out(self, ctx: context.OpsContext, step: plan.Step, timeout: datetime.timedelta) -> str | None:
-        now = self.clock()
-        # The per-member conditions first: they name the member the step is stuck at. (The step's own condition
-        # went False before any of them, so checked first it would always win and never name the member.)
-        in_flight = [
-            c["type"] for c in ctx.conditions
-            if constants.PER_POD_SEPARATOR in c["type"] and c.get("status") == constants.FALSE
-        ] + [step.condition]
-        for type_ in in_flight:
-            if not conditions.is_false(ctx.conditions, type_):
-                continue
-            age = conditions.transition_age(ctx.conditions, type_, now=now)
-            if age is not None and age > timeout:
-                cond = conditions.get_condition(ctx.conditions, type_) or {}
-                what = type_.replace(constants.PER_POD_SEPARATOR, " of ")
-                return (f"step {step.condition} timed out after {int(timeout.total_seconds())}s at {what}: "
-                        f"{cond.get('message') or 'no progress'}")
-        return None
 
     async def _progress(self, req: dict[str, Any], db_obj: dict[str, Any], lifecycle: Lifecycle, *,
                         started: queue.Decision | None = None) -> Outcome:
@@ -462,50 +363,33 @@ class Engine:
             ctx.plan = operations.plan_for(ctx.db, request, variant)
         except ValueError as err:
             return await self._finish(ctx, lifecycle, ok=False, message=str(err), reason="InvalidRequest")
-        delay = 0.0
-        for _ in range(MAX_ITERATIONS):
-            ctx.now = self.clock()
-            step = next((s for s in ctx.plan.steps if not ctx.is_true(s.condition)), None)
-            if step is None:
-                done = operations.of(ctx.plan.request_type).success_message(ctx.plan)
-                return await self._finish(ctx, lifecycle, ok=True, message=done, reason=constants.COND_SUCCESSFUL)
-            if (why := self._timed_out(ctx, step, request.spec.timeout_delta)) is not None:
-                return await self._finish(ctx, lifecycle, ok=False, message=why, reason="Timeout")
-            if ctx.condition(step.condition) is None:
-                ctx.set_condition(step.condition, constants.FALSE, f"{step.condition} in progress")
-            try:
-                result = await STEPS[step.kind](ctx, step)
-            except (etcd_errors.EtcdError, kube.Unavailable, kube.Conflict) as err:
-                log.info("EtcdOpsRequest %s/%s step %s: transient: %s", ctx.namespace, ctx.name, step.condition,
-                         err)
-                metrics.reconcile_error(err)
-                delay = 1.0
-                break
-            if isinstance(result, context.Fail):
-                ctx.set_condition(step.condition, constants.FALSE, result.message, reason=result.reason)
-                return await self._finish(ctx, lifecycle, ok=False, message=f"{step.condition}: {result.message}",
-                                          reason=result.reason)
-            if isinstance(result, context.Done):
-                _step_done(ctx, step, result.message or step.message)
-                if (ctx.name, step.condition) in self.crash_after:
-                    ctx.on_written(_crash)
-                    await ctx.flush()  # the write that records exactly this step, then the crash
-                continue
-            if result.message:
-                current = ctx.condition(step.condition) or {}
-                if current.get("message") != result.message:
-                    ctx.set_condition(step.condition, constants.FALSE, result.message)
-            if result.delay > 0:
-                delay = result.delay
-                break
-        await ctx.flush()
-        return Outcome(finished=False, delay=delay, phase=lifecycle.state)
+        ended = await self._loop.run(ctx, ctx.plan.steps, request.spec.timeout_delta)
+        if isinstance(ended, loop.Again):
+            return Outcome(finished=False, delay=ended.delay, phase=lifecycle.state)
+        if ended.ok:
+            done = operations.of(ctx.plan.request_type).success_message(ctx.plan)
+            return await self._finish(ctx, lifecycle, ok=True, message=done, reason=constants.COND_SUCCESSFUL)
+        return await self._finish(ctx, lifecycle, ok=False, message=ended.message, reason=ended.reason)
+
+    @property
+    def _loop(self) -> loop.Loop[context.OpsContext, plan.Step]:
+        return loop.Loop(self._execute, self.clock, transient=TRANSIENT, on_transient=metrics.reconcile_error,
+                         on_step_finished=metrics.step_finished, crash_after=self.crash_after,
+                         warning_steps=WARNING_STEPS, quiet_steps=QUIET_STEPS)
+
+    async def _execute(self, ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
+        ctx.now = self.clock()
+        return await STEPS[step.kind](ctx, step)
 
 
 metrics.declare_requests(constants.OPS_TYPES, constants.TERMINAL_OPS_PHASES)
 
 # Steps whose transition is a warning (the rescue plan runs because certificates expired); the rest are Normal.
 WARNING_STEPS = frozenset({constants.COND_RESCUE_PLAN_CHOSEN})
+# Steps announced by something else: the pause's Event is the Etcd's Paused, naming the request.
+QUIET_STEPS = frozenset({constants.COND_RUNNING})
+# Errors a later pass retries (within the step's timeout): etcd unreachable, the API server busy or conflicting.
+TRANSIENT: tuple[type[BaseException], ...] = (etcd_errors.EtcdError, kube.Unavailable, kube.Conflict)
 
 
 def _mark_started(ctx: context.OpsContext, started: queue.Decision) -> None:
@@ -516,18 +400,6 @@ def _mark_started(ctx: context.OpsContext, started: queue.Decision) -> None:
         ctx.set_condition(constants.COND_PENDING, constants.FALSE, started.message, reason=started.reason)
     if rescue:
         ctx.announce(constants.EVENT_STARTED_AS_RESCUE, started.message, "Warning")
-
-
-def _step_done(ctx: context.OpsContext, step: plan.Step, message: str) -> None:
-    """The step's condition goes True; its one Event and its duration go out after the write that records it."""
-    started = (ctx.condition(step.condition) or {}).get("lastTransitionTime")
-    ctx.set_condition(step.condition, constants.TRUE, message)
-    ended = (ctx.condition(step.condition) or {}).get("lastTransitionTime")
-    if step.condition != constants.COND_RUNNING:  # the pause's Event is the Etcd's Paused, naming the request
-        ctx.announce_step(step.condition, message, "Warning" if step.condition in WARNING_STEPS else "Normal")
-    if started and ended:
-        seconds = (conditions.parse_rfc3339(ended) - conditions.parse_rfc3339(started)).total_seconds()
-        ctx.on_written(lambda: metrics.step_finished(step.condition, seconds))
 
 
 def _count_finished(req: dict[str, Any], phase: str, now: datetime.datetime) -> None:

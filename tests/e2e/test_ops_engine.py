@@ -23,7 +23,7 @@ import pytest_asyncio
 from e2e import scenario
 from opsmanager import pki
 from opsmanager.api import conditions, constants
-from opsmanager.ops import queue
+from opsmanager.ops.core import queue
 from opsmanager_sandbox import realcp
 from tests import operator_metrics
 from tests.polling import aeventually

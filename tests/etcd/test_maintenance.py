@@ -17,6 +17,7 @@ import pytest
 from e2e import localcluster
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors, probes
+from tests.polling import aeventually
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +64,15 @@ async def test_delete_compact_and_defragment_give_the_space_back(client: etcd_cl
     for name, (size, in_use) in shrunk.items():
         assert size < grown[name][0] / 4, f"{name}: {grown[name][0]} -> {size} bytes"
         assert size <= in_use * 2, f"{name}: {size} bytes on disk for {in_use} in use"
-    await client.put(PREFIX + b"after", b"v")  # HashKV compares at a revision above the compaction
+    # HashKV compares at the lowest revision a member reports, which must be above the compaction: a member that
+    # has not applied this write yet would still report the compacted revision.
+    after = await client.put(PREFIX + b"after", b"v")
+
+    async def applied_everywhere() -> bool:
+        views = await client.statuses()
+        return all(isinstance(v, etcd_client.MemberStatus) and v.revision >= after for v in views.values())
+
+    await aeventually(applied_everywhere, timeout=10, what="every member applied the write after the compaction")
     await client.check_consistency()
 
 

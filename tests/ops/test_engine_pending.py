@@ -18,7 +18,7 @@ from typing import Any
 from opsmanager import pki
 from opsmanager.api import conditions, constants
 from opsmanager.api import etcd as etcd_api
-from opsmanager.ops import queue
+from opsmanager.ops.core import queue
 from opsmanager.tls import rollover
 from tests.ops import test_engine_rescue as rescue
 from tests.ops import world as w

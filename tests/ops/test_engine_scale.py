@@ -4,7 +4,9 @@ We test these aspects: up, each new member is added as a learner, its pod starte
 and promoted once caught up, one member at a time; down, the highest ordinal goes first, leadership moved off it
 before MemberRemove, its pod and data volume go; the Etcd is never paused and no election happens; a learner that
 never catches up is removed again and the request fails naming it; an operator that dies right after MemberAdd or
-MemberRemove resumes without adding or removing twice; an even count is accepted with a warning in the status.
+MemberRemove resumes without adding or removing twice; an even count is accepted with a warning in the status; each
+count written is named with its request in the Etcd's ``status.scaledBy`` first, and the annotation older operators
+wrote for it goes with the first count written.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ async def test_up_from_3_to_5_adds_learners_one_at_a_time_and_promotes_each(worl
     assert sorted(m.name for m in world.cluster.voters) == naming.pods("db", 5)
     db = await world.get_etcd("db")
     assert db["spec"]["replicas"] == 5 and db["status"]["initialClusterState"] == "existing"
+    assert db["status"]["scaledBy"] == {"request": "up", "replicas": 5}, "the webhook's record of the last count"
+    assert constants.ANNOTATION_SCALED_BY not in (db["metadata"].get("annotations") or {})
     sts = await world.kube.get("apps/v1", "StatefulSet", w.NS, "db")
     assert sts is not None and "--initial-cluster-state=existing" in args(sts)
     initial = next(a for a in args(sts) if a.startswith("--initial-cluster="))
@@ -107,6 +111,18 @@ async def test_an_operator_dying_right_after_member_add_or_remove_does_neither_t
     assert [c for c in world.cluster.calls if c.startswith("member_remove")] == [
         "member_remove db-4", "member_remove db-3"]
     assert sorted(world.cluster.members) == naming.pods("db", 3)
+
+
+async def test_the_annotation_older_operators_wrote_for_the_count_goes_with_the_next_count(world: w.World) -> None:
+    await world.etcd("db", replicas=5)
+    await world.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, w.NS, "db",
+                           {"metadata": {"annotations": {constants.ANNOTATION_SCALED_BY: "old/5", "keep": "me"}}})
+    await world.request("down", "db", "HorizontalScaling", horizontalScaling={"replicas": 4})
+    req = await world.run("down")
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
+    db = await world.get_etcd("db")
+    assert db["metadata"]["annotations"] == {"keep": "me"}
+    assert db["status"]["scaledBy"] == {"request": "down", "replicas": 4}
 
 
 async def test_an_even_count_is_accepted_with_a_warning_in_the_status(world: w.World) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from opsmanager.ops.queue import (
+from opsmanager.ops.core.queue import (
     REASON_ETCD_PAUSED,
     REASON_STARTED,
     REASON_STARTED_AS_RESCUE,

@@ -17,7 +17,7 @@ import yaml
 from opsmanager import kube, operator
 
 REPO = Path(__file__).resolve().parents[2]
-UNUSED_CLIENT = kube.Kube(kubernetes.client.ApiClient())  # the operator's client, never called in these tests
+UNUSED_CLIENT = kube.CachedKube(kubernetes.client.ApiClient())  # the operator's client, never called in these tests
 
 
 def write_kubeconfig(path: Path, server: str, *, token: str | None = None) -> Path:

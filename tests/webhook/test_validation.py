@@ -636,33 +636,50 @@ def scaling(phase: str, db: str = "etcd-plain", type_: str = "HorizontalScaling"
             "status": {"phase": phase}}
 
 
-def with_replicas(replicas: int, scaled_by: str | None = None, count: int | None = None) -> dict[str, Any]:
+def with_replicas(replicas: int, scaled_by: str | None = None, count: int | None = None, *,
+                  legacy: bool = False) -> dict[str, Any]:
+    """The Etcd with ``spec.replicas`` edited, its status naming ``scaled_by`` and ``count`` (``legacy``: in the
+    annotation older operators wrote with the count instead)."""
     new = copy.deepcopy(RUNNING)
     new["spec"]["replicas"] = replicas
-    if scaled_by:
+    if scaled_by and legacy:
         new["metadata"]["annotations"] = {"ops.opsmanager.dev/scaled-by": f"{scaled_by}/{count or replicas}"}
+    elif scaled_by:
+        new["status"]["scaledBy"] = {"request": scaled_by, "replicas": count or replicas}
     return new
 
 
+@pytest.mark.parametrize("legacy", [False, True])
 @pytest.mark.parametrize(("new", "request_", "allowed"), [
-    (with_replicas(4, "grow"), scaling("Progressing"), True),
-    (with_replicas(2, "grow"), scaling("Progressing"), True),  # a shrink, one at a time
-    (with_replicas(4), None, False),  # by hand
-    (with_replicas(5, "grow"), scaling("Progressing"), False),  # two at once
-    (with_replicas(4, "grow"), scaling("Successful"), False),  # a finished request holds nothing
-    (with_replicas(4, "grow"), scaling("Progressing", type_="Restart"), False),
-    (with_replicas(4, "grow"), scaling("Progressing", db="etcd-tls"), False),
-    # the annotation the engine left names 4: someone else's 2 while the request runs does not pass on it
-    (with_replicas(2, "grow", count=4), scaling("Progressing"), False),
+    ((4, "grow"), scaling("Progressing"), True),
+    ((2, "grow"), scaling("Progressing"), True),  # a shrink, one at a time
+    ((4,), None, False),  # by hand
+    ((5, "grow"), scaling("Progressing"), False),  # two at once
+    ((4, "grow"), scaling("Successful"), False),  # a finished request holds nothing
+    ((4, "grow"), scaling("Progressing", type_="Restart"), False),
+    ((4, "grow"), scaling("Progressing", db="etcd-tls"), False),
+    # the engine recorded 4: someone else's 2 while the request runs does not pass on it
+    ((2, "grow", 4), scaling("Progressing"), False),
 ])
 def test_a_running_etcds_member_count_changes_only_through_an_active_horizontal_scaling(
-        new: dict[str, Any], request_: dict[str, Any] | None, allowed: bool) -> None:
+        new: tuple[Any, ...], request_: dict[str, Any] | None, allowed: bool, legacy: bool) -> None:
     lookup = validation.InMemoryEtcdLookup([RUNNING, *([request_] if request_ else [])])
+    new = with_replicas(*new, legacy=legacy)
     verdict = validation.validate_etcd("UPDATE", new, RUNNING, lookup=lookup)
     assert verdict.allowed is allowed, verdict.message
     if not allowed:
         assert "spec.replicas: Forbidden: the member count of a running Etcd is changed by an EtcdOpsRequest of " \
                "type HorizontalScaling" in verdict.message, verdict.message
+
+
+def test_the_status_names_the_writer_of_the_count_before_a_legacy_annotation() -> None:
+    lookup = validation.InMemoryEtcdLookup([RUNNING, scaling("Progressing")])
+    stale = with_replicas(4, "grow", count=5)
+    stale["metadata"]["annotations"] = {"ops.opsmanager.dev/scaled-by": "grow/4"}
+    assert not validation.validate_etcd("UPDATE", stale, RUNNING, lookup=lookup).allowed
+    current = with_replicas(4, "grow")
+    current["metadata"]["annotations"] = {"ops.opsmanager.dev/scaled-by": "other/7"}
+    assert validation.validate_etcd("UPDATE", current, RUNNING, lookup=lookup).allowed
 
 
 def test_before_it_runs_the_member_count_is_free_to_change() -> None:

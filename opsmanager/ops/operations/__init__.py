@@ -73,12 +73,12 @@ def plan_for(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest, variant: enum.E
     return of(request.spec.type).plan(db, request, variant)
 
 
-def origin(db_spec: Mapping[str, Any]) -> dict[str, Any]:
+def origin(db_spec: Mapping[str, Any]) -> ops_api.RequestOrigin:
     """What every type records of the Etcd's spec in ``status.origin`` when a request starts. One record for all
     types, as it always was: a request's ``status.origin`` holds every field any type reads back."""
-    out: dict[str, Any] = {}
+    out = ops_api.RequestOrigin()
     for op in REGISTRY.values():
-        out.update(op.origin(db_spec))
+        out = out.model_copy(update=op.origin(db_spec).model_dump(exclude_unset=True, by_alias=False))
     return out
 
 

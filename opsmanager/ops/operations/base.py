@@ -31,8 +31,9 @@ Observer = Callable[[context.OpsContext], Awaitable[enum.Enum | None]]
 # What ``UpdateDatabase`` does for the type: the Etcd's spec (and status) brought to what the request achieved,
 # then whatever is no longer used removed. Idempotent: a crash in between re-runs it.
 WriteBack = Callable[[context.OpsContext, plan_mod.Step], Awaitable[context.StepResult]]
-# The fields of ``status.origin`` a type reads back, from the Etcd's raw spec when the request started.
-Origin = Callable[[Mapping[str, Any]], dict[str, Any]]
+# The fields of ``status.origin`` a type reads back, from the Etcd's raw spec when the request started (only the
+# type's own fields set).
+Origin = Callable[[Mapping[str, Any]], ops_api.RequestOrigin]
 # Why the Etcd is not Ready for a reason this type can fix (its certificates expired), "" when it is not: what the
 # queue asks before it starts a request that ``rescues`` on an Etcd that is not Ready.
 RescueReason = Callable[[context.OpsContext], Awaitable[str]]
@@ -50,8 +51,8 @@ def never(spec: Mapping[str, Any]) -> bool:
     return False
 
 
-def nothing(spec: Mapping[str, Any]) -> dict[str, Any]:
-    return {}
+def nothing(spec: Mapping[str, Any]) -> ops_api.RequestOrigin:
+    return ops_api.RequestOrigin()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +60,7 @@ class Operation:
     """One ``EtcdOpsRequest`` type, as the engine sees it. ``success``: the ``Successful`` condition's message, or
     how to say it from the plan. ``apply``: the request's apply policy (a type that can only run on an Etcd that is
     not Ready says ``Always`` whatever the request says). ``rescues``: may the request start on an Etcd that is not
-    Ready only because of what ``rescue_reason`` finds (:mod:`opsmanager.ops.queue`)?"""
+    Ready only because of what ``rescue_reason`` finds (:mod:`opsmanager.ops.core.queue`)?"""
 
     type: str
     plan: Planner
@@ -75,6 +76,7 @@ class Operation:
         return self.success if isinstance(self.success, str) else self.success(p)
 
 
-def origin_field(key: str, value: object, kind: type) -> dict[str, Any]:
-    """``{key: value}`` when ``value`` is a ``kind``, else nothing (a field the Etcd's spec lacks is not recorded)."""
-    return {key: value} if isinstance(value, kind) else {}
+def origin_field(key: str, value: object, kind: type) -> ops_api.RequestOrigin:
+    """The origin with its field ``key`` (the API's name) set when ``value`` is a ``kind``, else nothing (a field
+    the Etcd's spec lacks is not recorded)."""
+    return ops_api.RequestOrigin.model_validate({key: value} if isinstance(value, kind) else {})

@@ -42,7 +42,7 @@ def _success(p: plan.Plan) -> str:
     return p.steps[-1].message  # names where the cluster ended
 
 
-def _origin(spec: Mapping[str, Any]) -> dict[str, Any]:
+def _origin(spec: Mapping[str, Any]) -> ops_api.RequestOrigin:
     return base.origin_field("replicas", spec.get("replicas"), int)  # the direction, fixed before it changes
 
 

@@ -71,7 +71,7 @@ async def write_back(ctx: context.OpsContext, step: plan.Step) -> context.StepRe
         ctx.db_obj = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace,
                                           ctx.db_name, {"spec": {"configuration": {"tuning": tuning.to_dict()}}})
     if ctx.plan.pending_restart:
-        ctx.record("warnings", ["restart is false: the members still run with their old flags; each takes the "
+        ctx.record(warnings=["restart is false: the members still run with their old flags; each takes the "
                                 "new ones at its next restart (a Restart request applies them to all)"])
     return context.Done(step.message)
 

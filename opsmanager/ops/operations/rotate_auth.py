@@ -94,7 +94,7 @@ async def write_back(ctx: context.OpsContext, step: plan.Step) -> context.StepRe
     return context.Done(step.message)
 
 
-def _origin(spec: Mapping[str, Any]) -> dict[str, Any]:
+def _origin(spec: Mapping[str, Any]) -> ops_api.RequestOrigin:
     # Where the new password is staged, fixed before the write-back moves it.
     return base.origin_field("authSecret", (spec.get("authSecret") or {}).get("name"), str)
 

@@ -97,7 +97,7 @@ def _success(p: plan.Plan) -> str:
     return f"Successfully updated the etcd version to {p.version}"
 
 
-def _origin(spec: Mapping[str, Any]) -> dict[str, Any]:
+def _origin(spec: Mapping[str, Any]) -> ops_api.RequestOrigin:
     return base.origin_field("version", spec.get("version"), str)  # the direction, fixed before it changes
 
 

@@ -12,9 +12,8 @@ A repeated defragmentation after a crash only costs time.
 
 from __future__ import annotations
 
-from typing import Any
-
 from opsmanager.api import constants
+from opsmanager.api import opsrequest as ops_api
 from opsmanager.cluster import members
 from opsmanager.etcd import client as etcd_client
 from opsmanager.ops import context, plan, restart, rollout
@@ -29,16 +28,15 @@ def _mb(size: int | None) -> str:
     return "?" if size is None else f"{size / 1e6:.1f} MB"
 
 
-def summary(sizes: dict[str, Any]) -> str:
-    return ", ".join(f"{name} {_mb(s.get('beforeBytes'))} → {_mb(s.get('afterBytes'))}"
-                     for name, s in sorted(sizes.items()))
+def summary(sizes: dict[str, ops_api.DatabaseSize]) -> str:
+    return ", ".join(f"{name} {_mb(s.before_bytes)} → {_mb(s.after_bytes)}" for name, s in sorted(sizes.items()))
 
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     assert isinstance(step, plan.Defragment), step  # the engine runs a step with the module its kind names
     names = ctx.pod_names()
     pending = [n for n in names if not ctx.is_true(constants.per_pod_type(constants.STEP_DEFRAGMENT, n))]
-    sizes = ctx.recorded("databaseSizes")
+    sizes = dict(ctx.records.database_sizes or {})
     if not pending:
         return context.Done(f"{step.message}: {summary(sizes)}")
     async with await ctx.etcd() as client:
@@ -56,12 +54,14 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
                                       target_pod=others[0].endpoint.name, target_id=others[0].member_id)
                 return await restart.move_leader(ctx, client, move, before="defragmenting it")
         if name not in sizes:
-            sizes[name] = {"beforeBytes": statuses[name].db_size, "beforeInUseBytes": statuses[name].db_size_in_use}
-            ctx.record("databaseSizes", sizes)
+            sizes[name] = ops_api.DatabaseSize(before_bytes=statuses[name].db_size,
+                                               before_in_use_bytes=statuses[name].db_size_in_use)
+            ctx.record(database_sizes=sizes)
             await ctx.flush()  # the size before is on record before the file is rewritten
         await client.defragment(name, timeout=120.0)
         after = (await client.statuses(timeout=1.5)).get(name)
-    sizes[name] = {**sizes[name], "afterBytes": after.db_size if isinstance(after, etcd_client.MemberStatus) else None}
-    ctx.record("databaseSizes", sizes)
+    sizes[name] = sizes[name].model_copy(
+        update={"after_bytes": after.db_size if isinstance(after, etcd_client.MemberStatus) else None})
+    ctx.record(database_sizes=sizes)
     ctx.set_pod_condition(constants.STEP_DEFRAGMENT, name, T)
     return context.Progress(f"defragmented {name}: {summary({name: sizes[name]})}", delay=0.0)

@@ -22,11 +22,12 @@ from __future__ import annotations
 import dataclasses
 
 from opsmanager.api import constants
-from opsmanager.cluster import health, members, naming, render, statefulset
+from opsmanager.api import opsrequest as ops_api
+from opsmanager.cluster import health, members, render, statefulset
 from opsmanager.etcd import admin
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
-from opsmanager.ops import context, plan, restart
+from opsmanager.ops import context, membership, plan, restart
 
 # The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
 CONDITIONS: tuple[str, ...] = (constants.COND_QUORUM_LOSS_CONFIRMED, constants.COND_SURVIVOR_FORCED,
@@ -120,20 +121,20 @@ async def _alone(ctx: context.OpsContext, survivor: str) -> str | None:
 
 async def _restart_survivor(ctx: context.OpsContext, survivor: str, field: str, w: render.Wiring, token: str,
                             what: str) -> context.StepResult | None:
-    """Restart the survivor once onto ``w`` (its pod UID recorded in ``status.recovery.<field>`` first) and wait
+    """Restart the survivor once onto ``w`` (its pod UID recorded in ``status.recovery`` first, ``field`` a field of the record) and wait
     until it leads alone; None once done."""
     waiting = await _apply(ctx, w, token)
     if waiting is not None:
         return waiting
     pods = await ctx.pods()
-    record = ctx.recorded("recovery")
-    before = record.get(field)
+    record = ctx.records.recovery or ops_api.RecoveryProgress()
+    before = getattr(record, field)
     if not before:
         pod = pods.get(survivor)
         if pod is None or members.terminating(pod):
             return context.Progress(f"waiting for {survivor}'s pod", delay=ctx.until_watched(0.5))
         before = str(pod["metadata"].get("uid") or "")
-        ctx.record("recovery", {**record, field: before})
+        ctx.record(recovery=record.model_copy(update={field: before}))
         await ctx.flush()  # on record before the pod is deleted
     if await restart.delete_recorded(ctx, {survivor: before}, pods):
         ctx.announce("SurvivorRestarted", f"Restarted {survivor} {what}")
@@ -148,7 +149,7 @@ async def _restart_survivor(ctx: context.OpsContext, survivor: str, field: str, 
 
 async def _force(ctx: context.OpsContext, step: plan.ForceNewCluster) -> context.StepResult:
     survivor = step.survivor
-    if not ctx.recorded("recovery").get("forced"):
+    if not (ctx.records.recovery or ops_api.RecoveryProgress()).forced:
         others = [n for n in ctx.pod_names() if n != survivor]
         await ctx.joins_existing()
         alone = wiring(ctx, [survivor], force=True)
@@ -167,12 +168,13 @@ async def _force(ctx: context.OpsContext, step: plan.ForceNewCluster) -> context
                 wiped.append(pvc)
         if wiped:
             ctx.announce("MembersWiped", f"Deleted the data volumes of the members that are gone: {', '.join(wiped)}")
-        result = await _restart_survivor(ctx, survivor, "forcedFrom", alone, "force", "with --force-new-cluster")
+        result = await _restart_survivor(ctx, survivor, "forced_from", alone, "force", "with --force-new-cluster")
         if result is not None:
             return result
-        ctx.record("recovery", {**ctx.recorded("recovery"), "forced": True})
+        recovery = ctx.records.recovery or ops_api.RecoveryProgress()
+        ctx.record(recovery=recovery.model_copy(update={"forced": True}))
         await ctx.flush()  # from now on the template never carries --force-new-cluster again
-    result = await _restart_survivor(ctx, survivor, "unforcedFrom", wiring(ctx, [survivor]), "alone",
+    result = await _restart_survivor(ctx, survivor, "unforced_from", wiring(ctx, [survivor]), "alone",
                                      "without --force-new-cluster")
     if result is not None:
         return result
@@ -182,38 +184,29 @@ async def _force(ctx: context.OpsContext, step: plan.ForceNewCluster) -> context
 # --- MembersRejoined --------------------------------------------------------------------------------------------
 
 
-def _peer_url(ctx: context.OpsContext, pod: str) -> str:
-    scheme = render.Wiring.steady(ctx.db.spec.tls).advertised_peer_scheme
-    return f"{scheme}://{ctx.fqdn(pod)}:{naming.peer_port(scheme)}"
-
-
 async def _rejoin(ctx: context.OpsContext, step: plan.RejoinMembers) -> context.StepResult:
     survivor = step.survivor
     running = [survivor]
     async with await ctx.etcd() as client:
         listed = await client.members(timeout=3.0)
         for pod in rejoin_order(ctx.pod_names(), survivor):
-            member = members.find_member(listed, pod, ctx.fqdn(pod))
+            member = membership.member_of(listed, ctx, pod)
             if member is not None and not member.is_learner:
                 running.append(pod)
                 continue
-            added = constants.per_pod_type(constants.STEP_ETCD_MEMBER_ADDED, pod)
             if member is None:
-                strangers = [m.name or m.id_hex for m in listed if m.is_learner]
-                if strangers:
-                    return context.Fail(f"the cluster has a learner this request did not add ({', '.join(strangers)})",
-                                        reason="UnexpectedLearner")
-                member, listed = await client.member_add([_peer_url(ctx, pod)], is_learner=True)
-                ctx.set_condition(added, T, f"added {pod} back to the cluster as a learner (member {member.id_hex})")
-                ctx.announce("EtcdMemberAdded", f"Added {pod} back to the cluster as a learner")
-            elif not ctx.is_true(added):
-                ctx.set_condition(added, T, f"added {pod} back to the cluster as a learner (member {member.id_hex})")
+                if (stranger := membership.unexpected_learner(listed)) is not None:
+                    return stranger
+                member, listed = await membership.add_learner(
+                    ctx, client, pod, render.Wiring.steady(ctx.db.spec.tls).advertised_peer_scheme, back=True)
+            else:
+                membership.record_added(ctx, pod, member, back=True)
             waiting = await _apply(ctx, wiring(ctx, [*running, pod], initial=[*(m.name or pod for m in listed)]),
                                    f"rejoin-{pod}")
             if waiting is not None:
                 return waiting
             return await _promote(ctx, client, member, pod)
-        learners = [m.name or m.id_hex for m in listed if m.is_learner]
+        learners = membership.learners(listed)
         if learners or len(listed) != ctx.db.spec.replicas:
             return context.Progress(f"waiting for all {ctx.db.spec.replicas} members to be voters "
                                     f"({len(listed)} listed, learners: {', '.join(learners) or 'none'})", delay=0.5)
@@ -223,17 +216,10 @@ async def _rejoin(ctx: context.OpsContext, step: plan.RejoinMembers) -> context.
 
 async def _promote(ctx: context.OpsContext, client: admin.EtcdAdmin, member: etcd_client.Member,
                    pod: str) -> context.StepResult:
-    promoted = constants.per_pod_type(constants.STEP_ETCD_LEARNER_PROMOTED, pod)
     if not member.name:
-        ctx.set_condition(promoted, F, f"waiting for {pod} to start and join as a learner")
+        ctx.set_condition(constants.per_pod_type(constants.STEP_ETCD_LEARNER_PROMOTED, pod), F, f"waiting for {pod} to start and join as a learner")
         return context.Progress(f"waiting for {pod} to start and join", delay=ctx.until_watched(0.5))
-    try:
-        await client.member_promote(member.id)
-    except etcd_errors.LearnerNotReady:
-        ctx.set_condition(promoted, F, f"{pod} is a learner that has not caught up with the leader yet")
-        return context.Progress(f"waiting for learner {pod} to catch up", delay=1.0)
-    ctx.set_condition(promoted, T, f"promoted {pod} to a voting member")
-    ctx.announce("EtcdLearnerPromoted", f"Promoted {pod} to a voting member")
-    return context.Progress(f"promoted {pod}", delay=0.0)
+    promoted = await membership.promote(ctx, client, member, pod)
+    return promoted if promoted is not None else membership.not_caught_up(ctx, pod)
 
 

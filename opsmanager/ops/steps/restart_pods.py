@@ -30,9 +30,9 @@ CONDITIONS: tuple[str, ...] = (constants.COND_RESTART_PODS,)
 def _record(ctx: context.OpsContext) -> dict[str, str] | None:
     """The pod UIDs recorded before the restart (``{pod: uid}``, ``status.restarts.allTogether``), None before it.
     A request an older engine started has them in an annotation (the gate's record codec)."""
-    together = ctx.recorded("restarts").get("allTogether")
-    if isinstance(together, dict):
-        return {str(k): str(v) for k, v in together.items()}
+    together = ctx.restarts.all_together
+    if together is not None:
+        return dict(together)
     return gate.decode_record(ctx.legacy_annotation(constants.LEGACY_RESCUE_RESTARTED))
 
 
@@ -60,7 +60,7 @@ async def _restart_all(ctx: context.OpsContext, step: plan.RestartAll) -> contex
             return context.Progress("waiting for the second the new CA entered the trust bundle to pass",
                                     delay=wait)
         record = {n: str(pods[n]["metadata"].get("uid") or "") for n in names if n in pods}
-        ctx.record("restarts", {**ctx.recorded("restarts"), "allTogether": record})
+        ctx.record(restarts=ctx.restarts.model_copy(update={"all_together": record}))
     await ctx.flush()  # the record and the step in flight are written before any member is deleted
     deleted = await restart.delete_recorded(ctx, record, pods)
     if deleted:

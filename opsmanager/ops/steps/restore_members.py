@@ -25,6 +25,7 @@ the operator out with a password nobody holds any more.
 from __future__ import annotations
 
 from opsmanager.api import auth, constants
+from opsmanager.api import opsrequest as ops_api
 from opsmanager.backup import restoreplan
 from opsmanager.cluster import credentials, members, naming, render, statefulset
 from opsmanager.ops import context, plan, restart
@@ -37,16 +38,16 @@ def restore_plan(ctx: context.OpsContext) -> restoreplan.RestorePlan:
     """The plan every member's init container follows (from the snapshot SnapshotVerified recorded)."""
     policy = ctx.db.spec.backup
     assert policy is not None
-    record = ctx.recorded("snapshot")
+    record = ctx.snapshot
     wiring = render.Wiring.steady(ctx.db.spec.tls)
     cluster = render.initial_cluster(ctx.db, wiring)
     peers = dict(part.split("=", 1) for part in cluster.split(","))
     uid = str(ctx.request["metadata"].get("uid") or ctx.name)
     dest = policy.destination
     return restoreplan.RestorePlan(
-        id=uid, bucket=dest.bucket, key=record["key"], endpoint=dest.endpoint, region=dest.region,
+        id=uid, bucket=dest.bucket, key=record.key, endpoint=dest.endpoint, region=dest.region,
         prefix=dest.prefix, ca_file=f"{naming.RESTORE_CA_MOUNT}/{dest.ca.key}" if dest.ca is not None else None,
-        sha256=record["sha256"], revision=int(record["revision"]), initial_cluster=cluster,
+        sha256=record.sha256, revision=record.revision, initial_cluster=cluster,
         token=f"{ctx.namespace}-{ctx.db_name}-restore-{uid[:8]}", peer_urls=peers, data_dir=naming.DATA_DIR,
         etcd_version=ctx.db.spec.version,
         root_password_file=(f"{naming.RESTORE_AUTH_MOUNT}/{auth.KEY_PASSWORD}" if ctx.db.spec.auth_secret is not None
@@ -81,8 +82,8 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     assert isinstance(step, plan.RestoreMembers), step  # the engine runs a step with the module its kind names
     pods = await ctx.pods()
     names = ctx.pod_names()
-    deleted_record = ctx.recorded("restarts").get("allTogether")
-    if not isinstance(deleted_record, dict):
+    deleted_record = ctx.restarts.all_together
+    if deleted_record is None:
         objects = await ctx.backup_store()  # the credentials Secret is there (the pods read it)
         if isinstance(objects, context.Fail):
             return objects
@@ -98,11 +99,11 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
             return context.Progress("waiting for the StatefulSet controller to observe the template",
                                     delay=ctx.until_watched(0.2))
         deleted_record = {n: str(pods[n]["metadata"].get("uid") or "") for n in names if n in pods}
-        ctx.record("restarts", {**ctx.recorded("restarts"), "allTogether": deleted_record})
+        ctx.record(restarts=ctx.restarts.model_copy(update={"all_together": deleted_record}))
         await ctx.flush()  # the record is written before any member is deleted
     deleted = await restart.delete_recorded(ctx, deleted_record, pods)
     if deleted:
-        ctx.announce("RestoreMembers", f"Replaced every member to restore it from {ctx.recorded('snapshot')['key']}: "
+        ctx.announce("RestoreMembers", f"Replaced every member to restore it from {ctx.snapshot.key}: "
                                        f"{', '.join(deleted)}")
         return context.Progress(f"replaced {', '.join(deleted)}; each restores its data before etcd starts",
                                 delay=ctx.until_watched(0.5))
@@ -110,15 +111,15 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     if waiting:
         return context.Progress(f"waiting for {', '.join(waiting)} to restore and become Ready",
                                 delay=ctx.until_watched(0.5))
-    restore_record = ctx.recorded("restore")
-    if not restore_record.get("loginsForgotten"):
+    restore_record = ctx.records.restore or ops_api.RestoreProgress()
+    if not restore_record.logins_forgotten:
         # Every member now runs the restored data: a token the old cluster issued names a raft index the new, shorter
         # log has not reached, and etcd would hold each call carrying it to its deadline. Once, after the last old
         # member is gone, so that no new login can reach one.
         if ctx.etcd_pool is not None:
             ctx.etcd_pool.forget_logins(ctx.namespace, ctx.db_name)
-        ctx.record("restore", {**restore_record, "loginsForgotten": True})
-    before = set(ctx.recorded("restore").get("clusterIdsBefore") or ())
+        ctx.record(restore=restore_record.model_copy(update={"logins_forgotten": True}))
+    before = set(restore_record.cluster_ids_before or ())
     async with await ctx.etcd(pods) as client:
         up = await members.answering(client, timeout=2.0)
     why = members.not_answering(names, up)
@@ -131,7 +132,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
         return context.Fail(f"the members still report the cluster ID {sorted(ids)[0]} they had before the restore: "
                             "their data was not replaced; read the restore init container's log of each pod",
                             reason="NotRestored")
-    return context.Done(f"Every member was restored from {ctx.recorded('snapshot')['key']}: a new cluster "
+    return context.Done(f"Every member was restored from {ctx.snapshot.key}: a new cluster "
                         f"{sorted(ids)[0]} of {len(up)} members formed")
 
 
@@ -141,9 +142,9 @@ async def withdraw_after_failure(ctx: context.OpsContext) -> str:
     if not any(isinstance(s, plan.RestoreMembers) for s in ctx.plan.steps):
         return ""
     name = naming.restore_plan(ctx.db_name)
-    record = ctx.recorded("restarts").get("allTogether")
+    record = ctx.restarts.all_together
     pods = await ctx.pods()
-    untouched = not isinstance(record, dict) or all(
+    untouched = record is None or all(
         (pod := pods.get(n)) is not None and not members.terminating(pod) and pod["metadata"].get("uid") == uid
         for n, uid in record.items())
     if not untouched:

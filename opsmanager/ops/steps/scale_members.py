@@ -23,16 +23,17 @@ requests.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from typing import Any
 
 from opsmanager import kube
 from opsmanager.api import conditions, constants
-from opsmanager.cluster import members, naming
+from opsmanager.api import etcd as etcd_api
+from opsmanager.cluster import etcdstatus, members, naming
 from opsmanager.etcd import admin
 from opsmanager.etcd import client as etcd_client
-from opsmanager.etcd import errors as etcd_errors
-from opsmanager.ops import context, plan, restart, rollout
+from opsmanager.ops import context, membership, plan, restart, rollout
 
 # The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
 CONDITIONS: tuple[str, ...] = (constants.COND_HORIZONTAL_SCALE_UP, constants.COND_HORIZONTAL_SCALE_DOWN)
@@ -47,19 +48,10 @@ EVEN_WARNING = ("an even member count tolerates no more failures than the odd co
                 "survive one loss) while every write needs one more acknowledgement")
 
 
-def peer_url(ctx: context.OpsContext, pod: str, scheme: str) -> str:
-    return f"{scheme}://{ctx.fqdn(pod)}:{naming.peer_port(scheme)}"
-
-
-def member_of(listed: list[etcd_client.Member], ctx: context.OpsContext, pod: str) -> etcd_client.Member | None:
-    """The member ``pod`` runs: by name, or (a member added but not started yet has no name) by peer URL host."""
-    return members.find_member(listed, pod, ctx.fqdn(pod))
-
-
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     assert isinstance(step, plan.ScaleMembers), step  # the engine runs a step with the module its kind names
     if step.replicas % 2 == 0 and not (ctx.request.get("status") or {}).get("warnings"):
-        ctx.record("warnings", [f"spec.horizontalScaling.replicas is {step.replicas}: {EVEN_WARNING}"])
+        ctx.record(warnings=[f"spec.horizontalScaling.replicas is {step.replicas}: {EVEN_WARNING}"])
     pods = await ctx.pods()
     async with await ctx.etcd(pods) as client:
         listed = await client.members()
@@ -92,14 +84,28 @@ def _waiting(why: str, what: str) -> context.Progress:
 # --- the Etcd's member count ------------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class ScaledBy:
+    """The Etcd's ``status.scaledBy``: this request and the count it writes into ``spec.replicas`` next. The webhook
+    admits a running Etcd's member count from an active HorizontalScaling only, and only the count it names."""
+
+    request: str
+    replicas: int
+
+    def apply(self, status: etcdstatus.Status) -> etcdstatus.Status:
+        return {**status, "scaledBy": etcd_api.ScaledBy(request=self.request, replicas=self.replicas).to_dict()}
+
+
 async def _set_replicas(ctx: context.OpsContext, replicas: int) -> None:
-    """The Etcd's ``spec.replicas``: the provisioner renders the StatefulSet (and ``--initial-cluster``) for it. The
-    write names this request and the count (the webhook admits a running Etcd's member count from an active
-    HorizontalScaling only, and only the count that request wrote with it)."""
-    updated = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name,
-                                   {"metadata": {"annotations": {
-                                       constants.ANNOTATION_SCALED_BY: f"{ctx.name}/{replicas}"}},
-                                    "spec": {"replicas": replicas}})
+    """The Etcd's ``spec.replicas``: the provisioner renders the StatefulSet (and ``--initial-cluster``) for it.
+    ``status.scaledBy`` names this request and the count first, for the webhook to admit the write. The legacy
+    ``scaled-by`` annotation an older operator wrote goes with the write (the webhook reads it only when there is no
+    ``status.scaledBy``)."""
+    await etcdstatus.write(ctx.kube, ctx.namespace, ctx.db_name, ScaledBy(ctx.name, replicas))
+    patch: dict[str, Any] = {"spec": {"replicas": replicas}}
+    if constants.ANNOTATION_SCALED_BY in (ctx.db_obj["metadata"].get("annotations") or {}):
+        patch["metadata"] = {"annotations": {constants.ANNOTATION_SCALED_BY: None}}
+    updated = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name, patch)
     if updated is not None:
         ctx.db_obj = updated
 
@@ -125,38 +131,23 @@ async def _grow(ctx: context.OpsContext, step: plan.ScaleMembers, client: admin.
                 listed: list[etcd_client.Member]) -> context.StepResult:
     names = naming.pods(ctx.db_name, step.replicas)
     for index, pod in enumerate(names):
-        member = member_of(listed, ctx, pod)
+        member = membership.member_of(listed, ctx, pod)
         promoted = ctx.condition(constants.per_pod_type(constants.STEP_ETCD_LEARNER_PROMOTED, pod)) or {}
         if promoted.get("reason") == ROLLING_BACK:  # the operator stopped inside a rollback: finish it
             return await _finish_rollback(ctx, client, member, pod, index)
         if member is not None and not member.is_learner:
             continue
-        added = constants.per_pod_type(constants.STEP_ETCD_MEMBER_ADDED, pod)
         if member is None:
-            strangers = [m.name or m.id_hex for m in listed if m.is_learner]
-            if strangers:
-                return context.Fail(f"the cluster has a learner this request did not add ({', '.join(strangers)}); "
-                                    "remove it (etcdctl member remove) and file the request again",
-                                    reason="UnexpectedLearner")
-            why, _ = await _unhealthy(client, listed)
-            if why is not None:
-                return _waiting(why, f"adding {pod}")
-            await ctx.joins_existing()
-            new, _ = await client.member_add([peer_url(ctx, pod, step.wiring.advertised_peer_scheme)],
-                                             is_learner=True)
-            ctx.set_condition(added, T, f"added {pod} to the cluster as a learner (member {new.id_hex})")
-            ctx.announce("EtcdMemberAdded", f"Added {pod} to the cluster as a learner")
-            return context.Progress(f"added {pod} as a learner; starting its pod", delay=0.0)
-        if not ctx.is_true(added):  # added just before the operator stopped: on record now, the catch-up clock too
-            ctx.set_condition(added, T, f"added {pod} to the cluster as a learner (member {member.id_hex})")
-            return context.Progress(delay=0.0)
+            return await _add(ctx, step, client, listed, pod)
+        if membership.record_added(ctx, pod, member):  # added just before the operator stopped: the catch-up clock
+            return context.Progress(delay=0.0)         # starts now
         if ctx.db.spec.replicas < index + 1:
             await _set_replicas(ctx, index + 1)
             return context.Progress(f"scaling the StatefulSet to {index + 1} to start {pod}",
                                     delay=ctx.until_watched(0.5))
         return await _promote(ctx, step, client, member, pod, index)
     why, statuses = await _unhealthy(client, listed)
-    learners = [m.name or m.id_hex for m in listed if m.is_learner]
+    learners = membership.learners(listed)
     if why is not None or learners or len(listed) != step.replicas:
         detail = why or (f"learners: {', '.join(learners)}" if learners else f"{len(listed)} members listed")
         return context.Progress(f"waiting for all {step.replicas} members to be healthy voters ({detail})",
@@ -164,23 +155,32 @@ async def _grow(ctx: context.OpsContext, step: plan.ScaleMembers, client: admin.
     return context.Done(step.message)
 
 
+async def _add(ctx: context.OpsContext, step: plan.ScaleMembers, client: admin.EtcdAdmin,
+               listed: list[etcd_client.Member], pod: str) -> context.StepResult:
+    """Add ``pod`` as a learner once the cluster passes the gate (the Etcd first records that new members join)."""
+    stranger = membership.unexpected_learner(
+        listed, "; remove it (etcdctl member remove) and file the request again")
+    if stranger is not None:
+        return stranger
+    why, _ = await _unhealthy(client, listed)
+    if why is not None:
+        return _waiting(why, f"adding {pod}")
+    await ctx.joins_existing()
+    await membership.add_learner(ctx, client, pod, step.wiring.advertised_peer_scheme)
+    return context.Progress(f"added {pod} as a learner; starting its pod", delay=0.0)
+
+
 async def _promote(ctx: context.OpsContext, step: plan.ScaleMembers, client: admin.EtcdAdmin,
                    member: etcd_client.Member, pod: str, index: int) -> context.StepResult:
-    promoted = constants.per_pod_type(constants.STEP_ETCD_LEARNER_PROMOTED, pod)
-    try:
-        await client.member_promote(member.id)
-    except etcd_errors.LearnerNotReady:
-        left = _give_up_in(ctx, step, pod)
-        if left is not None and left <= datetime.timedelta():
-            return await _remove_learner(ctx, client, member, pod, index)
-        where = await _catch_up(client, pod)
-        ctx.set_condition(promoted, F, f"{pod} is a learner that has not caught up with the leader yet ({where}); "
-                                       f"it is promoted once it has, or removed again in "
-                                       f"{max(0, int((left or datetime.timedelta()).total_seconds()))}s")
-        return context.Progress(f"waiting for learner {pod} to catch up ({where})", delay=1.0)
-    ctx.set_condition(promoted, T, f"promoted {pod} to a voting member")
-    ctx.announce("EtcdLearnerPromoted", f"Promoted {pod} to a voting member")
-    return context.Progress(f"promoted {pod}", delay=0.0)
+    promoted = await membership.promote(ctx, client, member, pod)
+    if promoted is not None:
+        return promoted
+    left = _give_up_in(ctx, step, pod)
+    if left is not None and left <= datetime.timedelta():
+        return await _remove_learner(ctx, client, member, pod, index)
+    return membership.not_caught_up(ctx, pod, await _catch_up(client, pod),
+                                    f"; it is promoted once it has, or removed again in "
+                                    f"{max(0, int((left or datetime.timedelta()).total_seconds()))}s")
 
 
 async def _catch_up(client: admin.EtcdAdmin, pod: str) -> str:
@@ -230,15 +230,15 @@ async def _delete_volume(ctx: context.OpsContext, pod: str) -> None:
 
 async def _shrink(ctx: context.OpsContext, step: plan.ScaleMembers, client: admin.EtcdAdmin,
                   listed: list[etcd_client.Member], pods: dict[str, dict[str, Any]]) -> context.StepResult:
-    origin = ctx.recorded("origin").get("replicas")
-    start = max(origin if isinstance(origin, int) else 0, ctx.db.spec.replicas)
+    origin = ctx.records.origin.replicas if ctx.records.origin is not None else None
+    start = max(origin or 0, ctx.db.spec.replicas)
     names = naming.pods(ctx.db_name, start)
     for index in reversed(range(step.replicas, start)):
         pod = names[index]
         removed = constants.per_pod_type(constants.STEP_ETCD_MEMBER_REMOVED, pod)
         if ctx.is_true(removed):
             continue
-        member = member_of(listed, ctx, pod)
+        member = membership.member_of(listed, ctx, pod)
         if member is not None:
             # the member that goes need not answer (a lost member is removed too); the rest must
             why, statuses = await _unhealthy(client, [m for m in listed if m.id != member.id])
@@ -254,10 +254,7 @@ async def _shrink(ctx: context.OpsContext, step: plan.ScaleMembers, client: admi
                 move = rollout.Action(rollout.ActionKind.MOVE_LEADER, "remove the leader last", pod=pod,
                                       target_pod=stays[0].endpoint.name, target_id=stays[0].member_id)
                 return await restart.move_leader(ctx, client, move, before="removing it")
-            ctx.set_condition(removed, F, f"removing {pod} from the cluster")
-            await ctx.flush()
-            await client.member_remove(member.id)
-            ctx.announce("EtcdMemberRemoved", f"Removed {pod} from the cluster")
+            await membership.remove(ctx, client, member, pod)
             return context.Progress(f"removed {pod} from the cluster; shrinking the StatefulSet", delay=0.0)
         if ctx.db.spec.replicas > index:
             await _set_replicas(ctx, index)

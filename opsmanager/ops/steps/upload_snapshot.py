@@ -92,7 +92,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     record = backup_api.SnapshotRecord(key=key, sha256=taken.sha256_hex, revision=revision, size_bytes=taken.size,
                                        hash_kv=hashed, member=member, taken_at=conditions.rfc3339(ctx.now),
                                        seconds=round(seconds, 3))
-    ctx.record("snapshot", record.model_dump(by_alias=True, exclude_none=True, mode="json"))
+    ctx.record(snapshot=record)
     rate = taken.size / 1e6 / seconds if seconds > 0 else 0.0
     return context.Done(f"Uploaded {key}: {taken.size} bytes at revision {revision} from {member}, sha256 "
                         f"{taken.sha256_hex[:16]}…, in {seconds:.1f}s ({rate:.1f} MB/s)")

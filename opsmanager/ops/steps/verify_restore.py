@@ -21,9 +21,9 @@ CONDITIONS: tuple[str, ...] = (constants.COND_RESTORE_VERIFIED,)
 
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     assert isinstance(step, plan.VerifyRestore), step  # the engine runs a step with the module its kind names
-    record = ctx.recorded("snapshot")
-    revision = int(record["revision"])
-    recorded = record.get("hashKv")
+    record = ctx.snapshot
+    revision = record.revision
+    recorded = record.hash_kv
     async with await ctx.etcd() as client:
         hashes = {}
         for ep in client.endpoints:

@@ -33,7 +33,9 @@ import json
 from typing import Any
 
 from opsmanager.api import conditions, constants
+from opsmanager.api import opsrequest as ops_api
 from opsmanager.cluster import members
+from opsmanager.etcd import admin
 from opsmanager.ops import context, plan, restart, rollout
 from opsmanager.tls import serials
 
@@ -43,12 +45,12 @@ CONDITIONS: tuple[str, ...] = (constants.COND_SERVED_CERTIFICATES_VERIFIED,)
 T, F = constants.TRUE, constants.FALSE
 
 
-def _stale_record(ctx: context.OpsContext) -> dict[str, dict[str, Any]]:
-    """``{pod: {"uid": <uid of the pod evicted>, "afterSeconds": <seconds after CertificateSynced>}}`` from
-    ``status.restarts.staleMembers`` (or, on a request an older engine started, its annotation)."""
-    stale = ctx.recorded("restarts").get("staleMembers")
-    if isinstance(stale, dict):
-        return {str(k): dict(v) for k, v in stale.items() if isinstance(v, dict)}
+def _stale_record(ctx: context.OpsContext) -> dict[str, ops_api.StaleMember]:
+    """The members restarted alone (``status.restarts.staleMembers``, by pod; or, on a request an older engine
+    started, its annotation)."""
+    stale = ctx.restarts.stale_members
+    if stale is not None:
+        return dict(stale)
     raw = ctx.legacy_annotation(constants.LEGACY_STALE_MEMBERS)
     try:
         value = json.loads(raw) if raw else {}
@@ -56,15 +58,14 @@ def _stale_record(ctx: context.OpsContext) -> dict[str, dict[str, Any]]:
         return {}
     if not isinstance(value, dict):
         return {}
-    return {str(k): {"uid": v.get("uid"), "afterSeconds": v.get("after", 0)} for k, v in value.items()
-            if isinstance(v, dict)}
+    return {str(k): ops_api.StaleMember(uid=str(v.get("uid")), after_seconds=int(v.get("after", 0)))
+            for k, v in value.items() if isinstance(v, dict) and v.get("uid") is not None}
 
 
 def _remember(ctx: context.OpsContext, name: str, uid: str, after: float) -> None:
     """Record the member about to be restarted; written with ``EvictPod--<pod>`` False, before the eviction."""
-    restarts = ctx.recorded("restarts")
-    restarts["staleMembers"] = {**_stale_record(ctx), name: {"uid": uid, "afterSeconds": round(after)}}
-    ctx.record("restarts", restarts)
+    stale = {**_stale_record(ctx), name: ops_api.StaleMember(uid=uid, after_seconds=round(after))}
+    ctx.record(restarts=ctx.restarts.model_copy(update={"stale_members": stale}))
 
 
 def _since_synced(ctx: context.OpsContext, step: plan.VerifyServed) -> float:
@@ -76,13 +77,32 @@ def _since_synced(ctx: context.OpsContext, step: plan.VerifyServed) -> float:
     return 0.0
 
 
+async def _stale_members(ctx: context.OpsContext, client: admin.EtcdAdmin, names: list[str],
+                         expected: dict[str, int]) -> dict[str, str]:
+    """The members not yet verified that still serve a previous certificate, each with what it serves; those that
+    serve the expected ones get ``VerifyServedCertificate--<pod>`` True, the others False (once)."""
+    stale: dict[str, str] = {}
+    for name in names:
+        type_ = constants.per_pod_type(constants.STEP_VERIFY_SERVED_CERTIFICATE, name)
+        if ctx.is_true(type_):
+            continue
+        problem = await serials.served_problem(client, name, expected)
+        if problem is None:
+            ctx.set_pod_condition(constants.STEP_VERIFY_SERVED_CERTIFICATE, name, T)
+            continue
+        if ctx.condition(type_) is None:
+            ctx.set_pod_condition(constants.STEP_VERIFY_SERVED_CERTIFICATE, name, F)
+        stale[name] = problem
+    return stale
+
+
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     assert isinstance(step, plan.VerifyServed), step  # the engine runs a step with the module its kind names
     assert step.tls is not None
     record = _stale_record(ctx)
 
     def replaced(name: str, pod: dict[str, Any]) -> bool:
-        old = (record.get(name) or {}).get("uid")
+        old = record[name].uid if name in record else None
         return old is not None and pod["metadata"].get("uid") != old and not members.terminating(pod)
 
     pods = await ctx.pods()
@@ -96,18 +116,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
         missing = [p for p in constants.PORT_ALIAS if p not in expected]
         if missing:
             return context.Progress(f"no certificate in the Secret of the {', '.join(missing)} port", delay=0.5)
-        stale: dict[str, str] = {}
-        for name in names:
-            type_ = constants.per_pod_type(constants.STEP_VERIFY_SERVED_CERTIFICATE, name)
-            if ctx.is_true(type_):
-                continue
-            problem = await serials.served_problem(client, name, expected)
-            if problem is None:
-                ctx.set_pod_condition(constants.STEP_VERIFY_SERVED_CERTIFICATE, name, T)
-                continue
-            if ctx.condition(type_) is None:
-                ctx.set_pod_condition(constants.STEP_VERIFY_SERVED_CERTIFICATE, name, F)
-            stale[name] = problem
+        stale = await _stale_members(ctx, client, names, expected)
         if not stale:
             # The members this step restarted (its own record: an earlier pass of the same request, e.g. a
             # handover's widen, leaves EvictPod--<pod> True too).
@@ -115,7 +124,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
                          and ctx.is_true(constants.per_pod_type(constants.STEP_EVICT_POD, n))]
             if not restarted:
                 return context.Done()
-            afters = [int((record.get(n) or {}).get("afterSeconds") or 0) for n in restarted]
+            afters = [record[n].after_seconds if n in record else 0 for n in restarted]
             message = restart.report_stale_restarts_done(ctx, restarted, len(names), min(afters))
             return context.Done(f"{step.message}; {message[0].lower()}{message[1:]}")
         elapsed = _since_synced(ctx, step)

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 from opsmanager.api import backup as backup_api
 from opsmanager.api import constants
+from opsmanager.api import opsrequest as ops_api
 from opsmanager.backup import snapshot, store
 from opsmanager.cluster import members
 from opsmanager.ops import context, plan
@@ -98,7 +99,6 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
                                        hash_kv=int(hashed) if hashed and hashed.isdigit() else None,
                                        member=meta.get("member"), taken_at=info.last_modified.strftime(
                                            "%Y-%m-%dT%H:%M:%SZ"))
-    ctx.record("snapshot", record.model_dump(by_alias=True, exclude_none=True, mode="json"))
-    ctx.record("restore", {"clusterIdsBefore": cluster_ids})
+    ctx.record(snapshot=record, restore=ops_api.RestoreProgress(cluster_ids_before=cluster_ids))
     return context.Done(f"{key}: {info.size} bytes, SHA-256 {sha[:16]}… as recorded, revision {revision}, a whole "
                         "etcd snapshot")

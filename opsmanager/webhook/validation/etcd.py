@@ -261,19 +261,34 @@ def paused_tls_errors(obj: Mapping[str, Any], old: Mapping[str, Any], lookup: Et
     return [forbidden("spec.tls", messages.MSG_TLS_PAUSED.format(etcd=name_of(old), request=holder))]
 
 
+def _scaled_by(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """The request that writes ``obj``'s member count and the count it writes (as text): from ``status.scaledBy``,
+    else from the ``ops.opsmanager.dev/scaled-by: <request>/<count>`` annotation older operators wrote with the count
+    (the engine drops it with its next write; this fallback can go once no Etcd carries that annotation)."""
+    scaled_by = as_dict(obj.get("status")).get("scaledBy")
+    if isinstance(scaled_by, dict):
+        request, count = scaled_by.get("request"), scaled_by.get("replicas")
+        return (request if isinstance(request, str) else "",
+                str(count) if isinstance(count, int) and not isinstance(count, bool) else "")
+    legacy = as_dict(meta_of(obj).get("annotations")).get(constants.ANNOTATION_SCALED_BY)
+    holder, _, count_text = legacy.rpartition("/") if isinstance(legacy, str) else ("", "", "")
+    return holder, count_text
+
+
 def replicas_errors(obj: Mapping[str, Any], old: Mapping[str, Any], lookup: EtcdLookup) -> list[FieldError]:
     """Ours: a provisioned Etcd's ``spec.replicas`` changes by one at a time, written by the active HorizontalScaling
-    request its ``ops.opsmanager.dev/scaled-by`` annotation names. A hand edit would start members nobody added to
-    the cluster (or leave removed ones in it). Raises :class:`EtcdLookupError` when the request cannot be read."""
+    request its ``status.scaledBy`` names. A hand edit would start members nobody added to the cluster (or leave
+    removed ones in it). Raises :class:`EtcdLookupError` when the request cannot be read."""
     new, before = as_dict(obj.get("spec")).get("replicas"), as_dict(old.get("spec")).get("replicas")
     if new == before or not isinstance(new, int) or not isinstance(before, int):
         return []
     if not conditions.is_true(as_dict(old.get("status")).get("conditions"), constants.COND_PROVISIONED):
         return []  # not running yet: nothing to add members to
-    # "<request>/<count>": the engine names the count it writes, so a ±1 edit by anyone else while the request runs
-    # (a GitOps tool putting its own count back) does not pass on the annotation the engine left.
-    scaled_by = as_dict(meta_of(obj).get("annotations")).get(constants.ANNOTATION_SCALED_BY)
-    holder, _, count = scaled_by.rpartition("/") if isinstance(scaled_by, str) else ("", "", "")
+    # The engine names the count it writes, so a ±1 edit by anyone else while the request runs (a GitOps tool
+    # putting its own count back) does not pass on what the engine recorded. The status of an update of the Etcd
+    # is the stored one (the API server ignores a status sent to the main resource), so only a writer of the
+    # status subresource names a count.
+    holder, count = _scaled_by(obj)
     request = lookup.get_opsrequest(meta_of(old).get("namespace") or "default", holder) if holder else None
     spec = as_dict((request or {}).get("spec"))
     if (pause.request_holds(request) and spec.get("type") == constants.OPS_TYPE_HORIZONTAL_SCALING

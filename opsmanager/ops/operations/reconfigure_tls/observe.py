@@ -15,6 +15,7 @@ from typing import Any
 from opsmanager import kube, pki
 from opsmanager.api import conditions, constants, tlschange
 from opsmanager.api import etcd as etcd_api
+from opsmanager.api import opsrequest as ops_api
 from opsmanager.cluster import render
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context
@@ -164,15 +165,12 @@ async def variant(ctx: context.OpsContext) -> plans.RotateVariant:
     leaves, cas = await _expired_or_nothing(ctx)
     seen = dataclasses.replace(seen, expired_leaves=leaves, expired_cas=cas)
     chosen = plans.rotate_variant(seen)
-    origin = ctx.recorded("origin")
-    if not origin:  # started by an older engine: its record (an annotation) carries over with the plan
-        origin = {"observedAt": conditions.rfc3339(ctx.now)}
-        if ctx.tls_before is not None:
-            origin["tls"] = ctx.tls_before
-    origin["plan"] = chosen.value
+    # A request an older engine started has no origin yet: its record (an annotation) carries over with the plan.
+    origin = ctx.records.origin or ops_api.RequestOrigin(observed_at=conditions.rfc3339(ctx.now), tls=ctx.tls_before)
+    origin = origin.model_copy(update={"plan": chosen.value})
     if reason := plans.rescue_reason(seen):
-        origin["rescueReason"] = reason
+        origin = origin.model_copy(update={"rescue_reason": reason})
         log.info("EtcdOpsRequest %s/%s: %s", ctx.namespace, ctx.name, reason)
-    ctx.record("origin", origin)
+    ctx.record(origin=origin)
     await ctx.flush()  # on record before any step acts on it
     return chosen

@@ -1,0 +1,106 @@
+"""The engine core runs steps of any request without etcd: the loop, the status buffer, timeouts, a crash point."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+from opsmanager.api import conditions, constants
+from opsmanager.ops.core import loop, results
+from opsmanager.ops.core.status import RequestStatus
+
+NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+
+
+class StatusStore:
+    """What the status buffer needs of the Kubernetes client: one object's status transactions and Events."""
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        self.obj = obj
+        self.writes = 0
+        self.events: list[tuple[str, str]] = []
+
+    async def transact_status(self, api_version: str, kind: str, namespace: str, name: str,
+                              *mutations: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        status = copy.deepcopy(self.obj.get("status") or {})
+        for mutate in mutations:
+            status = mutate(status)
+        self.writes += 1
+        self.obj = {**self.obj, "status": status}
+        return copy.deepcopy(self.obj)
+
+    async def event(self, involved: dict[str, Any], *, reason: str, message: str, type_: str = "Normal") -> None:
+        self.events.append((reason, message))
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    condition: str
+    message: str
+
+
+def _ctx() -> tuple[RequestStatus, StatusStore]:
+    store = StatusStore({"metadata": {"name": "r", "namespace": "ns", "generation": 1}})
+    return RequestStatus(store, copy.deepcopy(store.obj)), store  # type: ignore[arg-type]
+
+
+async def test_steps_run_in_order_until_one_waits_then_one_write_records_them() -> None:
+    ctx, store = _ctx()
+    answers: dict[str, list[results.StepResult]] = {"First": [results.Done()], "Second": [results.Progress("half way", delay=2.0), results.Done("all")]}
+
+    async def execute(c: RequestStatus, step: Step) -> results.StepResult:
+        return answers[step.condition].pop(0)
+
+    steps = [Step("First", "first done"), Step("Second", "second done")]
+    runner = loop.Loop(execute, lambda: NOW)
+    assert await runner.run(ctx, steps, datetime.timedelta(minutes=1)) == loop.Again(2.0)
+    assert store.writes == 1
+    live = store.obj["status"]["conditions"]
+    assert conditions.is_true(live, "First") and conditions.is_false(live, "Second")
+    assert (conditions.get_condition(live, "Second") or {})["message"] == "half way"
+    assert store.events == [("First", "first done")]
+    ended = await runner.run(ctx, steps, datetime.timedelta(minutes=1))
+    assert ended == loop.Finished(ok=True, message="", reason=constants.COND_SUCCESSFUL)
+
+
+async def test_a_step_past_its_timeout_ends_the_plan_naming_the_member_it_is_stuck_at() -> None:
+    ctx, _ = _ctx()
+    ctx.set_condition("Roll", constants.FALSE, "rolling")
+    ctx.set_condition(constants.per_pod_type("EvictPod", "db-1"), constants.FALSE, "evicting")
+
+    async def execute(c: RequestStatus, step: Step) -> results.StepResult:
+        raise AssertionError("a timed-out step does not run")
+
+    later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)  # the conditions' clock is real
+    ended = await loop.Loop(execute, lambda: later).run(ctx, [Step("Roll", "rolled")], datetime.timedelta(minutes=5))
+    assert isinstance(ended, loop.Finished) and not ended.ok and ended.reason == "Timeout"
+    assert "at EvictPod of db-1: evicting" in ended.message
+
+
+async def test_a_transient_error_is_retried_later_and_counted() -> None:
+    ctx, store = _ctx()
+    counted: list[BaseException] = []
+
+    async def execute(c: RequestStatus, step: Step) -> results.StepResult:
+        raise ConnectionError("unreachable")
+
+    runner = loop.Loop(execute, lambda: NOW, transient=(ConnectionError,), on_transient=counted.append)
+    assert await runner.run(ctx, [Step("A", "a")], datetime.timedelta(minutes=1)) == loop.Again(1.0)
+    assert len(counted) == 1 and store.writes == 1  # the step's False condition is on record
+
+
+async def test_a_crash_point_fires_right_after_the_write_that_records_its_step(monkeypatch: Any) -> None:
+    ctx, store = _ctx()
+    crashed_at: list[int] = []
+    monkeypatch.setattr("opsmanager.ops.core.failpoints.crash", lambda: crashed_at.append(store.writes))
+
+    async def execute(c: RequestStatus, step: Step) -> results.StepResult:
+        return results.Done()
+
+    runner = loop.Loop(execute, lambda: NOW, crash_after=frozenset({("r", "A")}))
+    await runner.run(ctx, [Step("A", "a"), Step("B", "b")], datetime.timedelta(minutes=1))
+    assert crashed_at == [1]  # after the first write, which recorded A True
+    assert conditions.is_true(store.obj["status"]["conditions"], "A")
