@@ -37,8 +37,7 @@ async def write_back(ctx: context.OpsContext, step: plan.Step) -> context.StepRe
     """The plan is removed (a member's init container then does nothing) and the Etcd records the snapshot it was
     restored from (``status.backup.lastRestore``)."""
     await ctx.kube.delete("v1", "ConfigMap", ctx.namespace, naming.restore_plan(ctx.db_name))
-    snapshot = backup_api.SnapshotRecord.model_validate(ctx.recorded("snapshot"))
-    restored = backup_api.RestoreRecord(key=snapshot.key, revision=snapshot.revision, request=ctx.name,
+    restored = backup_api.RestoreRecord(key=ctx.snapshot.key, revision=ctx.snapshot.revision, request=ctx.name,
                                         at=conditions.rfc3339(ctx.now))
     await etcdstatus.write(ctx.kube, ctx.namespace, ctx.db_name, backup_api.Restored(restored))
     return context.Done(step.message)

@@ -55,7 +55,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
                 await _trigger_issuing(ctx.kube, ctx.namespace, name)
             waiting.append(f"{name} at revision {_revision(live)}, waiting for > {baseline}{_why_not(live)}")
     if ask:
-        ctx.record(RECORD, {**ctx.recorded(RECORD), **ask})
+        ctx.record(RECORD, {**(ctx.records.certificate_revisions or {}), **ask})
         await ctx.flush()  # every baseline is durable before cert-manager is asked
         for name in ask:
             await _trigger_issuing(ctx.kube, ctx.namespace, name)
@@ -67,8 +67,8 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
 def _baseline(ctx: context.OpsContext, cert: dict[str, Any]) -> int | None:
     """The Certificate's revision before this request asked for its re-issue, or None when it has not asked yet:
     the request's record, else the annotation an older operator marked the Certificate with for this request."""
-    recorded = ctx.recorded(RECORD).get(cert["metadata"]["name"])
-    if isinstance(recorded, int):
+    recorded = (ctx.records.certificate_revisions or {}).get(cert["metadata"]["name"])
+    if recorded is not None:
         return recorded
     uid = ctx.request["metadata"].get("uid") or ctx.name
     mark = (cert["metadata"].get("annotations") or {}).get(ANNOTATION_ROTATION, "")
