@@ -322,7 +322,8 @@ async def run_async(
         await memo.kube.close()
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+def _parser() -> argparse.ArgumentParser:
+    """The options of ``opsmanager run``."""
     parser = argparse.ArgumentParser(prog="opsmanager run", description="Run the etcd ops-manager operator.")
     parser.add_argument("--kubeconfig", metavar="PATH",
                         help="kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, else in-cluster)")
@@ -365,7 +366,18 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     verbosity.add_argument("-v", "--verbose", action="store_true")
     verbosity.add_argument("--debug", action="store_true")
     verbosity.add_argument("-q", "--quiet", action="store_true")
+    return parser
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = _parser()
     args = parser.parse_args(list(argv))
+    _check_args(parser, args)
+    return args
+
+
+def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What argparse cannot say: bounds, and the options that need ``--peering`` (``parser.error`` exits)."""
     if args.interval <= 0:
         parser.error(f"--interval must be greater than 0 seconds, got {args.interval}")
     if args.certificate_delivery_timeout <= 0:
@@ -384,7 +396,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         parser.error("--peering needs the name of a (Cluster)KopfPeering object, e.g. --peering opsmanager")
     if args.kubeconfig and not os.path.exists(args.kubeconfig):
         parser.error(f"--kubeconfig {args.kubeconfig}: no such file")
-    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -336,21 +336,11 @@ def restore_member(plan: RestorePlan, name: str, *, fetch: Fetcher, etcdutl: str
                             "; the plan was written for another Etcd or another size: re-run the Restore request")
     if restored_id(plan) == plan.id:
         return RestoreResult(False, plan.id, data_dir)
-    parent = data_dir.parent
-    if not parent.is_dir():
-        raise RestoreFailed(f"{parent} (the parent of the data dir {data_dir}) does not exist; the data volume must "
-                            "be mounted there")
-    password = read_root_password(plan)
-    if password is not None and set_root is None:
-        raise RestoreFailed("the plan asks for the root password to be set and no etcdauth was given")
+    password = _preflight(plan, data_dir, set_root)
     work = work_dir(plan)
     _recover(data_dir, say)
     timings: dict[str, float] = {}
-    try:
-        work.mkdir(mode=0o700)
-    except OSError as err:
-        raise RestoreFailed(f"cannot create the work directory {work}: {err.strerror}; the data volume must be "
-                            "writable by the init container's user") from None
+    _make_work_dir(work)
     try:
         downloaded = work / "snapshot.db"
         t0 = time.monotonic()
@@ -361,20 +351,8 @@ def restore_member(plan: RestorePlan, name: str, *, fetch: Fetcher, etcdutl: str
         timings["verify"] = time.monotonic() - t0
         restored = work / "data"
         t0 = time.monotonic()
-        try:
-            result = run(etcdutl_argv(etcdutl, downloaded, plan, name, restored))
-        except subprocess.TimeoutExpired:
-            raise RestoreFailed(f"etcdutl snapshot restore did not finish within {ETCDUTL_TIMEOUT:g} s; check the "
-                                "data volume's speed and free space") from None
-        except OSError as err:
-            raise RestoreFailed(f"cannot run {etcdutl}: {err.strerror}; the operator's image must ship it") from None
+        _etcdutl_restore(run, etcdutl_argv(etcdutl, downloaded, plan, name, restored), etcdutl, restored)
         timings["etcdutl"] = time.monotonic() - t0
-        if result.returncode != 0:
-            raise RestoreFailed(f"etcdutl snapshot restore failed: {_tool_error(result)}; the data dir was not "
-                                "touched (check the free space on the data volume, and the plan)")
-        if not (restored / "member" / "snap" / "db").is_file():
-            raise RestoreFailed(f"etcdutl snapshot restore exited 0 but wrote no {restored}/member/snap/db; the data "
-                                "dir was not touched")
         downloaded.unlink()  # room for the swap on a tight volume
         if password is not None and set_root is not None:
             t0 = time.monotonic()
@@ -395,8 +373,46 @@ def restore_member(plan: RestorePlan, name: str, *, fetch: Fetcher, etcdutl: str
         shutil.rmtree(work, ignore_errors=True)
         raise
     shutil.rmtree(work, ignore_errors=True)
-    _fsync_dir(parent)
+    _fsync_dir(data_dir.parent)
     return RestoreResult(True, plan.id, data_dir, content.revision, time.monotonic() - started, timings)
+
+
+def _preflight(plan: RestorePlan, data_dir: Path, set_root: RootSetter | None) -> str | None:
+    """What a restore needs before it touches anything: the data volume mounted, and etcdauth when the plan sets
+    the root password; the root password to set (None: none)."""
+    parent = data_dir.parent
+    if not parent.is_dir():
+        raise RestoreFailed(f"{parent} (the parent of the data dir {data_dir}) does not exist; the data volume must "
+                            "be mounted there")
+    password = read_root_password(plan)
+    if password is not None and set_root is None:
+        raise RestoreFailed("the plan asks for the root password to be set and no etcdauth was given")
+    return password
+
+
+def _make_work_dir(work: Path) -> None:
+    try:
+        work.mkdir(mode=0o700)
+    except OSError as err:
+        raise RestoreFailed(f"cannot create the work directory {work}: {err.strerror}; the data volume must be "
+                            "writable by the init container's user") from None
+
+
+def _etcdutl_restore(run: Runner, argv: list[str], etcdutl: str, restored: Path) -> None:
+    """``etcdutl snapshot restore`` into ``restored``; :class:`RestoreFailed` unless it wrote a member's db."""
+    try:
+        result = run(argv)
+    except subprocess.TimeoutExpired:
+        raise RestoreFailed(f"etcdutl snapshot restore did not finish within {ETCDUTL_TIMEOUT:g} s; check the "
+                            "data volume's speed and free space") from None
+    except OSError as err:
+        raise RestoreFailed(f"cannot run {etcdutl}: {err.strerror}; the operator's image must ship it") from None
+    if result.returncode != 0:
+        raise RestoreFailed(f"etcdutl snapshot restore failed: {_tool_error(result)}; the data dir was not "
+                            "touched (check the free space on the data volume, and the plan)")
+    if not (restored / "member" / "snap" / "db").is_file():
+        raise RestoreFailed(f"etcdutl snapshot restore exited 0 but wrote no {restored}/member/snap/db; the data "
+                            "dir was not touched")
 
 
 def _check(plan: RestorePlan, path: Path) -> snapshot.SnapshotContent:

@@ -471,31 +471,9 @@ def spread_over_nodes(name: str) -> dict[str, Any]:
                             "labelSelector": {"matchLabels": naming.selector_labels(name)}}}]}}
 
 
-def render_statefulset(
-    db: etcd_api.Etcd,
-    wiring: Wiring | None = None,
-    *,
-    template_annotations: dict[str, str] | None = None,
-) -> Manifest:
-    """The StatefulSet of the members. ``wiring`` defaults to the steady state of ``spec.tls``."""
-    wiring = wiring if wiring is not None else Wiring.steady(db.spec.tls)
-    version = wiring.version or db.spec.version
-    name = _name(db)
-    selector = naming.selector_labels(name)
-    user_meta = db.spec.pod_template.metadata if db.spec.pod_template and db.spec.pod_template.metadata else None
-    user_spec = db.spec.pod_template.spec if db.spec.pod_template and db.spec.pod_template.spec else None
-    pod_labels = {**(user_meta.labels or {} if user_meta else {}), **naming.labels(name)}
-    pod_annotations = {**(user_meta.annotations or {} if user_meta else {}), **(template_annotations or {})}
-
-    volumes: list[dict[str, Any]] = []
-    mounts: list[dict[str, Any]] = [{"name": naming.DATA_VOLUME, "mountPath": naming.DATA_MOUNT}]
-    if db.spec.storage_type == constants.STORAGE_EPHEMERAL:
-        volumes.append({"name": naming.DATA_VOLUME, "emptyDir": {}})
-    if wiring.tls is not None:
-        tls_volumes, tls_mounts = _tls_volumes(db, wiring.tls)
-        volumes += tls_volumes
-        mounts += tls_mounts
-
+def _etcd_container(db: etcd_api.Etcd, wiring: Wiring, version: str,
+                    mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The etcd container: its flags for ``wiring``, its ports, its readiness probe and its resources."""
     container: dict[str, Any] = {
         "name": naming.CONTAINER_NAME,
         "image": f"quay.io/coreos/etcd:v{version}",
@@ -522,11 +500,28 @@ def render_statefulset(
         },
         "volumeMounts": mounts,
     }
+    user_spec = db.spec.pod_template.spec if db.spec.pod_template and db.spec.pod_template.spec else None
     resources = wiring.resources if wiring.resources is not None else (
         user_spec.resources if user_spec is not None else None)
     if resources is not None:
         container["resources"] = resources.to_dict()
+    return container
 
+
+def _pod_spec(db: etcd_api.Etcd, wiring: Wiring, version: str) -> dict[str, Any]:
+    """The members' pod spec: the data and TLS volumes, the restore init container (with ``spec.backup``), the
+    etcd container, and the user's scheduling from ``spec.podTemplate``."""
+    name = _name(db)
+    user_spec = db.spec.pod_template.spec if db.spec.pod_template and db.spec.pod_template.spec else None
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = [{"name": naming.DATA_VOLUME, "mountPath": naming.DATA_MOUNT}]
+    if db.spec.storage_type == constants.STORAGE_EPHEMERAL:
+        volumes.append({"name": naming.DATA_VOLUME, "emptyDir": {}})
+    if wiring.tls is not None:
+        tls_volumes, tls_mounts = _tls_volumes(db, wiring.tls)
+        volumes += tls_volumes
+        mounts += tls_mounts
+    container = _etcd_container(db, wiring, version, mounts)
     init_containers: list[dict[str, Any]] = []
     if db.spec.backup is not None:
         restore, restore_volumes = _restore_container(db)
@@ -547,16 +542,38 @@ def render_statefulset(
         pod_spec["nodeSelector"] = dict(user_spec.node_selector)
     if user_spec is not None and user_spec.tolerations:
         pod_spec["tolerations"] = copy.deepcopy(user_spec.tolerations)
+    return pod_spec
+
+
+def _template_meta(db: etcd_api.Etcd, template_annotations: dict[str, str] | None) -> dict[str, Any]:
+    """The pod template's labels (the user's, then ours) and annotations (the user's, then the caller's)."""
+    user_meta = db.spec.pod_template.metadata if db.spec.pod_template and db.spec.pod_template.metadata else None
+    pod_labels = {**(user_meta.labels or {} if user_meta else {}), **naming.labels(_name(db))}
+    pod_annotations = {**(user_meta.annotations or {} if user_meta else {}), **(template_annotations or {})}
     template_meta: dict[str, Any] = {"labels": pod_labels}
     if pod_annotations:
         template_meta["annotations"] = pod_annotations
+    return template_meta
+
+
+def render_statefulset(
+    db: etcd_api.Etcd,
+    wiring: Wiring | None = None,
+    *,
+    template_annotations: dict[str, str] | None = None,
+) -> Manifest:
+    """The StatefulSet of the members. ``wiring`` defaults to the steady state of ``spec.tls``."""
+    wiring = wiring if wiring is not None else Wiring.steady(db.spec.tls)
+    version = wiring.version or db.spec.version
+    name = _name(db)
+    template = {"metadata": _template_meta(db, template_annotations), "spec": _pod_spec(db, wiring, version)}
     spec: dict[str, Any] = {
         "replicas": 0 if db.spec.halted else (wiring.ordinals[1] if wiring.ordinals else db.spec.replicas),
         "serviceName": naming.headless_service(name),
-        "selector": {"matchLabels": selector},
+        "selector": {"matchLabels": naming.selector_labels(name)},
         "podManagementPolicy": "Parallel",
         "updateStrategy": {"type": "OnDelete"},
-        "template": {"metadata": template_meta, "spec": pod_spec},
+        "template": template,
     }
     if wiring.ordinals is not None and wiring.ordinals[0]:
         spec["ordinals"] = {"start": wiring.ordinals[0]}
@@ -571,7 +588,6 @@ def render_statefulset(
         "metadata": _meta(db, naming.statefulset(name)),
         "spec": spec,
     }
-
 
 def render(
     db: etcd_api.Etcd,

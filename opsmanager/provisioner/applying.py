@@ -303,6 +303,42 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
+async def _apply_statefulset(k: kube.Kube, db: etcd_api.Etcd, live_sts: dict[str, Any] | None, tls_drift: bool,
+                             changed: list[str]) -> Outcome | None:
+    """The members' StatefulSet created or brought up to date; an outcome when the pass ends here (a TLS switch
+    the provisioner does not make, or a concurrent change), None when it goes on."""
+    ns, name = db.metadata.namespace or "default", db.metadata.name or ""
+    rendered = render.render_statefulset(db)
+    if live_sts is None:
+        try:
+            await k.create(statefulset.desired_statefulset(rendered, None))
+            changed.append(_ref(rendered))
+        except kube.Conflict:
+            return Outcome(WAITING, "StatefulSetCreatedConcurrently", "the StatefulSet appeared meanwhile; "
+                           "looking again", delay=WAITING_DELAY, changed=tuple(changed))
+    elif tls_drift:
+        want = rendered["spec"]["replicas"]
+        if (live_sts.get("spec") or {}).get("replicas") != want:
+            await k.patch("apps/v1", "StatefulSet", ns, name, {"spec": {"replicas": want}})
+            changed.append(f"StatefulSet {name} (replicas={want})")
+        state = "on" if db.spec.tls is not None else "off"
+        return Outcome(BLOCKED, REASON_TLS_CHANGE,
+                       f"spec.tls turns TLS {state} but the running members are "
+                       f"{'plaintext' if state == 'on' else 'on TLS'}; the provisioner does not switch TLS on a live "
+                       "cluster. Create an EtcdOpsRequest of type ReconfigureTLS (or restore spec.tls)",
+                       delay=BLOCKED_DELAY, changed=tuple(changed))
+    else:
+        body = statefulset.statefulset_update(rendered, live_sts)
+        if body is not None:
+            try:
+                await k.replace(body)
+                changed.append(_ref(rendered))
+            except kube.Conflict:
+                return Outcome(WAITING, "StatefulSetChanged", "the StatefulSet changed while being updated; "
+                               "looking again", delay=WAITING_DELAY, changed=tuple(changed))
+    return None
+
+
 async def reconcile(k: kube.Kube, obj: Mapping[str, Any]) -> Outcome:
     """One reconcile pass over the Etcd object ``obj`` (as read from the API). Idempotent; see the module doc."""
     status = dict(obj.get("status") or {})
@@ -338,34 +374,9 @@ async def reconcile(k: kube.Kube, obj: Mapping[str, Any]) -> Outcome:
         if outcome is not None:
             return dataclasses.replace(outcome, changed=tuple(changed))
 
-    rendered = render.render_statefulset(db)
-    if live_sts is None:
-        try:
-            await k.create(statefulset.desired_statefulset(rendered, None))
-            changed.append(_ref(rendered))
-        except kube.Conflict:
-            return Outcome(WAITING, "StatefulSetCreatedConcurrently", "the StatefulSet appeared meanwhile; "
-                           "looking again", delay=WAITING_DELAY, changed=tuple(changed))
-    elif tls_drift:
-        want = rendered["spec"]["replicas"]
-        if (live_sts.get("spec") or {}).get("replicas") != want:
-            await k.patch("apps/v1", "StatefulSet", ns, name, {"spec": {"replicas": want}})
-            changed.append(f"StatefulSet {name} (replicas={want})")
-        state = "on" if db.spec.tls is not None else "off"
-        return Outcome(BLOCKED, REASON_TLS_CHANGE,
-                       f"spec.tls turns TLS {state} but the running members are "
-                       f"{'plaintext' if state == 'on' else 'on TLS'}; the provisioner does not switch TLS on a live "
-                       "cluster. Create an EtcdOpsRequest of type ReconfigureTLS (or restore spec.tls)",
-                       delay=BLOCKED_DELAY, changed=tuple(changed))
-    else:
-        body = statefulset.statefulset_update(rendered, live_sts)
-        if body is not None:
-            try:
-                await k.replace(body)
-                changed.append(_ref(rendered))
-            except kube.Conflict:
-                return Outcome(WAITING, "StatefulSetChanged", "the StatefulSet changed while being updated; "
-                               "looking again", delay=WAITING_DELAY, changed=tuple(changed))
+    outcome = await _apply_statefulset(k, db, live_sts, tls_drift, changed)
+    if outcome is not None:
+        return outcome
     summary = ", ".join(changed) if changed else "nothing to change"
     return Outcome(DONE, REASON_RECONCILED, f"all objects exist and match spec ({summary})", changed=tuple(changed),
                    held=held)

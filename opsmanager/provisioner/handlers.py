@@ -166,6 +166,14 @@ def register(registry: kopf.OperatorRegistry, *, interval: float = DEFAULT_INTER
              quorum_loss_after: float = status.DEFAULT_QUORUM_LOSS_AFTER) -> None:
     """Register the provisioner's handlers in ``registry``; the timer runs every ``interval`` seconds;
     ``QuorumLost`` turns True after ``quorum_loss_after`` seconds without a quorum."""
+    _register_provision(registry)
+    _register_timer(registry, interval, quorum_loss_after)
+    _register_sources(registry)
+    _register_finalize(registry, interval)
+
+
+def _register_provision(registry: kopf.OperatorRegistry) -> None:
+    """create / resume / update: one reconcile pass."""
 
     @kopf.on.resume(*RESOURCE, registry=registry, id="provision")
     @kopf.on.create(*RESOURCE, registry=registry, id="provision")
@@ -175,6 +183,10 @@ def register(registry: kopf.OperatorRegistry, *, interval: float = DEFAULT_INTER
         outcome, _obj = await reconcile_once(_kube(memo), ns, name, memo, logger)
         if outcome.state in (applying.WAITING, applying.BLOCKED):
             raise kopf.TemporaryError(outcome.message, delay=outcome.delay)
+
+
+def _register_timer(registry: kopf.OperatorRegistry, interval: float, quorum_loss_after: float) -> None:
+    """The timer: reconcile again and report the phase from the members' health."""
 
     @kopf.timer(*RESOURCE, registry=registry, id="status", interval=interval)
     async def keep(body: kopf.Body, memo: Any, logger: Logger, **_: Any) -> None:
@@ -192,6 +204,10 @@ def register(registry: kopf.OperatorRegistry, *, interval: float = DEFAULT_INTER
             return
         await report_status(k, fresh, quorum_loss_after=quorum_loss_after)
 
+
+def _register_sources(registry: kopf.OperatorRegistry) -> None:
+    """The daemon that reconciles when cert-manager (re-)issues one of the Etcd's Certificates."""
+
     @kopf.daemon(*RESOURCE, registry=registry, id="sources", cancellation_timeout=2.0)
     async def sources(body: kopf.Body, memo: Any, logger: Logger, stopped: kopf.DaemonStopped, **_: Any) -> None:
         """Reconcile as soon as cert-manager (re-)issues a source of this Etcd, so the gate releases a renewal
@@ -208,6 +224,10 @@ def register(registry: kopf.OperatorRegistry, *, interval: float = DEFAULT_INTER
                     continue
                 changed.clear()
                 await reconcile_once(k, ns, name, memo, logger)
+
+
+def _register_finalize(registry: kopf.OperatorRegistry, interval: float) -> None:
+    """delete: finalize by ``spec.deletionPolicy``."""
 
     @kopf.on.delete(*RESOURCE, registry=registry, id="finalize")
     async def finalize(body: kopf.Body, memo: Any, logger: Logger, **_: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 
-from opsmanager.api import constants
+from opsmanager.api import constants, rules
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.ops import plan
@@ -13,8 +13,7 @@ from opsmanager.ops.operations import base
 
 
 def plan_backup(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest, seen: enum.Enum | None = None) -> plan.Plan:
-    if db.spec.backup is None:
-        raise ValueError(f"Etcd {db.metadata.name} has no spec.backup: set spec.backup.destination first")
+    rules.enforce(rules.backup_policy(rules.EtcdFacts.of(db), "spec.backup"))
     backup = (plan.UploadSnapshot(constants.COND_SNAPSHOT_UPLOADED, "Successfully uploaded a snapshot"),
               plan.PruneSnapshots(constants.COND_SNAPSHOTS_PRUNED, "The store keeps the retention's snapshots"))
     return plan.Plan(request.spec.type, None, db.spec.tls, backup, pauses=False)

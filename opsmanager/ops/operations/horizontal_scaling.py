@@ -11,7 +11,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from opsmanager.api import constants
+from opsmanager.api import constants, rules
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.cluster import render
@@ -21,9 +21,9 @@ from opsmanager.ops.operations import base
 
 def plan_scaling(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest, seen: enum.Enum | None = None) -> plan.Plan:
     spec = request.spec
-    target = spec.horizontal_scaling.replicas if spec.horizontal_scaling is not None else None
-    if target is None or target < 1:
-        raise ValueError("spec.horizontalScaling.replicas must be at least 1")
+    rules.enforce(rules.horizontal_scaling(spec.horizontal_scaling))
+    assert spec.horizontal_scaling is not None and spec.horizontal_scaling.replicas is not None  # the rule holds
+    target = spec.horizontal_scaling.replicas
     origin = request.status.origin if request.status is not None else None
     start = origin.replicas if origin is not None and origin.replicas is not None else db.spec.replicas
     wiring = render.Wiring.steady(db.spec.tls)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from opsmanager.api import constants
+from opsmanager.api import constants, rules
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.api import tuning as tuning_api
@@ -27,9 +27,7 @@ def _merged(db: etcd_api.Etcd, tuning: tuning_api.TuningConfig) -> tuning_api.Tu
     merged = tuning_api.merge(current, tuning)
     storage = db.status.storage if db.status is not None else None
     sizes = [m.db_size_bytes for m in (storage.members or {}).values()] if storage is not None else []
-    problems = tuning_api.problems(merged, "spec.configuration.tuning", largest_db_bytes=max(sizes, default=0))
-    if problems:
-        raise ValueError("; ".join(f"{field}: {message}" for field, _value, message in problems))
+    rules.enforce(rules.tuning(merged, "spec.configuration.tuning", largest_db_bytes=max(sizes, default=0)))
     return merged
 
 
@@ -40,8 +38,8 @@ def plan_reconfigure(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest,
     ``spec.configuration.tuning``."""
     spec = request.spec
     configuration = spec.configuration
-    if configuration is None or configuration.tuning is None:
-        raise ValueError("spec.configuration.tuning must be specified")
+    rules.enforce(rules.configuration_tuning(configuration))
+    assert configuration is not None and configuration.tuning is not None  # the rule holds
     merged = _merged(db, configuration.tuning)
     tls = db.spec.tls
     wiring = dataclasses.replace(render.Wiring.steady(tls), tuning=merged)

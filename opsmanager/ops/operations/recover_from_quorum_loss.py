@@ -7,7 +7,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from opsmanager.api import constants
+from opsmanager.api import constants, rules
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.cluster import naming, render, statefulset
@@ -18,8 +18,8 @@ from opsmanager.ops.operations import base
 def _survivor(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest) -> str:
     """The member to rebuild from, confirmed by the request; ValueError when it is not one of the Etcd's."""
     recover = request.spec.recover_from_quorum_loss
-    if recover is None or not recover.confirm_member:
-        raise ValueError("spec.recoverFromQuorumLoss.confirmMember can not be empty")
+    rules.enforce(rules.confirm_member(recover))
+    assert recover is not None and recover.confirm_member  # the rule holds
     if recover.member and recover.member != recover.confirm_member:
         raise ValueError(f"spec.recoverFromQuorumLoss.confirmMember {recover.confirm_member} is not "
                          f"spec.recoverFromQuorumLoss.member {recover.member}")

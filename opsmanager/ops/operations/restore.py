@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 
 from opsmanager.api import backup as backup_api
-from opsmanager.api import conditions, constants
+from opsmanager.api import conditions, constants, rules
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.cluster import etcdstatus, naming
@@ -17,11 +17,10 @@ from opsmanager.ops.operations import base
 
 def plan_restore(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest, seen: enum.Enum | None = None) -> plan.Plan:
     spec = request.spec
-    source = spec.restore.source if spec.restore is not None else None
-    if not source:
-        raise ValueError("spec.restore.source can not be empty")
-    if db.spec.backup is None:
-        raise ValueError(f"Etcd {db.metadata.name} has no spec.backup: a Restore reads from its destination")
+    rules.enforce(rules.restore_source(spec.restore))
+    rules.enforce(rules.backup_policy(rules.EtcdFacts.of(db), "spec.restore"))
+    assert spec.restore is not None and spec.restore.source  # the rule holds
+    source = spec.restore.source
     restore = (
         plan.running(f"Etcd ops request is restoring the cluster from {source}"),
         plan.VerifySnapshot(constants.COND_SNAPSHOT_VERIFIED, "The snapshot is whole and as recorded",

@@ -13,7 +13,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from opsmanager.api import auth, constants
+from opsmanager.api import auth, constants, rules
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.cluster import credentials, etcdstatus, naming
@@ -41,8 +41,7 @@ def plan_rotate(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest, seen: enum.E
         db.spec.auth_secret.name if db.spec.auth_secret is not None else None)
     ref = request.spec.authentication.secret_ref if request.spec.authentication is not None else None
     source = ref.name if ref is not None else None
-    if ref is not None and not source:
-        raise ValueError("spec.authentication.secretRef.name can not be empty")
+    rules.enforce(rules.rotate_auth(request.spec.authentication))
     staging = current or source or naming.auth_secret(db.metadata.name or "")
     final = source or staging
     turning_on = current is None

@@ -12,7 +12,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from opsmanager.api import constants, versions
+from opsmanager.api import constants, rules, versions
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.cluster import etcdstatus, render
@@ -46,9 +46,9 @@ def plan_update(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest, seen: enum.E
     checked, then ``spec.version``. Anything else is refused when the request starts, with KubeDB's words for a
     downgrade."""
     spec = request.spec
-    target = spec.update_version.target_version if spec.update_version is not None else None
-    if not target:
-        raise ValueError("spec.updateVersion.targetVersion can not be empty")
+    rules.enforce(rules.update_version(spec.update_version))
+    assert spec.update_version is not None and spec.update_version.target_version  # the rule holds
+    target = spec.update_version.target_version
     if target not in constants.SUPPORTED_ETCD_VERSIONS:
         raise ValueError(f"spec.updateVersion.targetVersion {target} is not a supported etcd version: use one of "
                          f"{', '.join(constants.SUPPORTED_ETCD_VERSIONS)}")

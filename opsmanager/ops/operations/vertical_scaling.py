@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from opsmanager.api import common, constants
+from opsmanager.api import common, constants, rules
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.cluster import render
@@ -23,8 +23,10 @@ def plan_scaling(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest, seen: enum.
     """The template first (every pod created from now on has the resources), then the roll or the in-place
     resize, then the Etcd's spec."""
     scaling = request.spec.vertical_scaling
-    resources = scaling.etcd.resources if scaling is not None and scaling.etcd is not None else None
-    if scaling is None or resources is None:
+    rules.enforce(rules.vertical_scaling(scaling))
+    assert scaling is not None  # the rule holds
+    resources = scaling.etcd.resources if scaling.etcd is not None else None
+    if resources is None:  # the engine's own: KubeDB's rule admits the exporter alone, which changes nothing here
         raise ValueError("spec.verticalScaling.etcd.resources must be specified: the exporter is inert")
     tls = db.spec.tls
     wiring = dataclasses.replace(render.Wiring.steady(tls), resources=resources)

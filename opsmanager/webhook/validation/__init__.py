@@ -92,7 +92,6 @@ from opsmanager.webhook.validation.messages import (
 from opsmanager.webhook.validation.objects import precondition_error
 from opsmanager.webhook.validation.opsrequest import (
     opsrequest_errors,
-    reconfigure_tls_error,
     validate_opsrequest,
 )
 from opsmanager.webhook.validation.verdict import Operation, Verdict
@@ -156,7 +155,6 @@ __all__ = [
     "opsrequest_errors",
     "paused_tls_errors",
     "precondition_error",
-    "reconfigure_tls_error",
     "required",
     "schema_errors",
     "tls_lifecycle_errors",

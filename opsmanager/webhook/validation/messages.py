@@ -3,23 +3,24 @@ would say (only the lists of types, aliases and versions are ours), and ours for
 
 The texts are constants so that the rules and the tests that check them quote the same string; ``{...}`` fields
 are filled with ``str.format``. The ones shared with the CRD's own validation live in the model
-(:mod:`opsmanager.api.etcd`) and are only named here.
+(:mod:`opsmanager.api.etcd`), and those of the request rules the engine enforces too in :mod:`opsmanager.api.rules`;
+both are only named here.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from opsmanager.api import constants, etcd
+from opsmanager.api import constants, etcd, rules
 
 # EtcdOpsRequest (KubeDB's)
 MSG_TYPE_NOT_SUPPORTED: Final = "defined OpsRequestType {type} is not supported, supported types for Etcd are {types}"
 MSG_DATABASE_NOT_FOUND: Final = "spec.databaseRef {namespace}/{name} is invalid or not found"
-MSG_TLS_NIL: Final = "spec.tls is nil, not supported in ReconfigureTLS type"
-MSG_TLS_NONE: Final = "at least one of Remove, RotateCertificates, IssuerRef, or Certificates must be specified"
-MSG_TLS_MANY: Final = "only one TLS reconfiguration operation is allowed at a time"
-MSG_TLS_ROTATE_NO_ISSUER: Final = "rotateCertificates requires TLS to already be enabled with issuerRef on Etcd"
-MSG_TLS_ISSUER_REQUIRED: Final = "tls.issuerRef is required for Etcd ReconfigureTLS"
+MSG_TLS_NIL: Final = rules.MSG_TLS_NIL
+MSG_TLS_NONE: Final = rules.MSG_TLS_NONE
+MSG_TLS_MANY: Final = rules.MSG_TLS_MANY
+MSG_TLS_ROTATE_NO_ISSUER: Final = rules.MSG_TLS_ROTATE_NO_ISSUER
+MSG_TLS_ISSUER_REQUIRED: Final = rules.MSG_TLS_ISSUER_REQUIRED
 MSG_PRECONDITION: Final = "precondition failed for: {patch}.At least one of the following was changed:\n\t{keys}"
 
 # Etcd (KubeDB's)
@@ -58,15 +59,8 @@ MSG_TLS_EXTERNAL_OPERATOR_NAME: Final = (
     "names a Secret the operator writes (<db>-<alias>-cert, <db>-<alias>-issued, <db>-ca-bundle); "
     "give your own Secrets other names"
 )
-MSG_TLS_ROTATE_EXTERNAL: Final = (
-    "rotateCertificates does not apply to Etcd {db}: it runs on spec.tls.externalSecrets, which you rotate yourself "
-    "by updating tls.crt and tls.key in your Secrets; to have cert-manager rotate them, hand the Etcd over with "
-    "tls.issuerRef"
-)
-MSG_TLS_ISSUER_REQUIRED_EXTERNAL: Final = (
-    MSG_TLS_ISSUER_REQUIRED + ": Etcd {db} runs on spec.tls.externalSecrets, whose certificates cert-manager does not "
-    "issue; set tls.issuerRef to hand it over to cert-manager (tls.certificates may come with it)"
-)
+MSG_TLS_ROTATE_EXTERNAL: Final = rules.MSG_TLS_ROTATE_EXTERNAL
+MSG_TLS_ISSUER_REQUIRED_EXTERNAL: Final = rules.MSG_TLS_ISSUER_REQUIRED_EXTERNAL
 # Ours: spec.tls of an Etcd that an EtcdOpsRequest holds paused belongs to that request.
 MSG_TLS_PAUSED: Final = (
     "Etcd {etcd} is paused by EtcdOpsRequest {request}; spec.tls can change only through an EtcdOpsRequest "
@@ -79,34 +73,28 @@ MSG_DEFAULT_CANT_HALT: Final = "can't halt, since deletion policy is 'DoNotTermi
 MSG_DEFAULT_VERSION_UNKNOWN: Final = 'failed to get EtcdVersion "{version}": supported versions are {supported}'
 
 # Compact (KubeDB's words).
-MSG_VERTICAL_NIL: Final = "spec.verticalScaling is nil, not supported in VerticalScaling type"
-MSG_VERTICAL_EMPTY: Final = "at least one of spec.verticalScaling.etcd or spec.verticalScaling.exporter must be specified"
-MSG_CONFIGURATION_NIL: Final = "spec.configuration is nil, not supported in Reconfigure type"
-MSG_CONFIGURATION_TUNING: Final = (
-    "spec.configuration.tuning must be specified, since Etcd does not support a mounted custom config file "
-    "(--config-file is mutually exclusive with etcd command-line flags)"
-)
-MSG_CONFIGURATION_NOT_SUPPORTED: Final = (
-    "spec.configuration.applyConfig and spec.configuration.configSecret are not supported for Etcd, use "
-    "spec.configuration.tuning instead"
-)
-MSG_UPDATE_VERSION_NIL: Final = "spec.updateVersion is nil, not supported in UpdateVersion type"
-MSG_UPDATE_VERSION_EMPTY: Final = "spec.updateVersion.targetVersion can not be empty"
+MSG_VERTICAL_NIL: Final = rules.MSG_VERTICAL_NIL
+MSG_VERTICAL_EMPTY: Final = rules.MSG_VERTICAL_EMPTY
+MSG_CONFIGURATION_NIL: Final = rules.MSG_CONFIGURATION_NIL
+MSG_CONFIGURATION_TUNING: Final = rules.MSG_CONFIGURATION_TUNING
+MSG_CONFIGURATION_NOT_SUPPORTED: Final = rules.MSG_CONFIGURATION_NOT_SUPPORTED
+MSG_UPDATE_VERSION_NIL: Final = rules.MSG_UPDATE_VERSION_NIL
+MSG_UPDATE_VERSION_EMPTY: Final = rules.MSG_UPDATE_VERSION_EMPTY
 # Ours: the member count of a running Etcd changes through a HorizontalScaling request only.
 MSG_REPLICAS_BY_REQUEST: Final = (
     "the member count of a running Etcd is changed by an EtcdOpsRequest of type HorizontalScaling, which adds and "
     "removes etcd members one at a time (a new member joins as a learner): file one with "
     "horizontalScaling.replicas: {replicas} instead of editing spec.replicas"
 )
-MSG_HORIZONTAL_NIL: Final = "spec.horizontalScaling is nil, not supported in HorizontalScaling type"
-MSG_HORIZONTAL_REPLICAS_EMPTY: Final = "spec.horizontalScaling.replicas can not be empty"
-MSG_HORIZONTAL_REPLICAS_TOO_FEW: Final = "spec.horizontalScaling.replicas must be at least 1"
+MSG_HORIZONTAL_NIL: Final = rules.MSG_HORIZONTAL_NIL
+MSG_HORIZONTAL_REPLICAS_EMPTY: Final = rules.MSG_HORIZONTAL_REPLICAS_EMPTY
+MSG_HORIZONTAL_REPLICAS_TOO_FEW: Final = rules.MSG_HORIZONTAL_REPLICAS_TOO_FEW
 # Ours (KubeDB only logs it): a warning, the request is accepted.
 MSG_HORIZONTAL_EVEN: Final = ("spec.horizontalScaling.replicas is even ({replicas}): it tolerates no more member "
                               "failures than {below} members, and every write needs one more acknowledgement")
-MSG_COMPACT_NIL: Final = "spec.compact is nil, not supported in Compact type"
-MSG_COMPACT_NEGATIVE: Final = "spec.compact.revision can not be negative"
-MSG_AUTH_SECRET_NAME_EMPTY: Final = "spec.authentication.secretRef.name can not be empty"
+MSG_COMPACT_NIL: Final = rules.MSG_COMPACT_NIL
+MSG_COMPACT_NEGATIVE: Final = rules.MSG_COMPACT_NEGATIVE
+MSG_AUTH_SECRET_NAME_EMPTY: Final = rules.MSG_AUTH_SECRET_NAME_EMPTY
 # Ours: etcd's authentication is turned on by spec.authSecret or a RotateAuth, and never off or over by an edit.
 MSG_AUTH_SECRET_REMOVED: Final = (
     "spec.authSecret can not be removed: etcd's authentication stays on once it is on (clients log in as root)"
@@ -116,24 +104,14 @@ MSG_AUTH_SECRET_RENAMED: Final = (
     "spec.authentication.secretRef.name: {new}, which moves etcd's root password to it"
 )
 # Backup and Restore (ours; KubeDB's Restore reads KubeStash): the Etcd's spec.backup is where snapshots live.
-MSG_NO_BACKUP_POLICY: Final = (
-    "Etcd {namespace}/{name} has no spec.backup: set spec.backup.destination (endpoint, bucket, credentialsSecret) "
-    "on the Etcd first"
-)
-MSG_RESTORE_NIL: Final = "spec.restore is nil, not supported in Restore type"
-MSG_RESTORE_SOURCE_EMPTY: Final = 'spec.restore.source can not be empty: give a snapshot\'s key or "latest"'
-MSG_RESTORE_TIMEOUT: Final = (
-    "spec.timeout is required for Restore ops request, adjust timeout according to the size of your database"
-)
+MSG_NO_BACKUP_POLICY: Final = rules.MSG_NO_BACKUP_POLICY
+MSG_RESTORE_NIL: Final = rules.MSG_RESTORE_NIL
+MSG_RESTORE_SOURCE_EMPTY: Final = rules.MSG_RESTORE_SOURCE_EMPTY
+MSG_RESTORE_TIMEOUT: Final = rules.MSG_RESTORE_TIMEOUT
 # RecoverFromQuorumLoss (KubeDB's rules: timeout required, only with QuorumLost=True, confirmMember must match).
-MSG_RECOVER_NIL: Final = "spec.recoverFromQuorumLoss is nil, not supported in RecoverFromQuorumLoss type"
-MSG_RECOVER_CONFIRM_EMPTY: Final = (
-    "spec.recoverFromQuorumLoss.confirmMember can not be empty: type the name of the member to keep"
-)
-MSG_RECOVER_TIMEOUT: Final = (
-    "spec.timeout is required for RecoverFromQuorumLoss ops request, adjust timeout according to the size of your "
-    "database"
-)
+MSG_RECOVER_NIL: Final = rules.MSG_RECOVER_NIL
+MSG_RECOVER_CONFIRM_EMPTY: Final = rules.MSG_RECOVER_CONFIRM_EMPTY
+MSG_RECOVER_TIMEOUT: Final = rules.MSG_RECOVER_TIMEOUT
 MSG_RECOVER_NOT_LOST: Final = (
     "Etcd {namespace}/{name} does not report QuorumLost=True: a RecoverFromQuorumLoss rebuilds the cluster from one "
     "member and is only for a cluster whose majority has been gone longer than the operator's bound"

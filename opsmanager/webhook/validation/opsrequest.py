@@ -23,6 +23,10 @@ The order on create:
    the request's first step: this webhook reads no Secret). ``Restart``, ``MoveLeader``, ``Defragment``: nothing
    more.
 
+The rules on the request itself (and on the few facts of the Etcd they read) are written once, in
+:mod:`opsmanager.api.rules`: the plan builders refuse with the same functions, so a request created without this
+webhook fails with the same words. Only the rules that read the Etcd's status (a recovery's) are this module's own.
+
 On update only the precondition runs (:func:`~.objects.precondition_error`): ``spec`` must not change. As in
 KubeDB, the "value" of an ops-request error is the request's name.
 
@@ -33,11 +37,12 @@ handover to cert-manager and is allowed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from opsmanager.api import conditions, constants
-from opsmanager.api.opsrequest import EtcdOpsRequest
+from opsmanager.api import conditions, constants, rules
+from opsmanager.api import opsrequest as ops_api
 from opsmanager.webhook.validation import etcd as etcd_rules
 from opsmanager.webhook.validation import messages
 from opsmanager.webhook.validation.fielderrors import FieldError, go_value, invalid, schema_errors
@@ -46,107 +51,112 @@ from opsmanager.webhook.validation.objects import as_dict, name_of, precondition
 from opsmanager.webhook.validation.verdict import Verdict
 
 
-def _db_has_issuer(db: Mapping[str, Any]) -> bool:
-    tls = as_dict(db.get("spec")).get("tls")
-    return isinstance(tls, dict) and tls.get("issuerRef") is not None
+def etcd_facts(db: Mapping[str, Any]) -> rules.EtcdFacts:
+    """What the request rules read of the Etcd, from the raw object the lookup returned."""
+    meta, spec = as_dict(db.get("metadata")), as_dict(db.get("spec"))
+    tls = spec.get("tls")
+    return rules.EtcdFacts(namespace=str(meta.get("namespace") or "default"), name=name_of(db),
+                           tls_issuer=isinstance(tls, dict) and tls.get("issuerRef") is not None,
+                           external_secrets=isinstance(tls, dict) and tls.get("externalSecrets") is not None,
+                           backup=isinstance(spec.get("backup"), Mapping))
 
 
-def _db_has_external_secrets(db: Mapping[str, Any]) -> bool:
-    tls = as_dict(db.get("spec")).get("tls")
-    return isinstance(tls, dict) and tls.get("externalSecrets") is not None
+@dataclasses.dataclass(frozen=True)
+class Checked:
+    """A request that passed the schema: its typed spec, its raw spec, the Etcd it names (raw), and its name (the
+    value of every error, as in KubeDB)."""
+
+    spec: ops_api.EtcdOpsRequestSpec
+    raw: Mapping[str, Any]
+    db: Mapping[str, Any]
+    name: str
+
+    def errors(self, *found: rules.Violation | None) -> list[FieldError]:
+        """The rules' violations as field errors."""
+        return [invalid(v.field, self.name, v.message) for v in found if v is not None]
 
 
-def reconfigure_tls_error(tls: Any, db: Mapping[str, Any]) -> str | None:
-    """KubeDB's ``validateEtcdReconfigureTLSOpsRequest`` on a (schema-valid) ``spec.tls`` and the Etcd object."""
-    if tls is None:
-        return messages.MSG_TLS_NIL
-    tls = as_dict(tls)
-    cert_update = tls.get("issuerRef") is not None or bool(tls.get("certificates"))
-    remove = tls.get("remove") is True
-    rotate = tls.get("rotateCertificates") is True
-    count = int(remove) + int(rotate) + int(cert_update)
-    if count == 0:
-        return messages.MSG_TLS_NONE
-    if count > 1:
-        return messages.MSG_TLS_MANY
-    if remove:
-        return None
-    if rotate:
-        if _db_has_external_secrets(db):  # ours: the user rotates their own Secrets
-            return messages.MSG_TLS_ROTATE_EXTERNAL.format(db=name_of(db))
-        return None if _db_has_issuer(db) else messages.MSG_TLS_ROTATE_NO_ISSUER
-    if tls.get("issuerRef") is None and not _db_has_issuer(db):
-        if _db_has_external_secrets(db):
-            return messages.MSG_TLS_ISSUER_REQUIRED_EXTERNAL.format(db=name_of(db))
-        return messages.MSG_TLS_ISSUER_REQUIRED
-    return None  # an issuerRef on an externalSecrets Etcd is the handover to cert-manager: allowed
+def reconfigure_errors(c: Checked) -> list[FieldError]:
+    """KubeDB's Reconfigure checks, then ours: etcd's own rules on the flags the members will run with (the
+    request's over the Etcd's), each naming its field."""
+    errors = c.errors(rules.configuration(c.spec.configuration))
+    if errors:
+        return errors
+    current = as_dict(as_dict(c.db.get("spec")).get("configuration")).get("tuning")
+    tuning = as_dict(c.raw.get("configuration"))["tuning"]
+    return etcd_rules.tuning_errors(tuning, "spec.configuration.tuning", current, db=c.db)
 
 
-def rotate_auth_error(authentication: Any) -> str | None:
-    """KubeDB's first RotateAuth check: a ``secretRef`` needs a name. Its other three (the Secret exists, has a
-    non-empty ``password``, and ``username`` ``root``) read the Secret, and this webhook reads no Secret: the
-    request's first step makes them, with KubeDB's words, before anything changes (docs/decisions.md D27.3)."""
-    ref = as_dict(authentication).get("secretRef")
-    if ref is not None and not as_dict(ref).get("name"):
-        return messages.MSG_AUTH_SECRET_NAME_EMPTY
-    return None
-
-
-def recovery_errors(spec: Mapping[str, Any], db: Mapping[str, Any], name: str) -> list[FieldError]:
-    """RecoverFromQuorumLoss: ``recoverFromQuorumLoss`` with ``confirmMember``, ``spec.timeout`` given, the Etcd
-    reporting ``QuorumLost=True``, ``member`` (when given) among the members that answer, and ``confirmMember``
-    equal to the member that would be kept (``member``, else the Etcd's ``status.quorumLoss.survivor``)."""
+def quorum_loss_errors(recover: ops_api.RecoverFromQuorumLossSpec, db: Mapping[str, Any],
+                       name: str) -> list[FieldError]:
+    """RecoverFromQuorumLoss against the Etcd's status: it reports ``QuorumLost=True``, ``member`` (when given) is
+    among the members that answer, and ``confirmMember`` is the member that would be kept (``member``, else the
+    Etcd's ``status.quorumLoss.survivor``)."""
     field = "spec.recoverFromQuorumLoss"
-    recover = spec.get("recoverFromQuorumLoss")
-    if not isinstance(recover, Mapping):
-        return [invalid(field, name, messages.MSG_RECOVER_NIL)]
-    out: list[FieldError] = []
-    confirm = recover.get("confirmMember")
-    if not confirm:
-        out.append(invalid(field, name, messages.MSG_RECOVER_CONFIRM_EMPTY))
-    if not spec.get("timeout"):
-        out.append(invalid("spec.timeout", name, messages.MSG_RECOVER_TIMEOUT))
     status = as_dict(db.get("status"))
     meta = as_dict(db.get("metadata"))
     if not conditions.is_true(status.get("conditions") if isinstance(status.get("conditions"), list) else None,
                               constants.COND_QUORUM_LOST):
-        out.append(invalid(field, name, messages.MSG_RECOVER_NOT_LOST.format(
-            namespace=meta.get("namespace") or "default", name=meta.get("name"))))
-        return out
+        return [invalid(field, name, messages.MSG_RECOVER_NOT_LOST.format(
+            namespace=meta.get("namespace") or "default", name=meta.get("name")))]
     loss = as_dict(status.get("quorumLoss"))
     answering = as_dict(loss.get("answering"))
-    member = recover.get("member")
+    member, confirm = recover.member, recover.confirm_member
     if member and member not in answering:
-        out.append(invalid(field, name, messages.MSG_RECOVER_MEMBER_SILENT.format(
-            member=member, answering=", ".join(sorted(answering)) or "none")))
-        return out
+        return [invalid(field, name, messages.MSG_RECOVER_MEMBER_SILENT.format(
+            member=member, answering=", ".join(sorted(answering)) or "none"))]
     kept = member or loss.get("survivor")
     why = "named by spec.recoverFromQuorumLoss.member" if member else "the highest raft committed index of the members that answer"
     if confirm and kept and confirm != kept:
-        out.append(invalid(field, name, messages.MSG_RECOVER_CONFIRM_MISMATCH.format(confirm=confirm, survivor=kept,
-                                                                                      why=why)))
-    return out
+        return [invalid(field, name, messages.MSG_RECOVER_CONFIRM_MISMATCH.format(confirm=confirm, survivor=kept,
+                                                                                   why=why))]
+    return []
 
 
-def backup_errors(spec: Mapping[str, Any], db: Mapping[str, Any], name: str) -> list[FieldError]:
-    """Backup: the Etcd must have ``spec.backup``. Restore: ``spec.restore`` with a ``source``, ``spec.timeout``
-    given (KubeDB's rule: a restore takes as long as the data), and ``spec.backup`` on the Etcd."""
-    out: list[FieldError] = []
-    field = "spec.backup"
-    if spec.get("type") == constants.OPS_TYPE_RESTORE:
-        field = "spec.restore"
-        restore = spec.get("restore")
-        if not isinstance(restore, Mapping):
-            return [invalid(field, name, messages.MSG_RESTORE_NIL)]
-        if not restore.get("source"):
-            out.append(invalid(field, name, messages.MSG_RESTORE_SOURCE_EMPTY))
-        if not spec.get("timeout"):
-            out.append(invalid("spec.timeout", name, messages.MSG_RESTORE_TIMEOUT))
-    if not isinstance(as_dict(db.get("spec")).get("backup"), Mapping):
-        meta = as_dict(db.get("metadata"))
-        out.append(invalid(field, name, messages.MSG_NO_BACKUP_POLICY.format(
-            namespace=meta.get("namespace") or "default", name=meta.get("name"))))
-    return out
+def recovery_errors(c: Checked) -> list[FieldError]:
+    """RecoverFromQuorumLoss: the request's own rules (:func:`opsmanager.api.rules.recovery`), then the Etcd's
+    status (:func:`quorum_loss_errors`)."""
+    errors = c.errors(*rules.recovery(c.spec))
+    recover = c.spec.recover_from_quorum_loss
+    return errors if recover is None else errors + quorum_loss_errors(recover, c.db, c.name)
+
+
+# The rules of each type after the schema, in KubeDB's order; a type without an entry has none (Restart,
+# MoveLeader, Defragment).
+TYPE_RULES: dict[str, Callable[[Checked], list[FieldError]]] = {
+    constants.OPS_TYPE_RECONFIGURE_TLS: lambda c: c.errors(rules.reconfigure_tls(c.spec.tls, etcd_facts(c.db))),
+    constants.OPS_TYPE_UPDATE_VERSION: lambda c: c.errors(rules.update_version(c.spec.update_version)),
+    constants.OPS_TYPE_VERTICAL_SCALING: lambda c: c.errors(rules.vertical_scaling(c.spec.vertical_scaling)),
+    constants.OPS_TYPE_RECONFIGURE: reconfigure_errors,
+    constants.OPS_TYPE_HORIZONTAL_SCALING: lambda c: c.errors(rules.horizontal_scaling(c.spec.horizontal_scaling)),
+    constants.OPS_TYPE_ROTATE_AUTH: lambda c: c.errors(rules.rotate_auth(c.spec.authentication)),
+    constants.OPS_TYPE_RECOVER_FROM_QUORUM_LOSS: recovery_errors,
+    constants.OPS_TYPE_BACKUP: lambda c: c.errors(rules.backup_policy(etcd_facts(c.db), "spec.backup")),
+    constants.OPS_TYPE_RESTORE: lambda c: c.errors(*rules.restore(c.spec, etcd_facts(c.db))),
+    constants.OPS_TYPE_COMPACT: lambda c: c.errors(rules.compact(c.spec.compact)),
+}
+
+
+def _type_error(type_: Any, name: str) -> FieldError | None:
+    """KubeDB's first check: a supported ``spec.type``."""
+    if type_ in constants.OPS_TYPES:
+        return None
+    shown = type_ if isinstance(type_, str) else ("" if type_ is None else go_value(type_))
+    msg = messages.MSG_TYPE_NOT_SUPPORTED.format(type=shown, types=", ".join(constants.OPS_TYPES))
+    return invalid("spec.type", name, msg)
+
+
+def _database(spec: Mapping[str, Any], namespace: str, name: str,
+              lookup: EtcdLookup) -> tuple[Mapping[str, Any] | None, FieldError | None]:
+    """KubeDB's second check: the Etcd ``spec.databaseRef`` names exists; ``(the Etcd, None)`` or
+    ``(None, the error)``."""
+    db_name = as_dict(spec.get("databaseRef")).get("name")
+    db = lookup.get_etcd(namespace, db_name) if isinstance(db_name, str) and db_name else None
+    if db is not None:
+        return db, None
+    shown_db = db_name if isinstance(db_name, str) else ""
+    not_found = messages.MSG_DATABASE_NOT_FOUND.format(namespace=namespace, name=shown_db)
+    return None, invalid("spec.databaseRef", name, not_found)
 
 
 def opsrequest_errors(obj: Mapping[str, Any], namespace: str, lookup: EtcdLookup) -> list[FieldError]:
@@ -156,70 +166,17 @@ def opsrequest_errors(obj: Mapping[str, Any], namespace: str, lookup: EtcdLookup
     """
     name = name_of(obj)
     spec = as_dict(obj.get("spec"))
-    type_ = spec.get("type")
-    if type_ not in constants.OPS_TYPES:
-        shown = type_ if isinstance(type_, str) else ("" if type_ is None else go_value(type_))
-        msg = messages.MSG_TYPE_NOT_SUPPORTED.format(type=shown, types=", ".join(constants.OPS_TYPES))
-        return [invalid("spec.type", name, msg)]
-    db_name = as_dict(spec.get("databaseRef")).get("name")
-    db = lookup.get_etcd(namespace, db_name) if isinstance(db_name, str) and db_name else None
+    if (wrong_type := _type_error(spec.get("type"), name)) is not None:
+        return [wrong_type]
+    db, not_found = _database(spec, namespace, name, lookup)
     if db is None:
-        shown_db = db_name if isinstance(db_name, str) else ""
-        not_found = messages.MSG_DATABASE_NOT_FOUND.format(namespace=namespace, name=shown_db)
-        return [invalid("spec.databaseRef", name, not_found)]
-    errors = schema_errors(EtcdOpsRequest, obj)
+        return [not_found] if not_found is not None else []
+    errors = schema_errors(ops_api.EtcdOpsRequest, obj)
     if errors:
         return errors
-    if type_ == constants.OPS_TYPE_RECONFIGURE_TLS:
-        message = reconfigure_tls_error(spec.get("tls"), db)
-        if message:
-            errors.append(invalid("spec.tls", name, message))
-    if type_ == constants.OPS_TYPE_UPDATE_VERSION:
-        update = spec.get("updateVersion")
-        if not isinstance(update, Mapping):
-            errors.append(invalid("spec.updateVersion", name, messages.MSG_UPDATE_VERSION_NIL))
-        elif not update.get("targetVersion"):
-            errors.append(invalid("spec.updateVersion", name, messages.MSG_UPDATE_VERSION_EMPTY))
-    if type_ == constants.OPS_TYPE_VERTICAL_SCALING:
-        scaling = spec.get("verticalScaling")
-        if not isinstance(scaling, Mapping):
-            errors.append(invalid("spec.verticalScaling", name, messages.MSG_VERTICAL_NIL))
-        elif scaling.get("etcd") is None and scaling.get("exporter") is None:
-            errors.append(invalid("spec.verticalScaling", name, messages.MSG_VERTICAL_EMPTY))
-    if type_ == constants.OPS_TYPE_RECONFIGURE:
-        configuration = spec.get("configuration")
-        if not isinstance(configuration, Mapping):
-            errors.append(invalid("spec.configuration", name, messages.MSG_CONFIGURATION_NIL))
-        elif configuration.get("tuning") is None:
-            errors.append(invalid("spec.configuration", name, messages.MSG_CONFIGURATION_TUNING))
-        elif configuration.get("applyConfig") is not None or configuration.get("configSecret") is not None:
-            errors.append(invalid("spec.configuration", name, messages.MSG_CONFIGURATION_NOT_SUPPORTED))
-        else:  # ours: etcd's own rules on the flags the members will run with
-            current = as_dict(as_dict(db.get("spec")).get("configuration")).get("tuning")
-            errors += etcd_rules.tuning_errors(configuration["tuning"], "spec.configuration.tuning", current, db=db)
-    if type_ == constants.OPS_TYPE_HORIZONTAL_SCALING:
-        scaling = spec.get("horizontalScaling")
-        if not isinstance(scaling, Mapping):
-            errors.append(invalid("spec.horizontalScaling", name, messages.MSG_HORIZONTAL_NIL))
-        elif scaling.get("replicas") is None:
-            errors.append(invalid("spec.horizontalScaling", name, messages.MSG_HORIZONTAL_REPLICAS_EMPTY))
-        elif isinstance(scaling.get("replicas"), int) and scaling["replicas"] < 1:
-            errors.append(invalid("spec.horizontalScaling", name, messages.MSG_HORIZONTAL_REPLICAS_TOO_FEW))
-    if type_ == constants.OPS_TYPE_ROTATE_AUTH:
-        message = rotate_auth_error(spec.get("authentication"))
-        if message:
-            errors.append(invalid("spec.authentication", name, message))
-    if type_ == constants.OPS_TYPE_RECOVER_FROM_QUORUM_LOSS:
-        errors += recovery_errors(spec, db, name)
-    if type_ in (constants.OPS_TYPE_BACKUP, constants.OPS_TYPE_RESTORE):
-        errors += backup_errors(spec, db, name)
-    if type_ == constants.OPS_TYPE_COMPACT:
-        compact = spec.get("compact")
-        if not isinstance(compact, Mapping):
-            errors.append(invalid("spec.compact", name, messages.MSG_COMPACT_NIL))
-        elif isinstance(compact.get("revision"), int) and compact["revision"] < 0:
-            errors.append(invalid("spec.compact", name, messages.MSG_COMPACT_NEGATIVE))
-    return errors
+    request = ops_api.EtcdOpsRequest.model_validate(obj, strict=True, by_alias=True, by_name=False)
+    rule = TYPE_RULES.get(request.spec.type)
+    return rule(Checked(request.spec, spec, db, name)) if rule is not None else []
 
 
 def opsrequest_warnings(obj: Mapping[str, Any]) -> list[str]:

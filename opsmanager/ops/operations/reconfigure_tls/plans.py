@@ -42,7 +42,7 @@ import dataclasses
 import enum
 from collections.abc import Callable, Sequence
 
-from opsmanager.api import common, constants, tlschange
+from opsmanager.api import common, constants, rules, tlschange
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.cluster import render
@@ -386,7 +386,7 @@ def reconfigure_tls_plan(db: etcd_api.Etcd, req: ops_api.ReconfigureTLSSpec,
 def plan_tls(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest, seen: enum.Enum | None = None) -> plan.Plan:
     """The plan of a ``ReconfigureTLS`` request; ``seen``: the rotate variant observed when it started (none: a
     hot reload)."""
-    if request.spec.tls is None:
-        raise ValueError("spec.tls is nil, not supported in ReconfigureTLS type")
+    rules.enforce(rules.tls_given(request.spec.tls))
+    assert request.spec.tls is not None  # the rule holds
     variant = seen if isinstance(seen, RotateVariant) else RotateVariant.HOT_RELOAD
     return reconfigure_tls_plan(db, request.spec.tls, variant)
