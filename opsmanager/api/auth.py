@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import datetime
 from collections.abc import Mapping
 from typing import Any, Final
@@ -84,3 +85,13 @@ def previous_due(secret: Mapping[str, Any] | None, now: datetime.datetime) -> bo
 def drop_previous() -> dict[str, Any]:
     """The merge patch that removes ``password.prev`` and its date from the auth Secret."""
     return {"metadata": {"annotations": {ANNOTATION_PREV_UNTIL: None}}, "data": {KEY_PREV: None}}
+
+
+@dataclasses.dataclass(frozen=True)
+class AuthEnabled:
+    """The Etcd's ``status.authEnabled: true``: etcd's authentication is on with the auth Secret's password. A
+    change for :func:`opsmanager.cluster.etcdstatus.write`, made by the provisioner when it turns authentication on
+    and by a ``RotateAuth`` request's write-back."""
+
+    def apply(self, status: Mapping[str, Any]) -> dict[str, Any]:
+        return {**status, "authEnabled": True}

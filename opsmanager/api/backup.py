@@ -7,8 +7,10 @@ Pure: the models and the schedule arithmetic (cron through ``croniter``). The I/
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 import croniter
 import pydantic
@@ -120,3 +122,33 @@ class BackupStatus(common.OpenModel):
     snapshots: int | None = pydantic.Field(default=None, description="Snapshots in the store after the last prune.")
     last_restore: RestoreRecord | None = pydantic.Field(
         default=None, description="The last Restore: the snapshot's key and revision, the request, when.")
+
+
+# Changes of an Etcd's ``status.backup``, for :func:`opsmanager.cluster.etcdstatus.write`: pure, each returns a new
+# status and leaves its argument alone.
+
+
+@dataclasses.dataclass(frozen=True)
+class BackupSucceeded:
+    """A Backup request's snapshot is in the store and the store is pruned: it is ``lastSuccess``, ``snapshots``
+    counts what the prune kept, and an earlier failure is cleared."""
+
+    snapshot: SnapshotRecord
+    snapshots: int
+
+    def apply(self, status: Mapping[str, Any]) -> dict[str, Any]:
+        backup = {**(status.get("backup") or {}), "lastSuccess": common.to_dict(self.snapshot),
+                  "snapshots": self.snapshots}
+        backup.pop("lastFailure", None)
+        backup.pop("lastFailureTime", None)
+        return {**status, "backup": backup}
+
+
+@dataclasses.dataclass(frozen=True)
+class Restored:
+    """A Restore request replaced the members from a snapshot: ``lastRestore``."""
+
+    restore: RestoreRecord
+
+    def apply(self, status: Mapping[str, Any]) -> dict[str, Any]:
+        return {**status, "backup": {**(status.get("backup") or {}), "lastRestore": common.to_dict(self.restore)}}

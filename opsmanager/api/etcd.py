@@ -285,6 +285,13 @@ class QuorumLoss(common.OpenModel):
                                   "among those that answer (their data is there); ties to the lowest ordinal.")
 
 
+class AnnouncedMaterial(common.OpenModel):
+    """A TLS source the provisioner's gate holds back, whose Warning Event was posted (once per pair)."""
+
+    secret: str = pydantic.Field(description="The source Secret cert-manager (or the user) wrote.")
+    reason: str = pydantic.Field(description="The gate's problem code, e.g. `UntrustedCA` or `Expired`.")
+
+
 class ScaledBy(common.OpenModel):
     """The member count a HorizontalScaling request writes into ``spec.replicas`` next (on record before it does)."""
 
@@ -331,6 +338,12 @@ class EtcdStatus(common.OpenModel):
         default=None,
         description="True once etcd's authentication is on (the `root` user exists with the password of "
                     "`spec.authSecret`); set by the provisioner or a `RotateAuth` request.",
+    )
+    material_announced: list[AnnouncedMaterial] | None = pydantic.Field(
+        default=None,
+        description="The TLS sources the gate holds back whose Warning Event was posted, so each (Secret, reason) "
+                    "is announced once; a pair is dropped when its source passes, so the same failure coming back "
+                    "is announced again.",
     )
     initial_cluster_state: Literal["new", "existing"] | None = pydantic.Field(
         default=None,

@@ -385,6 +385,11 @@ class EtcdOpsRequestStatus(common.OpenModel):
         default=None, description="`Restore`: what it saw before it replaced the members.")
     recovery: RecoveryProgress | None = pydantic.Field(
         default=None, description="`RecoverFromQuorumLoss`: the survivor's restarts, recorded before each.")
+    certificate_revisions: dict[str, int] | None = pydantic.Field(
+        default=None,
+        description="`ReconfigureTLS` rotate: each Certificate's `status.revision` before the request asked "
+                    "cert-manager to re-issue it, by Certificate name; recorded before the ask, so it is asked once "
+                    "and the old certificate is never taken for the new one.")
 
 
 class EtcdOpsRequest(common.Model):

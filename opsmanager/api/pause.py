@@ -10,12 +10,14 @@ owns (it only reports); whoever set the pause removes it. Two kinds of holder:
 - **anyone else** (a person, a backup tool, a benchmark's naive strategy): any other reason/message. The operator
   honours it like any pause and never removes it; a request waits while it is there.
 
-Each function takes and returns a ``status`` mapping, so it composes with ``kube.transact_status`` (re-read,
-mutate, skip a no-op, optimistic lock). Nothing here does I/O.
+Each function takes and returns a ``status`` mapping; :class:`Pause` and :class:`Release` wrap the two that change
+it as typed changes for :func:`opsmanager.cluster.etcdstatus.write` (re-read, apply, skip a no-op, optimistic lock).
+Nothing here does I/O.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -79,3 +81,23 @@ def release(status: Mapping[str, Any], request: str) -> Status:
     out = dict(status)
     out["conditions"] = conditions.remove_condition(out.get("conditions"), constants.COND_PAUSED)
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Pause:
+    """The pause of EtcdOpsRequest ``request`` set (:func:`pause`)."""
+
+    request: str
+
+    def apply(self, status: Mapping[str, Any]) -> Status:
+        return pause(status, self.request)
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """The pause removed if EtcdOpsRequest ``request`` holds it; anyone else's stays (:func:`release`)."""
+
+    request: str
+
+    def apply(self, status: Mapping[str, Any]) -> Status:
+        return release(status, self.request)

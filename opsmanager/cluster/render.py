@@ -332,6 +332,15 @@ def initial_cluster_state(db: etcd_api.Etcd) -> str:
     return (db.status.initial_cluster_state if db.status is not None else None) or "new"
 
 
+@dataclasses.dataclass(frozen=True)
+class JoinExisting:
+    """``status.initialClusterState: existing``, from the first membership change on (:func:`initial_cluster_state`
+    reads it): a change for :func:`opsmanager.cluster.etcdstatus.write`."""
+
+    def apply(self, status: dict[str, Any]) -> dict[str, Any]:
+        return {**status, "initialClusterState": "existing"}
+
+
 def etcd_args(db: etcd_api.Etcd, wiring: Wiring) -> list[str]:
     """The etcd command line of a member (``$(POD_NAME)`` is expanded by the kubelet)."""
     name, namespace = _name(db), _namespace(db)

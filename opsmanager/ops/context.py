@@ -40,7 +40,7 @@ from opsmanager.api import constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.backup import store
-from opsmanager.cluster import backups, credentials, members, naming
+from opsmanager.cluster import backups, credentials, etcdstatus, members, naming, render
 from opsmanager.etcd import access, admin, pool
 from opsmanager.ops import plan as plan_mod
 from opsmanager.ops.core import results
@@ -156,20 +156,18 @@ class OpsContext(core_status.RequestStatus):
     def set_pod_condition(self, step: str, pod: str, status: str) -> None:
         self.set_condition(constants.per_pod_type(step, pod), status, per_pod_message(step, status, pod))
 
-    def record(self, raw_field: str | None = None, raw_value: dict[str, Any] | list[Any] | None = None, *,
-               origin: ops_api.RequestOrigin | None = None, restarts: ops_api.Restarts | None = None,
+    def record(self, *, origin: ops_api.RequestOrigin | None = None, restarts: ops_api.Restarts | None = None,
                database_sizes: dict[str, ops_api.DatabaseSize] | None = None, warnings: list[str] | None = None,
                snapshot: backup_api.SnapshotRecord | None = None, restore: ops_api.RestoreProgress | None = None,
-               recovery: ops_api.RecoveryProgress | None = None) -> None:
+               recovery: ops_api.RecoveryProgress | None = None,
+               certificate_revisions: dict[str, int] | None = None) -> None:
         """The engine's durable records in the request's status (each a typed field of
         :class:`~opsmanager.api.opsrequest.EtcdOpsRequestStatus`, replaced whole), written by the next
-        :meth:`flush` — which a step flushes before the action the record is for. (``raw_field``, ``raw_value``:
-        a record as raw JSON, for the steps not yet moved to the typed fields.)"""
-        if raw_field is not None and raw_value is not None:
-            self.set_field(raw_field, raw_value)
+        :meth:`flush` — which a step flushes before the action the record is for."""
         given = {name: value for name, value in (
             ("origin", origin), ("restarts", restarts), ("database_sizes", database_sizes), ("warnings", warnings),
-            ("snapshot", snapshot), ("restore", restore), ("recovery", recovery)) if value is not None}
+            ("snapshot", snapshot), ("restore", restore), ("recovery", recovery),
+            ("certificate_revisions", certificate_revisions)) if value is not None}
         dumped = ops_api.EtcdOpsRequestStatus.model_validate(given).model_dump(
             by_alias=True, exclude_none=True, mode="json", include=set(given))
         for key, value in dumped.items():
@@ -182,11 +180,6 @@ class OpsContext(core_status.RequestStatus):
         st = self.request.get("status") or {}
         return ops_api.EtcdOpsRequestStatus.model_validate(
             {k: v for k, v in st.items() if k in _RECORD_KEYS})
-
-    def recorded(self, field: str) -> dict[str, Any]:
-        """A record read as raw JSON, for the steps not yet moved to :attr:`records` (empty when absent)."""
-        value = self.field(field)
-        return dict(value) if isinstance(value, dict) else {}
 
     @property
     def restarts(self) -> ops_api.Restarts:
@@ -262,12 +255,7 @@ class OpsContext(core_status.RequestStatus):
         ``status.initialClusterState: existing``, before a member is added or the others wiped)."""
         if ((self.db_obj.get("status") or {}).get("initialClusterState")) == "existing":
             return
-
-        def mutate(st: dict[str, Any]) -> dict[str, Any]:
-            return {**st, "initialClusterState": "existing"}
-
-        updated = await self.kube.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, self.namespace,
-                                                  self.db_name, mutate)
+        updated = await etcdstatus.write(self.kube, self.namespace, self.db_name, render.JoinExisting())
         if updated is not None:
             self.db_obj = updated
 

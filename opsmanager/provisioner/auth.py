@@ -16,12 +16,11 @@ an Event or status (never written anywhere but the Secret); a leaked password le
 from __future__ import annotations
 
 import datetime
-from typing import Any
 
 from opsmanager import kube
-from opsmanager.api import auth, constants
+from opsmanager.api import auth
 from opsmanager.api import etcd as etcd_api
-from opsmanager.cluster import credentials
+from opsmanager.cluster import credentials, etcdstatus
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.etcd.admin import EtcdAdmin
 
@@ -65,11 +64,7 @@ async def turn_on(k: kube.Kube, db: etcd_api.Etcd, client: EtcdAdmin) -> str | N
         await client.user_grant_role(auth.USERNAME, auth.ROOT_ROLE)
         await client.auth_enable()
         did = f"etcd authentication is on: clients log in as root with the password of Secret {db.spec.auth_secret.name}"
-
-    def enabled(st: dict[str, Any]) -> dict[str, Any]:
-        return {**st, "authEnabled": True}
-
-    await k.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name, enabled)
+    await etcdstatus.write(k, ns, name, auth.AuthEnabled())
     return did
 
 

@@ -1,5 +1,5 @@
 """The provisioner's kopf handlers on ``etcds.opsmanager.dev`` — thin: they call :mod:`.applying`,
-:mod:`.observe` and write status through ``kube.transact_status`` with :mod:`.status`.
+:mod:`.observe` and write status through :func:`opsmanager.cluster.etcdstatus.write` with :mod:`.status`'s changes.
 
 - **create / resume / update** → one reconcile pass; "not yet" (certificates still being issued) becomes
   ``kopf.TemporaryError(delay=...)``, a foreign object or an invalid spec a slower retry, so no handler sleeps.
@@ -33,7 +33,7 @@ import kopf
 
 from opsmanager import kube, metrics
 from opsmanager.api import conditions, constants, pause
-from opsmanager.cluster import naming
+from opsmanager.cluster import etcdstatus, naming
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.kube import cache
 from opsmanager.provisioner import applying, observe, status
@@ -72,11 +72,8 @@ async def _record(k: kube.Kube, body: Mapping[str, Any], outcome: applying.Outco
         # say so; a Reconciled=False/Paused and back would be two more writes and two more Events per request.
         return
     previous = conditions.get_condition((body.get("status") or {}).get("conditions"), status.COND_RECONCILED)
-    await k.transact_status(
-        constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name,
-        status.provisioning_started(generation),
-        status.reconciled(outcome.ok, outcome.reason, outcome.message, generation),
-    )
+    await etcdstatus.write(k, ns, name, status.ProvisioningStarted(generation),
+                           status.Reconciled(outcome.ok, outcome.reason, outcome.message, generation))
     if outcome.changed:
         logger.info("reconcile %s/%s: %s", ns, name, ", ".join(outcome.changed))
     if outcome.held is not None:
@@ -92,26 +89,38 @@ async def _record(k: kube.Kube, body: Mapping[str, Any], outcome: applying.Outco
 async def _report_held(k: kube.Kube, body: Mapping[str, Any], held: tuple[gate.Problem, ...],
                        logger: Logger) -> None:
     """``TLSMaterialReady`` and one Warning Event per (source, reason) the gate holds back — not one per pass:
-    the pairs announced are recorded on the Etcd (``opsmanager.dev/tls-material-announced``) before the Event is
-    posted, and forgotten once the source passes (so the same failure coming back is announced again). A source
-    cert-manager has not written yet (``SourceMissing``) is waiting, not a warning."""
+    the pairs announced are recorded in the Etcd's ``status.materialAnnounced``, in the same write as the
+    condition and before the Events are posted, and forgotten once the source passes (so the same failure coming
+    back is announced again). A source cert-manager has not written yet (``SourceMissing``) is waiting, not a
+    warning."""
     ns, name, generation = _ident(body)
-    await k.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name,
-                            status.material_ready([(p.code, p.message) for p in held], generation))
-    annotations = (body.get("metadata") or {}).get("annotations") or {}
-    try:
-        announced = {tuple(x) for x in json.loads(annotations.get(naming.ANNOTATION_MATERIAL_ANNOUNCED) or "[]")}
-    except (ValueError, TypeError):
-        announced = set()
+    announced, legacy = _announced(body)
     current = {(p.secret, p.code): p for p in held if p.code != gate.SOURCE_MISSING}
     new = [p for key, p in current.items() if key not in announced]
-    keep = sorted([list(key) for key in current])
-    if {tuple(x) for x in keep} != announced:
-        await k.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name, {"metadata": {"annotations": {
-            naming.ANNOTATION_MATERIAL_ANNOUNCED: json.dumps(keep, separators=(",", ":")) if keep else None}}})
+    await etcdstatus.write(k, ns, name, status.MaterialReady(tuple((p.code, p.message) for p in held), generation),
+                           status.MaterialAnnounced(tuple(current)))
+    if legacy:  # the record now lives in status: drop the annotation, so a stale copy is never read again
+        await k.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name,
+                      {"metadata": {"annotations": {naming.ANNOTATION_MATERIAL_ANNOUNCED: None}}})
     for p in new:
         logger.warning("Etcd %s/%s: %s", ns, name, p.message)
         await k.event(dict(body), reason=p.code, message=p.message, type_="Warning")
+
+
+def _announced(body: Mapping[str, Any]) -> tuple[set[tuple[str, str]], bool]:
+    """The (source, reason) pairs already announced, and whether the Etcd still carries the legacy annotation.
+
+    ``status.materialAnnounced`` when the status has it; else the annotation ``opsmanager.dev/tls-material-announced``
+    (a JSON list of pairs) that older operators kept the same record in. The legacy reader can go once no Etcd
+    carries that annotation (the first report of an Etcd that has one removes it)."""
+    legacy = ((body.get("metadata") or {}).get("annotations") or {}).get(naming.ANNOTATION_MATERIAL_ANNOUNCED)
+    recorded = status.announced(body)
+    if recorded is not None or not legacy:
+        return recorded or set(), legacy is not None
+    try:
+        return {(str(secret), str(reason)) for secret, reason in json.loads(legacy)}, True
+    except (ValueError, TypeError):
+        return set(), True
 
 
 async def reconcile_once(k: kube.Kube, namespace: str, name: str, memo: Any,
@@ -138,9 +147,8 @@ async def report_status(k: kube.Kube, obj: Mapping[str, Any], *,
     ns, name, generation = _ident(obj)
     db = applying.parse(obj)
     verdict = await observe.observe(k, db)
-    await k.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name,
-                            status.observed(verdict, halted=db.spec.halted, generation=generation,
-                                            quorum_loss_after=quorum_loss_after))
+    await etcdstatus.write(k, ns, name, status.Observed(verdict, halted=db.spec.halted, generation=generation,
+                                                        quorum_loss_after=quorum_loss_after))
 
 
 def _reissued(etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> bool:
@@ -229,8 +237,7 @@ def _register_finalize(registry: kopf.OperatorRegistry, interval: float) -> None
         ns, name, generation = _ident(body)
         if outcome.state == applying.BLOCKED:
             already = conditions.is_true((body.get("status") or {}).get("conditions"), status.COND_DELETION_BLOCKED)
-            await k.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ns, name,
-                                    status.deletion_blocked(outcome.message, generation))
+            await etcdstatus.write(k, ns, name, status.DeletionBlocked(outcome.message, generation))
             if not already:
                 logger.warning("Etcd %s/%s: %s", ns, name, outcome.message)
                 await k.event(dict(body), reason=outcome.reason, message=outcome.message, type_="Warning")

@@ -1,24 +1,25 @@
-"""The provisioner's status transactions: pure ``status -> status`` functions for ``kube.transact_status``.
+"""The provisioner's changes of an Etcd's status: typed values for :func:`opsmanager.cluster.etcdstatus.write`.
 
-The Etcd's status is shared: the provisioner writes ``phase``, ``observedGeneration`` and its own conditions, the
-ops engine writes ``Paused`` (and nothing of ours). Every write goes through ``kube.transact_status`` (re-read,
-apply these functions, skip a no-op, optimistic lock, retry on 409), and these functions only ever set the
-condition types listed in :data:`OWNED_CONDITIONS` — never ``Paused`` — so neither side overwrites the other.
+The Etcd's status is shared: the provisioner writes ``phase``, ``observedGeneration``, ``quorumLoss``,
+``materialAnnounced`` and its own conditions, the ops engine writes ``Paused`` (and nothing of ours). Every write
+goes through the one writer (re-read, apply these changes, skip a no-op, optimistic lock, retry on 409), and these
+changes only ever set the condition types listed in :data:`OWNED_CONDITIONS` — never ``Paused`` — so neither side
+overwrites the other. Each change's ``apply`` is pure: it returns a new status and leaves its argument alone.
 
 Messages carry no timings or counters that change while nothing happens, so a steady cluster writes nothing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
 from opsmanager.api import conditions, constants, pause
 from opsmanager.cluster import health
 
 Status = dict[str, Any]
-Mutation = Callable[[Status], Status]
 
 # Our own condition types (besides KubeDB's database conditions in api.constants):
 # Reconciled: did the last reconcile finish (False: waiting for certificates, blocked by a foreign object, paused)?
@@ -66,52 +67,103 @@ def is_provisioned(status: Status | None) -> bool:
     return conditions.is_true((status or {}).get("conditions"), constants.COND_PROVISIONED)
 
 
-def provisioning_started(generation: int | None, *, now: datetime.datetime | None = None) -> Mutation:
+@dataclasses.dataclass(frozen=True)
+class ProvisioningStarted:
     """First contact: ``ProvisioningStarted=True`` and ``phase: Provisioning`` unless a phase is already there."""
-    def mutate(status: Status) -> Status:
+
+    generation: int | None
+    now: datetime.datetime | None = None
+
+    def apply(self, status: Status) -> Status:
+        status = dict(status)
         if not conditions.is_true(status.get("conditions"), constants.COND_PROVISIONING_STARTED):
             _set(status, constants.COND_PROVISIONING_STARTED, constants.TRUE, REASON_PROVISIONING_STARTED,
-                 "The operator started provisioning the cluster", generation, now)
+                 "The operator started provisioning the cluster", self.generation, self.now)
         status.setdefault("phase", constants.DB_PHASE_PROVISIONING)
         return status
-    return mutate
 
 
-def reconciled(ok: bool, reason: str, message: str, generation: int | None, *,
-               now: datetime.datetime | None = None) -> Mutation:
-    """Record the outcome of a reconcile; a finished one also sets ``observedGeneration``."""
-    def mutate(status: Status) -> Status:
-        _set(status, COND_RECONCILED, constants.TRUE if ok else constants.FALSE, reason, message, generation, now)
-        if ok and generation is not None:
-            status["observedGeneration"] = generation
+@dataclasses.dataclass(frozen=True)
+class Reconciled:
+    """The outcome of a reconcile as ``Reconciled``; a finished one also sets ``observedGeneration``."""
+
+    ok: bool
+    reason: str
+    message: str
+    generation: int | None
+    now: datetime.datetime | None = None
+
+    def apply(self, status: Status) -> Status:
+        status = dict(status)
+        _set(status, COND_RECONCILED, constants.TRUE if self.ok else constants.FALSE, self.reason, self.message,
+             self.generation, self.now)
+        if self.ok and self.generation is not None:
+            status["observedGeneration"] = self.generation
         return status
-    return mutate
 
 
 REASON_MATERIAL_RELEASED = "Released"
 
 
-def material_ready(problems: list[tuple[str, str]], generation: int | None, *,
-                   now: datetime.datetime | None = None) -> Mutation:
+@dataclasses.dataclass(frozen=True)
+class MaterialReady:
     """``TLSMaterialReady`` from the gate: True when nothing is held back, else False with the first problem's
     code as the reason and every problem's message (``problems``: (code, message) pairs; no Secret data)."""
-    def mutate(status: Status) -> Status:
-        if not problems:
+
+    problems: tuple[tuple[str, str], ...]
+    generation: int | None
+    now: datetime.datetime | None = None
+
+    def apply(self, status: Status) -> Status:
+        status = dict(status)
+        if not self.problems:
             _set(status, constants.COND_TLS_MATERIAL_READY, constants.TRUE, REASON_MATERIAL_RELEASED,
-                 "every mounted Secret holds the material its source passed the gate with", generation, now)
+                 "every mounted Secret holds the material its source passed the gate with", self.generation,
+                 self.now)
         else:
-            _set(status, constants.COND_TLS_MATERIAL_READY, constants.FALSE, problems[0][0],
-                 "held back: " + "; ".join(m for _c, m in problems), generation, now)
+            _set(status, constants.COND_TLS_MATERIAL_READY, constants.FALSE, self.problems[0][0],
+                 "held back: " + "; ".join(m for _c, m in self.problems), self.generation, self.now)
         return status
-    return mutate
 
 
-def deletion_blocked(message: str, generation: int | None, *, now: datetime.datetime | None = None) -> Mutation:
-    def mutate(status: Status) -> Status:
-        _set(status, COND_DELETION_BLOCKED, constants.TRUE, constants.DELETION_DO_NOT_TERMINATE, message,
-             generation, now)
+@dataclasses.dataclass(frozen=True)
+class MaterialAnnounced:
+    """``status.materialAnnounced``: the (source Secret, gate reason) pairs whose Warning Event was posted, so a
+    held source is announced once, not at every pass; written before the Events, and emptied (removed) once nothing
+    is held, so the same failure coming back is announced again."""
+
+    pairs: tuple[tuple[str, str], ...]
+
+    def apply(self, status: Status) -> Status:
+        status = dict(status)
+        status.pop("materialAnnounced", None)
+        if self.pairs:
+            status["materialAnnounced"] = [{"secret": secret, "reason": reason}
+                                           for secret, reason in sorted(self.pairs)]
         return status
-    return mutate
+
+
+def announced(obj: Mapping[str, Any]) -> set[tuple[str, str]] | None:
+    """The pairs ``status.materialAnnounced`` records, or None when the status holds no such record."""
+    record = (obj.get("status") or {}).get("materialAnnounced")
+    if not isinstance(record, list):
+        return None
+    return {(str(x.get("secret")), str(x.get("reason"))) for x in record if isinstance(x, Mapping)}
+
+
+@dataclasses.dataclass(frozen=True)
+class DeletionBlocked:
+    """``DeletionBlocked=True``: deletion was requested but ``spec.deletionPolicy`` is ``DoNotTerminate``."""
+
+    message: str
+    generation: int | None
+    now: datetime.datetime | None = None
+
+    def apply(self, status: Status) -> Status:
+        status = dict(status)
+        _set(status, COND_DELETION_BLOCKED, constants.TRUE, constants.DELETION_DO_NOT_TERMINATE, self.message,
+             self.generation, self.now)
+        return status
 
 
 REASON_QUORUM_LOST = "QuorumLost"
@@ -151,26 +203,52 @@ def _quorum(status: Status, verdict: health.Verdict, generation: int | None, now
              generation, now)
 
 
-def observed(verdict: health.Verdict, *, halted: bool, generation: int | None,
-             now: datetime.datetime | None = None, quorum_loss_after: float = DEFAULT_QUORUM_LOSS_AFTER) -> Mutation:
+@dataclasses.dataclass(frozen=True)
+class Observed:
     """Phase and the database conditions from one health verdict.
 
     While an EtcdOpsRequest holds the Etcd paused nothing is written: the request's own conditions and Events
     report each member it restarts and moves leadership from, and rewriting the Etcd's phase and messages ("2/3 pods
     ready", which member is down) at every pass of a planned roll would cost the API server writes the request
     already made. The status is brought up to date at the first pass after the request resumes the Etcd."""
-    def mutate(status: Status) -> Status:
+
+    verdict: health.Verdict
+    halted: bool
+    generation: int | None
+    now: datetime.datetime | None = None
+    quorum_loss_after: float = DEFAULT_QUORUM_LOSS_AFTER
+
+    def apply(self, status: Status) -> Status:
         if pause.held_by_request(status) is not None:
             return status
+        status = dict(status)
+        verdict, generation, now = self.verdict, self.generation, self.now
         provisioned = is_provisioned(status)
-        phase = health.phase_of(verdict, halted=halted, provisioned=provisioned)
+        phase = health.phase_of(verdict, halted=self.halted, provisioned=provisioned)
         status["phase"] = phase
-        if halted:
+        if self.halted:
             _set(status, constants.COND_HALTED, constants.TRUE, REASON_HALTED,
                  "spec.halted is true: members stopped, data volumes kept", generation, now)
         elif conditions.get_condition(status.get("conditions"), constants.COND_HALTED) is not None:
             _set(status, constants.COND_HALTED, constants.FALSE, REASON_RESUMED,
                  "spec.halted is false: members running", generation, now)
+        self._members(status)
+        if phase == constants.DB_PHASE_READY:
+            _set(status, constants.COND_READY, constants.TRUE, REASON_READY, verdict.summary(), generation, now)
+        else:
+            _set(status, constants.COND_READY, constants.FALSE, REASON_NOT_READY,
+                 f"phase {phase}: {verdict.summary()}", generation, now)
+        if phase == constants.DB_PHASE_READY and not provisioned:
+            # Set once, the first time the cluster is Ready, and never cleared (KubeDB's meaning).
+            _set(status, constants.COND_PROVISIONED, constants.TRUE, REASON_PROVISIONED,
+                 "The cluster reached Ready for the first time", generation, now)
+        if not self.halted:
+            _quorum(status, verdict, generation, now or datetime.datetime.now(datetime.UTC), self.quorum_loss_after)
+        return status
+
+    def _members(self, status: Status) -> None:
+        """``ReplicaReady`` and ``AcceptingConnection``: how many pods are ready, how many members answer."""
+        verdict, generation, now = self.verdict, self.generation, self.now
         ready_pods = len(verdict.pods_ready)
         if verdict.replicas and ready_pods == verdict.replicas:
             _set(status, constants.COND_REPLICA_READY, constants.TRUE, REASON_ALL_REPLICAS_READY,
@@ -184,16 +262,3 @@ def observed(verdict: health.Verdict, *, halted: bool, generation: int | None,
         else:
             _set(status, constants.COND_ACCEPTING_CONNECTION, constants.FALSE, REASON_NOT_ACCEPTING,
                  verdict.summary(), generation, now)
-        if phase == constants.DB_PHASE_READY:
-            _set(status, constants.COND_READY, constants.TRUE, REASON_READY, verdict.summary(), generation, now)
-        else:
-            _set(status, constants.COND_READY, constants.FALSE, REASON_NOT_READY,
-                 f"phase {phase}: {verdict.summary()}", generation, now)
-        if phase == constants.DB_PHASE_READY and not provisioned:
-            # Set once, the first time the cluster is Ready, and never cleared (KubeDB's meaning).
-            _set(status, constants.COND_PROVISIONED, constants.TRUE, REASON_PROVISIONED,
-                 "The cluster reached Ready for the first time", generation, now)
-        if not halted:
-            _quorum(status, verdict, generation, now or datetime.datetime.now(datetime.UTC), quorum_loss_after)
-        return status
-    return mutate

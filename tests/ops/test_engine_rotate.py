@@ -17,6 +17,7 @@ import pytest
 
 from opsmanager import pki
 from opsmanager.api import conditions, constants, tlschange
+from opsmanager.ops.steps import issue
 from tests.ops import test_engine_operations as operations
 from tests.ops import test_engine_resume as resume
 from tests.ops import world as w
@@ -76,6 +77,10 @@ async def test_normal_rotate_restarts_nothing_and_verifies_both_ports_of_every_m
     for pod in operations.PODS:
         assert conditions.is_true(conds(req), constants.per_pod_type(constants.STEP_VERIFY_SERVED_CERTIFICATE, pod))
         assert conditions.get_condition(conds(req), constants.per_pod_type(constants.STEP_EVICT_POD, pod)) is None
+    # The baseline of each Certificate is the request's own record; no Certificate is annotated as memory.
+    certs = await world.kube.list(w.CERT_API, "Certificate", w.NS)
+    assert req["status"][issue.RECORD] == {c["metadata"]["name"]: int(c["status"]["revision"]) - 1 for c in certs}
+    assert not any(issue.ANNOTATION_ROTATION in (c["metadata"].get("annotations") or {}) for c in certs)
 
 
 async def test_a_member_still_serving_the_old_leaf_after_the_bound_is_restarted_alone(world: w.World) -> None:
@@ -154,20 +159,42 @@ async def test_a_rotation_whose_issuer_changed_ca_releases_nothing_and_times_out
     assert world.record.creations == {}, "nothing restarted"
 
 
-async def test_killed_between_the_rotation_mark_and_the_issuing_trigger_it_triggers_again(world: w.World) -> None:
-    """The operator died after marking each Certificate (baseline revision) but before setting ``Issuing=True``:
-    the resumed step sees a marked Certificate at its baseline that is not issuing, and triggers it again."""
-    from opsmanager.ops.steps import issue
+async def test_killed_between_the_baseline_record_and_the_issuing_trigger_it_triggers_again(world: w.World) -> None:
+    """The operator died after recording each Certificate's baseline revision in the request's status but before
+    setting ``Issuing=True``: the resumed step sees a recorded Certificate at its baseline that is not issuing, and
+    triggers it again (once: the revision it waits to pass is the recorded one)."""
+    await world.etcd("db", tls_issuer="ca-a")
+    await world.request("rotate", "db", "ReconfigureTLS", tls={"rotateCertificates": True})
+    baselines = {cert["metadata"]["name"]: int((cert.get("status") or {}).get("revision") or 0)
+                 for cert in await world.kube.list(w.CERT_API, "Certificate", w.NS)}
+    await world.kube.patch(constants.OPS_API_VERSION, constants.OPS_KIND, w.NS, "rotate",
+                           {"status": {issue.RECORD: baselines}}, subresource="status")
+    req = await world.run("rotate")
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
+    assert req["status"][issue.RECORD] == baselines
+    for cert in await world.kube.list(w.CERT_API, "Certificate", w.NS):
+        assert int(cert["status"]["revision"]) == baselines[cert["metadata"]["name"]] + 1, "issued exactly once"
+        assert issue.ANNOTATION_ROTATION not in (cert["metadata"].get("annotations") or {})
+    assert world.record.creations == {}
 
+
+async def test_a_certificate_an_older_operator_marked_for_the_rotation_is_understood(world: w.World) -> None:
+    """Legacy: an older operator kept the baseline on the Certificate (``ops.opsmanager.dev/rotation:
+    <request uid>/<revision>``) and died before setting ``Issuing=True``: the step reads the mark as the baseline,
+    triggers the issuance once, and records nothing new for it."""
     await world.etcd("db", tls_issuer="ca-a")
     created = await world.request("rotate", "db", "ReconfigureTLS", tls={"rotateCertificates": True})
     uid = created["metadata"]["uid"]
+    baselines = {}
     for cert in await world.kube.list(w.CERT_API, "Certificate", w.NS):
-        revision = int((cert.get("status") or {}).get("revision") or 0)
+        revision = baselines[cert["metadata"]["name"]] = int((cert.get("status") or {}).get("revision") or 0)
         await world.kube.patch(w.CERT_API, "Certificate", w.NS, cert["metadata"]["name"],
                                {"metadata": {"annotations": {issue.ANNOTATION_ROTATION: f"{uid}/{revision}"}}})
     req = await world.run("rotate")
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
+    assert issue.RECORD not in req["status"], "the older operator's marks are read where they are"
+    for cert in await world.kube.list(w.CERT_API, "Certificate", w.NS):
+        assert int(cert["status"]["revision"]) == baselines[cert["metadata"]["name"]] + 1, "issued exactly once"
     assert world.record.creations == {}
 
 

@@ -5,12 +5,12 @@ restored data verified — then the plan withdrawn and the restore recorded on t
 from __future__ import annotations
 
 import enum
-from typing import Any
 
+from opsmanager.api import backup as backup_api
 from opsmanager.api import conditions, constants, rules
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
-from opsmanager.cluster import naming
+from opsmanager.cluster import etcdstatus, naming
 from opsmanager.ops import context, plan
 from opsmanager.ops.operations import base
 
@@ -36,16 +36,9 @@ async def write_back(ctx: context.OpsContext, step: plan.Step) -> context.StepRe
     """The plan is removed (a member's init container then does nothing) and the Etcd records the snapshot it was
     restored from (``status.backup.lastRestore``)."""
     await ctx.kube.delete("v1", "ConfigMap", ctx.namespace, naming.restore_plan(ctx.db_name))
-    record = ctx.recorded("snapshot")
-
-    def restored(st: dict[str, Any]) -> dict[str, Any]:
-        backup = {**(st.get("backup") or {}), "lastRestore": {"key": record.get("key"), "revision":
-                                                              record.get("revision"), "request": ctx.name,
-                                                              "at": conditions.rfc3339(ctx.now)}}
-        return {**st, "backup": backup}
-
-    await ctx.kube.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name,
-                                   restored)
+    restored = backup_api.RestoreRecord(key=ctx.snapshot.key, revision=ctx.snapshot.revision, request=ctx.name,
+                                        at=conditions.rfc3339(ctx.now))
+    await etcdstatus.write(ctx.kube, ctx.namespace, ctx.db_name, backup_api.Restored(restored))
     return context.Done(step.message)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from opsmanager.api import auth, constants, rules
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
-from opsmanager.cluster import credentials, naming
+from opsmanager.cluster import credentials, etcdstatus, naming
 from opsmanager.ops import context, plan
 from opsmanager.ops.operations import base
 
@@ -89,12 +89,7 @@ async def write_back(ctx: context.OpsContext, step: plan.Step) -> context.StepRe
     if ctx.db.spec.auth_secret is None or ctx.db.spec.auth_secret.name != final:
         ctx.db_obj = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace,
                                           ctx.db_name, {"spec": {"authSecret": {"name": final}}})
-
-    def enabled(st: dict[str, Any]) -> dict[str, Any]:
-        return {**st, "authEnabled": True}
-
-    await ctx.kube.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name,
-                                   enabled)
+    await etcdstatus.write(ctx.kube, ctx.namespace, ctx.db_name, auth.AuthEnabled())
     return context.Done(step.message)
 
 

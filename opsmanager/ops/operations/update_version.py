@@ -15,7 +15,7 @@ from typing import Any
 from opsmanager.api import constants, rules, versions
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
-from opsmanager.cluster import render
+from opsmanager.cluster import etcdstatus, render
 from opsmanager.ops import context, plan
 from opsmanager.ops.operations import base
 
@@ -70,6 +70,17 @@ def plan_update(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest, seen: enum.E
     return VersionPlan(spec.type, None, tls, steps, version=target)
 
 
+@dataclasses.dataclass(frozen=True)
+class VersionVerified:
+    """The Etcd's ``status.version``: what ``VersionVerified`` saw every member report (a change for
+    :func:`opsmanager.cluster.etcdstatus.write`)."""
+
+    version: str
+
+    def apply(self, status: Mapping[str, Any]) -> dict[str, Any]:
+        return {**status, "version": self.version}
+
+
 async def write_back(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     """``spec.version`` the target, and ``status.version`` what ``VersionVerified`` saw every member report."""
     assert isinstance(ctx.plan, VersionPlan)
@@ -77,12 +88,7 @@ async def write_back(ctx: context.OpsContext, step: plan.Step) -> context.StepRe
     if ctx.db.spec.version != version:
         ctx.db_obj = await ctx.kube.patch(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace,
                                           ctx.db_name, {"spec": {"version": version}})
-
-    def verified(st: dict[str, Any]) -> dict[str, Any]:
-        return {**st, "version": version}
-
-    await ctx.kube.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name,
-                                   verified)
+    await etcdstatus.write(ctx.kube, ctx.namespace, ctx.db_name, VersionVerified(version))
     return context.Done(step.message)
 
 

@@ -11,11 +11,12 @@ on start-up and on every terminal reconcile.
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
 from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.api import pause as pause_api
+from opsmanager.cluster import etcdstatus
 from opsmanager.ops import context, plan
 
 # The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
@@ -30,12 +31,7 @@ async def pause(ctx: context.OpsContext) -> None:
     """Pause the Etcd for this request — after the request's queued record (its ``Progressing`` phase) is written:
     a request killed in between would otherwise find the Etcd paused while it is still ``Pending``."""
     await ctx.flush()
-
-    def mutate(st: dict[str, Any]) -> dict[str, Any]:
-        return pause_api.pause(st, ctx.name)
-
-    updated = await ctx.kube.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace,
-                                             ctx.db_name, mutate)
+    updated = await etcdstatus.write(ctx.kube, ctx.namespace, ctx.db_name, pause_api.Pause(ctx.name))
     if updated is not None:
         ctx.db_obj = updated
     await ctx.etcd_event(EVENT_PAUSED, f"Paused by EtcdOpsRequest {ctx.name} ({ctx.spec.type})")
@@ -48,16 +44,23 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
 
 async def resume(client: kube.Kube, namespace: str, db_name: str, request_name: str) -> bool:
     """Remove the pause if ``request_name`` holds it. True when it removed one."""
-    removed = False
+    release = _Noting(pause_api.Release(request_name))
+    await etcdstatus.write(client, namespace, db_name, release)
+    return release.changed
 
-    def mutate(st: dict[str, Any]) -> dict[str, Any]:
-        nonlocal removed
-        released = pause_api.release(st, request_name)
-        removed = released != st
-        return released
 
-    await client.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, namespace, db_name, mutate)
-    return removed
+@dataclasses.dataclass
+class _Noting:
+    """A change that notes whether its last application changed the status: the writer may apply it again on a
+    conflict, and only the attempt that was written counts."""
+
+    change: etcdstatus.Change
+    changed: bool = False
+
+    def apply(self, status: etcdstatus.Status) -> etcdstatus.Status:
+        out = self.change.apply(status)
+        self.changed = out != status
+        return out
 
 
 async def heal(client: kube.Kube, namespace: str | None = None, *, only: str | None = None) -> list[str]:

@@ -10,10 +10,10 @@ Failures prevented: a bucket that grows without bound; a status that names a bac
 
 from __future__ import annotations
 
-from typing import Any
-
+from opsmanager.api import backup as backup_api
 from opsmanager.api import constants
 from opsmanager.backup import store
+from opsmanager.cluster import etcdstatus
 from opsmanager.ops import context, plan
 
 # The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
@@ -23,8 +23,8 @@ CONDITIONS: tuple[str, ...] = (constants.COND_SNAPSHOTS_PRUNED,)
 async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     assert isinstance(step, plan.PruneSnapshots), step  # the engine runs a step with the module its kind names
     policy = ctx.db.spec.backup
-    record = ctx.recorded("snapshot")
-    if policy is None or not record:
+    record = ctx.records.snapshot
+    if policy is None or record is None:
         return context.Fail("no snapshot was recorded by SnapshotUploaded, or spec.backup was removed meanwhile",
                             reason="NothingToPrune")
     objects = await ctx.backup_store()
@@ -36,14 +36,6 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
             kept = len(await objects.aio.list(f"{ctx.namespace}/{ctx.db_name}"))
         except store.StoreError as err:
             return context.Fail(str(err), reason=type(err).__name__)
-
-    def recorded(st: dict[str, Any]) -> dict[str, Any]:
-        backup = {**(st.get("backup") or {}), "lastSuccess": record, "snapshots": kept}
-        backup.pop("lastFailure", None)
-        backup.pop("lastFailureTime", None)
-        return {**st, "backup": backup}
-
-    await ctx.kube.transact_status(constants.ETCD_API_VERSION, constants.ETCD_KIND, ctx.namespace, ctx.db_name,
-                                   recorded)
+    await etcdstatus.write(ctx.kube, ctx.namespace, ctx.db_name, backup_api.BackupSucceeded(record, kept))
     gone = f"; deleted {len(deleted)} older: {', '.join(k.rsplit('/', 1)[-1] for k in deleted)}" if deleted else ""
     return context.Done(f"{kept} snapshot(s) kept (retention {policy.retention}){gone}")
