@@ -1,8 +1,7 @@
 """No function in the product package is longer than 60 lines, from its ``def`` line to its last line (decorators
 not counted); the generated protobuf modules (``opsmanager/etcd/_pb``) are not ours to split.
 
-A function that grows past the limit is split into named helpers, each saying what it does; the allowlist below
-names the few still being split elsewhere and is to be emptied, never extended.
+A function that grows past the limit is split into named helpers, each saying what it does.
 """
 
 from __future__ import annotations
@@ -12,15 +11,6 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "opsmanager"
 LIMIT = 60
-
-# (module under opsmanager/, qualified name): being split on other branches; empty this once they are merged.
-ALLOWED: frozenset[tuple[str, str]] = frozenset({
-    ("etcd/client.py", "EtcdClient.snapshot"),
-    ("lifecycle/handlers.py", "register"),
-    ("lifecycle/verdict.py", "events"),
-    ("ops/steps/verify_served.py", "run"),
-})
-
 
 def _functions(tree: ast.AST) -> list[tuple[str, int]]:
     """Every function and method (nested ones too) as (qualified name, lines from ``def`` to its end)."""
@@ -48,6 +38,6 @@ def test_no_function_in_opsmanager_exceeds_60_lines() -> None:
         if module.parts[:2] == ("etcd", "_pb"):
             continue
         for name, lines in _functions(ast.parse(path.read_text(), str(path))):
-            if lines > LIMIT and (str(module), name) not in ALLOWED:
+            if lines > LIMIT:
                 too_long.append(f"{module} {name}: {lines} lines")
     assert not too_long, f"functions over {LIMIT} lines (split them into named helpers): {too_long}"

@@ -79,7 +79,7 @@ async def test_normal_rotate_restarts_nothing_and_verifies_both_ports_of_every_m
         assert conditions.get_condition(conds(req), constants.per_pod_type(constants.STEP_EVICT_POD, pod)) is None
     # The baseline of each Certificate is the request's own record; no Certificate is annotated as memory.
     certs = await world.kube.list(w.CERT_API, "Certificate", w.NS)
-    assert req["status"][issue.RECORD] == {c["metadata"]["name"]: int(c["status"]["revision"]) - 1 for c in certs}
+    assert req["status"]["certificateRevisions"] == {c["metadata"]["name"]: int(c["status"]["revision"]) - 1 for c in certs}
     assert not any(issue.ANNOTATION_ROTATION in (c["metadata"].get("annotations") or {}) for c in certs)
 
 
@@ -168,10 +168,10 @@ async def test_killed_between_the_baseline_record_and_the_issuing_trigger_it_tri
     baselines = {cert["metadata"]["name"]: int((cert.get("status") or {}).get("revision") or 0)
                  for cert in await world.kube.list(w.CERT_API, "Certificate", w.NS)}
     await world.kube.patch(constants.OPS_API_VERSION, constants.OPS_KIND, w.NS, "rotate",
-                           {"status": {issue.RECORD: baselines}}, subresource="status")
+                           {"status": {"certificateRevisions": baselines}}, subresource="status")
     req = await world.run("rotate")
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
-    assert req["status"][issue.RECORD] == baselines
+    assert req["status"]["certificateRevisions"] == baselines
     for cert in await world.kube.list(w.CERT_API, "Certificate", w.NS):
         assert int(cert["status"]["revision"]) == baselines[cert["metadata"]["name"]] + 1, "issued exactly once"
         assert issue.ANNOTATION_ROTATION not in (cert["metadata"].get("annotations") or {})
@@ -192,7 +192,7 @@ async def test_a_certificate_an_older_operator_marked_for_the_rotation_is_unders
                                {"metadata": {"annotations": {issue.ANNOTATION_ROTATION: f"{uid}/{revision}"}}})
     req = await world.run("rotate")
     assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
-    assert issue.RECORD not in req["status"], "the older operator's marks are read where they are"
+    assert "certificateRevisions" not in req["status"], "the older operator's marks are read where they are"
     for cert in await world.kube.list(w.CERT_API, "Certificate", w.NS):
         assert int(cert["status"]["revision"]) == baselines[cert["metadata"]["name"]] + 1, "issued exactly once"
     assert world.record.creations == {}
