@@ -19,7 +19,7 @@ from opsmanager import kube
 from opsmanager.api import etcd as etcd_api
 from opsmanager.cluster import naming, render
 
-Obj = dict[str, Any]
+Obj = kube.Obj
 
 # Hash of the last StatefulSet spec the operator applied: an unchanged render writes nothing.
 ANNOTATION_SPEC_HASH = "opsmanager.dev/spec-hash"

@@ -49,7 +49,7 @@ from opsmanager.cluster import naming, render, statefulset
 from opsmanager.provisioner import auth
 from opsmanager.tls import gate, material, ownership, release
 
-Obj = dict[str, Any]
+Obj = kube.Obj
 
 WAITING_DELAY = 2.0  # seconds between looks at a Secret cert-manager has not filled yet
 BLOCKED_DELAY = 30.0  # a foreign object needs a person: look again now and then
