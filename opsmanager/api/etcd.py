@@ -196,7 +196,7 @@ class EtcdSpec(common.Model):
 
     version: str = pydantic.Field(
         min_length=1,
-        description=f"etcd version; supported: {', '.join(constants.SUPPORTED_ETCD_VERSIONS)}.",
+        description="etcd version: the name of an EtcdVersion object (`kubectl get etcdversions` lists them).",
     )
     replicas: int = pydantic.Field(
         default=constants.DEFAULT_REPLICAS,

@@ -63,11 +63,12 @@ class ReconfigureTLSSpec(common.Model):
 
 
 class UpdateVersionSpec(common.Model):
-    """Move every member to another etcd version: up by at most one minor (3.5 → 3.6), or down by one minor through
-    etcd's own downgrade protocol (3.6 → 3.5); any patch version within a minor."""
+    """Move every member to another etcd version: up by at most one minor (3.5 → 3.6, 3.6 → 3.7), or down by one
+    minor through etcd's own downgrade protocol (3.7 → 3.6, 3.6 → 3.5); any patch version within a minor."""
 
-    target_version: str | None = pydantic.Field(default=None, description="The etcd version to run, one of the "
-                                                                         "supported versions.")
+    target_version: str | None = pydantic.Field(default=None, description="The etcd version to run: the name of an "
+                                                                         "EtcdVersion the current one's "
+                                                                         "updateConstraints allow.")
 
 
 class ContainerResources(common.Model):

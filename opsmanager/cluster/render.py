@@ -31,7 +31,7 @@ from typing import Any, Final
 
 import opsmanager
 from opsmanager.api import backup as backup_api
-from opsmanager.api import common, constants, versions
+from opsmanager.api import catalog, common, constants, versions
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import tuning as tuning_api
 from opsmanager.cluster import naming
@@ -342,7 +342,8 @@ class JoinExisting:
 
 
 def etcd_args(db: etcd_api.Etcd, wiring: Wiring) -> list[str]:
-    """The etcd command line of a member (``$(POD_NAME)`` is expanded by the kubelet)."""
+    """The etcd command line of a member (``$(POD_NAME)`` is expanded by the kubelet), with only the flags its
+    etcd version accepts (:func:`opsmanager.api.versions.accepted_args`: etcd exits on a flag it does not know)."""
     name, namespace = _name(db), _namespace(db)
     me = f"$(POD_NAME).{naming.headless_service(name)}.{namespace}.svc"
     peer_scheme = wiring.advertised_peer_scheme
@@ -375,7 +376,7 @@ def etcd_args(db: etcd_api.Etcd, wiring: Wiring) -> list[str]:
             f"--peer-trusted-ca-file={trust}/{naming.TRUST_BUNDLE_KEY}",
             "--peer-client-cert-auth=true",
         ]
-    return args
+    return versions.accepted_args(wiring.version or db.spec.version, args)
 
 
 def _tls_volumes(db: etcd_api.Etcd, tls: etcd_api.TLSConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -476,7 +477,7 @@ def _etcd_container(db: etcd_api.Etcd, wiring: Wiring, version: str,
     """The etcd container: its flags for ``wiring``, its ports, its readiness probe and its resources."""
     container: dict[str, Any] = {
         "name": naming.CONTAINER_NAME,
-        "image": f"quay.io/coreos/etcd:v{version}",
+        "image": catalog.IMAGE.format(version=version),
         "command": ["etcd"],
         "args": etcd_args(db, wiring),
         "env": [

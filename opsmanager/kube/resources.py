@@ -86,11 +86,12 @@ CERTIFICATES = Resource("cert-manager.io", "v1", "certificates", "Certificate")
 # This project's kinds (their CRDs are rendered from opsmanager.api; spelled out here so the layer imports no model).
 ETCDS = Resource("opsmanager.dev", "v1alpha1", "etcds", "Etcd")
 ETCDOPSREQUESTS = Resource("ops.opsmanager.dev", "v1alpha1", "etcdopsrequests", "EtcdOpsRequest")
+ETCDVERSIONS = Resource("catalog.opsmanager.dev", "v1alpha1", "etcdversions", "EtcdVersion", namespaced=False)
 
 BUILTIN: tuple[Resource, ...] = (
     NAMESPACES, PODS, NODES, SECRETS, CONFIGMAPS, SERVICES, EVENTS, PVCS, STATEFULSETS, DEPLOYMENTS, CONTROLLERREVISIONS, PDBS,
     LEASES, CRDS, VALIDATING_WEBHOOKS, MUTATING_WEBHOOKS, ISSUERS, CLUSTERISSUERS, CERTIFICATES, ETCDS,
-    ETCDOPSREQUESTS, SERVICEACCOUNTS, ROLES, ROLEBINDINGS, CLUSTERROLES, CLUSTERROLEBINDINGS,
+    ETCDOPSREQUESTS, ETCDVERSIONS, SERVICEACCOUNTS, ROLES, ROLEBINDINGS, CLUSTERROLES, CLUSTERROLEBINDINGS,
 )
 
 

@@ -1,5 +1,10 @@
-"""``UpdateVersion``: every member moved to another etcd version — up by at most one minor, or down by exactly one
-through etcd's own downgrade protocol, any patch within a minor — then the Etcd's ``spec.version``.
+"""``UpdateVersion``: every member moved to another etcd version — up by at most one minor (3.5 → 3.7 goes through
+3.6), or down by exactly one through etcd's own downgrade protocol (3.7 → 3.6, 3.6 → 3.5), any patch within a minor —
+then the Etcd's ``spec.version``.
+
+Which versions exist, which are deprecated and which updates each allows is the catalog's (``EtcdVersion``
+objects), checked by the admission webhook; the engine checks what it needs to run the request without the webhook:
+a minor it knows and a path etcd can take.
 
 The direction is fixed by the version the Etcd ran when the request started (``status.origin.version``): the
 write-back changes ``spec.version`` near the end, and a plan recomputed after it must stay the same.
@@ -26,18 +31,15 @@ class VersionPlan(plan.Plan):
 
 
 def _downgrade(start: str, target: str) -> plan.Step | None:
-    """The downgrade step when ``target`` is a minor below ``start``; ValueError for a move etcd cannot make."""
-    current, wanted = versions.parse(start), versions.parse(target)
-    if wanted[:2] < current[:2]:
-        if wanted[0] != current[0] or current[1] - wanted[1] != 1 or current[:2] < (3, 6):
-            raise ValueError(f"downgrades are not supported from {start} to {target}: only one minor version down, "
-                             "from etcd 3.6 on (etcd's own downgrade protocol)")
-        minor = f"{wanted[0]}.{wanted[1]}"
+    """The downgrade step when ``target`` is a minor below ``start``; ValueError for a move etcd cannot make
+    (:func:`opsmanager.api.versions.path_problem`, the webhook's rule too)."""
+    if (problem := versions.path_problem(start, target)) is not None:
+        raise ValueError(problem)
+    if versions.parse(target)[:2] < versions.parse(start)[:2]:
+        minor = versions.minor(target)
         return plan.EnableDowngrade(constants.COND_DOWNGRADE_ENABLED,
                                     f"Enabled etcd's downgrade to {minor}: cluster and storage version {minor}",
                                     version=minor)
-    if wanted[0] != current[0] or wanted[1] > current[1] + 1:
-        raise ValueError(f"upgrading from {start} to {target} skips a minor version: upgrade one minor at a time")
     return None
 
 
@@ -49,9 +51,9 @@ def plan_update(db: etcd_api.Etcd, request: ops_api.EtcdOpsRequest, seen: enum.E
     rules.enforce(rules.update_version(spec.update_version))
     assert spec.update_version is not None and spec.update_version.target_version  # the rule holds
     target = spec.update_version.target_version
-    if target not in constants.SUPPORTED_ETCD_VERSIONS:
-        raise ValueError(f"spec.updateVersion.targetVersion {target} is not a supported etcd version: use one of "
-                         f"{', '.join(constants.SUPPORTED_ETCD_VERSIONS)}")
+    if not versions.supported(target):
+        raise ValueError(f"spec.updateVersion.targetVersion {target} is not a supported etcd version: this operator "
+                         f"runs etcd {', '.join(versions.SUPPORTED_MINORS)} (the EtcdVersion objects name the patches)")
     origin = request.status.origin if request.status is not None else None
     start = origin.version if origin is not None and origin.version else db.spec.version
     downgrade = _downgrade(start, target)
