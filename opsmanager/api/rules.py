@@ -10,8 +10,8 @@ and the message) or None; :func:`enforce` is how a plan builder refuses with one
 The texts are KubeDB's verbatim where KubeDB has the rule (``shared/reference/kubedb-etcd-ops.md``), ours
 otherwise; :mod:`opsmanager.webhook.validation.messages` names them beside the webhook's other texts.
 
-Not here: what needs the live cluster or the version the Etcd ran when the request started (the upgrade path, the
-members a recovery can keep, TLS being on at all when it runs) is the plan builder's own; the list, and why each
+Not here: what needs the live cluster (the members a recovery can keep, TLS being on at all when it runs) is the
+plan builder's own, and the version catalog (``EtcdVersion`` objects) is the webhook's alone; the list, and why each
 stays, is in ``docs/architecture.md`` ("The rules of a request"). The Etcd-status rules of a recovery (quorum lost,
 the member that would be kept) read the Etcd's raw status and are the webhook's alone.
 """
@@ -24,6 +24,7 @@ from typing import Final
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.api import tuning as tuning_api
+from opsmanager.api import versions
 
 # ReconfigureTLS (KubeDB's)
 MSG_TLS_NIL: Final = "spec.tls is nil, not supported in ReconfigureTLS type"
@@ -168,6 +169,14 @@ def update_version(update: ops_api.UpdateVersionSpec | None) -> Violation | None
     if not update.target_version:
         return Violation("spec.updateVersion", MSG_UPDATE_VERSION_EMPTY)
     return None
+
+
+def update_path(start: str, target: str) -> Violation | None:
+    """etcd's path for an UpdateVersion from ``start`` (the version the Etcd ran when the request started; the
+    webhook: its version now) to ``target`` (:func:`opsmanager.api.versions.path_problem`): one minor up (3.5 → 3.7
+    goes through 3.6), one down through the downgrade protocol from 3.6 on."""
+    problem = versions.path_problem(start, target)
+    return Violation("spec.updateVersion.targetVersion", problem) if problem is not None else None
 
 
 def vertical_scaling(scaling: ops_api.VerticalScalingSpec | None) -> Violation | None:

@@ -66,7 +66,7 @@ def _validate_etcd(req: AdmissionRequest, lookup: EtcdLookup) -> Verdict:
 
 
 def _mutate_etcd(req: AdmissionRequest, lookup: EtcdLookup) -> Verdict:
-    return mutate_etcd(req.operation, req.object)
+    return mutate_etcd(req.operation, req.object, lookup=lookup, old=req.old_object)
 
 
 ENDPOINTS: Final[dict[str, Endpoint]] = {
@@ -188,6 +188,8 @@ class _Fetched:
     def _get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         key = (kind, namespace, name)
         if key not in self.answers:
+            if kind == constants.ETCDVERSION_KIND:
+                return self.lookup.get_etcdversion(name)
             return (self.lookup.get_etcd(namespace, name) if kind == constants.ETCD_KIND
                     else self.lookup.get_opsrequest(namespace, name))
         answer = self.answers[key]
@@ -200,6 +202,9 @@ class _Fetched:
 
     def get_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get(constants.OPS_KIND, namespace, name)
+
+    def get_etcdversion(self, name: str) -> dict[str, Any] | None:
+        return self._get(constants.ETCDVERSION_KIND, "", name)
 
 
 async def decide(endpoint: Endpoint, request: AdmissionRequest, lookup: EtcdLookup) -> Verdict:
@@ -261,7 +266,7 @@ async def rule_verdict(endpoint: Endpoint, request: AdmissionRequest, lookup: Et
 
     When the lookup does not have an object (:class:`~opsmanager.webhook.validation.lookups.NotCached`), its
     ``afetch`` reads it (a failure is kept as the answer, for the rules to report) and the rules run again with
-    that answer; a rule reads at most two objects, so this ends. A lookup without ``afetch`` that raises
+    that answer; a rule reads at most a few objects (the Etcd, a request, two EtcdVersions), so this ends. A lookup without ``afetch`` that raises
     ``NotCached`` is a bug and raises. Any other exception of a rule propagates."""
     fetched = _Fetched(lookup)
     while True:

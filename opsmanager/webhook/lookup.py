@@ -1,8 +1,9 @@
 """The Kubernetes-API implementations of the admission rules' lookup
 (:class:`opsmanager.webhook.validation.lookups.EtcdLookup`), on the one client.
 
-They read Etcds (the ``databaseRef`` of a new EtcdOpsRequest) and EtcdOpsRequests (the request holding an Etcd
-paused, when an update changes that Etcd's ``spec.tls``).
+They read Etcds (the ``databaseRef`` of a new EtcdOpsRequest), EtcdOpsRequests (the request holding an Etcd
+paused, when an update changes that Etcd's ``spec.tls``) and EtcdVersions (the catalog: an Etcd's ``spec.version``,
+an UpdateVersion's target).
 
 :class:`CachedEtcdLookup` — what ``opsmanager webhook serve`` uses — keeps a watch-fed cache of both kinds
 (:class:`opsmanager.kube.informer.Informer`: list, then watch from the list's resourceVersion, relist on ``410
@@ -41,6 +42,7 @@ ISSUER_API: Final = "cert-manager.io/v1"
 _KINDS: Final[dict[str, tuple[str, str]]] = {  # kind → (apiVersion, plural)
     constants.ETCD_KIND: (constants.ETCD_API_VERSION, constants.ETCD_PLURAL),
     constants.OPS_KIND: (constants.OPS_API_VERSION, constants.OPS_PLURAL),
+    constants.ETCDVERSION_KIND: (constants.CATALOG_API_VERSION, constants.ETCDVERSION_PLURAL),  # cluster-scoped
 }
 
 
@@ -99,7 +101,7 @@ class KubernetesEtcdLookup:
             raise NotCached(kind, namespace, name,
                             f"KubernetesEtcdLookup.get_* blocks (GET {plural}): call it from a worker "
                             "thread, or await its aget_* twin on the loop")
-        future = asyncio.run_coroutine_threadsafe(self._aget(api_version, kind, plural, namespace, name), loop)
+        future = asyncio.run_coroutine_threadsafe(self._aget(api_version, kind, plural, namespace or None, name), loop)
         try:
             return future.result(self._timeout + 1.0)
         except concurrent.futures.TimeoutError as exc:
@@ -125,10 +127,22 @@ class KubernetesEtcdLookup:
         """:meth:`aget_opsrequest` from a worker thread; on the lookup's loop it raises ``NotCached``."""
         return self._get(constants.OPS_API_VERSION, constants.OPS_KIND, constants.OPS_PLURAL, namespace, name)
 
+    async def aget_etcdversion(self, name: str) -> dict[str, Any] | None:
+        """The EtcdVersion (the catalog), None when there is none of that name."""
+        return await self._aget(constants.CATALOG_API_VERSION, constants.ETCDVERSION_KIND,
+                                constants.ETCDVERSION_PLURAL, None, name)
+
+    def get_etcdversion(self, name: str) -> dict[str, Any] | None:
+        """:meth:`aget_etcdversion` from a worker thread; on the lookup's loop it raises ``NotCached``."""
+        return self._get(constants.CATALOG_API_VERSION, constants.ETCDVERSION_KIND, constants.ETCDVERSION_PLURAL,
+                         "", name)
+
     async def afetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """The Etcd or EtcdOpsRequest (by ``kind``), one GET; None when it does not exist."""
+        """The Etcd, EtcdOpsRequest or EtcdVersion (by ``kind``; an EtcdVersion has no namespace), one GET; None
+        when it does not exist."""
         api_version, plural = _KINDS[kind]
-        return await self._aget(api_version, kind, plural, namespace, name)
+        return await self._aget(api_version, kind, plural, None if kind == constants.ETCDVERSION_KIND else namespace,
+                                name)
 
     async def aissuer(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """A cert-manager ``Issuer`` (in ``namespace``) or ``ClusterIssuer``, one GET; None when it does not exist
@@ -145,7 +159,7 @@ class KubernetesEtcdLookup:
 
 
 class CachedEtcdLookup:
-    """Etcds and EtcdOpsRequests from watch-fed caches; a miss is one GET (see the module doc).
+    """Etcds, EtcdOpsRequests and EtcdVersions from watch-fed caches; a miss is one GET (see the module doc).
 
     ``client`` / ``kubeconfig`` / ``context`` / ``timeout`` as for :class:`KubernetesEtcdLookup` (the GET of a
     miss). Call :meth:`start` on the loop that serves, :meth:`wait_synced` to wait for the first lists, and
@@ -186,8 +200,10 @@ class CachedEtcdLookup:
                     await each.synced.wait()
         except TimeoutError:
             return False
-        log.info("the Etcd and EtcdOpsRequest caches have synced (%d Etcds, %d EtcdOpsRequests)",
-                 len(self._informers[constants.ETCD_KIND].cache), len(self._informers[constants.OPS_KIND].cache))
+        log.info("the Etcd, EtcdOpsRequest and EtcdVersion caches have synced (%d Etcds, %d EtcdOpsRequests, "
+                 "%d EtcdVersions)", len(self._informers[constants.ETCD_KIND].cache),
+                 len(self._informers[constants.OPS_KIND].cache),
+                 len(self._informers[constants.ETCDVERSION_KIND].cache))
         return True
 
     def _cached(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
@@ -207,6 +223,10 @@ class CachedEtcdLookup:
     def get_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The cached EtcdOpsRequest; ``NotCached`` on a miss."""
         return self._cached(constants.OPS_KIND, namespace, name)
+
+    def get_etcdversion(self, name: str) -> dict[str, Any] | None:
+        """The cached EtcdVersion; ``NotCached`` on a miss."""
+        return self._cached(constants.ETCDVERSION_KIND, "", name)
 
     async def afetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """One GET of an object the cache does not have, logged."""

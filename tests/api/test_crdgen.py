@@ -111,7 +111,7 @@ def test_defaults_satisfy_their_own_enums_and_patterns(spec: crdgen.CRDSpec) -> 
             assert node["default"] in node["enum"], path
         if "pattern" in node:
             assert re.fullmatch(node["pattern"].strip("^$"), node["default"]), path
-    assert checked >= 3
+    assert checked >= (1 if spec.kind == "EtcdVersion" else 3)  # the catalog's kind has one default: deprecated
 
 
 def test_committed_crds_are_up_to_date_and_check_passes() -> None:
@@ -125,7 +125,7 @@ def test_console_script_check_runs(tmp_path: pathlib.Path) -> None:
         capture_output=True, text=True, cwd=REPO, timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert "2 CRDs up to date" in result.stdout
+    assert f"{len(crdgen.CRDS)} CRDs up to date" in result.stdout
 
 
 def test_check_fails_naming_a_modified_file(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:

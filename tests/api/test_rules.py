@@ -39,11 +39,8 @@ PLANNER_ONLY: dict[tuple[str, str, str], str] = {
      "spec.verticalScaling.etcd.resources must be specified: the exporter is inert"):
         "the engine runs no exporter; KubeDB's rule admits the exporter alone",
     ("ops/operations/update_version.py", "plan_update", "spec.updateVersion.targetVersion "):
-        "the supported versions are checked when the request runs, as in KubeDB (the webhook admits any target)",
-    ("ops/operations/update_version.py", "_downgrade", "downgrades are not supported from "):
-        "needs the version the Etcd ran when the request started (status.origin.version)",
-    ("ops/operations/update_version.py", "_downgrade", "upgrading from "):
-        "needs the version the Etcd ran when the request started (status.origin.version)",
+        "a minor the engine knows how to run, checked when the request runs; the webhook checks the catalog's "
+        "EtcdVersion objects instead (which the engine does not read)",
     ("ops/operations/recover_from_quorum_loss.py", "_survivor", "spec.recoverFromQuorumLoss.confirmMember "):
         "member and confirmMember must agree, and name a member of the Etcd as it is when the request runs; the "
         "webhook's rule weighs the survivor the Etcd's status reports, which the plan does not read (the "
@@ -104,6 +101,8 @@ def test_every_refusal_left_in_a_plan_builder_is_a_listed_engine_only_rule() -> 
 NS = "demo"
 PLAIN = {"apiVersion": "opsmanager.dev/v1alpha1", "kind": "Etcd", "metadata": {"name": "db", "namespace": NS},
          "spec": {"version": "3.5.1", "replicas": 3, "storageType": "Durable", "deletionPolicy": "Delete"}}
+ON_37 = copy.deepcopy(PLAIN)
+ON_37["spec"]["version"] = "3.7.3"
 BACKED = copy.deepcopy(PLAIN)
 BACKED["spec"]["backup"] = {"schedule": "0 * * * *", "destination": {
     "endpoint": "https://s3.example", "bucket": "backups", "credentialsSecret": {"name": "s3"}}}
@@ -126,7 +125,10 @@ BACKED["spec"]["backup"] = {"schedule": "0 * * * *", "destination": {
     (BACKED, {"type": "Restore", "timeout": "30m"}),
     (BACKED, {"type": "Restore", "restore": {}, "timeout": "30m"}),
     (PLAIN, {"type": "Restore", "restore": {"source": "latest"}, "timeout": "30m"}),
-], ids=lambda v: v["type"] + str(sorted(k for k in v if k != "type")) if "type" in v else v["metadata"]["name"])
+    (PLAIN, {"type": "UpdateVersion", "updateVersion": {"targetVersion": "3.7.3"}}),  # through 3.6 first
+    (ON_37, {"type": "UpdateVersion", "updateVersion": {"targetVersion": "3.5.35"}}),  # one minor down at most
+], ids=lambda v: v["type"] + str(sorted(k for k in v if k != "type")) + str(v.get("updateVersion", ""))
+    if "type" in v else v["spec"]["version"])
 def test_the_engine_refuses_with_the_webhooks_words(db: dict[str, Any], spec: dict[str, Any]) -> None:
     obj = {"apiVersion": "ops.opsmanager.dev/v1alpha1", "kind": "EtcdOpsRequest",
            "metadata": {"name": "op", "namespace": NS}, "spec": {**spec, "databaseRef": {"name": "db"}}}

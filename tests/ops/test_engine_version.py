@@ -14,6 +14,7 @@ import pytest
 from opsmanager.api import conditions, constants
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
+from opsmanager.api import versions as version_logic
 from opsmanager.ops import operations, plan
 from tests.ops import world as w
 
@@ -80,16 +81,16 @@ def version_request(target: str, start: str | None = None) -> ops_api.EtcdOpsReq
 
 @pytest.mark.parametrize(("start", "target", "refused"), [
     ("3.5.1", "3.6.16", None),
-    ("3.5.35", "3.5.1", None),  # a patch version within the minor: a plain roll
+    ("3.5.35", "3.5.1", None),  # a patch version within the minor: a plain roll (the catalog may deny it)
     ("3.6.16", "3.5.35", None),  # one minor down from 3.6: the downgrade protocol
-    ("3.5.1", "3.7.0", "skips a minor version"),
-    ("3.5.1", "4.0.0", "skips a minor version"),
-    ("3.6.16", "3.4.0", "downgrades are not supported"),
-    ("3.5.35", "3.4.0", "downgrades are not supported"),  # etcd's downgrade protocol starts at 3.6
+    ("3.6.16", "3.7.3", None),  # one minor up
+    ("3.7.3", "3.6.16", None),  # one minor down from 3.7: the downgrade protocol
+    ("3.5.35", "3.7.3", "skips a minor version: upgrade one minor at a time, through etcd 3.6 first"),
+    ("3.7.3", "3.5.35", "downgrades are not supported"),  # one minor down at most
+    ("3.5.1", "4.0.0", "is not a supported etcd version"),  # a minor the operator does not run
+    ("3.6.16", "3.4.0", "is not a supported etcd version"),
 ])
-def test_the_upgrade_path(monkeypatch: pytest.MonkeyPatch, start: str, target: str, refused: str | None) -> None:
-    monkeypatch.setattr(constants, "SUPPORTED_ETCD_VERSIONS", (*constants.SUPPORTED_ETCD_VERSIONS, "3.7.0", "4.0.0",
-                                                               "3.4.0"))
+def test_the_upgrade_path(start: str, target: str, refused: str | None) -> None:
     db = etcd_api.Etcd.model_validate({"metadata": {"name": "db", "namespace": w.NS},
                                        "spec": {"version": target, "replicas": 3}})  # spec.version already written
     if refused is not None:
@@ -98,9 +99,15 @@ def test_the_upgrade_path(monkeypatch: pytest.MonkeyPatch, start: str, target: s
         return
     steps = operations.plan_for(db, version_request(target, start)).steps
     downgrade = [s for s in steps if isinstance(s, plan.EnableDowngrade)]
-    assert [s.version for s in downgrade] == (["3.5"] if start.startswith("3.6") and target.startswith("3.5") else [])
+    down = version_logic.parse(target)[:2] < version_logic.parse(start)[:2]
+    assert [s.version for s in downgrade] == ([version_logic.minor(target)] if down else [])
     apply = next(s for s in steps if isinstance(s, plan.ApplyStatefulSet))
     assert apply.wiring.version == target
+
+
+def test_the_downgrade_protocol_starts_at_3_6() -> None:
+    assert version_logic.path_problem("3.5.35", "3.4.0") is not None
+    assert version_logic.path_problem("3.6.16", "3.5.35") is None and version_logic.path_problem("3.7.3", "3.6.16") is None
 
 
 async def test_a_failed_downgrade_cancels_etcds_downgrade_mode(world: w.World) -> None:

@@ -347,8 +347,8 @@ def etcd_with(**spec: Any) -> dict[str, Any]:
     [
         ({"version": None}, "spec.version: Required value: spec.version is missing"),
         ({"version": ""}, "spec.version: Required value: spec.version is missing"),
-        ({"version": "3.4.0"}, 'spec.version: Invalid value: "3.4.0": etcdversions "3.4.0" not found; '
-                               'supported versions are "3.5.1", "3.5.35", "3.6.16"'),
+        ({"version": "3.4.0"}, 'spec.version: Invalid value: "3.4.0": etcdversions.catalog.opsmanager.dev "3.4.0" '
+                               'not found (kubectl get etcdversions lists the versions)'),
         ({"replicas": None}, "spec.replicas: Required value: spec.replicas has to be defined"),
         ({"replicas": 0}, "spec.replicas: Invalid value: 0: number of replicas can not be less than 1"),
         ({"replicas": -3}, "spec.replicas: Invalid value: -3: number of replicas can not be less than 1"),
@@ -580,8 +580,8 @@ def test_defaults_keep_what_the_user_set() -> None:
     [
         ({"version": None}, "'spec.version' is missing"),
         ({"halted": True, "deletionPolicy": "DoNotTerminate"}, "can't halt, since deletion policy is 'DoNotTerminate'"),
-        ({"version": "3.6.0"}, 'failed to get EtcdVersion "3.6.0": supported versions are "3.5.1", "3.5.35", '
-                               '"3.6.16"'),
+        ({"version": "3.6.0"}, 'failed to get EtcdVersion "3.6.0": etcdversions.catalog.opsmanager.dev "3.6.0" '
+                               'not found (kubectl get etcdversions lists the versions)'),
     ],
 )
 def test_defaulting_errors_are_kubedb_messages(spec: dict[str, Any], message: str) -> None:

@@ -31,10 +31,9 @@ class VersionPlan(plan.Plan):
 
 
 def _downgrade(start: str, target: str) -> plan.Step | None:
-    """The downgrade step when ``target`` is a minor below ``start``; ValueError for a move etcd cannot make
-    (:func:`opsmanager.api.versions.path_problem`, the webhook's rule too)."""
-    if (problem := versions.path_problem(start, target)) is not None:
-        raise ValueError(problem)
+    """The downgrade step when ``target`` is a minor below ``start``; refused (:func:`opsmanager.api.rules.
+    update_path`, the webhook's rule too) for a move etcd cannot make."""
+    rules.enforce(rules.update_path(start, target))
     if versions.parse(target)[:2] < versions.parse(start)[:2]:
         minor = versions.minor(target)
         return plan.EnableDowngrade(constants.COND_DOWNGRADE_ENABLED,

@@ -1,8 +1,9 @@
 """Admission rules for ``Etcd`` and ``EtcdOpsRequest``: KubeDB's checks, in KubeDB's order, with its messages.
 
 Transport-free (no HTTP, no Kubernetes client): each rule takes plain object dicts and returns a
-:class:`~.verdict.Verdict`. The only outside knowledge — "does this Etcd exist and what is its spec", and "is the
-EtcdOpsRequest holding this Etcd paused still running, and what will it write" — comes through the
+:class:`~.verdict.Verdict`. The only outside knowledge — "does this Etcd exist and what is its spec", "is the
+EtcdOpsRequest holding this Etcd paused still running, and what will it write", and "what does the catalog's
+EtcdVersion of this version say" — comes through the
 :class:`~.lookups.EtcdLookup` protocol; :class:`~.lookups.InMemoryEtcdLookup` serves unit tests,
 ``opsmanager.webhook.lookup`` the real API.
 
@@ -15,7 +16,8 @@ One module per concern, so that a rule, a message or the wire format can be read
 - :mod:`.objects` — tolerant reading of raw objects, and the update precondition both kinds share;
 - :mod:`.opsrequest` — ``/validate-etcdopsrequest``;
 - :mod:`.etcd` — ``/validate-etcd``;
-- :mod:`.defaults` — ``/mutate-etcd``, KubeDB's defaulting with the models' default values.
+- :mod:`.defaults` — ``/mutate-etcd``, KubeDB's defaulting with the models' default values;
+- :mod:`.catalog` — the version catalog's rules (an Etcd's ``spec.version``, an UpdateVersion's target).
 
 Sources: ``kubedb/apimachinery pkg/webhooks/ops/v1alpha1/etcd.go`` and ``pkg/webhooks/kubedb/v1alpha2/etcd.go``
 (summarised in ``shared/reference/kubedb-etcd-ops.md`` §4).
@@ -86,7 +88,12 @@ from opsmanager.webhook.validation.messages import (
     MSG_TLS_ROTATE_EXTERNAL,
     MSG_TLS_ROTATE_NO_ISSUER,
     MSG_TYPE_NOT_SUPPORTED,
+    MSG_UPDATE_NOT_SUPPORTED,
+    MSG_UPDATE_TARGET_DEPRECATED,
+    MSG_VERSION_BROKEN,
+    MSG_VERSION_DEPRECATED,
     MSG_VERSION_MISSING,
+    MSG_VERSION_NOT_RUN,
     MSG_VERSION_UNKNOWN,
 )
 from opsmanager.webhook.validation.objects import precondition_error
@@ -137,6 +144,11 @@ __all__ = [
     "MSG_TLS_ROTATE_NO_ISSUER",
     "MSG_TYPE_NOT_SUPPORTED",
     "MSG_VERSION_MISSING",
+    "MSG_UPDATE_NOT_SUPPORTED",
+    "MSG_UPDATE_TARGET_DEPRECATED",
+    "MSG_VERSION_BROKEN",
+    "MSG_VERSION_DEPRECATED",
+    "MSG_VERSION_NOT_RUN",
     "MSG_VERSION_UNKNOWN",
     "NotCached",
     "Operation",

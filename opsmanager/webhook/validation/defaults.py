@@ -17,7 +17,8 @@ from opsmanager.api.common import IssuerRef
 from opsmanager.api.etcd import EtcdSpec
 from opsmanager.webhook.validation import messages
 from opsmanager.webhook.validation.fielderrors import go_value
-from opsmanager.webhook.validation.objects import is_deleting
+from opsmanager.webhook.validation.lookups import EtcdLookup, EtcdLookupError, InMemoryEtcdLookup
+from opsmanager.webhook.validation.objects import as_dict, is_deleting
 from opsmanager.webhook.validation.verdict import Verdict
 
 
@@ -25,21 +26,25 @@ class DefaultingError(ValueError):
     """The object cannot be defaulted (KubeDB's ``Default`` returned an error)."""
 
 
-def etcd_defaults(obj: Mapping[str, Any]) -> dict[str, Any]:
+def etcd_defaults(obj: Mapping[str, Any], *, lookup: EtcdLookup | None = None) -> dict[str, Any]:
     """KubeDB's ``Default`` for an Etcd: the defaulted copy of ``obj``. Raises :class:`DefaultingError`.
 
     KubeDB's checks and order are written here; the default values are the models' (``api.etcd.EtcdSpec``,
     ``api.common.IssuerRef``), so the webhook, the CRD and the provisioner cannot disagree on them. ``obj`` is never
-    modified: the dicts on the way to a default are copied, the rest is shared with ``obj``."""
-    return _defaulted(obj)[0]
+    modified: the dicts on the way to a default are copied, the rest is shared with ``obj``. ``lookup``: where the
+    EtcdVersion ``spec.version`` names is read (None: the catalog the install bundle ships)."""
+    return _defaulted(obj, lookup if lookup is not None else InMemoryEtcdLookup(), None)[0]
 
 
 JsonPatch = list[dict[str, Any]]
 
 
-def _defaulted(obj: Mapping[str, Any]) -> tuple[dict[str, Any], JsonPatch]:
+def _defaulted(obj: Mapping[str, Any], lookup: EtcdLookup,
+               old: Mapping[str, Any] | None) -> tuple[dict[str, Any], JsonPatch]:
     """:func:`etcd_defaults` and the JSON Patch (RFC 6902) that turns ``obj`` into it, built as the defaults are
-    filled in (``add`` for an absent key, ``replace`` for a blank one) rather than by diffing two copies."""
+    filled in (``add`` for an absent key, ``replace`` for a blank one) rather than by diffing two copies. The
+    EtcdVersion is looked up when the version is chosen (``old`` is None or had another one): one deleted from the
+    catalog later does not lock the Etcds on it."""
     out = dict(obj)
     patch: JsonPatch = []
     if is_deleting(out) or not isinstance(out.get("spec"), dict):
@@ -51,10 +56,9 @@ def _defaulted(obj: Mapping[str, Any]) -> tuple[dict[str, Any], JsonPatch]:
     if spec.get("halted") is True and spec.get("deletionPolicy") == constants.DELETION_DO_NOT_TERMINATE:
         raise DefaultingError(messages.MSG_DEFAULT_CANT_HALT)
     _fill_default(spec, EtcdSpec, "replicas", patch, "/spec")
-    if version not in constants.SUPPORTED_ETCD_VERSIONS:
-        raise DefaultingError(messages.MSG_DEFAULT_VERSION_UNKNOWN.format(
-            version=go_value(version), supported=", ".join(f'"{v}"' for v in constants.SUPPORTED_ETCD_VERSIONS),
-        ))
+    chosen = old is None or as_dict(old.get("spec")).get("version") != version
+    if chosen and (not isinstance(version, str) or lookup.get_etcdversion(version) is None):
+        raise DefaultingError(messages.MSG_DEFAULT_VERSION_UNKNOWN.format(version=go_value(version)))
     _fill_default(spec, EtcdSpec, "storage_type", patch, "/spec", blank=(None, ""))
     _fill_default(spec, EtcdSpec, "deletion_policy", patch, "/spec", blank=(None, ""))
     _fill_default(spec, EtcdSpec, "halted", patch, "/spec")
@@ -97,12 +101,19 @@ def _fill_default(
         obj[key] = default
 
 
-def mutate_etcd(operation: str, obj: Mapping[str, Any] | None) -> Verdict:
-    """The verdict of ``/mutate-etcd``: allowed with a JSONPatch of the defaults, or denied with KubeDB's text."""
+def mutate_etcd(operation: str, obj: Mapping[str, Any] | None, *, lookup: EtcdLookup | None = None,
+                old: Mapping[str, Any] | None = None) -> Verdict:
+    """The verdict of ``/mutate-etcd``: allowed with a JSONPatch of the defaults, or denied with KubeDB's text.
+    ``lookup``: the catalog's reader (None: the catalog the install bundle ships); ``old``: the object an UPDATE
+    changes."""
     if operation not in ("CREATE", "UPDATE") or obj is None:
         return Verdict.allow()
     try:
-        _, patch = _defaulted(obj)
+        _, patch = _defaulted(obj, lookup if lookup is not None else InMemoryEtcdLookup(), old)
     except DefaultingError as exc:
         return Verdict.deny(str(exc))
+    except EtcdLookupError as exc:
+        version = as_dict(obj.get("spec")).get("version")
+        return Verdict.deny(f"could not default Etcd: looking up EtcdVersion {version} failed: {exc}; retry when "
+                            "the API server is reachable", code=503, reason="ServiceUnavailable")
     return Verdict.allow(patch=patch)

@@ -30,6 +30,7 @@ import pydantic
 from opsmanager.api import conditions, constants, durations, pause, tlschange, tuning
 from opsmanager.api.etcd import Etcd, TLSConfig, default_secret_name
 from opsmanager.api.opsrequest import EtcdOpsRequest
+from opsmanager.webhook.validation import catalog as catalog_rules
 from opsmanager.webhook.validation import messages
 from opsmanager.webhook.validation.fielderrors import (
     FieldError,
@@ -39,7 +40,7 @@ from opsmanager.webhook.validation.fielderrors import (
     required,
     schema_errors,
 )
-from opsmanager.webhook.validation.lookups import EtcdLookup, EtcdLookupError
+from opsmanager.webhook.validation.lookups import EtcdLookup, EtcdLookupError, InMemoryEtcdLookup
 from opsmanager.webhook.validation.objects import (
     as_dict,
     is_deleting,
@@ -51,19 +52,30 @@ from opsmanager.webhook.validation.objects import (
 from opsmanager.webhook.validation.verdict import Verdict
 
 
-def etcd_errors(obj: Mapping[str, Any]) -> tuple[list[FieldError], list[str]]:
-    """KubeDB's ``ValidateCreateOrUpdate`` for an Etcd, then the schema; returns (errors, warnings)."""
-    spec = as_dict(obj.get("spec"))
-    errors: list[FieldError] = []
-    warnings: list[str] = []
-
-    version = spec.get("version")
+def version_errors(obj: Mapping[str, Any], lookup: EtcdLookup, old: Mapping[str, Any] | None) -> list[FieldError]:
+    """KubeDB's: ``spec.version`` given, and an EtcdVersion of the catalog (:mod:`.catalog`), not deprecated when
+    it is chosen (a create, or an update that changes it; ``old``: the object an update changes)."""
+    version = as_dict(obj.get("spec")).get("version")
     if version is None or version == "":
-        errors.append(required("spec.version", messages.MSG_VERSION_MISSING))
-    elif isinstance(version, str) and version not in constants.SUPPORTED_ETCD_VERSIONS:
-        errors.append(invalid("spec.version", version, messages.MSG_VERSION_UNKNOWN.format(
-            version=version, supported=", ".join(f'"{v}"' for v in constants.SUPPORTED_ETCD_VERSIONS),
-        )))
+        return [required("spec.version", messages.MSG_VERSION_MISSING)]
+    if not isinstance(version, str):
+        return []  # the schema check reports the type
+    chosen = old is None or as_dict(old.get("spec")).get("version") != version
+    if not chosen:
+        return []
+    meta = meta_of(obj)
+    problem = catalog_rules.version_problem(version, lookup, new=True, namespace=meta.get("namespace") or "default",
+                                            name=name_of(obj))
+    return [invalid("spec.version", version, problem)] if problem is not None else []
+
+
+def etcd_errors(obj: Mapping[str, Any], *, lookup: EtcdLookup | None = None,
+                old: Mapping[str, Any] | None = None) -> tuple[list[FieldError], list[str]]:
+    """KubeDB's ``ValidateCreateOrUpdate`` for an Etcd, then the schema; returns (errors, warnings). ``lookup``:
+    the catalog's reader (None: the catalog the install bundle ships); ``old``: the object an update changes."""
+    spec = as_dict(obj.get("spec"))
+    warnings: list[str] = []
+    errors = version_errors(obj, lookup if lookup is not None else InMemoryEtcdLookup(), old)
 
     replicas = spec.get("replicas")
     if replicas is None:
@@ -322,7 +334,8 @@ def validate_etcd(
     operation: str, obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None, *, lookup: EtcdLookup
 ) -> Verdict:
     """The verdict of ``/validate-etcd`` for one admission request (CREATE, UPDATE and DELETE). ``lookup`` reads
-    the EtcdOpsRequest holding the Etcd paused, on an UPDATE that changes ``spec.tls`` only."""
+    the EtcdVersion a chosen ``spec.version`` names, and the EtcdOpsRequest holding the Etcd paused on an UPDATE
+    that changes what that request owns."""
     kind, group = constants.ETCD_KIND, constants.ETCD_GROUP
     if operation == "DELETE":
         if old is not None and as_dict(old.get("spec")).get("deletionPolicy") == constants.DELETION_DO_NOT_TERMINATE:
@@ -331,7 +344,13 @@ def validate_etcd(
         return Verdict.allow()
     if operation not in ("CREATE", "UPDATE") or obj is None or is_deleting(obj):
         return Verdict.allow()
-    errors, warnings = etcd_errors(obj)
+    try:
+        errors, warnings = etcd_errors(obj, lookup=lookup, old=old if operation == "UPDATE" else None)
+    except EtcdLookupError as exc:
+        return Verdict.deny(
+            f"could not validate {kind} {meta_of(obj).get('namespace') or 'default'}/{name_of(obj)}: looking up "
+            f"EtcdVersion {as_dict(obj.get('spec')).get('version')} failed: {exc}; retry when the API server is "
+            "reachable", code=503, reason="ServiceUnavailable")
     if operation == "UPDATE" and old is not None:
         message = precondition_error(old, obj, ["spec.storageType"])
         if message:

@@ -1,5 +1,6 @@
 """Where the admission rules read the other objects they need: an EtcdOpsRequest's Etcd, the EtcdOpsRequest holding
-an Etcd paused.
+an Etcd paused, the EtcdVersion (the catalog, cluster-scoped) an Etcd's ``spec.version`` or an UpdateVersion's target
+names.
 
 A protocol rather than a client, so that the rules stay pure: the webhook's server plugs in
 ``opsmanager.webhook.lookup`` (the Kubernetes API, through a watch-fed cache), unit tests and the in-process sandbox
@@ -13,6 +14,7 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from opsmanager.api import catalog as catalog_api
 from opsmanager.api import constants
 
 
@@ -34,12 +36,18 @@ class EtcdLookup(Protocol):
         unknown."""
         ...
 
+    def get_etcdversion(self, name: str) -> dict[str, Any] | None:
+        """The EtcdVersion (cluster-scoped) object dict, or None when the catalog has no such version. Raise
+        :class:`EtcdLookupError` when unknown."""
+        ...
+
 
 class FetchingEtcdLookup(EtcdLookup, Protocol):
     """An :class:`EtcdLookup` whose ``get_*`` may raise :class:`NotCached`; :meth:`afetch` then reads the object."""
 
     async def afetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """The object of ``kind`` (Etcd or EtcdOpsRequest), None when it does not exist; raise
+        """The object of ``kind`` (Etcd, EtcdOpsRequest, or EtcdVersion with ``namespace`` ""), None when it does
+        not exist; raise
         :class:`EtcdLookupError` when that cannot be told."""
         ...
 
@@ -63,19 +71,22 @@ class NotCached(RuntimeError):
 
 
 class InMemoryEtcdLookup:
-    """An :class:`EtcdLookup` over a dict, for unit tests and the in-process sandbox."""
+    """An :class:`EtcdLookup` over a dict, for unit tests and the in-process sandbox. It starts with the catalog the
+    install bundle ships (:func:`opsmanager.api.catalog.objects`) unless ``catalog`` is False, as a cluster with the
+    bundle installed has it."""
 
-    def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
+    def __init__(self, objects: Iterable[Mapping[str, Any]] = (), *, catalog: bool = True) -> None:
         self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for obj in objects:
+        for obj in [*(catalog_api.objects() if catalog else ()), *objects]:
             self.put(obj)
 
     def put(self, obj: Mapping[str, Any]) -> None:
-        """Add or replace an object (keyed by its kind — Etcd when not given —, namespace and name); a copy is
-        kept, so the caller may go on changing ``obj``."""
+        """Add or replace an object (keyed by its kind — Etcd when not given —, namespace and name; an EtcdVersion
+        has no namespace); a copy is kept, so the caller may go on changing ``obj``."""
         meta = obj.get("metadata") or {}
-        key = (obj.get("kind") or constants.ETCD_KIND, meta.get("namespace") or "default", meta["name"])
-        self._objects[key] = copy.deepcopy(dict(obj))
+        kind = obj.get("kind") or constants.ETCD_KIND
+        namespace = "" if kind == constants.ETCDVERSION_KIND else meta.get("namespace") or "default"
+        self._objects[(kind, namespace, meta["name"])] = copy.deepcopy(dict(obj))
 
     def delete(self, namespace: str, name: str, *, kind: str = constants.ETCD_KIND) -> None:
         self._objects.pop((kind, namespace, name), None)
@@ -85,3 +96,6 @@ class InMemoryEtcdLookup:
 
     def get_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._objects.get((constants.OPS_KIND, namespace, name))
+
+    def get_etcdversion(self, name: str) -> dict[str, Any] | None:
+        return self._objects.get((constants.ETCDVERSION_KIND, "", name))

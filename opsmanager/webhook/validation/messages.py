@@ -25,8 +25,26 @@ MSG_PRECONDITION: Final = "precondition failed for: {patch}.At least one of the 
 
 # Etcd (KubeDB's)
 MSG_VERSION_MISSING: Final = "spec.version is missing"
-# Ours: KubeDB looks the version up in its EtcdVersion catalog (StrictValidation); we have a fixed list.
-MSG_VERSION_UNKNOWN: Final = 'etcdversions "{version}" not found; supported versions are {supported}'
+# The catalog (KubeDB's words: its client's NotFound and its StrictValidation deprecation check; ours in brackets).
+MSG_VERSION_UNKNOWN: Final = (
+    'etcdversions.catalog.opsmanager.dev "{version}" not found (kubectl get etcdversions lists the versions)'
+)
+MSG_VERSION_DEPRECATED: Final = "etcd {namespace}/{name} is using deprecated version {version}. Skipped processing"
+# Ours: an EtcdVersion of a minor the operator has no flags, probes or downgrade rules for.
+MSG_VERSION_NOT_RUN: Final = (
+    "EtcdVersion {version} is etcd {minor}, which this operator does not run (it runs etcd {minors})"
+)
+MSG_VERSION_BROKEN: Final = "EtcdVersion {version} is not a valid catalog object: {error}"
+# UpdateVersion against the catalog: KubeDB's refusal of an update the current version's constraints do not allow,
+# ours for a deprecated target (KubeDB's engine refuses it when the request runs).
+MSG_UPDATE_NOT_SUPPORTED: Final = (
+    "update version from {current} to {target} is not supported (the updateConstraints of EtcdVersion {current} "
+    "do not allow it)"
+)
+MSG_UPDATE_TARGET_DEPRECATED: Final = (
+    "spec.updateVersion.targetVersion {target} is a deprecated EtcdVersion: choose another one "
+    "(kubectl get etcdversions)"
+)
 MSG_REPLICAS_MISSING: Final = "spec.replicas has to be defined"
 MSG_REPLICAS_TOO_FEW: Final = "number of replicas can not be less than 1"
 MSG_STORAGE_TYPE_EMPTY: Final = "spec.storageType can not be empty"
@@ -70,7 +88,7 @@ MSG_TLS_PAUSED: Final = (
 # Defaulting (KubeDB's Default, returned bare)
 MSG_DEFAULT_VERSION_MISSING: Final = "'spec.version' is missing"
 MSG_DEFAULT_CANT_HALT: Final = "can't halt, since deletion policy is 'DoNotTerminate'"
-MSG_DEFAULT_VERSION_UNKNOWN: Final = 'failed to get EtcdVersion "{version}": supported versions are {supported}'
+MSG_DEFAULT_VERSION_UNKNOWN: Final = 'failed to get EtcdVersion "{version}": ' + MSG_VERSION_UNKNOWN
 
 # Compact (KubeDB's words).
 MSG_VERTICAL_NIL: Final = rules.MSG_VERTICAL_NIL

@@ -11,7 +11,9 @@ The order on create:
    reconfiguration operation is allowed at a time``; remove → ok; rotate without ``issuerRef`` on the Etcd →
    ``rotateCertificates requires TLS to already be enabled with issuerRef on Etcd``; cert-update without any
    issuer → ``tls.issuerRef is required for Etcd ReconfigureTLS``. ``UpdateVersion``: ``spec.updateVersion is nil,
-   ...``, ``... targetVersion can not be empty`` (the upgrade path is the engine's, at run time, as in KubeDB).
+   ...``, ``... targetVersion can not be empty``; then the catalog (:mod:`.catalog`): the target an EtcdVersion,
+   not deprecated, a path etcd can take (3.5 → 3.7 goes through 3.6), allowed by the current EtcdVersion's
+   ``updateConstraints`` (``update version from <current> to <target> is not supported``).
    ``VerticalScaling``: ``spec.verticalScaling is nil, ...``, ``at least one of ... etcd or ... exporter must be
    specified``. ``Reconfigure``: ``spec.configuration is nil, ...``, ``... tuning must be specified, ...``, ``... applyConfig and
    ... configSecret are not supported for Etcd, ...``; then ours, etcd's own rules on the flags the members will
@@ -43,6 +45,7 @@ from typing import Any
 
 from opsmanager.api import conditions, constants, rules
 from opsmanager.api import opsrequest as ops_api
+from opsmanager.webhook.validation import catalog as catalog_rules
 from opsmanager.webhook.validation import etcd as etcd_rules
 from opsmanager.webhook.validation import messages
 from opsmanager.webhook.validation.fielderrors import FieldError, go_value, invalid, schema_errors
@@ -63,17 +66,30 @@ def etcd_facts(db: Mapping[str, Any]) -> rules.EtcdFacts:
 
 @dataclasses.dataclass(frozen=True)
 class Checked:
-    """A request that passed the schema: its typed spec, its raw spec, the Etcd it names (raw), and its name (the
-    value of every error, as in KubeDB)."""
+    """A request that passed the schema: its typed spec, its raw spec, the Etcd it names (raw), its name (the
+    value of every error, as in KubeDB), and where the catalog is read."""
 
     spec: ops_api.EtcdOpsRequestSpec
     raw: Mapping[str, Any]
     db: Mapping[str, Any]
     name: str
+    lookup: EtcdLookup  # the catalog (an UpdateVersion's target)
 
     def errors(self, *found: rules.Violation | None) -> list[FieldError]:
         """The rules' violations as field errors."""
         return [invalid(v.field, self.name, v.message) for v in found if v is not None]
+
+
+def update_version_errors(c: Checked) -> list[FieldError]:
+    """KubeDB's UpdateVersion checks (the options given, with a target), then the catalog's
+    (:func:`opsmanager.webhook.validation.catalog.update_problem`): the target an EtcdVersion, not deprecated, a
+    move etcd can make from the Etcd's version, and one the current EtcdVersion's updateConstraints allow."""
+    errors = c.errors(rules.update_version(c.spec.update_version))
+    if errors or c.spec.update_version is None or not c.spec.update_version.target_version:
+        return errors
+    current = as_dict(c.db.get("spec")).get("version")
+    problem = catalog_rules.update_problem(current, c.spec.update_version.target_version, c.lookup)
+    return [invalid("spec.updateVersion.targetVersion", c.name, problem)] if problem is not None else []
 
 
 def reconfigure_errors(c: Checked) -> list[FieldError]:
@@ -125,7 +141,7 @@ def recovery_errors(c: Checked) -> list[FieldError]:
 # MoveLeader, Defragment).
 TYPE_RULES: dict[str, Callable[[Checked], list[FieldError]]] = {
     constants.OPS_TYPE_RECONFIGURE_TLS: lambda c: c.errors(rules.reconfigure_tls(c.spec.tls, etcd_facts(c.db))),
-    constants.OPS_TYPE_UPDATE_VERSION: lambda c: c.errors(rules.update_version(c.spec.update_version)),
+    constants.OPS_TYPE_UPDATE_VERSION: update_version_errors,
     constants.OPS_TYPE_VERTICAL_SCALING: lambda c: c.errors(rules.vertical_scaling(c.spec.vertical_scaling)),
     constants.OPS_TYPE_RECONFIGURE: reconfigure_errors,
     constants.OPS_TYPE_HORIZONTAL_SCALING: lambda c: c.errors(rules.horizontal_scaling(c.spec.horizontal_scaling)),
@@ -176,7 +192,7 @@ def opsrequest_errors(obj: Mapping[str, Any], namespace: str, lookup: EtcdLookup
         return errors
     request = ops_api.EtcdOpsRequest.model_validate(obj, strict=True, by_alias=True, by_name=False)
     rule = TYPE_RULES.get(request.spec.type)
-    return rule(Checked(request.spec, spec, db, name)) if rule is not None else []
+    return rule(Checked(request.spec, spec, db, name, lookup)) if rule is not None else []
 
 
 def opsrequest_warnings(obj: Mapping[str, Any]) -> list[str]:
