@@ -121,6 +121,10 @@ COMPONENTS = {c.name: c for c in (
         "etcd": "go.etcd.io/etcd/server/v3", "etcdctl": "go.etcd.io/etcd/etcdctl/v3",
         "etcdutl": "go.etcd.io/etcd/etcdutl/v3",
     }),
+    Component("etcd-3.7", "go.etcd.io/etcd/server/v3", {
+        "etcd": "go.etcd.io/etcd/server/v3", "etcdctl": "go.etcd.io/etcd/etcdctl/v3",
+        "etcdutl": "go.etcd.io/etcd/etcdutl/v3",
+    }),
     # An S3 server for the backup tests (opsmanager_sandbox.objectstore). The module publishes no release tags the
     # proxy serves, so the pin is a pseudo-version; its go.mod repeats SeaweedFS's one replace (go-bip39).
     Component("seaweedfs", "github.com/seaweedfs/seaweedfs", {

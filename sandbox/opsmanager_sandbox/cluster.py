@@ -6,7 +6,8 @@
         await sb.apply(yaml_text_or_objects)   # create-or-replace, like kubectl apply
         sb.client                              # the async opsmanager.kube.Kube the controllers share
 
-Start order: API server (with cert-manager's CRDs), ``crds/*.yaml`` applied, namespace ``cert-manager``,
+Start order: API server (with cert-manager's CRDs), ``crds/*.yaml`` applied, then the version catalog (the
+EtcdVersion objects of ``deploy/catalog/``, :func:`catalog_objects`), namespace ``cert-manager``,
 kubeconfig written, then the controllers, then the extra components. Stop order is the reverse; the kubelet
 stops every pod process by PID (SIGTERM, grace capped at ``shutdown_grace``, SIGKILL), also when the body of
 the ``async with`` raised. Stopping the sandbox is not a node drain: when every member of an etcd cluster gets
@@ -34,7 +35,7 @@ from typing import Any, Final, Protocol, TypeVar
 import yaml  # type: ignore[import-untyped,unused-ignore]
 
 from opsmanager import kube
-from opsmanager.api import crdgen
+from opsmanager.api import catalog, constants, crdgen
 from opsmanager.kube.resources import Resource
 from opsmanager_sandbox import (
     addresses,
@@ -76,6 +77,14 @@ MODEL_CRDS: Final = "models"
 def model_crds() -> list[Obj]:
     """The CustomResourceDefinitions of the API models, as ``opsmanager crds`` renders them."""
     return [crdgen.crd(spec) for spec in crdgen.CRDS]
+
+
+def catalog_objects(crds: list[Obj]) -> list[Obj]:
+    """The version catalog the install bundle ships (``deploy/catalog/``: one EtcdVersion per supported version),
+    when ``crds`` serve the EtcdVersion kind; the admission webhook admits only the versions it lists."""
+    served = {d.get("spec", {}).get("names", {}).get("kind") for d in crds
+              if d.get("kind") == "CustomResourceDefinition"}
+    return catalog.objects() if constants.ETCDVERSION_KIND in served else []
 
 
 class _Startable(Protocol):
@@ -246,6 +255,7 @@ class Sandbox:
             if docs:
                 await self.apiserver.apply_objects(docs)
                 self.crds = [d["metadata"]["name"] for d in docs]
+                await self.apiserver.apply_objects(catalog_objects(docs))  # once their CRD is there
             ca_file = self.apiserver.ca_file
             self.client = kube.Kube.for_url(self.apiserver.url, token=self.apiserver.admin_token,
                                             ca_path=str(ca_file) if ca_file else None,
@@ -304,6 +314,9 @@ class Sandbox:
             self.client.resources.add_crd(doc)
         self.crds = [d["metadata"]["name"] for d in docs]
         await self._wait_established(self.crds)
+        for obj in catalog_objects(docs):  # the install bundle's deploy/catalog, once its CRD is established
+            with contextlib.suppress(kube.AlreadyExists):
+                await self.client.create(obj)
         await self._ensure_namespace("cert-manager")
         self.kubernetes.write_kubeconfig(self.kubeconfig)
         self.kubernetes.write_kubeconfig(self.operator_kubeconfig, token=self.kubernetes.operator_token)

@@ -4,7 +4,9 @@
 up --install deploy/``): with the sandbox in RBAC mode it runs the real ``kubectl apply -k <dir>`` against the
 sandbox's admin kubeconfig, then waits until the bundle's Deployments are available — the kubelet runs their pods
 of the operator's image as local processes under their own ServiceAccounts (docs/sandbox.md). It replaces the
-default components (the operator and the webhook as plain child processes).
+default components (the operator and the webhook as plain child processes). Then, when the bundle has one, the
+version catalog (``kubectl apply -k <dir>/catalog``: the EtcdVersion objects, applied once their CRD is there, the
+install's second step).
 
 Before applying, the sandbox serves the one kind of the bundle that a bare cluster lacks: the Prometheus
 Operator's ``PrometheusRule`` (storage only: a CRD keeping every field; nothing evaluates the rules here).
@@ -115,6 +117,8 @@ def install(bundle: str | Path, *, timeout: float = READY_TIMEOUT) -> Any:
         if getattr(sb, "realnodes", None) is not None:  # the image the bundle names, made and loaded into each node
             await sb.realnodes.load_operator_image()
         output = await apply_bundle(sb.kubeconfig, directory)
+        if (directory / "catalog" / "kustomization.yaml").is_file():  # the second step of the install, as documented
+            output += await apply_bundle(sb.kubeconfig, directory / "catalog")
         await wait_available(sb.client, NAMESPACE, ["opsmanager-webhook", "opsmanager-operator"], timeout)
         pods = await operator_pods(sb.client)
         for i, pod in enumerate(pods):

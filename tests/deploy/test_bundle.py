@@ -363,12 +363,29 @@ def test_the_operator_has_exactly_its_listed_rights() -> None:
     assert bundle.granted(bundle.objects(), bundle.OPERATOR_SA) == expected
 
 
-def test_the_webhook_may_read_etcds_and_opsrequests_get_issuers_and_nothing_else(docs: list[Obj]) -> None:
+def test_the_webhook_may_read_etcds_opsrequests_the_catalog_get_issuers_and_nothing_else(docs: list[Obj]) -> None:
     assert bundle.granted(docs, bundle.WEBHOOK_SA) == {
         (group, resource, verb)
-        for group, resource in (("opsmanager.dev", "etcds"), ("ops.opsmanager.dev", "etcdopsrequests"))
+        for group, resource in (("opsmanager.dev", "etcds"), ("ops.opsmanager.dev", "etcdopsrequests"),
+                                ("catalog.opsmanager.dev", "etcdversions"))
         for verb in ("get", "list", "watch")
     } | {("cert-manager.io", "issuers", "get"), ("cert-manager.io", "clusterissuers", "get")}
+
+
+def test_the_operator_may_not_touch_the_catalog(docs: list[Obj]) -> None:
+    # The catalog is admission's: the engine checks what it can run from its own version logic, so the operator's
+    # account reads no EtcdVersion (least privilege), and nobody in the bundle may write one.
+    assert not any(r == "etcdversions" for _, r, _ in bundle.granted(docs, bundle.OPERATOR_SA))
+    assert not any(r == "etcdversions" and v not in ("get", "list", "watch")
+                   for _, r, v in bundle.granted(docs, bundle.WEBHOOK_SA))
+
+
+def test_the_catalog_is_its_own_kustomization_of_cluster_scoped_objects() -> None:
+    docs = bundle.render(bundle.DEPLOY / "catalog")
+    assert docs and {d["kind"] for d in docs} == {"EtcdVersion"}
+    assert all("namespace" not in d["metadata"] for d in docs)
+    crds = [d for d in bundle.objects() if d["kind"] == "CustomResourceDefinition"]
+    assert "etcdversions.catalog.opsmanager.dev" in {d["metadata"]["name"] for d in crds}
 
 
 def test_cluster_roles_hold_cluster_scoped_needs_apart(docs: list[Obj]) -> None:

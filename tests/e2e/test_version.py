@@ -1,4 +1,6 @@
-"""UpdateVersion end to end on the real control plane: etcd 3.5 → 3.6 and back to 3.5 under the live writer.
+"""UpdateVersion end to end on the real control plane: etcd 3.5 → 3.6 and back to 3.5 under the live writer, and
+3.6 → 3.7 and back to 3.6 (etcd's downgrade protocol again), the 3.5 → 3.7 shortcut refused by the catalog's
+admission.
 
 What is claimed, measured from outside: up, every member restarted once onto the 3.6 build (followers first, the
 leader last after MoveLeader), each reporting 3.6.16 in its own Status, the cluster version (each member's
@@ -27,6 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 ETCD_35 = scenario.BUILT_ETCD_VERSION
 ETCD_36 = realcp.build_module().COMPONENTS["etcd-3.6"].version().removeprefix("v")
+ETCD_37 = realcp.build_module().COMPONENTS["etcd-3.7"].version().removeprefix("v")
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
@@ -97,4 +100,32 @@ async def test_a_tls_cluster_takes_the_same_round_trip(sc: scenario.Scenario) ->
         await sc.assert_no_loss(result)
         assert await sc.served_version(db) == {target}
         assert await sc.served_serials(db) and len(naming.pods(db, 3)) == 3
+    await sc.drop_etcd(db)
+
+
+async def test_up_to_3_7_and_back_to_3_6_under_the_writer(sc: scenario.Scenario) -> None:
+    db = "version-37"
+    await sc.fresh_etcd(db, version=ETCD_36)
+
+    async def decided() -> bool:
+        return await cluster_versions(sc, db) == {"3.6"}
+
+    await aeventually(decided, timeout=30, interval=0.5, what="the cluster version 3.6 decided")
+    for name, target, minor, steps in (
+        ("up", ETCD_37, "3.7", ["Running", "UpdateStatefulSet", "RestartPods", "VersionVerified", "UpdateDatabase",
+                                "Successful"]),
+        ("down", ETCD_36, "3.6", ["Running", "DowngradeEnabled", "UpdateStatefulSet", "RestartPods",
+                                  "VersionVerified", "UpdateDatabase", "Successful"]),
+    ):
+        async with scenario.PodTracker(sc, db) as uids:
+            result = await sc.operate(f"{db}-{name}", db, "UpdateVersion", timeout=300,
+                                      updateVersion={"targetVersion": target})
+        assert result.phase == constants.PHASE_SUCCESSFUL, (name, result.failure)
+        assert umbrella(result) == steps
+        assert uids.restarts() == {n: 1 for n in uids.names}, uids.uids
+        await sc.assert_no_loss(result)
+        assert await sc.served_version(db) == {target}
+        assert await cluster_versions(sc, db) == {minor}
+        await sc.wait_ready(db, timeout=120)
+    assert not await sc.is_paused(db)
     await sc.drop_etcd(db)
