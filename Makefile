@@ -60,6 +60,7 @@ lint: $(STAMP)
 
 crds: $(STAMP)
 	$(BIN)/opsmanager crds --out crds/
+	$(BIN)/python -m opsmanager.api.catalog --out deploy/catalog
 
 # `make demo CONTROL_PLANE=kubernetes`: the same four operations on the real control plane and NODES real nodes
 # (kubelet, containerd, runc, a pod network, CoreDNS; builds and installs what they need first; the operator and
