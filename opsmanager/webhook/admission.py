@@ -188,6 +188,8 @@ class _Fetched:
     def _get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         key = (kind, namespace, name)
         if key not in self.answers:
+            if kind == constants.STORAGE_CLASS_KIND:
+                return self.lookup.get_storage_class(name)
             return (self.lookup.get_etcd(namespace, name) if kind == constants.ETCD_KIND
                     else self.lookup.get_opsrequest(namespace, name))
         answer = self.answers[key]
@@ -200,6 +202,9 @@ class _Fetched:
 
     def get_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get(constants.OPS_KIND, namespace, name)
+
+    def get_storage_class(self, name: str) -> dict[str, Any] | None:
+        return self._get(constants.STORAGE_CLASS_KIND, "", name)
 
 
 async def decide(endpoint: Endpoint, request: AdmissionRequest, lookup: EtcdLookup) -> Verdict:

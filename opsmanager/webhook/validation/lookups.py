@@ -34,12 +34,17 @@ class EtcdLookup(Protocol):
         unknown."""
         ...
 
+    def get_storage_class(self, name: str) -> dict[str, Any] | None:
+        """The StorageClass (cluster-scoped) a VolumeExpansion's Etcd names, or None when it does not exist. Raise
+        :class:`EtcdLookupError` when unknown."""
+        ...
+
 
 class FetchingEtcdLookup(EtcdLookup, Protocol):
     """An :class:`EtcdLookup` whose ``get_*`` may raise :class:`NotCached`; :meth:`afetch` then reads the object."""
 
     async def afetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """The object of ``kind`` (Etcd or EtcdOpsRequest), None when it does not exist; raise
+        """The object of ``kind`` (Etcd, EtcdOpsRequest or StorageClass, whose namespace is ignored), None when it does not exist; raise
         :class:`EtcdLookupError` when that cannot be told."""
         ...
 
@@ -85,3 +90,6 @@ class InMemoryEtcdLookup:
 
     def get_opsrequest(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._objects.get((constants.OPS_KIND, namespace, name))
+
+    def get_storage_class(self, name: str) -> dict[str, Any] | None:
+        return self._objects.get((constants.STORAGE_CLASS_KIND, "default", name))
