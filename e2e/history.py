@@ -451,6 +451,38 @@ class Recorded:
         return watchcheck.check(self.watch_log, self.history.changes(), prefix=self.history.prefix + "/",
                                 until=self.last_revision or None)
 
+    def resolved(self) -> History:
+        """The history with each write of unknown outcome settled by the watch log, as etcd's robustness tests do:
+        every value is unique, so a write whose value the watch delivered took effect at that event's revision (and
+        before the first known operation that returned a revision as high), and one whose value it never
+        delivered had no effect and is left out; a read of unknown outcome constrains nothing and is left out.
+        Sound only for a whole watch log (:meth:`watch_problems` empty, watched up to :attr:`last_revision`)."""
+        if not self.last_revision:
+            return self.history
+        delivered: dict[tuple[str, str], int] = {}
+        for entry in self.watch_log:
+            if isinstance(entry, watchcheck.Delivered):
+                for event in entry.events:
+                    if event.kind == "put":
+                        delivered.setdefault((event.key, event.value), event.revision)
+        returns = sorted((op.revision, op.return_) for op in self.history.operations
+                         if op.outcome == "ok" and op.return_ is not None)
+        out = []
+        for op in self.history.operations:
+            if op.outcome == "ok":
+                out.append(op)
+                continue
+            revision = delivered.get((op.key, op.value)) if op.write else None
+            if revision is None:  # a read, or a write that never took effect
+                continue
+            seen_by = [ret for rev, ret in returns if rev >= revision and ret is not None]
+            if not seen_by:  # nothing returned after it: it stays a write that may have happened at the end
+                out.append(op)
+                continue
+            out.append(dataclasses.replace(op, outcome="ok", revision=revision, succeeded=op.kind == "txn",
+                                           return_=max(min(seen_by), op.call), error=""))
+        return History(prefix=self.history.prefix, operations=tuple(out))
+
 
 class Recording:
     """A recorder and a watcher on its keys, as one ``async with``; :attr:`result` after it. On a normal exit the

@@ -167,21 +167,25 @@ OPS_TYPE_ROTATE_AUTH: Final = "RotateAuth"
 OPS_TYPE_RESTORE: Final = "Restore"
 OPS_TYPE_RECOVER_FROM_QUORUM_LOSS: Final = "RecoverFromQuorumLoss"
 OPS_TYPE_BACKUP: Final = "Backup"  # ours: KubeDB's backups come from KubeStash
+OPS_TYPE_VOLUME_EXPANSION: Final = "VolumeExpansion"
 # Every type KubeDB's EtcdOpsRequest CRD admits, in its order: the CRD accepts them all, so a request of a type
 # this operator does not run yet reaches the webhook and gets KubeDB's "not supported" message, not a schema error.
 KUBEDB_OPS_TYPES: Final = ("UpdateVersion", "HorizontalScaling", "VerticalScaling", "VolumeExpansion", "Restart",
                            "Reconfigure", "ReconfigureTLS", "RotateAuth", "StorageMigration", "MoveLeader",
                            "Defragment", "Compact", "RecoverFromQuorumLoss", "Restore")
-OPS_TYPES: Final = (OPS_TYPE_UPDATE_VERSION, OPS_TYPE_HORIZONTAL_SCALING, OPS_TYPE_VERTICAL_SCALING, OPS_TYPE_RESTART,
-                    OPS_TYPE_RECONFIGURE, OPS_TYPE_RECONFIGURE_TLS, OPS_TYPE_ROTATE_AUTH, OPS_TYPE_MOVE_LEADER,
-                    OPS_TYPE_COMPACT, OPS_TYPE_DEFRAGMENT, OPS_TYPE_RECOVER_FROM_QUORUM_LOSS, OPS_TYPE_RESTORE,
-                    OPS_TYPE_BACKUP)
+OPS_TYPES: Final = (OPS_TYPE_UPDATE_VERSION, OPS_TYPE_HORIZONTAL_SCALING, OPS_TYPE_VERTICAL_SCALING,
+                    OPS_TYPE_VOLUME_EXPANSION, OPS_TYPE_RESTART, OPS_TYPE_RECONFIGURE, OPS_TYPE_RECONFIGURE_TLS,
+                    OPS_TYPE_ROTATE_AUTH, OPS_TYPE_MOVE_LEADER, OPS_TYPE_COMPACT, OPS_TYPE_DEFRAGMENT,
+                    OPS_TYPE_RECOVER_FROM_QUORUM_LOSS, OPS_TYPE_RESTORE, OPS_TYPE_BACKUP)
 
 APPLY_IF_READY: Final = "IfReady"
 APPLY_ALWAYS: Final = "Always"
 APPLY_POLICIES: Final = (APPLY_IF_READY, APPLY_ALWAYS)
 
 DEFAULT_OPS_TIMEOUT: Final = "10m"
+STORAGE_CLASS_KIND: Final = "StorageClass"  # storage.k8s.io/v1, read by the webhook for a VolumeExpansion
+STORAGE_CLASS_API_VERSION: Final = "storage.k8s.io/v1"
+DEFAULT_STORAGE_SIZE: Final = "1Gi"  # each member's data volume when spec.storage names no size
 
 # --- EtcdOpsRequest phases -------------------------------------------------------------------------------------
 
@@ -224,6 +228,12 @@ COND_CONFIGURATION_VERIFIED: Final = "ConfigurationVerified"
 # VerticalScaling InPlace: every member's pod resized through its resize subresource, with no restart.
 COND_IN_PLACE_RESIZED: Final = "InPlaceResized"
 COND_ETCD_ALARM_CLEARED: Final = "EtcdAlarmCleared"
+# VolumeExpansion (KubeDB's UpdateEtcdNodePVCs): every member's claim asks for the new size and the volume behind it
+# grew (Online: the filesystem too); then each member's filesystem is read back from the kubelet's statfs of the
+# mounted volume; then the StatefulSet's volumeClaimTemplates are the new size (recreated, its pods kept).
+COND_UPDATE_NODE_PVCS: Final = "UpdateEtcdNodePVCs"
+COND_VOLUMES_VERIFIED: Final = "VolumeExpansionVerified"
+COND_CLAIM_TEMPLATES_UPDATED: Final = "ClaimTemplatesUpdated"
 # RotateAuth (KubeDB's conditions): the new root password staged in the auth Secret (`password.next`); applied with
 # UserChangePassword (the first one turns authentication on) and verified by a fresh login with it; then the Secret
 # holds it as `password` (the old one as `password.prev`) and the Etcd's spec.authSecret names that Secret.
@@ -285,6 +295,8 @@ STEP_VERIFY_CONFIGURATION: Final = "VerifyConfiguration"  # the member's own com
 STEP_REQUEST_IN_PLACE_RESIZE: Final = "RequestInPlaceResize"  # PATCH pods/<pod>/resize sent
 STEP_CHECK_IN_PLACE_RESIZE_SETTLED: Final = "CheckInPlaceResizeSettled"  # the kubelet reports the new resources
 STEP_ETCD_MEMBER_REMOVED: Final = "EtcdMemberRemoved"  # MemberRemove, its pod gone and its data volume deleted
+STEP_RESIZE_VOLUME: Final = "ResizeVolume"  # the member's claim asks for the new size; done once the volume grew
+STEP_VERIFY_VOLUME_SIZE: Final = "VerifyVolumeSize"  # the kubelet's statfs of the member's mounted data volume
 PER_POD_SEPARATOR: Final = "--"
 
 # Condition status values (metav1.ConditionStatus).
@@ -305,6 +317,7 @@ TRIGGER_AUTO_RENEW: Final = "auto-renew"
 TRIGGER_AUTO_DEFRAGMENT: Final = "auto-defragment"  # filed by the storage scan when much of a file is free
 TRIGGER_SCHEDULED_BACKUP: Final = "scheduled-backup"  # filed by the backup schedule (spec.backup.schedule)
 TRIGGER_CA_ROLLOVER: Final = "ca-rollover"  # filed by the provisioner when the CA behind the issuer changed
+TRIGGER_STORAGE_AUTOSCALE: Final = "storage-autoscale"  # filed by the storage scan when a volume passes its threshold
 
 
 def per_pod_type(step: str, pod: str) -> str:

@@ -215,14 +215,42 @@ class AutoDefragment(common.Model):
         description="And at least this many bytes free, so a small database is never defragmented for nothing.")
 
 
+class StorageAutoscale(common.Model):
+    """When the storage scan files a VolumeExpansion by itself — KubeDB's ``EtcdAutoscaler`` storage policy
+    (``spec.storage.etcd``), kept on the Etcd: once a member's database file passes ``usageThreshold`` % of its data
+    volume's capacity, every volume grows by ``scalingThreshold`` % (never past ``upperBound``). Once per episode:
+    an episode is the volume at one size, so a request that failed is not filed again until the size changed."""
+
+    trigger: Literal["On", "Off"] = pydantic.Field(
+        default="Off", description="`On`: file VolumeExpansion requests (trigger `storage-autoscale`); `Off`: never.")
+    usage_threshold: int = pydantic.Field(
+        default=80, ge=1, le=100,
+        description="The share of a member's volume capacity its database file may take before the volumes grow, "
+                    "in %.")
+    scaling_threshold: int = pydantic.Field(
+        default=50, ge=1, le=1000, description="How much the volumes grow each time, in % of their current size.")
+    expansion_mode: Literal["Online", "Offline"] = pydantic.Field(
+        default="Online", description="The filed VolumeExpansion's `mode`.")
+    upper_bound: common.Quantity | None = pydantic.Field(
+        default=None, description="The largest size the volumes may grow to (absent: no bound); a volume at the "
+                                  "bound is left alone, and the alert says so.")
+
+
 class StorageLifecycle(common.Model):
     """Storage-lifecycle policy: how often every member's database size, in-use size and quota are read (status,
-    metrics, the quota alert) and when a Defragment is filed by itself."""
+    metrics, the quota alert), when a Defragment is filed by itself, and when the volumes grow by themselves."""
 
     scan_interval: PolicyDuration = pydantic.Field(
         default="1m", description="How often every member's Status is read, a Go duration.")
     auto_defragment: AutoDefragment = pydantic.Field(
         default_factory=AutoDefragment, description="Automatic defragmentation.")
+    autoscale: StorageAutoscale = pydantic.Field(
+        default_factory=StorageAutoscale, description="Automatic volume expansion (KubeDB's EtcdAutoscaler storage "
+                                                      "policy).")
+    quota_volume_percent: int | None = pydantic.Field(
+        default=None, ge=1, le=100,
+        description="Ties `--quota-backend-bytes` to the data volume: when set, every VolumeExpansion raises the "
+                    "quota to this share of the new size (never lowers it), and rolls the members onto it.")
 
     @property
     def scan_interval_delta(self) -> datetime.timedelta:
@@ -236,6 +264,9 @@ class MemberStorage(common.OpenModel):
     db_size_in_use_bytes: int = pydantic.Field(description="The part of it in use (`dbSizeInUse`).")
     quota_bytes: int | None = pydantic.Field(
         default=None, description="`--quota-backend-bytes` as the member runs it (NOSPACE beyond).")
+    volume_capacity_bytes: int | None = pydantic.Field(
+        default=None, description="The capacity of the member's data volume (its claim's `status.capacity`); "
+                                  "absent for ephemeral storage.")
 
 
 class StorageStatus(common.OpenModel):
@@ -249,7 +280,7 @@ class StorageStatus(common.OpenModel):
 
 # --- what the lifecycle remembers (status.lifecycle) ------------------------------------------------------------
 
-Trigger = Literal["ca-rollover", "auto-renew", "auto-defragment", "scheduled-backup"]
+Trigger = Literal["ca-rollover", "auto-renew", "auto-defragment", "scheduled-backup", "storage-autoscale"]
 
 
 class FiledRequest(common.OpenModel):

@@ -119,6 +119,28 @@ class HorizontalScalingSpec(common.Model):
     )
 
 
+class VolumeExpansionSpec(common.Model):
+    """Grow every member's data volume to ``etcd`` (KubeDB's fields): ``Online`` resizes each claim under the running
+    member (the filesystem grows while mounted); ``Offline`` resizes the volumes, then restarts the members one at
+    a time behind the health gate so each filesystem grows as it is mounted again. Never a shrink."""
+
+    etcd: common.Quantity | None = pydantic.Field(
+        default=None, description="The new size of each member's data volume, e.g. `2Gi`; larger than the current.")
+    mode: Literal["Online", "Offline"] | None = pydantic.Field(
+        default=None, description="`Online`: resize under the running members; `Offline`: resize, then restart "
+                                  "the members one at a time. Required.")
+
+
+class StorageMigrationSpec(common.Model):
+    """Move every member's data volume to another StorageClass (KubeDB's fields)."""
+
+    storage_class_name: str | None = pydantic.Field(
+        default=None, description="The StorageClass the members' volumes move to. Required.")
+    old_pv_reclaim_policy: Literal["Delete", "Retain"] | None = pydantic.Field(
+        default=None, description="What becomes of the old volumes once their claims are deleted (`Delete`, the "
+                                  "default, or `Retain`).")
+
+
 class SecretReference(common.Model):
     """A Secret in the request's namespace (KubeDB's `TypedLocalObjectReference`)."""
 
@@ -201,10 +223,10 @@ class EtcdOpsRequestSpec(common.Model):
     type: Literal["UpdateVersion", "HorizontalScaling", "VerticalScaling", "VolumeExpansion", "Restart",
                   "Reconfigure", "ReconfigureTLS", "RotateAuth", "StorageMigration", "MoveLeader", "Defragment",
                   "Compact", "RecoverFromQuorumLoss", "Restore", "Backup"] = pydantic.Field(
-        description="The operation: `UpdateVersion`, `HorizontalScaling`, `VerticalScaling`, `Restart`, "
-                    "`Reconfigure`, `ReconfigureTLS`, `RotateAuth`, `MoveLeader`, `Compact`, `Defragment`, "
-                    "`RecoverFromQuorumLoss`, `Backup` (ours) or `Restore`. KubeDB's other types (`VolumeExpansion`, "
-                    "`StorageMigration`) are accepted by the schema and refused by the admission webhook as not "
+        description="The operation: `UpdateVersion`, `HorizontalScaling`, `VerticalScaling`, `VolumeExpansion`, "
+                    "`Restart`, `Reconfigure`, `ReconfigureTLS`, `RotateAuth`, `MoveLeader`, `Compact`, "
+                    "`Defragment`, `RecoverFromQuorumLoss`, `Backup` (ours) or `Restore`. KubeDB's other type "
+                    "(`StorageMigration`) is accepted by the schema and refused by the admission webhook as not "
                     "supported yet."
     )
     vertical_scaling: VerticalScalingSpec | None = pydantic.Field(
@@ -218,6 +240,12 @@ class EtcdOpsRequestSpec(common.Model):
     )
     horizontal_scaling: HorizontalScalingSpec | None = pydantic.Field(
         default=None, description="Required for `HorizontalScaling`: the member count to end with."
+    )
+    volume_expansion: VolumeExpansionSpec | None = pydantic.Field(
+        default=None, description="Required for `VolumeExpansion`: the new size and the mode."
+    )
+    migration: StorageMigrationSpec | None = pydantic.Field(
+        default=None, description="Required for `StorageMigration`: the StorageClass to move to."
     )
     tls: ReconfigureTLSSpec | None = pydantic.Field(
         default=None, description="Required for `ReconfigureTLS`: what to change."
@@ -292,6 +320,11 @@ class RequestOrigin(common.OpenModel):
         default=None,
         description="RotateAuth: the auth Secret the Etcd used when the request started (absent: authentication "
                     "was off); the new password is staged there as `password.next`.",
+    )
+    storage: str | None = pydantic.Field(
+        default=None,
+        description="The size of each member's data volume when the request started: a VolumeExpansion grows "
+                    "from it.",
     )
 
 

@@ -19,12 +19,13 @@ the member that would be kept) read the Etcd's raw status and are the webhook's 
 from __future__ import annotations
 
 import dataclasses
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
+from opsmanager.api import common, constants, versions
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
 from opsmanager.api import tuning as tuning_api
-from opsmanager.api import versions
 
 # ReconfigureTLS (KubeDB's)
 MSG_TLS_NIL: Final = "spec.tls is nil, not supported in ReconfigureTLS type"
@@ -81,6 +82,20 @@ MSG_RECOVER_TIMEOUT: Final = (
     "spec.timeout is required for RecoverFromQuorumLoss ops request, adjust timeout according to the size of your "
     "database"
 )
+# VolumeExpansion: KubeDB's (its webhook and ValidateStorageExpansion), the class rule in Kubernetes' own words (the
+# API server's PersistentVolumeClaimResize admission refuses such a claim's resize with them)
+MSG_VOLUME_NIL: Final = "spec.volumeExpansion is nil, not supported in VolumeExpansion type"
+MSG_VOLUME_SIZE_EMPTY: Final = "spec.volumeExpansion.etcd can not be empty"
+MSG_VOLUME_MODE_EMPTY: Final = "spec.volumeExpansion.mode can not be empty: Online or Offline"
+MSG_VOLUME_NOT_CONFIGURED: Final = "storage not configured for etcd"
+MSG_VOLUME_NOT_LARGER: Final = (
+    "desired etcd storage size must be greater than current storage. Current storage: {current}"
+)
+MSG_STORAGE_CLASS_NOT_FOUND: Final = "storage class {name} not found"
+MSG_STORAGE_CLASS_NOT_EXPANDABLE: Final = (
+    "storage class {name} does not allow volume expansion: only dynamically provisioned pvc can be resized and the "
+    "storageclass that provisions the pvc must support resize"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +130,9 @@ class EtcdFacts:
     tls_issuer: bool  # spec.tls.issuerRef is set
     external_secrets: bool  # spec.tls.externalSecrets is set (the user's own Secrets)
     backup: bool  # spec.backup is set (where snapshots live)
+    durable: bool = True  # spec.storageType is Durable (the members have data volumes)
+    storage_size: str = constants.DEFAULT_STORAGE_SIZE  # each data volume's requested size
+    storage_class: str | None = None  # spec.storage.storageClassName (None: the cluster's default class)
 
     @classmethod
     def of(cls, db: etcd_api.Etcd) -> EtcdFacts:
@@ -122,7 +140,16 @@ class EtcdFacts:
         return cls(namespace=db.metadata.namespace or "default", name=db.metadata.name or "",
                    tls_issuer=tls is not None and tls.issuer_ref is not None,
                    external_secrets=tls is not None and tls.external_secrets is not None,
-                   backup=db.spec.backup is not None)
+                   backup=db.spec.backup is not None, durable=db.spec.storage_type == constants.STORAGE_DURABLE,
+                   storage_size=storage_size(db.spec.storage), storage_class=(
+                       db.spec.storage.storage_class_name if db.spec.storage is not None else None))
+
+
+def storage_size(storage: etcd_api.PersistentVolumeClaimSpec | None) -> str:
+    """The size each member's data volume asks for: ``spec.storage.resources.requests.storage``, else the
+    render's default."""
+    requests = storage.resources.requests if storage is not None and storage.resources is not None else None
+    return str((requests or {}).get("storage") or constants.DEFAULT_STORAGE_SIZE)
 
 
 # --- ReconfigureTLS ---------------------------------------------------------------------------------------------
@@ -291,3 +318,36 @@ def restore(spec: ops_api.EtcdOpsRequestSpec, db: EtcdFacts) -> list[Violation]:
         return [source] if source is not None else []
     found = (source, timeout_given(spec, MSG_RESTORE_TIMEOUT), backup_policy(db, "spec.restore"))
     return [v for v in found if v is not None]
+
+
+# --- VolumeExpansion ----------------------------------------------------------------------------------------------
+
+
+def volume_expansion(options: ops_api.VolumeExpansionSpec | None, db: EtcdFacts,
+                     current: str | None = None) -> Violation | None:
+    """KubeDB's: the options given, with a size and a mode, on durable storage, and larger than the volumes are
+    (``current``: the size to compare with, the Etcd's own by default — a plan passes the size the Etcd had when
+    the request started, since its write-back changes the Etcd's)."""
+    field = "spec.volumeExpansion"
+    if options is None:
+        return Violation(field, MSG_VOLUME_NIL)
+    if options.etcd is None or str(options.etcd) == "":
+        return Violation(field, MSG_VOLUME_SIZE_EMPTY)
+    if options.mode is None:
+        return Violation(field, MSG_VOLUME_MODE_EMPTY)
+    if not db.durable:
+        return Violation(field, MSG_VOLUME_NOT_CONFIGURED)
+    have = current if current is not None else db.storage_size
+    if common.quantity_value(have) >= common.quantity_value(options.etcd):
+        return Violation(field, MSG_VOLUME_NOT_LARGER.format(current=have))
+    return None
+
+
+def storage_class_expandable(name: str, storage_class: Mapping[str, Any] | None) -> Violation | None:
+    """The Etcd's StorageClass exists and says ``allowVolumeExpansion: true`` (the webhook reads the class)."""
+    field = "spec.volumeExpansion"
+    if storage_class is None:
+        return Violation(field, MSG_STORAGE_CLASS_NOT_FOUND.format(name=name))
+    if storage_class.get("allowVolumeExpansion") is not True:
+        return Violation(field, MSG_STORAGE_CLASS_NOT_EXPANDABLE.format(name=name))
+    return None

@@ -581,7 +581,7 @@ def render_statefulset(
     if db.spec.storage_type == constants.STORAGE_DURABLE:
         pvc_spec = db.spec.storage.to_dict() if db.spec.storage is not None else {}
         pvc_spec.setdefault("accessModes", ["ReadWriteOnce"])
-        pvc_spec.setdefault("resources", {"requests": {"storage": "1Gi"}})
+        pvc_spec.setdefault("resources", {"requests": {"storage": constants.DEFAULT_STORAGE_SIZE}})
         spec["volumeClaimTemplates"] = [{"metadata": {"name": naming.DATA_VOLUME}, "spec": pvc_spec}]
     return {
         "apiVersion": "apps/v1",

@@ -142,7 +142,11 @@ DB_SIZE_IN_USE = prometheus_client.Gauge(
 DB_QUOTA = prometheus_client.Gauge(
     "opsmanager_etcd_db_quota_bytes", "An etcd member's backend quota (--quota-backend-bytes): NOSPACE beyond it",
     ["namespace", "etcd", "member"], registry=REGISTRY)
-_STORAGE = (DB_SIZE, DB_SIZE_IN_USE, DB_QUOTA)
+VOLUME_CAPACITY = prometheus_client.Gauge(
+    "opsmanager_etcd_volume_capacity_bytes",
+    "Capacity of an etcd member's data volume (its claim's status.capacity); absent for ephemeral storage",
+    ["namespace", "etcd", "member"], registry=REGISTRY)
+_STORAGE = (DB_SIZE, DB_SIZE_IN_USE, DB_QUOTA, VOLUME_CAPACITY)
 _storage_series: dict[tuple[str, str], set[str]] = {}
 
 
@@ -158,6 +162,8 @@ def publish_storage(namespace: str, etcd: str, sizes: Mapping[str, Any]) -> None
             DB_SIZE_IN_USE.labels(namespace, etcd, member).set(size.db_size_in_use_bytes)
             if size.quota_bytes is not None:
                 DB_QUOTA.labels(namespace, etcd, member).set(size.quota_bytes)
+            if getattr(size, "volume_capacity_bytes", None) is not None:
+                VOLUME_CAPACITY.labels(namespace, etcd, member).set(size.volume_capacity_bytes)
         _storage_series[(namespace, etcd)] = set(sizes)
 
 

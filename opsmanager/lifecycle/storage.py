@@ -1,7 +1,8 @@
 """The storage lifecycle of one Etcd, as auto-renew is for certificates: every member's database size, in-use size
 and quota (and the etcd version each runs, for ``status.version``), read from the members (``Status``, and the quota from each member's metrics) every
 ``spec.storageLifecycle.scanInterval``, written to ``status.storage``, published as metrics (the quota alert fires
-before ``NOSPACE``), and, when the policy says so, a Defragment request filed by the operator itself.
+before ``NOSPACE``), and, when the policy says so, a Defragment request filed by the operator itself — or a
+VolumeExpansion, when a database fills its data volume (:mod:`opsmanager.lifecycle.autoscale`).
 
 Why: etcd never gives space back by itself. A compaction (etcd's ``--auto-compaction-*``, or a Compact request)
 frees pages inside the file; only a defragmentation returns them, and a file that keeps its high-water mark walks
@@ -36,10 +37,10 @@ from opsmanager import kube
 from opsmanager.api import conditions, constants, lifecycle, pause
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import opsrequest as ops_api
-from opsmanager.cluster import credentials, etcdstatus, filer, members, naming
+from opsmanager.cluster import credentials, etcdstatus, filer, members, naming, volumes
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
-from opsmanager.lifecycle import metrics
+from opsmanager.lifecycle import autoscale, metrics
 from opsmanager.tls import identity as tls_identity
 
 # Legacy: where an older operator kept the episode, now status.lifecycle. Read only by legacy_remembered(), never
@@ -109,6 +110,7 @@ async def observe(k: kube.Kube, db: etcd_api.Etcd) -> tuple[dict[str, lifecycle.
                             peer_scheme=schemes[0], metrics=True)
     if not eps:
         return {}, set()
+    capacities = await volumes.capacities(k, ns, naming.pods(name, db.spec.replicas))
     out: dict[str, lifecycle.MemberStorage] = {}
     versions: set[str] = set()
     async with etcd_client.EtcdClient(eps, tls=identity, timeout=TIMEOUT,
@@ -121,7 +123,8 @@ async def observe(k: kube.Kube, db: etcd_api.Etcd) -> tuple[dict[str, lifecycle.
             except etcd_errors.EtcdError:
                 quota = None
             out[ep_name] = lifecycle.MemberStorage(db_size_bytes=status.db_size,
-                                                   db_size_in_use_bytes=status.db_size_in_use, quota_bytes=quota)
+                                                   db_size_in_use_bytes=status.db_size_in_use, quota_bytes=quota,
+                                                   volume_capacity_bytes=capacities.get(ep_name))
             versions.add(status.version)
     return out, versions
 
@@ -224,4 +227,6 @@ async def scan_once(k: kube.Kube, obj: Mapping[str, Any], *, now: datetime.datet
             await k.event(dict(obj), reason=EVENT_AUTO_DEFRAGMENT,
                           message=f"Filed EtcdOpsRequest {filing.name} (Defragment): "
                                   f"{decision.reason}")
+            return decision  # one request per scan: the autoscaler waits for this one to finish
+    await autoscale.maybe_file(k, obj, db, sizes, in_flight, now=now)
     return decision

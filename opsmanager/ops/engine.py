@@ -61,11 +61,13 @@ from opsmanager.ops.steps import (
     compact,
     defragment,
     enable_downgrade,
+    expand_volumes,
     issue,
     move_leader,
     pause,
     prune_snapshots,
     recover_quorum,
+    replace_claim_templates,
     rescue_chosen,
     resize_in_place,
     restart_pods,
@@ -83,6 +85,7 @@ from opsmanager.ops.steps import (
     verify_served,
     verify_snapshot,
     verify_version,
+    verify_volumes,
 )
 
 log = logging.getLogger("opsmanager.ops")
@@ -121,6 +124,9 @@ STEPS: dict[plan.StepKind, Executor] = {
     plan.StepKind.REJOIN_MEMBERS: recover_quorum.run,
     plan.StepKind.UPDATE_CREDENTIAL: update_credential.run,
     plan.StepKind.APPLY_CREDENTIAL: apply_credential.run,
+    plan.StepKind.EXPAND_VOLUMES: expand_volumes.run,
+    plan.StepKind.VERIFY_VOLUMES: verify_volumes.run,
+    plan.StepKind.REPLACE_CLAIM_TEMPLATES: replace_claim_templates.run,
     plan.StepKind.UPDATE_DATABASE: update_database.run,
     plan.StepKind.RESCUE_CHOSEN: rescue_chosen.run,
     plan.StepKind.RESTART_ALL: restart_pods.run,

@@ -54,6 +54,9 @@ class StepKind(enum.Enum):
     REJOIN_MEMBERS = "RejoinMembers"  # the others wiped and re-added one at a time as learners, then promoted
     UPDATE_CREDENTIAL = "UpdateCredential"  # RotateAuth: stage the new root password in the auth Secret
     APPLY_CREDENTIAL = "ApplyCredential"  # RotateAuth: UserChangePassword (or turn auth on), verified by a login
+    EXPAND_VOLUMES = "ExpandVolumes"  # VolumeExpansion: each member's claim asks for the new size; the volume grew
+    VERIFY_VOLUMES = "VerifyVolumes"  # VolumeExpansion: each member's filesystem has the size (the kubelet's statfs)
+    REPLACE_CLAIM_TEMPLATES = "ReplaceClaimTemplates"  # the StatefulSet recreated (orphan) with new claim templates
     UPDATE_DATABASE = "UpdateDatabase"  # write spec.tls back to the Etcd, clean up what is no longer used
 
 
@@ -273,6 +276,26 @@ class ApplyCredential(Step):
     kind: ClassVar[StepKind] = StepKind.APPLY_CREDENTIAL
     staging_secret: str
     source_secret: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpandVolumes(Step):
+    kind: ClassVar[StepKind] = StepKind.EXPAND_VOLUMES
+    size: str  # the quantity every member's claim asks for
+    online: bool  # True: done once each filesystem grew too; False: once each volume grew (the roll grows the rest)
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyVolumes(Step):
+    kind: ClassVar[StepKind] = StepKind.VERIFY_VOLUMES
+    size: str  # every member's filesystem must have (nearly) this size
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplaceClaimTemplates(Step):
+    kind: ClassVar[StepKind] = StepKind.REPLACE_CLAIM_TEMPLATES
+    storage: etcd_api.PersistentVolumeClaimSpec  # the claim template the StatefulSet is recreated with
+    wiring: render.Wiring  # the template it is recreated with: the one the members run
 
 
 @dataclasses.dataclass(frozen=True)

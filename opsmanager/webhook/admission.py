@@ -190,6 +190,8 @@ class _Fetched:
         if key not in self.answers:
             if kind == constants.ETCDVERSION_KIND:
                 return self.lookup.get_etcdversion(name)
+            if kind == constants.STORAGE_CLASS_KIND:
+                return self.lookup.get_storage_class(name)
             return (self.lookup.get_etcd(namespace, name) if kind == constants.ETCD_KIND
                     else self.lookup.get_opsrequest(namespace, name))
         answer = self.answers[key]
@@ -205,6 +207,8 @@ class _Fetched:
 
     def get_etcdversion(self, name: str) -> dict[str, Any] | None:
         return self._get(constants.ETCDVERSION_KIND, "", name)
+    def get_storage_class(self, name: str) -> dict[str, Any] | None:
+        return self._get(constants.STORAGE_CLASS_KIND, "", name)
 
 
 async def decide(endpoint: Endpoint, request: AdmissionRequest, lookup: EtcdLookup) -> Verdict:

@@ -39,11 +39,13 @@ from opsmanager.webhook.validation.lookups import EtcdLookupError, NotCached
 log = logging.getLogger("opsmanager.webhook.lookup")
 
 ISSUER_API: Final = "cert-manager.io/v1"
-_KINDS: Final[dict[str, tuple[str, str]]] = {  # kind → (apiVersion, plural)
+_KINDS: Final[dict[str, tuple[str, str]]] = {  # kind → (apiVersion, plural): the watched kinds
     constants.ETCD_KIND: (constants.ETCD_API_VERSION, constants.ETCD_PLURAL),
     constants.OPS_KIND: (constants.OPS_API_VERSION, constants.OPS_PLURAL),
     constants.ETCDVERSION_KIND: (constants.CATALOG_API_VERSION, constants.ETCDVERSION_PLURAL),  # cluster-scoped
 }
+# Read, never watched: only a VolumeExpansion asks, once per request (cluster-scoped).
+_STORAGE_CLASS: Final = (constants.STORAGE_CLASS_API_VERSION, "storageclasses")
 
 
 class KubernetesEtcdLookup:
@@ -89,7 +91,8 @@ class KubernetesEtcdLookup:
         except TimeoutError as exc:
             raise EtcdLookupError(f"{where}: no answer within {self._timeout}s") from exc
 
-    def _get(self, api_version: str, kind: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+    def _get(self, api_version: str, kind: str, plural: str, namespace: str, name: str, *,
+             cluster_scoped: bool = False) -> dict[str, Any] | None:
         loop = self._loop
         if loop is None or loop.is_closed():
             raise EtcdLookupError("the Etcd lookup is not bound to a running event loop")
@@ -101,7 +104,8 @@ class KubernetesEtcdLookup:
             raise NotCached(kind, namespace, name,
                             f"KubernetesEtcdLookup.get_* blocks (GET {plural}): call it from a worker "
                             "thread, or await its aget_* twin on the loop")
-        future = asyncio.run_coroutine_threadsafe(self._aget(api_version, kind, plural, namespace or None, name), loop)
+        future = asyncio.run_coroutine_threadsafe(
+            self._aget(api_version, kind, plural, None if cluster_scoped else namespace, name), loop)
         try:
             return future.result(self._timeout + 1.0)
         except concurrent.futures.TimeoutError as exc:
@@ -135,11 +139,19 @@ class KubernetesEtcdLookup:
     def get_etcdversion(self, name: str) -> dict[str, Any] | None:
         """:meth:`aget_etcdversion` from a worker thread; on the lookup's loop it raises ``NotCached``."""
         return self._get(constants.CATALOG_API_VERSION, constants.ETCDVERSION_KIND, constants.ETCDVERSION_PLURAL,
-                         "", name)
+                         "", name, cluster_scoped=True)
+
+    def get_storage_class(self, name: str) -> dict[str, Any] | None:
+        """The StorageClass from a worker thread; on the lookup's loop it raises ``NotCached``."""
+        api_version, plural = _STORAGE_CLASS
+        return self._get(api_version, constants.STORAGE_CLASS_KIND, plural, "", name, cluster_scoped=True)
 
     async def afetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """The Etcd, EtcdOpsRequest or EtcdVersion (by ``kind``; an EtcdVersion has no namespace), one GET; None
-        when it does not exist."""
+        """The Etcd, EtcdOpsRequest, EtcdVersion or StorageClass (by ``kind``; the last two have no namespace),
+        one GET; None when it does not exist."""
+        if kind == constants.STORAGE_CLASS_KIND:
+            api_version, plural = _STORAGE_CLASS
+            return await self._aget(api_version, kind, plural, None, name)
         api_version, plural = _KINDS[kind]
         return await self._aget(api_version, kind, plural, None if kind == constants.ETCDVERSION_KIND else namespace,
                                 name)
@@ -227,6 +239,10 @@ class CachedEtcdLookup:
     def get_etcdversion(self, name: str) -> dict[str, Any] | None:
         """The cached EtcdVersion; ``NotCached`` on a miss."""
         return self._cached(constants.ETCDVERSION_KIND, "", name)
+
+    def get_storage_class(self, name: str) -> dict[str, Any] | None:
+        """Never cached (only a VolumeExpansion asks): always ``NotCached``, then one GET (:meth:`afetch`)."""
+        raise NotCached(constants.STORAGE_CLASS_KIND, "", name, "StorageClasses are read, not watched")
 
     async def afetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """One GET of an object the cache does not have, logged."""

@@ -18,12 +18,12 @@ RULE = ROOT / "deploy" / "base" / "prometheus-rule.yaml"
 UNIT_TESTS = Path(__file__).resolve().parent / "alert_rules_test.yaml"
 ALERTS = {"EtcdCertificateExpiringSoon", "EtcdCertificateExpiryCritical", "EtcdCAExpiringSoon",
           "EtcdServedCertificateMismatch", "EtcdTLSScanStale", "EtcdOpsRequestFailed", "EtcdDatabaseNearQuota",
-          "EtcdBackupTooOld"}
+          "EtcdBackupTooOld", "EtcdVolumeNearFull"}
 METRICS = ("opsmanager_etcd_certificate_not_after_timestamp_seconds", "opsmanager_etcd_certificate_matches_secret",
            "opsmanager_etcd_ca_not_after_timestamp_seconds", "opsmanager_etcd_tls_last_scan_timestamp_seconds",
            "opsmanager_etcd_tls_scan_errors_total", "opsmanager_opsrequests_total", "opsmanager_etcd_db_size_bytes",
            "opsmanager_etcd_db_quota_bytes", "opsmanager_etcd_backup_last_success_timestamp_seconds",
-           "opsmanager_etcd_backup_interval_seconds")
+           "opsmanager_etcd_backup_interval_seconds", "opsmanager_etcd_volume_capacity_bytes")
 
 
 def _rule() -> dict[str, Any]:
@@ -47,7 +47,7 @@ def _rules_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_is_a_prometheus_rule_with_the_eight_alerts() -> None:
+def test_is_a_prometheus_rule_with_the_nine_alerts() -> None:
     rule = _rule()
     assert (rule["apiVersion"], rule["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
     assert {a["alert"] for a in _alerts()} == ALERTS
@@ -63,12 +63,14 @@ def test_every_alert_names_what_it_is_about_and_points_to_the_runbook() -> None:
     named = {"EtcdCertificateExpiringSoon": leaf, "EtcdCertificateExpiryCritical": leaf,
              "EtcdServedCertificateMismatch": leaf, "EtcdCAExpiringSoon": ("namespace", "etcd"),
              "EtcdTLSScanStale": ("namespace", "etcd"), "EtcdOpsRequestFailed": ("type",),
-             "EtcdDatabaseNearQuota": ("namespace", "etcd", "member"), "EtcdBackupTooOld": ("namespace", "etcd")}
+             "EtcdDatabaseNearQuota": ("namespace", "etcd", "member"), "EtcdBackupTooOld": ("namespace", "etcd"),
+             "EtcdVolumeNearFull": ("namespace", "etcd", "member")}
     for alert in _alerts():
         annotations = alert["annotations"]
         runbook = {"EtcdOpsRequestFailed": "when-a-request-fails",
                    "EtcdDatabaseNearQuota": "storage-lifecycle-sizes-alert-and-auto-defragment",
-                   "EtcdBackupTooOld": "backups-and-restore"}.get(
+                   "EtcdBackupTooOld": "backups-and-restore",
+                   "EtcdVolumeNearFull": "data-volumes-expansion-and-autoscaling"}.get(
             alert["alert"], "certificate-lifecycle-metrics-and-alerts")
         assert annotations["runbook_url"] == f"docs/operations.md#{runbook}"
         assert annotations["runbook_url"] in annotations["description"], alert["alert"]
@@ -83,6 +85,7 @@ def test_the_runbook_sections_exist() -> None:
     assert "\n## When a request fails\n" in text
     assert "\n## Storage lifecycle: sizes, alert and auto-defragment\n" in text
     assert "\n## Backups and Restore\n" in text
+    assert "\n## Data volumes: expansion and autoscaling\n" in text
 
 
 def test_promtool_check_rules(tmp_path: Path) -> None:

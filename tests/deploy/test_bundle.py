@@ -36,7 +36,8 @@ KUBERNETES_VERSION = "1.32.0"  # the sandbox's API level
 CERT_MANAGER_CRDS = bundle.ROOT / "sandbox" / "opsmanager_sandbox" / "apiserver" / "certmanager-crds.yaml"
 IMAGE = "opsmanager:0.1.0"
 # Resources that exist only cluster-wide; everything else the operator touches is namespaced.
-CLUSTER_SCOPED = {"customresourcedefinitions", "namespaces", "clusterkopfpeerings", "clusterissuers", "nodes"}
+CLUSTER_SCOPED = {"customresourcedefinitions", "namespaces", "clusterkopfpeerings", "clusterissuers", "nodes",
+                  "nodes/proxy"}
 RENDERS = {"base": bundle.DEPLOY, "single-namespace": bundle.SINGLE_NAMESPACE}
 
 Obj = dict[str, Any]
@@ -352,7 +353,8 @@ OPERATOR_RIGHTS: dict[tuple[str, str], set[str]] = {
     ("", "pods"): {"get", "list", "watch", "delete"},
     ("", "pods/eviction"): {"create"},
     ("", "pods/resize"): {"patch"},  # VerticalScaling InPlace
-    ("", "persistentvolumeclaims"): {"list", "delete"},
+    ("", "persistentvolumeclaims"): {"get", "list", "watch", "patch", "delete"},  # VolumeExpansion, the scan
+    ("", "nodes/proxy"): {"get"},  # VolumeExpansion: the kubelet's statfs of each data volume
     ("", "configmaps"): {"get", "create", "patch", "delete"},  # a Restore's plan for the members' init container
     ("", "events"): {"create", "patch"},  # core/v1 only: nothing posts events.k8s.io Events (test_install.py)
 }
@@ -369,7 +371,8 @@ def test_the_webhook_may_read_etcds_opsrequests_the_catalog_get_issuers_and_noth
         for group, resource in (("opsmanager.dev", "etcds"), ("ops.opsmanager.dev", "etcdopsrequests"),
                                 ("catalog.opsmanager.dev", "etcdversions"))
         for verb in ("get", "list", "watch")
-    } | {("cert-manager.io", "issuers", "get"), ("cert-manager.io", "clusterissuers", "get")}
+    } | {("cert-manager.io", "issuers", "get"), ("cert-manager.io", "clusterissuers", "get"),
+         ("storage.k8s.io", "storageclasses", "get")}
 
 
 def test_the_operator_may_not_touch_the_catalog(docs: list[Obj]) -> None:

@@ -97,8 +97,12 @@ async def test_kubectl_shows_why_a_request_waits(sc: scenario.Scenario) -> None:
 BAD_REQUESTS: list[tuple[dict[str, Any], str, str]] = [
     ({"type": "StorageMigration"}, "spec.type",
      "defined OpsRequestType StorageMigration is not supported, supported types for Etcd are UpdateVersion, "
-     "HorizontalScaling, VerticalScaling, Restart, Reconfigure, ReconfigureTLS, RotateAuth, MoveLeader, Compact, "
-     "Defragment, RecoverFromQuorumLoss, Restore, Backup"),
+     "HorizontalScaling, VerticalScaling, VolumeExpansion, Restart, Reconfigure, ReconfigureTLS, RotateAuth, "
+     "MoveLeader, Compact, Defragment, RecoverFromQuorumLoss, Restore, Backup"),
+    ({"type": "VolumeExpansion"}, "spec.volumeExpansion",
+     "spec.volumeExpansion is nil, not supported in VolumeExpansion type"),
+    ({"type": "VolumeExpansion", "volumeExpansion": {"etcd": "1Gi", "mode": "Online"}}, "spec.volumeExpansion",
+     "desired etcd storage size must be greater than current storage. Current storage: 1Gi"),
     ({"type": "Restart", "databaseRef": {"name": "nowhere"}}, "spec.databaseRef",
      "spec.databaseRef {ns}/nowhere is invalid or not found"),
     ({"type": "UpdateVersion"}, "spec.updateVersion", "spec.updateVersion is nil, not supported in UpdateVersion type"),

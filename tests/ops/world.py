@@ -14,6 +14,10 @@ What is played, by :meth:`World.settle` — called after every reconcile, so it 
   (``<db>-<alias>-issued``): the pods mount the Secrets the operator releases through the gate, as in production;
 - etcd: a :class:`~tests.fakes.etcd.FakeCluster` — a member stops when its pod is deleted and starts when the
   pod is recreated, serving the certificates of the Secrets its pod template mounts;
+- the volumes (:class:`Volumes`): each member's data claim (from the StatefulSet's claim template), its resize
+  (``Resizing``, then ``FileSystemResizePending``, then the capacity — online while mounted, or only at the next
+  mount with :attr:`Volumes.offline_only`), and the kubelet's statfs of each mounted data volume, answered for
+  ``GET /api/v1/nodes/<node>/proxy/stats/summary`` (every pod runs on :data:`NODE`);
 - the kubelet's volume refresh and etcd's hot reload of its leaf: a running member serves whatever leaf its pod's
   Secrets hold now (one settle after a change), except a pod annotated with the sandbox kubelet's test-only
   ``sandbox.opsmanager.dev/hold-volume-refresh: "true"``, which keeps serving what it had (a stale member).
@@ -38,7 +42,7 @@ from opsmanager import kube, pki
 from opsmanager.api import conditions, constants, crdgen
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import pause as pause_api
-from opsmanager.cluster import naming, render, statefulset
+from opsmanager.cluster import naming, render, statefulset, volumes
 from opsmanager.etcd import access, client
 from opsmanager.ops import engine
 from opsmanager.tls import material, release
@@ -48,6 +52,8 @@ from opsmanager_sandbox import statefulset as sandbox_statefulset
 from tests.fakes import etcd as fake
 
 NS = "ops"
+NODE = "node-0"  # where every member pod runs (the kubelet whose stats summary reports the data volumes)
+FILESYSTEM_SHARE = 0.97  # of a volume, what its filesystem reports (ext4 keeps the rest for itself)
 CERT_API = "cert-manager.io/v1"
 ISSUER = {"apiGroup": "cert-manager.io", "kind": "Issuer"}
 Obj = dict[str, Any]
@@ -133,6 +139,14 @@ class CrashingKube(kube.Kube):
             self.on_delete_pod(name)
         self.crash(f"after delete {name}")
         return gone
+
+    stats_summary: Callable[[], Obj] = staticmethod(lambda: {"pods": []})
+
+    async def request(self, method: str, path: str, **kw: Any) -> Any:
+        """The kubelet's stats summary through the API server's node proxy, from the world's :class:`Volumes`."""
+        if method == "GET" and path == f"/api/v1/nodes/{NODE}/proxy/stats/summary":
+            return self.stats_summary()
+        return await super().request(method, path, **kw)
 
     crash_after_write: Callable[[list[str]], None] = staticmethod(lambda points: None)
     status_writes: int = 0  # PATCHes of an EtcdOpsRequest's status
@@ -222,6 +236,65 @@ class CrashingAdmin(fake.FakeAdmin):
         return result
 
 
+class Volumes:
+    """The storage the members' claims get: a resizer and a kubelet that grow them, and the kubelet's statfs."""
+
+    def __init__(self, client: kube.Kube) -> None:
+        self.kube = client
+        self.offline_only = False  # True: a filesystem grows only when its pod is created again (offline expansion)
+        self.filesystems: dict[str, int] = {}  # pod -> bytes its data filesystem reports
+        self.summaries = 0  # stats summary requests answered
+
+    async def storage_class(self, name: str, *, expandable: bool = True) -> None:
+        await self.kube.apply({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
+                               "provisioner": "sandbox.opsmanager.dev/loop", "allowVolumeExpansion": expandable,
+                               "volumeBindingMode": "WaitForFirstConsumer"})
+
+    def summary(self) -> Obj:
+        self.summaries += 1
+        return {"node": {"nodeName": NODE}, "pods": [
+            {"podRef": {"name": pod, "namespace": NS}, "volume": [{"name": naming.DATA_VOLUME, "capacityBytes": size}]}
+            for pod, size in self.filesystems.items()]}
+
+    async def settle(self, sts: Obj, live: dict[str, Obj]) -> None:
+        """Claims for the StatefulSet's pods, and one step of each resize under way."""
+        for pod in live:
+            if not pod.startswith(f"{sts['metadata']['name']}-"):
+                continue
+            for body in sandbox_statefulset.new_claims(sts, pod):
+                claim = await self.kube.get("v1", "PersistentVolumeClaim", NS, body["metadata"]["name"])
+                if claim is None:
+                    size = body["spec"]["resources"]["requests"]["storage"]
+                    claim = await self.kube.create(body)
+                    await self._status(claim, {"phase": "Bound", "capacity": {"storage": size}, "conditions": []})
+                    self.filesystems[pod] = int(volumes.size_bytes(size) * FILESYSTEM_SHARE)
+                    continue
+                await self._resize(claim, pod, mounted=False)
+
+    async def mounted(self, pod: str) -> None:
+        """A pod created again mounts its volume: a pending filesystem resize completes."""
+        claim = await self.kube.get("v1", "PersistentVolumeClaim", NS, volumes.claim_name(pod))
+        if claim is not None:
+            await self._resize(claim, pod, mounted=True)
+
+    async def _resize(self, claim: Obj, pod: str, *, mounted: bool) -> None:
+        state = volumes.Claim.of(claim)
+        if state.requested <= state.capacity:
+            return
+        if not state.conditions:
+            await self._status(claim, {"conditions": [{"type": volumes.RESIZING, "status": "True"}]})
+        elif state.resizing:
+            await self._status(claim, {"conditions": [{"type": volumes.FILESYSTEM_RESIZE_PENDING, "status": "True"}]})
+        elif mounted or not self.offline_only:
+            size = claim["spec"]["resources"]["requests"]["storage"]
+            await self._status(claim, {"capacity": {"storage": size}, "conditions": []})
+            self.filesystems[pod] = int(state.requested * FILESYSTEM_SHARE)
+
+    async def _status(self, claim: Obj, change: Obj) -> None:
+        await self.kube.transact_status("v1", "PersistentVolumeClaim", NS, claim["metadata"]["name"],
+                                        lambda st: {**st, **change})
+
+
 @dataclasses.dataclass
 class Record:
     creations: dict[str, int] = dataclasses.field(default_factory=dict)  # pod -> times (re)created by us
@@ -243,6 +316,8 @@ class World:
         client.on_evict = lambda pod: self.record.evictions.append((pod, self.clock.offset.total_seconds()))
         client.on_delete_pod = lambda pod: self.record.deletions.append(pod)
         self.clock = FakeClock()
+        self.volumes = Volumes(client)
+        client.stats_summary = self.volumes.summary
         self.cluster: fake.FakeCluster | None = None
         self.cas: dict[str, pki.KeyPair] = {}
         self.record = Record()
@@ -300,11 +375,11 @@ class World:
         return names
 
     async def etcd(self, name: str, *, tls_issuer: str | None = None, replicas: int = 3,
-                   external_ca: str | None = None) -> Obj:
+                   external_ca: str | None = None, extra: Obj | None = None) -> Obj:
         """An Etcd at rest: its Certificates issued (or, with ``external_ca``, user-provided Secrets from that CA:
-        :meth:`user_secrets`), trust bundle, StatefulSet, Ready pods, phase Ready."""
+        :meth:`user_secrets`), trust bundle, StatefulSet, Ready pods, phase Ready. ``extra``: more of its spec."""
         spec: Obj = {"version": constants.DEFAULT_ETCD_VERSION, "replicas": replicas, "storageType": "Durable",
-                     "deletionPolicy": "WipeOut"}
+                     "deletionPolicy": "WipeOut", **(extra or {})}
         if tls_issuer is not None:
             spec["tls"] = {"issuerRef": {**ISSUER, "name": tls_issuer}}
         if external_ca is not None:
@@ -572,10 +647,14 @@ class World:
                 continue
             self._missing_seen.discard(name)
             await self._create_pod(sts, names.index(name), template, revision)
+            await self.volumes.mounted(name)
+        await self.volumes.settle(sts, {n: p for n, p in live.items() if n in names})
 
     async def _create_pod(self, sts: Obj, ordinal: int, template: Obj, revision: str) -> None:
         assert self.cluster is not None
         pod = sandbox_statefulset.new_pod(sts, template, ordinal, revision)  # as the sandbox's controller makes it
+        # on the node whose kubelet reports its volumes; deleted at once, as the kubelet here confirms at once
+        pod["spec"].update(nodeName=NODE, terminationGracePeriodSeconds=0)
         name = pod["metadata"]["name"]
         await self.kube.create(pod)
         self._ips += 1

@@ -57,7 +57,7 @@ PREFIX = 'EtcdOpsRequest.ops.opsmanager.dev "my-op" is invalid: '
 # --- EtcdOpsRequest: the rules in KubeDB's order -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad_type", ["VolumeExpansion", "restart", "", None, 7])
+@pytest.mark.parametrize("bad_type", ["StorageMigration", "restart", "", None, 7])
 def test_unsupported_type_is_the_first_check(bad_type: Any, lookup: validation.InMemoryEtcdLookup) -> None:
     spec: dict[str, Any] = {"databaseRef": {"name": "missing"}}  # databaseRef is wrong too: type wins
     if bad_type is not None:
@@ -67,7 +67,8 @@ def test_unsupported_type_is_the_first_check(bad_type: Any, lookup: validation.I
     assert not verdict.allowed and verdict.code == 422 and verdict.reason == "Invalid"
     assert verdict.message == (
         PREFIX + f'spec.type: Invalid value: "my-op": defined OpsRequestType {shown} is not supported, '
-        "supported types for Etcd are UpdateVersion, HorizontalScaling, VerticalScaling, Restart, Reconfigure, "
+        "supported types for Etcd are UpdateVersion, HorizontalScaling, VerticalScaling, VolumeExpansion, Restart, "
+        "Reconfigure, "
         "ReconfigureTLS, RotateAuth, MoveLeader, Compact, Defragment, RecoverFromQuorumLoss, Restore, Backup"
     )
     assert [e.field for e in verdict.errors] == ["spec.type"]

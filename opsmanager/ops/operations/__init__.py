@@ -32,6 +32,7 @@ from opsmanager.ops.operations import (
     rotate_auth,
     update_version,
     vertical_scaling,
+    volume_expansion,
 )
 from opsmanager.ops.operations.reconfigure_tls import operation as reconfigure_tls
 
@@ -51,6 +52,7 @@ REGISTRY: dict[str, Operation] = {op.type: op for op in (
     recover_from_quorum_loss.OPERATION,
     restore.OPERATION,
     backup.OPERATION,
+    volume_expansion.OPERATION,
 )}
 
 

@@ -41,14 +41,19 @@ class EtcdLookup(Protocol):
         :class:`EtcdLookupError` when unknown."""
         ...
 
+    def get_storage_class(self, name: str) -> dict[str, Any] | None:
+        """The StorageClass (cluster-scoped) a VolumeExpansion's Etcd names, or None when it does not exist. Raise
+        :class:`EtcdLookupError` when unknown."""
+        ...
+
 
 class FetchingEtcdLookup(EtcdLookup, Protocol):
     """An :class:`EtcdLookup` whose ``get_*`` may raise :class:`NotCached`; :meth:`afetch` then reads the object."""
 
     async def afetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """The object of ``kind`` (Etcd, EtcdOpsRequest, or EtcdVersion with ``namespace`` ""), None when it does
-        not exist; raise
-        :class:`EtcdLookupError` when that cannot be told."""
+        """The object of ``kind`` (Etcd, EtcdOpsRequest, or the cluster-scoped EtcdVersion and StorageClass, whose
+        namespace is ignored), None when it does not exist; raise :class:`EtcdLookupError` when that cannot be
+        told."""
         ...
 
 
@@ -99,3 +104,6 @@ class InMemoryEtcdLookup:
 
     def get_etcdversion(self, name: str) -> dict[str, Any] | None:
         return self._objects.get((constants.ETCDVERSION_KIND, "", name))
+
+    def get_storage_class(self, name: str) -> dict[str, Any] | None:
+        return self._objects.get((constants.STORAGE_CLASS_KIND, "default", name))

@@ -22,7 +22,10 @@ The order on create:
    is nil, ...``, ``... replicas can not be empty``, ``... replicas must be at least 1``; an even count is
    allowed with a warning. ``Compact``: nil, negative revision. ``RotateAuth`` with
    ``authentication.secretRef``: ``... secretRef.name can not be empty`` (KubeDB's checks of the Secret itself are
-   the request's first step: this webhook reads no Secret). ``Restart``, ``MoveLeader``, ``Defragment``: nothing
+   the request's first step: this webhook reads no Secret). ``VolumeExpansion``: ``spec.volumeExpansion is nil,
+   ...``, ``... etcd can not be empty``, the mode, ``storage not configured for etcd`` (ephemeral), ``desired etcd
+   storage size must be greater than current storage. Current storage: <size>``, then the Etcd's StorageClass
+   (read through the lookup) exists and allows expansion. ``Restart``, ``MoveLeader``, ``Defragment``: nothing
    more.
 
 The rules on the request itself (and on the few facts of the Etcd they read) are written once, in
@@ -58,10 +61,17 @@ def etcd_facts(db: Mapping[str, Any]) -> rules.EtcdFacts:
     """What the request rules read of the Etcd, from the raw object the lookup returned."""
     meta, spec = as_dict(db.get("metadata")), as_dict(db.get("spec"))
     tls = spec.get("tls")
+    storage = as_dict(spec.get("storage"))
+    size = as_dict(as_dict(storage.get("resources")).get("requests")).get("storage")
+    storage_class = storage.get("storageClassName")
     return rules.EtcdFacts(namespace=str(meta.get("namespace") or "default"), name=name_of(db),
                            tls_issuer=isinstance(tls, dict) and tls.get("issuerRef") is not None,
                            external_secrets=isinstance(tls, dict) and tls.get("externalSecrets") is not None,
-                           backup=isinstance(spec.get("backup"), Mapping))
+                           backup=isinstance(spec.get("backup"), Mapping),
+                           durable=spec.get("storageType", constants.STORAGE_DURABLE) == constants.STORAGE_DURABLE,
+                           storage_size=str(size) if isinstance(size, (str, int)) and size != "" else
+                           constants.DEFAULT_STORAGE_SIZE,
+                           storage_class=storage_class if isinstance(storage_class, str) and storage_class else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +83,7 @@ class Checked:
     raw: Mapping[str, Any]
     db: Mapping[str, Any]
     name: str
-    lookup: EtcdLookup  # the catalog (an UpdateVersion's target)
+    lookup: EtcdLookup | None = None  # for a rule that reads another object (the catalog, a StorageClass)
 
     def errors(self, *found: rules.Violation | None) -> list[FieldError]:
         """The rules' violations as field errors."""
@@ -85,7 +95,7 @@ def update_version_errors(c: Checked) -> list[FieldError]:
     (:func:`opsmanager.webhook.validation.catalog.update_problem`): the target an EtcdVersion, not deprecated, a
     move etcd can make from the Etcd's version, and one the current EtcdVersion's updateConstraints allow."""
     errors = c.errors(rules.update_version(c.spec.update_version))
-    if errors or c.spec.update_version is None or not c.spec.update_version.target_version:
+    if errors or c.spec.update_version is None or not c.spec.update_version.target_version or c.lookup is None:
         return errors
     current = as_dict(c.db.get("spec")).get("version")
     problem = catalog_rules.update_problem(current, c.spec.update_version.target_version, c.lookup)
@@ -137,6 +147,19 @@ def recovery_errors(c: Checked) -> list[FieldError]:
     return errors if recover is None else errors + quorum_loss_errors(recover, c.db, c.name)
 
 
+def volume_expansion_errors(c: Checked) -> list[FieldError]:
+    """VolumeExpansion: KubeDB's rules on the request and the Etcd's size (:func:`opsmanager.api.rules.
+    volume_expansion`), then the Etcd's StorageClass allows expansion. An Etcd naming no class uses the cluster's
+    default, which the API server's own resize admission checks when the claims are patched (the step then fails
+    with its words)."""
+    facts = etcd_facts(c.db)
+    errors = c.errors(rules.volume_expansion(c.spec.volume_expansion, facts))
+    if errors or facts.storage_class is None or c.lookup is None:
+        return errors
+    return c.errors(rules.storage_class_expandable(facts.storage_class,
+                                                   c.lookup.get_storage_class(facts.storage_class)))
+
+
 # The rules of each type after the schema, in KubeDB's order; a type without an entry has none (Restart,
 # MoveLeader, Defragment).
 TYPE_RULES: dict[str, Callable[[Checked], list[FieldError]]] = {
@@ -150,6 +173,7 @@ TYPE_RULES: dict[str, Callable[[Checked], list[FieldError]]] = {
     constants.OPS_TYPE_BACKUP: lambda c: c.errors(rules.backup_policy(etcd_facts(c.db), "spec.backup")),
     constants.OPS_TYPE_RESTORE: lambda c: c.errors(*rules.restore(c.spec, etcd_facts(c.db))),
     constants.OPS_TYPE_COMPACT: lambda c: c.errors(rules.compact(c.spec.compact)),
+    constants.OPS_TYPE_VOLUME_EXPANSION: volume_expansion_errors,
 }
 
 

@@ -96,6 +96,7 @@ BUILTINS: tuple[ResourceType, ...] = (
     _grouped("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", short=("pdb",), sub=("status",),
              gen=True),
     _grouped("coordination.k8s.io", "v1", "Lease", "leases"),
+    _grouped("storage.k8s.io", "v1", "StorageClass", "storageclasses", namespaced=False, short=("sc",)),
     _grouped("events.k8s.io", "v1", "Event", "events", short=("ev",), storage=("", "events")),
     _grouped("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions",
              namespaced=False, short=("crd", "crds"), sub=("status",), cats=("api-extensions",), gen=True),
