@@ -59,9 +59,10 @@ class OperatorProcess:
               namespaces: Sequence[str] = (), interval: float | None = None, standalone: bool = True,
               with_ops: bool = True, verbose: bool = False, extra_args: Sequence[str] = (),
               env: dict[str, str] | None = None, ready_timeout: float = 30.0,
-              delivery_timeout: float | None = None) -> OperatorProcess:
+              delivery_timeout: float | None = None, prefix: Sequence[str] = ()) -> OperatorProcess:
         """Start the operator against ``kubeconfig`` and wait until it serves its liveness probe.
-        ``delivery_timeout``: its ``--certificate-delivery-timeout`` (None: the operator's default)."""
+        ``delivery_timeout``: its ``--certificate-delivery-timeout`` (None: the operator's default); ``prefix``: a
+        command that execs the rest of the argv (as :func:`opsmanager_sandbox.realnodes.faults.in_cgroup`'s)."""
         url = f"http://127.0.0.1:{children.free_port()}/healthz"
         metrics_port = children.free_port()
         argv = [sys.executable, "-m", "opsmanager", "run", "--kubeconfig", os.fspath(kubeconfig), "--liveness", url,
@@ -82,7 +83,7 @@ class OperatorProcess:
         path = Path(log_path)
         log_file = path.open("ab")
         log_start = log_file.tell()
-        process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        process = subprocess.Popen([*prefix, *argv], stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    env={**os.environ, **(env or {})})
         op = cls(process, path, url, f"http://127.0.0.1:{metrics_port}/metrics", log_file, log_start)
         try:

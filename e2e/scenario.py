@@ -67,6 +67,21 @@ class OpResult:
         return max(0, self.elections - self.leader_moves)
 
 
+@dataclasses.dataclass
+class Observed:
+    """What :meth:`Scenario.observed` runs beside a body: the live writer, the recording (or None), and what the
+    writer and the leader monitor counted (``after``, ``wall``, ``elections``: set when the body is done)."""
+
+    db: str
+    live_writer: writer.Writer
+    recording: history.Recording | None
+    before: writer.WriterResult
+    started: float
+    after: writer.WriterResult | None = None
+    wall: float = 0.0
+    elections: int = 0
+
+
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
@@ -114,6 +129,9 @@ class Scenario:
         self.sandbox: Any = None
         self.kube: kube.Kube | None = None
         self.operator: processes.OperatorProcess | None = None
+        # A command every operator start is wrapped in (the fault matrix puts the operator in a cgroup of its own,
+        # so that nftables can cut exactly its sockets: e2e.chaos)
+        self.operator_prefix: tuple[str, ...] = ()
         self.cas: dict[str, pki.KeyPair] = {}
 
     async def __aenter__(self) -> Scenario:
@@ -153,7 +171,7 @@ class Scenario:
             if crash_after else None
         self.operator = await asyncio.to_thread(
             processes.OperatorProcess.start, self.sandbox.operator_kubeconfig, log_path=self.dir / "operator.log",
-            interval=1.0, extra_args=self.operator_args, env=env,
+            interval=1.0, extra_args=self.operator_args, env=env, prefix=self.operator_prefix,
             delivery_timeout=delivery if delivery is not None else sandbox_components.SANDBOX_CERTIFICATE_DELIVERY_TIMEOUT)
 
     async def kill_operator(self) -> None:
@@ -421,39 +439,51 @@ class Scenario:
                         c.move_endpoint(ep.name, ep.host)
             await asyncio.sleep(interval)  # the poll interval
 
-    async def operate(self, request_name: str, db: str, type_: str, *, timeout: float = 300.0,
-                      login: writer.Login | None = None, record: bool | None = None, **spec: Any) -> OpResult:
-        """Submit a request and follow it with the live writer and the leader monitor running; with ``record``
-        (None: the scenario's), a history recorder and a watcher beside the writer too, following its targets and
-        login (:class:`e2e.history.Recording`: the result's ``recorded``)."""
-        recording: history.Recording | None = None
+    @contextlib.asynccontextmanager
+    async def observed(self, db: str, *, login: writer.Login | None = None,
+                       record: bool | None = None) -> AsyncIterator[Observed]:
+        """The live writer and the leader monitor on ``db`` and, with ``record`` (None: the scenario's), a history
+        recorder and a watcher beside the writer, following its targets and login (:class:`e2e.history.Recording`),
+        for whatever the body does (one request in :meth:`operate`, several with faults in :mod:`e2e.chaos`)."""
         record = self.record if record is None else record
         async with self.live(db, login=login) as (w, mon):
             async with contextlib.AsyncExitStack() as beside:
-                if record:
-                    recording = await beside.enter_async_context(history.Recording(history.Recorder.following(w)))
-                before = w.snapshot()
-                started = time.monotonic()
-                await self.submit(request_name, db, type_, **spec)
-                req = await self.watch_request(request_name, timeout=timeout)
-                wall = time.monotonic() - started
-                after = w.snapshot()
-            mres = mon.result
+                recording = await beside.enter_async_context(history.Recording(history.Recorder.following(w))) \
+                    if record else None
+                seen = Observed(db, w, recording, w.snapshot(), time.monotonic())
+                yield seen
+                seen.wall = time.monotonic() - seen.started
+                seen.after = w.snapshot()
+            assert mon.result is not None
+            seen.elections = mon.result.elections
+
+    async def operate(self, request_name: str, db: str, type_: str, *, timeout: float = 300.0,
+                      login: writer.Login | None = None, record: bool | None = None, **spec: Any) -> OpResult:
+        """Submit a request and follow it under :meth:`observed` (the result's ``recorded``: the history and the
+        watch log, unless ``record`` is False)."""
+        async with self.observed(db, login=login, record=record) as seen:
+            await self.submit(request_name, db, type_, **spec)
+            req = await self.watch_request(request_name, timeout=timeout)
+        return await self.op_result(request_name, req, seen)
+
+    async def op_result(self, request_name: str, req: dict[str, Any], seen: Observed) -> OpResult:
+        """What :meth:`observed` measured while ``req`` (the request as it ended) ran."""
+        w, after = seen.live_writer, seen.after
         final = w.result  # after the writer stopped: its last acknowledged put included
-        assert final is not None
+        assert final is not None and after is not None, "op_result: after the observed block only"
         status = req.get("status") or {}
         failure = ""
         for cond in status.get("conditions") or []:
             if cond["type"] == constants.COND_FAILED:
                 failure = cond.get("message", "")
         return OpResult(
-            name=request_name, phase=status.get("phase", ""), wall_seconds=wall,
-            writes_ok=after.ok - before.ok, writes_failed=after.failed - before.failed, max_gap=after.max_gap,
-            elections=mres.elections, leader_moves=await self.leader_moves(request_name),
+            name=request_name, phase=status.get("phase", ""), wall_seconds=seen.wall,
+            writes_ok=after.ok - seen.before.ok, writes_failed=after.failed - seen.before.failed,
+            max_gap=after.max_gap, elections=seen.elections, leader_moves=await self.leader_moves(request_name),
             conditions=tuple(c["type"] for c in status.get("conditions") or []), failure=failure,
             writer_key=final.prefix, last_acknowledged=final.last_value,
-            writer_failovers=after.failovers - before.failovers, live_writer=w, db=db,
-            recorded=recording.result if recording is not None else None,
+            writer_failovers=after.failovers - seen.before.failovers, live_writer=w, db=seen.db,
+            recorded=seen.recording.result if seen.recording is not None else None,
         )
 
     async def consistency(self, db: str, w: writer.Writer, *, timeout: float = 30.0,
@@ -523,7 +553,11 @@ class Scenario:
 
     async def served_version(self, db: str) -> set[str]:
         """The etcd versions the members report (Status), over plain HTTP or with the writer's identities."""
-        eps = await self.endpoints(db)
+        return {a.version for a in (await self.member_statuses(db)).values()}
+
+    async def member_statuses(self, db: str, replicas: int = 3) -> dict[str, etcd_client.MemberStatus]:
+        """Every member's Status, over plain HTTP or with whichever of the writer's identities all accept."""
+        eps = await self.endpoints(db, replicas)
         for ident in [None, *self.writer_identities()]:
             try:  # without an identity: plain http only (a cluster without TLS)
                 async with etcd_client.EtcdClient([e.with_schemes("http") for e in eps] if ident is None else eps,
@@ -531,9 +565,9 @@ class Scenario:
                     answers = await client.statuses(timeout=5.0)
             except (etcd_errors.EtcdError, ValueError):  # ValueError: an https endpoint and no identity
                 continue
-            versions = {a.version for a in answers.values() if isinstance(a, etcd_client.MemberStatus)}
-            if len(versions) and all(isinstance(a, etcd_client.MemberStatus) for a in answers.values()):
-                return versions
+            statuses = {name: a for name, a in answers.items() if isinstance(a, etcd_client.MemberStatus)}
+            if statuses and len(statuses) == len(answers):
+                return statuses
         raise RuntimeError(f"the members of {db} did not all answer Status")
 
 

@@ -46,6 +46,7 @@ LONGEST_FIRST = (
 LAST: Final = (
     "tests/e2e/test_real_nodes.py",  # 5 min
     "tests/e2e/test_real_nodes_install.py",  # 2-4 min (the operator image once per change: 2 min)
+    "tests/e2e/test_chaos_row.py",  # the fault matrix's row on three nodes
 )
 
 
