@@ -55,7 +55,7 @@ from opsmanager.cluster import naming
 ISSUER = {"apiGroup": "cert-manager.io", "kind": "Issuer"}
 CELLS_ENV = "CHAOS_CELLS"
 SEED_ENV = "CHAOS_SEED"
-NOT_STEPS = frozenset({constants.COND_PENDING, constants.COND_FAILED, constants.COND_SUCCESSFUL})
+NOT_STEPS = frozenset({constants.COND_PENDING, constants.COND_RUNNING, constants.COND_FAILED, constants.COND_SUCCESSFUL})
 
 
 # --- faults -----------------------------------------------------------------------------------------------------

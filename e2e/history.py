@@ -104,6 +104,14 @@ class Operation:
         return cls(**data)
 
 
+def never_sent(error: str) -> bool:
+    """Pure: an error (``Operation.error``) that proves the request never reached the member: the TLS handshake
+    failed, or gRPC found no connection to send it on ("failed to connect to all addresses": the call fails when
+    it is picked, before any byte of it is written). A connection lost after the request went out says neither."""
+    return error.startswith("TLSHandshakeFailed:") or (error.startswith("MemberUnreachable:")
+                                                       and "failed to connect to all addresses" in error)
+
+
 @dataclasses.dataclass(frozen=True)
 class History:
     """Every operation of every client (in call order), and the prefix their keys are under."""
@@ -219,6 +227,7 @@ class Recorder(_Running):
         self._connections = writer.ClientPool(try_timeout)
         self._seed = seed if seed is not None else random.randrange(1 << 30)
         self._operations: list[Operation] = []
+        self._not_sent = 0  # tries on a target that never received them (never_sent): not operations
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
 
@@ -236,6 +245,11 @@ class Recorder(_Running):
     @property
     def operations(self) -> int:
         return len(self._operations)
+
+    @property
+    def not_sent(self) -> int:
+        """Tries skipped for the next target because the member never received them (:func:`never_sent`)."""
+        return self._not_sent
 
     def history(self) -> History:
         return History(prefix=self.prefix, operations=tuple(sorted(self._operations, key=lambda o: o.call)))
@@ -281,8 +295,11 @@ class Recorder(_Running):
             kind = rng.choices(KINDS, weights=(2, 2, 1))[0]
             key = rng.choice(self.keys)
             order = self.targets.order(client, last_good)
-            target = order[0]
-            op = await self._one(client, kind, key, f"c{client}-{seq}", mods.get(key, 0), target)
+            op, target = await self._first_sent(order, client, kind, key, f"c{client}-{seq}", mods.get(key, 0))
+            if op is None:  # no target took the request: nothing happened, and nothing is recorded
+                last_good = None
+                await asyncio.sleep(self.interval)
+                continue
             self._operations.append(op)
             if op.outcome == "ok":
                 last_good = target
@@ -293,6 +310,21 @@ class Recorder(_Running):
             else:  # fail over: the next operation starts on the next target
                 last_good = order[1] if len(order) > 1 else None
             await asyncio.sleep(self.interval)
+
+    async def _first_sent(self, order: Sequence[writer.Target], client: int, kind: str, key: str, value: str,
+                          expect: int) -> tuple[Operation | None, writer.Target]:
+        """The operation on the first target of ``order`` that took it. A target that provably never received
+        the request (:func:`never_sent`: its TLS handshake or its connection failed) is skipped for the next
+        one, as the writer does: recorded as unknown, each such try would be a write of unknown outcome that
+        never happened, and a scheme or identity a member does not serve yet (before an add TLS, across a CA
+        change) would fill the history with them (thousands in one add TLS, past what porcupine can search).
+        None: no target took it."""
+        for target in order:
+            op = await self._one(client, kind, key, value, expect, target)
+            if not never_sent(op.error):
+                return op, target
+            self._not_sent += 1
+        return None, order[0]
 
     async def _one(self, client: int, kind: str, key: str, value: str, expect: int,
                    target: writer.Target) -> Operation:
@@ -522,4 +554,4 @@ class Recording:
             self.result = Recorded(self.recorder.history(), tuple(log), last)
 
 
-__all__ = ["History", "Operation", "Recorded", "Recorder", "Recording", "Watcher"]
+__all__ = ["History", "Operation", "Recorded", "Recorder", "Recording", "Watcher", "never_sent"]

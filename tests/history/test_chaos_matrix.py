@@ -4,7 +4,7 @@ We test these aspects:
 * the matrix is every operation the issue names times every fault, and ``CHAOS_CELLS`` picks a subset (``*``
   matches any), refusing a name it does not know;
 * a cell's choices (victim, request, step) depend on the seed and the cell only, so one cell reproduces alone;
-* a step is in flight while its condition is False; Pending, Failed and Successful are not steps;
+* a step is in flight while its condition is False; Pending, Running, Failed and Successful are not steps;
 * the judgement: Successful (having waited with a condition naming the fault, or not) passes; Failed passes only
   when its message names the fault; a fault never injected, a request not finished, or any check's problem fails;
 * the table and the command that reproduces a failing cell;
@@ -48,6 +48,7 @@ def cond(type_: str, status: str, message: str = "") -> dict[str, str]:
 
 def test_a_step_is_in_flight_while_its_condition_is_false() -> None:
     req = {"status": {"conditions": [cond(constants.COND_PENDING, constants.FALSE), cond("IssueCertificates", "True"),
+                                     cond(constants.COND_RUNNING, constants.FALSE),
                                      cond("RestartPods--db-1", constants.FALSE), cond(constants.COND_FAILED, "False")]}}
     assert chaos.in_flight(req) == ["RestartPods--db-1"]
     assert chaos.in_flight(None) == []
