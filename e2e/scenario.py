@@ -278,7 +278,12 @@ class Scenario:
         deadline = time.monotonic() + timeout
         last: Any = None
         while time.monotonic() < deadline:
-            last = await probe()
+            try:
+                last = await probe()
+            except kube.KubeError as err:  # a look-up a loaded API server did not answer: the next poll asks again
+                if not kube.is_transient(err):
+                    raise
+                last = None
             if last:
                 return last
             await asyncio.sleep(interval)
