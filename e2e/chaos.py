@@ -156,7 +156,9 @@ class OperatorCutFromMember(_OperatorCut):
 
     async def target(self) -> tuple[str, int | None]:
         pod = await self.v.sc.k.get("v1", "Pod", self.v.sc.namespace, self.v.member) or {}
-        return str((pod.get("status") or {}).get("podIP")), None
+        ip = str((pod.get("status") or {}).get("podIP"))
+        self.notes.append(f"cut from {ip}, the pod IP {self.v.member} had then")  # a recreated pod gets another
+        return ip, None
 
 
 class OperatorCutFromAPI(_OperatorCut):
@@ -314,6 +316,7 @@ class CellResult:
     problem: str = ""  # empty: the cell passed
     seed: int = 0
     injected: str = ""  # where: request, step condition, victim
+    notes: str = ""  # what the fault itself reported (a cut that ended with its pod, a drain's exit)
 
     @property
     def passed(self) -> bool:
@@ -476,7 +479,8 @@ class Session:
         await cell.after(seen)
         outcome, problems = judge(seen, cell.fault.names() if cell.fault is not None else ())
         result = CellResult(op_name, fault_name, outcome, time.monotonic() - started, cell.writes, cell.verdicts,
-                            "; ".join(problems), self.seed, seen.injected)
+                            "; ".join(problems), self.seed, seen.injected,
+                            "; ".join(cell.fault.notes) if cell.fault is not None else "")
         if pooled and result.passed and op.leaves is not None:
             self.pool[op.leaves] = db
         elif pooled:
@@ -621,8 +625,8 @@ async def main_async(args: argparse.Namespace) -> list[CellResult]:
         for op, fault in cells:
             result = await session.run(op, fault)
             results.append(result)
-            print(f"  -> {result.outcome}; {result.verdicts}" + (f"; PROBLEM: {result.problem}" if result.problem
-                                                                  else ""))
+            print(f"  -> {result.outcome}; {result.verdicts}" + (f"; notes: {result.notes}" if result.notes else "")
+                  + (f"; PROBLEM: {result.problem}" if result.problem else ""))
     return results
 
 

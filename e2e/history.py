@@ -181,13 +181,41 @@ class _Targets:
     def move_endpoint(self, name: str, host: str) -> None:
         self._targets = [writer.moved(t, name, host) for t in self._targets]
 
-    def order(self, home: int, last_good: writer.Target | None) -> list[writer.Target]:
-        """The targets, the last good one first, then those on the client's home member, then the rest."""
+    def order(self, home: int, last_good: writer.Target | None,
+              failed: Sequence[writer.Target] = ()) -> list[writer.Target]:
+        """The targets, the last good one first, then those on the client's home member, then the rest; those in
+        ``failed`` (failed since the last success) last, so that failing over walks every target in turn."""
         targets = self.now()
         names = list(dict.fromkeys(t.endpoint.name for t in targets))
         mine = names[home % len(names)] if names else ""
-        ordered = sorted(targets, key=lambda t: (t != last_good, t.endpoint.name != mine))
+        ordered = sorted(targets, key=lambda t: (t in failed, t != last_good, t.endpoint.name != mine))
         return ordered
+
+
+class _FailOver:
+    """A client's way through the targets: the last good one while it works; after a failure the next target not
+    failed since the last success, every target in turn (a fail-over to "the second of the order" went back and
+    forth between the first two, which never reached plain http when two https identities were refused, or left
+    a client on the two targets of an isolated member)."""
+
+    def __init__(self, targets: _Targets, home: int) -> None:
+        self.targets, self.home = targets, home
+        self.last_good: writer.Target | None = None
+        self.failed: list[writer.Target] = []
+
+    def order(self) -> list[writer.Target]:
+        order = self.targets.order(self.home, self.last_good, self.failed)
+        if order and order[0] in self.failed:  # every target failed since the last success: start the round again
+            self.failed.clear()
+        return order
+
+    def ok(self, target: writer.Target) -> None:
+        self.last_good, self.failed = target, []
+
+    def fail(self, target: writer.Target) -> None:
+        self.last_good = None
+        if target not in self.failed:
+            self.failed.append(target)
 
 
 class _Running:
@@ -287,43 +315,43 @@ class Recorder(_Running):
 
     async def _client(self, client: int) -> None:
         rng = random.Random(self._seed * 1000 + client)
-        last_good: writer.Target | None = None
+        way = _FailOver(self.targets, client)
         mods: dict[str, int] = {}  # the last mod revision this client saw of each key
         seq = 0
         while not self._stopping:
             seq += 1
             kind = rng.choices(KINDS, weights=(2, 2, 1))[0]
             key = rng.choice(self.keys)
-            order = self.targets.order(client, last_good)
-            op, target = await self._first_sent(order, client, kind, key, f"c{client}-{seq}", mods.get(key, 0))
+            op, target = await self._first_sent(way, client, kind, key, f"c{client}-{seq}", mods.get(key, 0))
             if op is None:  # no target took the request: nothing happened, and nothing is recorded
-                last_good = None
                 await asyncio.sleep(self.interval)
                 continue
             self._operations.append(op)
             if op.outcome == "ok":
-                last_good = target
+                way.ok(target)
                 if op.kind == "put" or op.succeeded:
                     mods[key] = op.revision
                 elif op.found or op.kind == "txn":
                     mods[key] = op.mod_revision
             else:  # fail over: the next operation starts on the next target
-                last_good = order[1] if len(order) > 1 else None
+                way.fail(target)
             await asyncio.sleep(self.interval)
 
-    async def _first_sent(self, order: Sequence[writer.Target], client: int, kind: str, key: str, value: str,
+    async def _first_sent(self, way: _FailOver, client: int, kind: str, key: str, value: str,
                           expect: int) -> tuple[Operation | None, writer.Target]:
-        """The operation on the first target of ``order`` that took it. A target that provably never received
+        """The operation on the first target of ``way`` that took it. A target that provably never received
         the request (:func:`never_sent`: its TLS handshake or its connection failed) is skipped for the next
         one, as the writer does: recorded as unknown, each such try would be a write of unknown outcome that
         never happened, and a scheme or identity a member does not serve yet (before an add TLS, across a CA
         change) would fill the history with them (thousands in one add TLS, past what porcupine can search).
         None: no target took it."""
+        order = way.order()
         for target in order:
             op = await self._one(client, kind, key, value, expect, target)
             if not never_sent(op.error):
                 return op, target
             self._not_sent += 1
+            way.fail(target)
         return None, order[0]
 
     async def _one(self, client: int, kind: str, key: str, value: str, expect: int,
@@ -430,10 +458,10 @@ class Watcher(_Running):
 
     async def _run(self) -> None:
         cluster: int | None = None  # the cluster this segment watches (None: the next to answer)
-        start, last_good, resync = self._start, None, False
+        start, resync = self._start, False
+        way = _FailOver(self.targets, 0)
         while True:
-            order = self.targets.order(0, last_good)
-            target = order[0]
+            target = way.order()[0]
             self._connections.use_credentials(self.targets.credentials())
             c = self._connections.for_target(target)
             try:
@@ -444,7 +472,7 @@ class Watcher(_Running):
                                                        endpoint=target.endpoint.name, scheme=target.scheme,
                                                        timeout=self._timeout)) as stream:
                     async for batch in stream:
-                        last_good = target
+                        way.ok(target)
                         if cluster is not None and batch.cluster_id != cluster:
                             self.log.append(watchcheck.Broken(
                                 "new-cluster", f"{target.label} answers for cluster {batch.cluster_id:x}, not "
@@ -463,7 +491,7 @@ class Watcher(_Running):
                 cluster, resync = None, True
             except errors.EtcdError as err:
                 self.log.append(watchcheck.Broken("transient", f"{type(err).__name__}: {err}"))
-                last_good = order[1] if len(order) > 1 else None
+                way.fail(target)
                 if isinstance(err, errors.InvalidAuthToken):
                     c.forget_login()
                 await asyncio.sleep(self._retry_interval)

@@ -45,7 +45,7 @@ async def shared(session: chaos.Session) -> str:
 
 def passed(result: chaos.CellResult) -> None:
     print(f"{result.cell}: {result.outcome} in {result.wall_s:.1f}s; writes {result.writes}; {result.verdicts}; "
-          f"injected {result.injected}")
+          f"injected {result.injected}" + (f"; notes: {result.notes}" if result.notes else ""))
     assert result.passed, f"{result.cell}: {result.problem} (reproduce: {chaos.reproduce(result)})"
 
 

@@ -5,7 +5,9 @@ We test these aspects:
   on) is told apart from one that leaves the outcome unknown (a timeout, a connection lost mid-call);
 * such a try is not an operation: the recorder goes on to the next target with the same value, and records the
   operation once, where a target took it; an unknown outcome stops there and is recorded as unknown;
-* when no target takes it, nothing is recorded.
+* when no target takes it, nothing is recorded;
+* failing over walks every target in turn (not back and forth between the first two), and starts the round
+  again once all have failed.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def recorder_answering(errors: list[str]) -> tuple[history.Recorder, list[str]]:
 @pytest.mark.asyncio
 async def test_a_try_never_sent_goes_on_to_the_next_target_with_the_same_value() -> None:
     rec, tried = recorder_answering([HANDSHAKE, NO_CONNECTION, ""])
-    op, target = await rec._first_sent(TARGETS, 0, "put", "/p/k0", "c0-1", 0)
+    op, target = await rec._first_sent(history._FailOver(rec.targets, 0), 0, "put", "/p/k0", "c0-1", 0)
     assert op is not None and op.outcome == "ok" and target == TARGETS[2]
     assert tried == ["m-0:c0-1", "m-1:c0-1", "m-2:c0-1"] and rec.not_sent == 2
 
@@ -58,8 +60,24 @@ async def test_a_try_never_sent_goes_on_to_the_next_target_with_the_same_value()
 @pytest.mark.asyncio
 async def test_an_unknown_outcome_stops_there_and_nothing_taken_is_nothing_recorded() -> None:
     rec, tried = recorder_answering([HANDSHAKE, TIMEOUT])
-    op, target = await rec._first_sent(TARGETS, 0, "put", "/p/k0", "c0-1", 0)
+    op, target = await rec._first_sent(history._FailOver(rec.targets, 0), 0, "put", "/p/k0", "c0-1", 0)
     assert op is not None and op.outcome == "unknown" and op.error == TIMEOUT and target == TARGETS[1]
     rec, tried = recorder_answering([HANDSHAKE] * 3)
-    assert (await rec._first_sent(TARGETS, 0, "put", "/p/k0", "c0-1", 0))[0] is None
+    assert (await rec._first_sent(history._FailOver(rec.targets, 0), 0, "put", "/p/k0", "c0-1", 0))[0] is None
     assert rec.not_sent == 3
+
+
+def test_failing_over_walks_every_target_in_turn() -> None:
+    targets = [writer.Target(access.Endpoint(name=f"m-{i}", host=f"10.0.0.{i + 1}"), "http") for i in range(3)]
+    way = history._FailOver(history._Targets(targets, None, None), home=1)
+    first = way.order()[0]
+    assert first == targets[1]  # the home member first
+    seen = [first]
+    for _ in range(2):
+        way.fail(seen[-1])
+        seen.append(way.order()[0])
+    assert sorted(t.endpoint.name for t in seen) == ["m-0", "m-1", "m-2"]
+    way.fail(seen[-1])
+    assert way.order()[0] == targets[1] and way.failed == []  # all failed: the round starts again
+    way.ok(targets[2])
+    assert way.order()[0] == targets[2]
