@@ -448,6 +448,8 @@ class Session:
         from opsmanager_sandbox.objectstore import ObjectStoreServer
 
         if self.object_store is None:
+            # an Etcd with backups renders the members' ``restore`` init container from the operator's image
+            await self.sc.sandbox.realnodes.load_operator_image()
             where = pathlib.Path(tempfile.mkdtemp(prefix="s3-", dir=self.sc.dir))
             self.object_store = await asyncio.to_thread(ObjectStoreServer(where, buckets=("backups",)).start)
             await self.sc.k.apply({"apiVersion": "v1", "kind": "Secret",
@@ -468,8 +470,12 @@ class Session:
         op = OPERATIONS[op_name]
         chosen = plan(self.seed, op_name, fault_name, len(op.requests))
         pooled = db is None
-        db = db or await self.etcd(op.etcd)
         started = time.monotonic()
+        try:
+            db = db or await self.etcd(op.etcd)
+        except (TimeoutError, kube.KubeError) as err:  # no Etcd to run the cell on: a row that says so
+            return CellResult(op_name, fault_name, "no Etcd", time.monotonic() - started, "-", "-",
+                              f"the cell's Etcd: {type(err).__name__}: {err}", self.seed)
         cell = _Cell(self, op, FAULTS[fault_name], chosen, db)
         seen = Observation()
         try:
