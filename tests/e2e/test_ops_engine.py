@@ -73,11 +73,12 @@ async def server_serial(sc: scenario.Scenario, db: str) -> int:
     return pki.cert_info(base64.b64decode(secret["data"]["tls.crt"])).serial
 
 
-# The tier's etcd (Scenario.etcd_version: the 3.5 build on the real control plane) and the 3.6 build.
+# The tier's etcd (Scenario.etcd_version: the 3.5 build on the real control plane), the 3.6 and the 3.7 builds.
 ETCD_36 = realcp.build_module().COMPONENTS["etcd-3.6"].version().removeprefix("v")
+ETCD_37 = realcp.build_module().COMPONENTS["etcd-3.7"].version().removeprefix("v")
 
 
-@pytest.mark.parametrize("version", [None, ETCD_36], ids=["tier-etcd", "etcd-3.6"])
+@pytest.mark.parametrize("version", [None, ETCD_36, ETCD_37], ids=["tier-etcd", "etcd-3.6", "etcd-3.7"])
 async def test_all_four_tls_operations_lose_no_write_and_cause_no_unplanned_election(
         sc: scenario.Scenario, version: str | None) -> None:
     db = "four" if version is None else f"four-{version.replace('.', '-')}"
