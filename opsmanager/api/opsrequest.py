@@ -140,7 +140,7 @@ class StorageMigrationSpec(common.Model):
         default=None, description="The StorageClass the members' volumes move to (it must exist, bind "
                                   "`WaitForFirstConsumer`, and differ from the current one). Required.")
     old_pv_reclaim_policy: Literal["Delete", "Retain"] | None = pydantic.Field(
-        default=None, description="What becomes of each old volume when its claim is deleted: `Delete` (the "
+        default=None, alias="oldPVReclaimPolicy", description="What becomes of each old volume when its claim is deleted: `Delete` (the "
                                   "default: the volume's own reclaim policy decides) or `Retain` (the volume is set "
                                   "to `persistentVolumeReclaimPolicy: Retain` first and kept, `Released`).")
 

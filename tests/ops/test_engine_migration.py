@@ -28,19 +28,18 @@ async def standard_etcd(world: w.World) -> None:
                                               "resources": {"requests": {"storage": "1Gi"}}}})
 
 
-async def migrate(world: w.World, name: str = "move", **options: str) -> w.Obj:
+async def migrate(world: w.World, name: str = "move", **options: str) -> tuple[w.Obj, list[int]]:
+    """Run the request; the request at the end and the voter count after every reconcile (a leader each time)."""
     await world.request(name, "db", "StorageMigration", migration={"storageClassName": "fast", **options},
                         timeout="30m")
-    return await world.run(name, between=lambda _: watch_voters(world))
+    voters: list[int] = []
 
+    async def watch(_: int) -> None:
+        assert world.cluster is not None
+        voters.append(len(world.cluster.voters))
+        assert world.cluster.leader is not None, "quorum and a leader throughout"
 
-VOTERS: list[int] = []
-
-
-async def watch_voters(world: w.World) -> None:
-    assert world.cluster is not None
-    VOTERS.append(len(world.cluster.voters))
-    assert world.cluster.leader is not None, "quorum and a leader throughout"
+    return await world.run(name, between=watch), voters
 
 
 async def claim_classes(world: w.World) -> dict[str, str | None]:
@@ -67,18 +66,17 @@ async def assert_migrated(world: w.World, req: w.Obj) -> None:
 
 async def test_every_member_moves_to_the_new_class_one_at_a_time_with_n_voters_throughout(world: w.World) -> None:
     await standard_etcd(world)
-    VOTERS.clear()
-    req = await migrate(world)
+    req, voters = await migrate(world)
     await assert_migrated(world, req)
     assert w.umbrella(req) == STEPS
     assert world.record.creations == {"db-0": 1, "db-1": 1, "db-2": 1, "db-3": 1}, "each pod replaced once"
     assert sorted(world.record.deletions) == list(PODS)
     assert world.record.restarted_while_leader == [], "leadership moved off before a member left"
-    assert min(VOTERS) >= 3, "never fewer voters than the Etcd's replicas"
+    assert min(voters) >= 3, "never fewer voters than the Etcd's replicas"
     assert world.record.evictions == []
     assert world.cluster is not None
-    adds = [c for c in world.cluster.calls if c.startswith(("member_add", "member_remove", "member_promote"))]
-    assert adds == ["member_add db-3", "member_promote db-3",
+    changes = [c for c in world.cluster.calls if c.startswith(("member_add", "member_remove", "member_promote"))]
+    assert changes == ["member_add db-3", "member_promote db-3",
                     "member_remove db-0", "member_add db-0", "member_promote db-0",
                     "member_remove db-1", "member_add db-1", "member_promote db-1",
                     "member_remove db-2", "member_add db-2", "member_promote db-2",
@@ -102,11 +100,10 @@ CRASHES = [
 async def test_a_crash_resumes_without_losing_a_member_or_quorum(world: w.World, point: str) -> None:
     await standard_etcd(world)
     world.crash_points.add(point)
-    VOTERS.clear()
-    req = await migrate(world)
+    req, voters = await migrate(world)
     assert world.crashes == [point]
     await assert_migrated(world, req)
-    assert min(VOTERS) >= 3
+    assert min(voters) >= 3
     assert all(n == 1 for n in world.record.creations.values()), world.record.creations
     assert sorted(world.record.deletions) == list(PODS)
 
@@ -117,7 +114,7 @@ async def test_a_leftover_claim_of_the_extra_ordinal_is_deleted_before_it_joins(
                              "metadata": {"name": volumes.claim_name("db-3"), "namespace": w.NS},
                              "spec": {"storageClassName": "standard", "accessModes": ["ReadWriteOnce"],
                                       "resources": {"requests": {"storage": "1Gi"}}}})
-    req = await migrate(world)
+    req, _ = await migrate(world)
     await assert_migrated(world, req)
 
 
