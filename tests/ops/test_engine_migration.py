@@ -12,7 +12,10 @@ from __future__ import annotations
 import pytest
 
 from opsmanager.api import constants
+from opsmanager.api import etcd as etcd_api
+from opsmanager.api import opsrequest as ops_api
 from opsmanager.cluster import volumes
+from opsmanager.ops import operations, plan
 from tests.ops import world as w
 
 PODS = ("db-0", "db-1", "db-2")
@@ -126,3 +129,24 @@ async def test_a_move_to_the_class_in_use_fails_with_the_webhooks_words(world: w
     failed = next(c for c in req["status"]["conditions"] if c["type"] == constants.COND_FAILED)
     assert failed["message"] == ("spec.migration.storageClassName standard is the StorageClass the members' volumes "
                                  "already use: nothing to migrate")
+
+
+def test_the_plan_recomputed_after_its_write_back_stays_the_same() -> None:
+    db = etcd_api.Etcd.model_validate({"apiVersion": constants.ETCD_API_VERSION, "kind": constants.ETCD_KIND,
+                                       "metadata": {"name": "db", "namespace": w.NS},
+                                       "spec": {"version": constants.DEFAULT_ETCD_VERSION, "replicas": 3,
+                                                "storage": {"storageClassName": "standard"}}})
+    request = ops_api.EtcdOpsRequest.model_validate({
+        "apiVersion": constants.OPS_API_VERSION, "kind": constants.OPS_KIND, "metadata": {"name": "move"},
+        "spec": {"type": "StorageMigration", "databaseRef": {"name": "db"},
+                 "migration": {"storageClassName": "fast", "oldPVReclaimPolicy": "Retain"}},
+        "status": {"origin": {"storageClass": "standard"}}})
+    before = operations.plan_for(db, request)
+    written = db.model_copy(update={"spec": db.spec.model_copy(update={
+        "storage": db.spec.storage.model_copy(update={"storage_class_name": "fast"}) if db.spec.storage else None})})
+    after = operations.plan_for(written, request)
+    assert before == after
+    assert [s.condition for s in before.steps] == STEPS[:-1]
+    migrate_step = before.steps[3]
+    assert isinstance(migrate_step, plan.MigrateMembers)
+    assert migrate_step.retain_old and migrate_step.storage_class == "fast" and migrate_step.replicas == 3

@@ -9,12 +9,12 @@ from a named class or from the cluster's default; the lookup that does not hold 
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
 
 from opsmanager.webhook import admission, validation
+from tests.webhook.test_volume_expansion import Fetching  # a lookup that answers a class only through afetch
 
 NS = "demo"
 PREFIX = 'EtcdOpsRequest.ops.opsmanager.dev "move" is invalid: '
@@ -93,22 +93,6 @@ def test_another_binding_class_with_a_timeout_is_admitted(db: str, options: dict
                                                           lookup: validation.InMemoryEtcdLookup) -> None:
     verdict = validation.validate_opsrequest("CREATE", move(db, options), None, namespace=NS, lookup=lookup)
     assert verdict.allowed, verdict.message
-
-
-class Fetching(validation.InMemoryEtcdLookup):
-    """A lookup that holds the Etcds but no StorageClass: it answers a class only through ``afetch``."""
-
-    def __init__(self, objects: list[dict[str, Any]], classes: dict[str, dict[str, Any]]) -> None:
-        super().__init__(objects)
-        self.classes = classes
-        self.fetched: list[str] = []
-
-    def get_storage_class(self, name: str) -> dict[str, Any] | None:
-        raise validation.NotCached("StorageClass", "", name, "not watched")
-
-    async def afetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        self.fetched.append(f"{kind}/{name}")
-        return copy.deepcopy(self.classes.get(name))
 
 
 async def test_the_admission_driver_fetches_the_target_class_once() -> None:
