@@ -168,6 +168,7 @@ OPS_TYPE_RESTORE: Final = "Restore"
 OPS_TYPE_RECOVER_FROM_QUORUM_LOSS: Final = "RecoverFromQuorumLoss"
 OPS_TYPE_BACKUP: Final = "Backup"  # ours: KubeDB's backups come from KubeStash
 OPS_TYPE_VOLUME_EXPANSION: Final = "VolumeExpansion"
+OPS_TYPE_STORAGE_MIGRATION: Final = "StorageMigration"
 # Every type KubeDB's EtcdOpsRequest CRD admits, in its order: the CRD accepts them all, so a request of a type
 # this operator does not run yet reaches the webhook and gets KubeDB's "not supported" message, not a schema error.
 KUBEDB_OPS_TYPES: Final = ("UpdateVersion", "HorizontalScaling", "VerticalScaling", "VolumeExpansion", "Restart",
@@ -175,15 +176,15 @@ KUBEDB_OPS_TYPES: Final = ("UpdateVersion", "HorizontalScaling", "VerticalScalin
                            "Defragment", "Compact", "RecoverFromQuorumLoss", "Restore")
 OPS_TYPES: Final = (OPS_TYPE_UPDATE_VERSION, OPS_TYPE_HORIZONTAL_SCALING, OPS_TYPE_VERTICAL_SCALING,
                     OPS_TYPE_VOLUME_EXPANSION, OPS_TYPE_RESTART, OPS_TYPE_RECONFIGURE, OPS_TYPE_RECONFIGURE_TLS,
-                    OPS_TYPE_ROTATE_AUTH, OPS_TYPE_MOVE_LEADER, OPS_TYPE_COMPACT, OPS_TYPE_DEFRAGMENT,
-                    OPS_TYPE_RECOVER_FROM_QUORUM_LOSS, OPS_TYPE_RESTORE, OPS_TYPE_BACKUP)
+                    OPS_TYPE_ROTATE_AUTH, OPS_TYPE_STORAGE_MIGRATION, OPS_TYPE_MOVE_LEADER, OPS_TYPE_COMPACT,
+                    OPS_TYPE_DEFRAGMENT, OPS_TYPE_RECOVER_FROM_QUORUM_LOSS, OPS_TYPE_RESTORE, OPS_TYPE_BACKUP)
 
 APPLY_IF_READY: Final = "IfReady"
 APPLY_ALWAYS: Final = "Always"
 APPLY_POLICIES: Final = (APPLY_IF_READY, APPLY_ALWAYS)
 
 DEFAULT_OPS_TIMEOUT: Final = "10m"
-STORAGE_CLASS_KIND: Final = "StorageClass"  # storage.k8s.io/v1, read by the webhook for a VolumeExpansion
+STORAGE_CLASS_KIND: Final = "StorageClass"  # storage.k8s.io/v1, read by the webhook (VolumeExpansion, StorageMigration)
 STORAGE_CLASS_API_VERSION: Final = "storage.k8s.io/v1"
 DEFAULT_STORAGE_SIZE: Final = "1Gi"  # each member's data volume when spec.storage names no size
 
@@ -234,6 +235,12 @@ COND_ETCD_ALARM_CLEARED: Final = "EtcdAlarmCleared"
 COND_UPDATE_NODE_PVCS: Final = "UpdateEtcdNodePVCs"
 COND_VOLUMES_VERIFIED: Final = "VolumeExpansionVerified"
 COND_CLAIM_TEMPLATES_UPDATED: Final = "ClaimTemplatesUpdated"
+# StorageMigration: one extra member (ordinal N, on the new class) added as a learner and promoted; each member
+# replaced on the new class (KubeDB's MigrateEtcdStorage: removed, leadership moved off first, re-added as a learner
+# on a new claim, promoted); the extra member removed again. At least N voters throughout.
+COND_SURGE_MEMBER_ADDED: Final = "SurgeMemberAdded"
+COND_MIGRATE_STORAGE: Final = "MigrateEtcdStorage"
+COND_SURGE_MEMBER_REMOVED: Final = "SurgeMemberRemoved"
 # RotateAuth (KubeDB's conditions): the new root password staged in the auth Secret (`password.next`); applied with
 # UserChangePassword (the first one turns authentication on) and verified by a fresh login with it; then the Secret
 # holds it as `password` (the old one as `password.prev`) and the Etcd's spec.authSecret names that Secret.

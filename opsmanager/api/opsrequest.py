@@ -132,13 +132,18 @@ class VolumeExpansionSpec(common.Model):
 
 
 class StorageMigrationSpec(common.Model):
-    """Move every member's data volume to another StorageClass (KubeDB's fields)."""
+    """Move every member's data volume to another StorageClass (KubeDB's fields), member by member: one extra member
+    on the new class joins first, then each member is replaced by a new one on a new claim (joined as a learner,
+    promoted once caught up), then the extra member leaves; never fewer voters than the Etcd has. `spec.timeout`
+    is required (each member's data is copied)."""
 
     storage_class_name: str | None = pydantic.Field(
-        default=None, description="The StorageClass the members' volumes move to. Required.")
+        default=None, description="The StorageClass the members' volumes move to (it must exist, bind "
+                                  "`WaitForFirstConsumer`, and differ from the current one). Required.")
     old_pv_reclaim_policy: Literal["Delete", "Retain"] | None = pydantic.Field(
-        default=None, description="What becomes of the old volumes once their claims are deleted (`Delete`, the "
-                                  "default, or `Retain`).")
+        default=None, alias="oldPVReclaimPolicy", description="What becomes of each old volume when its claim is deleted: `Delete` (the "
+                                  "default: the volume's own reclaim policy decides) or `Retain` (the volume is set "
+                                  "to `persistentVolumeReclaimPolicy: Retain` first and kept, `Released`).")
 
 
 class SecretReference(common.Model):
@@ -225,9 +230,7 @@ class EtcdOpsRequestSpec(common.Model):
                   "Compact", "RecoverFromQuorumLoss", "Restore", "Backup"] = pydantic.Field(
         description="The operation: `UpdateVersion`, `HorizontalScaling`, `VerticalScaling`, `VolumeExpansion`, "
                     "`Restart`, `Reconfigure`, `ReconfigureTLS`, `RotateAuth`, `MoveLeader`, `Compact`, "
-                    "`Defragment`, `RecoverFromQuorumLoss`, `Backup` (ours) or `Restore`. KubeDB's other type "
-                    "(`StorageMigration`) is accepted by the schema and refused by the admission webhook as not "
-                    "supported yet."
+                    "`Defragment`, `RecoverFromQuorumLoss`, `StorageMigration`, `Backup` (ours) or `Restore`."
     )
     vertical_scaling: VerticalScalingSpec | None = pydantic.Field(
         default=None, description="Required for `VerticalScaling`: the etcd container's new resources."
@@ -326,6 +329,11 @@ class RequestOrigin(common.OpenModel):
         description="The size of each member's data volume when the request started: a VolumeExpansion grows "
                     "from it.",
     )
+    storage_class: str | None = pydantic.Field(
+        default=None,
+        description="The StorageClass of each member's data volume when the request started (empty: the cluster's "
+                    "default): a StorageMigration moves from it.",
+    )
 
 
 class StaleMember(common.OpenModel):
@@ -380,6 +388,14 @@ class RecoveryProgress(common.OpenModel):
         default=None, description="Its UID before the restart without --force-new-cluster.")
 
 
+class MigrationProgress(common.OpenModel):
+    """What a StorageMigration recorded before replacing each member (so a crash replaces it once)."""
+
+    replaced_from: dict[str, str] | None = pydantic.Field(
+        default=None, description="Pod name → the UID of the pod on the old claim, recorded before that pod and "
+                                  "its claim are deleted: a pod with another UID is the member's replacement.")
+
+
 class EtcdOpsRequestStatus(common.OpenModel):
     """Progress of the request, written only by the ops engine."""
 
@@ -419,6 +435,8 @@ class EtcdOpsRequestStatus(common.OpenModel):
         default=None, description="`Restore`: what it saw before it replaced the members.")
     recovery: RecoveryProgress | None = pydantic.Field(
         default=None, description="`RecoverFromQuorumLoss`: the survivor's restarts, recorded before each.")
+    migration: MigrationProgress | None = pydantic.Field(
+        default=None, description="`StorageMigration`: the members replaced on the new class, recorded before each.")
     certificate_revisions: dict[str, int] | None = pydantic.Field(
         default=None,
         description="`ReconfigureTLS` rotate: each Certificate's `status.revision` before the request asked "

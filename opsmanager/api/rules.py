@@ -97,6 +97,18 @@ MSG_STORAGE_CLASS_NOT_EXPANDABLE: Final = (
     "storageclass that provisions the pvc must support resize"
 )
 
+# StorageMigration: KubeDB's (its webhook), and ours: the class must differ from the one the volumes are on.
+MSG_MIGRATION_NIL: Final = "spec.migration is required for StorageMigration type"
+MSG_MIGRATION_CLASS_EMPTY: Final = "spec.migration.storageClassName is required"
+MSG_MIGRATION_TIMEOUT: Final = (
+    "spec.timeout is required for Storage Migration ops request, adjust timeout according to the size of your "
+    "database"
+)
+MSG_MIGRATION_BINDING_MODE: Final = "volume binding mode should be WaitForFirstConsumer for {name} storageClass"
+MSG_MIGRATION_SAME_CLASS: Final = (
+    "spec.migration.storageClassName {name} is the StorageClass the members' volumes already use: nothing to migrate"
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class Violation:
@@ -350,4 +362,47 @@ def storage_class_expandable(name: str, storage_class: Mapping[str, Any] | None)
         return Violation(field, MSG_STORAGE_CLASS_NOT_FOUND.format(name=name))
     if storage_class.get("allowVolumeExpansion") is not True:
         return Violation(field, MSG_STORAGE_CLASS_NOT_EXPANDABLE.format(name=name))
+    return None
+
+
+# --- StorageMigration ---------------------------------------------------------------------------------------------
+
+
+def storage_migration(options: ops_api.StorageMigrationSpec | None, db: EtcdFacts,
+                      current: str | None = None) -> Violation | None:
+    """KubeDB's: the options given, with a class; ours: on durable storage, and a class other than the one the
+    volumes use (``current``: the class to compare with, the Etcd's own by default — a plan passes the class the
+    Etcd had when the request started, since its write-back changes the Etcd's; "" or None: the cluster's default,
+    which only the claims name, so any class named is taken as another)."""
+    field = "spec.migration"
+    if options is None:
+        return Violation(field, MSG_MIGRATION_NIL)
+    if not options.storage_class_name:
+        return Violation(field, MSG_MIGRATION_CLASS_EMPTY)
+    if not db.durable:
+        return Violation(field, MSG_VOLUME_NOT_CONFIGURED)
+    have = current if current is not None else db.storage_class
+    if have and have == options.storage_class_name:
+        return Violation(field, MSG_MIGRATION_SAME_CLASS.format(name=have))
+    return None
+
+
+def storage_migration_request(spec: ops_api.EtcdOpsRequestSpec, db: EtcdFacts) -> list[Violation]:
+    """StorageMigration on the request and the Etcd (the webhook's): :func:`storage_migration`, then KubeDB's
+    ``spec.timeout`` rule (a member's data is copied: the time depends on its size)."""
+    first = storage_migration(spec.migration, db)
+    if first is not None and spec.migration is None:
+        return [first]
+    found = (first, timeout_given(spec, MSG_MIGRATION_TIMEOUT))
+    return [v for v in found if v is not None]
+
+
+def storage_class_bindable(name: str, storage_class: Mapping[str, Any] | None) -> Violation | None:
+    """KubeDB's: the target StorageClass exists and binds ``WaitForFirstConsumer`` (a volume made where the
+    member's pod is scheduled, not before; the webhook reads the class)."""
+    field = "spec.migration"
+    if storage_class is None:
+        return Violation(field, MSG_STORAGE_CLASS_NOT_FOUND.format(name=name))
+    if storage_class.get("volumeBindingMode") != "WaitForFirstConsumer":
+        return Violation(field, MSG_MIGRATION_BINDING_MODE.format(name=name))
     return None

@@ -64,6 +64,7 @@ CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 SERVICES = Resource("", "v1", "services", "Service")
 EVENTS = Resource("", "v1", "events", "Event")
 PVCS = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
+PVS = Resource("", "v1", "persistentvolumes", "PersistentVolume", namespaced=False)
 STORAGECLASSES = Resource("storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False)
 STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet")
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
@@ -90,7 +91,7 @@ ETCDOPSREQUESTS = Resource("ops.opsmanager.dev", "v1alpha1", "etcdopsrequests", 
 ETCDVERSIONS = Resource("catalog.opsmanager.dev", "v1alpha1", "etcdversions", "EtcdVersion", namespaced=False)
 
 BUILTIN: tuple[Resource, ...] = (
-    NAMESPACES, PODS, NODES, SECRETS, CONFIGMAPS, SERVICES, EVENTS, PVCS, STORAGECLASSES, STATEFULSETS, DEPLOYMENTS, CONTROLLERREVISIONS, PDBS,
+    NAMESPACES, PODS, NODES, SECRETS, CONFIGMAPS, SERVICES, EVENTS, PVCS, PVS, STORAGECLASSES, STATEFULSETS, DEPLOYMENTS, CONTROLLERREVISIONS, PDBS,
     LEASES, CRDS, VALIDATING_WEBHOOKS, MUTATING_WEBHOOKS, ISSUERS, CLUSTERISSUERS, CERTIFICATES, ETCDS,
     ETCDOPSREQUESTS, ETCDVERSIONS, SERVICEACCOUNTS, ROLES, ROLEBINDINGS, CLUSTERROLES, CLUSTERROLEBINDINGS,
 )

@@ -160,14 +160,15 @@ class OpsContext(core_status.RequestStatus):
                database_sizes: dict[str, ops_api.DatabaseSize] | None = None, warnings: list[str] | None = None,
                snapshot: backup_api.SnapshotRecord | None = None, restore: ops_api.RestoreProgress | None = None,
                recovery: ops_api.RecoveryProgress | None = None,
-               certificate_revisions: dict[str, int] | None = None) -> None:
+               certificate_revisions: dict[str, int] | None = None,
+               migration: ops_api.MigrationProgress | None = None) -> None:
         """The engine's durable records in the request's status (each a typed field of
         :class:`~opsmanager.api.opsrequest.EtcdOpsRequestStatus`, replaced whole), written by the next
         :meth:`flush` — which a step flushes before the action the record is for."""
         given = {name: value for name, value in (
             ("origin", origin), ("restarts", restarts), ("database_sizes", database_sizes), ("warnings", warnings),
             ("snapshot", snapshot), ("restore", restore), ("recovery", recovery),
-            ("certificate_revisions", certificate_revisions)) if value is not None}
+            ("certificate_revisions", certificate_revisions), ("migration", migration)) if value is not None}
         dumped = ops_api.EtcdOpsRequestStatus.model_validate(given).model_dump(
             by_alias=True, exclude_none=True, mode="json", include=set(given))
         for key, value in dumped.items():
@@ -232,13 +233,15 @@ class OpsContext(core_status.RequestStatus):
         identity, _ = await tls_identity.client_identity(self.kube, self.namespace, self.db_name, tls_configs)
         return identity
 
-    async def etcd(self, pods: dict[str, dict[str, Any]] | None = None, *,
-                   peer_scheme: str = "https") -> admin.EtcdAdmin:
-        """An etcd admin over every member pod that has an address, trying https then http ("dual view")."""
+    async def etcd(self, pods: dict[str, dict[str, Any]] | None = None, *, peer_scheme: str = "https",
+                   names: list[str] | None = None) -> admin.EtcdAdmin:
+        """An etcd admin over every member pod that has an address, trying https then http ("dual view");
+        ``names``: the member pods to reach, when not the Etcd's replicas (a StorageMigration's extra member)."""
         pods = pods if pods is not None else await self.pods()
         identity = await self.identity()
         schemes = ("https", "http") if identity is not None else ("http",)
-        eps = members.endpoints(self.db_name, self.namespace, pods, self.pod_names(), schemes=schemes,
+        expected = names if names is not None else self.pod_names()
+        eps = members.endpoints(self.db_name, self.namespace, pods, expected, schemes=schemes,
                                 peer_scheme=peer_scheme, metrics=True)
         if self.etcd_pool is None or not eps:  # no endpoint: the factory raises MemberUnreachable
             made = self.admin_factory(eps, identity)

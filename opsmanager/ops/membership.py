@@ -15,16 +15,21 @@ Each change writes its per-pod condition of the request and its Event:
   waits for while etcd refuses (:func:`not_caught_up`).
 - ``EtcdMemberRemoved--<pod>`` False on record before MemberRemove (:func:`remove`); the caller sets it True once
   the member's pod and data are gone.
+
+Before a member is added or removed the cluster passes a gate (:func:`unhealthy`: every voter answers and there is
+a leader), and a member that leads hands leadership to one that stays first (:func:`leader_off`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 from opsmanager.api import constants
 from opsmanager.cluster import members, naming
 from opsmanager.etcd import admin
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
-from opsmanager.ops import context
+from opsmanager.ops import context, restart, rollout
 
 T, F = constants.TRUE, constants.FALSE
 
@@ -109,3 +114,36 @@ async def remove(ctx: context.OpsContext, client: admin.EtcdAdmin, member: etcd_
     await ctx.flush()
     await client.member_remove(member.id)
     ctx.announce("EtcdMemberRemoved", f"Removed {pod} from the cluster")
+
+
+async def unhealthy(client: admin.EtcdAdmin, listed: list[etcd_client.Member],
+                    ) -> tuple[str | None, dict[str, etcd_client.MemberStatus]]:
+    """Why the membership must not change now (None: every voter of ``listed`` answers and there is a leader), and
+    the members' Status by pod name."""
+    statuses = await members.answering(client)
+    answering = {v.member_id for v in statuses.values()}
+    down = [m.name or m.id_hex for m in listed if not m.is_learner and m.id not in answering]
+    if down:
+        return f"{', '.join(down)} not answering", statuses
+    if not any(v.leader_id for v in statuses.values()):
+        return "no leader", statuses
+    return None, statuses
+
+
+async def leader_off(ctx: context.OpsContext, client: admin.EtcdAdmin, member: etcd_client.Member, pod: str,
+                     statuses: dict[str, etcd_client.MemberStatus], stays: Collection[str],
+                     before: str) -> context.StepResult | None:
+    """Move leadership off ``pod`` (about to leave: ``before`` says why) to the most caught-up voter among
+    ``stays`` that answers; None when ``pod`` does not lead. Failure prevented: an election from removing the
+    leader (no writes until a new leader is elected)."""
+    leader_id = next((v.leader_id for v in statuses.values() if v.leader_id), 0)
+    if member.id != leader_id:
+        return None
+    candidates = sorted((v for n, v in statuses.items() if n != pod and not v.is_learner and n in stays),
+                        key=lambda v: (-v.raft_applied_index, v.endpoint.name))
+    if not candidates:
+        return context.Progress(f"waiting for a healthy cluster before moving leadership off {pod} (no member that "
+                                "stays answers)", delay=0.5)
+    move = rollout.Action(rollout.ActionKind.MOVE_LEADER, "remove the leader last", pod=pod,
+                          target_pod=candidates[0].endpoint.name, target_id=candidates[0].member_id)
+    return await restart.move_leader(ctx, client, move, before=before)

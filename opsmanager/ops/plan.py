@@ -57,6 +57,9 @@ class StepKind(enum.Enum):
     EXPAND_VOLUMES = "ExpandVolumes"  # VolumeExpansion: each member's claim asks for the new size; the volume grew
     VERIFY_VOLUMES = "VerifyVolumes"  # VolumeExpansion: each member's filesystem has the size (the kubelet's statfs)
     REPLACE_CLAIM_TEMPLATES = "ReplaceClaimTemplates"  # the StatefulSet recreated (orphan) with new claim templates
+    SURGE_MEMBER = "SurgeMember"  # StorageMigration: ordinal N added on the new class (learner → voter)
+    MIGRATE_MEMBERS = "MigrateMembers"  # StorageMigration: each member replaced on a claim of the new class
+    REMOVE_SURGE = "RemoveSurge"  # StorageMigration: ordinal N removed again, the StatefulSet back to N
     UPDATE_DATABASE = "UpdateDatabase"  # write spec.tls back to the Etcd, clean up what is no longer used
 
 
@@ -296,6 +299,26 @@ class ReplaceClaimTemplates(Step):
     kind: ClassVar[StepKind] = StepKind.REPLACE_CLAIM_TEMPLATES
     storage: etcd_api.PersistentVolumeClaimSpec  # the claim template the StatefulSet is recreated with
     wiring: render.Wiring  # the template it is recreated with: the one the members run
+
+
+@dataclasses.dataclass(frozen=True)
+class SurgeMember(Step):
+    kind: ClassVar[StepKind] = StepKind.SURGE_MEMBER
+    replicas: int  # the Etcd's member count N: the extra member is ordinal N
+
+
+@dataclasses.dataclass(frozen=True)
+class MigrateMembers(Step):
+    kind: ClassVar[StepKind] = StepKind.MIGRATE_MEMBERS
+    replicas: int  # ordinals 0..N-1 are replaced, in order
+    storage_class: str  # the class every replaced member's claim must have
+    retain_old: bool  # oldPVReclaimPolicy Retain: each old volume set to Retain before its claim is deleted
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoveSurge(Step):
+    kind: ClassVar[StepKind] = StepKind.REMOVE_SURGE
+    replicas: int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -354,6 +354,7 @@ OPERATOR_RIGHTS: dict[tuple[str, str], set[str]] = {
     ("", "pods/eviction"): {"create"},
     ("", "pods/resize"): {"patch"},  # VerticalScaling InPlace
     ("", "persistentvolumeclaims"): {"get", "list", "watch", "patch", "delete"},  # VolumeExpansion, the scan
+    ("", "persistentvolumes"): {"patch"},  # StorageMigration's oldPVReclaimPolicy: Retain
     ("", "nodes/proxy"): {"get"},  # VolumeExpansion: the kubelet's statfs of each data volume
     ("", "configmaps"): {"get", "create", "patch", "delete"},  # a Restore's plan for the members' init container
     ("", "events"): {"create", "patch"},  # core/v1 only: nothing posts events.k8s.io Events (test_install.py)

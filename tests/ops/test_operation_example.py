@@ -6,10 +6,11 @@ registry — the engine, the plan module, the queue and ``UpdateDatabase`` uncha
 same request fails as a type the engine does not run; and no engine module outside ``ops/operations/`` names a
 request type, so there is no other place a new type would have to touch.
 
-The example takes ``StorageMigration``, a type the API's schema already admits (KubeDB's) and the engine does not
-run: its API model is there, and the fast world has no admission webhook, so the module is all it needs here. A
-real type adds its fields to ``opsmanager/api/opsrequest.py`` and its rule to the webhook
-(``docs/architecture.md``, "Adding an operation type").
+The example takes the name ``StorageMigration``, a type the API's schema admits (KubeDB's), with the type's own
+module taken out of the registry for the length of each test (every type of the schema now has one): its API model
+is there, and the fast world has no admission webhook, so the module is all it needs here. A real type adds its
+fields to ``opsmanager/api/opsrequest.py`` and its rule to the webhook (``docs/architecture.md``, "Adding an
+operation type").
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import ast
 import enum
 import pathlib
+
+import pytest
 
 from opsmanager.api import conditions, constants
 from opsmanager.api import etcd as etcd_api
@@ -54,6 +57,12 @@ EXAMPLE = base.Operation(EXAMPLE_TYPE, plan_example, "Successfully ran the examp
 
 
 # --- the tests ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _unregistered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The type's own module out of the registry (put back after the test)."""
+    monkeypatch.delitem(operations.REGISTRY, EXAMPLE_TYPE, raising=False)
 
 
 async def test_a_registered_example_type_runs_to_successful_with_the_engine_unchanged(world: w.World) -> None:

@@ -489,6 +489,8 @@ class World:
         await self._provisioner()
         await self._resizes()
         for sts in await self.kube.list("apps/v1", "StatefulSet", NS):
+            if sts["metadata"].get("deletionTimestamp"):
+                continue  # orphaned by a delete: the garbage collector removes it any moment, its pods stay
             await self._statefulset(sts)
         await self._refresh_volumes()
 

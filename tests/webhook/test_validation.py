@@ -57,7 +57,7 @@ PREFIX = 'EtcdOpsRequest.ops.opsmanager.dev "my-op" is invalid: '
 # --- EtcdOpsRequest: the rules in KubeDB's order -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad_type", ["StorageMigration", "restart", "", None, 7])
+@pytest.mark.parametrize("bad_type", ["Upgrade", "restart", "", None, 7])
 def test_unsupported_type_is_the_first_check(bad_type: Any, lookup: validation.InMemoryEtcdLookup) -> None:
     spec: dict[str, Any] = {"databaseRef": {"name": "missing"}}  # databaseRef is wrong too: type wins
     if bad_type is not None:
@@ -69,7 +69,8 @@ def test_unsupported_type_is_the_first_check(bad_type: Any, lookup: validation.I
         PREFIX + f'spec.type: Invalid value: "my-op": defined OpsRequestType {shown} is not supported, '
         "supported types for Etcd are UpdateVersion, HorizontalScaling, VerticalScaling, VolumeExpansion, Restart, "
         "Reconfigure, "
-        "ReconfigureTLS, RotateAuth, MoveLeader, Compact, Defragment, RecoverFromQuorumLoss, Restore, Backup"
+        "ReconfigureTLS, RotateAuth, StorageMigration, MoveLeader, Compact, Defragment, RecoverFromQuorumLoss, "
+        "Restore, Backup"
     )
     assert [e.field for e in verdict.errors] == ["spec.type"]
 

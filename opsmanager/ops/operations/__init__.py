@@ -30,6 +30,7 @@ from opsmanager.ops.operations import (
     restart,
     restore,
     rotate_auth,
+    storage_migration,
     update_version,
     vertical_scaling,
     volume_expansion,
@@ -53,6 +54,7 @@ REGISTRY: dict[str, Operation] = {op.type: op for op in (
     restore.OPERATION,
     backup.OPERATION,
     volume_expansion.OPERATION,
+    storage_migration.OPERATION,
 )}
 
 

@@ -33,7 +33,7 @@ from opsmanager.api import etcd as etcd_api
 from opsmanager.cluster import etcdstatus, members, naming
 from opsmanager.etcd import admin
 from opsmanager.etcd import client as etcd_client
-from opsmanager.ops import context, membership, plan, restart, rollout
+from opsmanager.ops import context, membership, plan
 
 # The condition(s) this step owns: no other step module sets them (tests/ops/test_step_table.py).
 CONDITIONS: tuple[str, ...] = (constants.COND_HORIZONTAL_SCALE_UP, constants.COND_HORIZONTAL_SCALE_DOWN)
@@ -61,20 +61,6 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
 
 
 # --- the gate -------------------------------------------------------------------------------------------------
-
-
-async def _unhealthy(client: admin.EtcdAdmin, listed: list[etcd_client.Member],
-                     ) -> tuple[str | None, dict[str, etcd_client.MemberStatus]]:
-    """Why the membership must not change now (None: every voter answers and there is a leader), and the
-    members' Status by pod name."""
-    statuses = await members.answering(client)
-    answering = {v.member_id for v in statuses.values()}
-    down = [m.name or m.id_hex for m in listed if not m.is_learner and m.id not in answering]
-    if down:
-        return f"{', '.join(down)} not answering", statuses
-    if not any(v.leader_id for v in statuses.values()):
-        return "no leader", statuses
-    return None, statuses
 
 
 def _waiting(why: str, what: str) -> context.Progress:
@@ -146,7 +132,7 @@ async def _grow(ctx: context.OpsContext, step: plan.ScaleMembers, client: admin.
             return context.Progress(f"scaling the StatefulSet to {index + 1} to start {pod}",
                                     delay=ctx.until_watched(0.5))
         return await _promote(ctx, step, client, member, pod, index)
-    why, statuses = await _unhealthy(client, listed)
+    why, statuses = await membership.unhealthy(client, listed)
     learners = membership.learners(listed)
     if why is not None or learners or len(listed) != step.replicas:
         detail = why or (f"learners: {', '.join(learners)}" if learners else f"{len(listed)} members listed")
@@ -162,7 +148,7 @@ async def _add(ctx: context.OpsContext, step: plan.ScaleMembers, client: admin.E
         listed, "; remove it (etcdctl member remove) and file the request again")
     if stranger is not None:
         return stranger
-    why, _ = await _unhealthy(client, listed)
+    why, _ = await membership.unhealthy(client, listed)
     if why is not None:
         return _waiting(why, f"adding {pod}")
     await ctx.joins_existing()
@@ -241,19 +227,13 @@ async def _shrink(ctx: context.OpsContext, step: plan.ScaleMembers, client: admi
         member = membership.member_of(listed, ctx, pod)
         if member is not None:
             # the member that goes need not answer (a lost member is removed too); the rest must
-            why, statuses = await _unhealthy(client, [m for m in listed if m.id != member.id])
+            why, statuses = await membership.unhealthy(client, [m for m in listed if m.id != member.id])
             if why is not None:
                 return _waiting(why, f"removing {pod}")
-            leader_id = next((v.leader_id for v in statuses.values() if v.leader_id), 0)
-            if member.id == leader_id:
-                stays = sorted((v for n, v in statuses.items() if n != pod and not v.is_learner
-                                and n in naming.pods(ctx.db_name, step.replicas)),
-                               key=lambda v: (-v.raft_applied_index, v.endpoint.name))
-                if not stays:
-                    return _waiting("no member that stays answers", f"moving leadership off {pod}")
-                move = rollout.Action(rollout.ActionKind.MOVE_LEADER, "remove the leader last", pod=pod,
-                                      target_pod=stays[0].endpoint.name, target_id=stays[0].member_id)
-                return await restart.move_leader(ctx, client, move, before="removing it")
+            moving = await membership.leader_off(ctx, client, member, pod, statuses,
+                                                 naming.pods(ctx.db_name, step.replicas), "removing it")
+            if moving is not None:
+                return moving
             await membership.remove(ctx, client, member, pod)
             return context.Progress(f"removed {pod} from the cluster; shrinking the StatefulSet", delay=0.0)
         if ctx.db.spec.replicas > index:
@@ -264,7 +244,7 @@ async def _shrink(ctx: context.OpsContext, step: plan.ScaleMembers, client: admi
         await _delete_volume(ctx, pod)
         ctx.set_condition(removed, T, f"removed {pod} from the cluster; its pod and data volume are deleted")
         return context.Progress(delay=0.0)
-    why, _ = await _unhealthy(client, listed)
+    why, _ = await membership.unhealthy(client, listed)
     if why is not None or len(listed) != step.replicas:
         return context.Progress(f"waiting for the {step.replicas} members left to be healthy "
                                 f"({why or f'{len(listed)} members listed'})", delay=0.5)

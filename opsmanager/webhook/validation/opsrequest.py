@@ -25,8 +25,12 @@ The order on create:
    the request's first step: this webhook reads no Secret). ``VolumeExpansion``: ``spec.volumeExpansion is nil,
    ...``, ``... etcd can not be empty``, the mode, ``storage not configured for etcd`` (ephemeral), ``desired etcd
    storage size must be greater than current storage. Current storage: <size>``, then the Etcd's StorageClass
-   (read through the lookup) exists and allows expansion. ``Restart``, ``MoveLeader``, ``Defragment``: nothing
-   more.
+   (read through the lookup) exists and allows expansion. ``StorageMigration``: ``spec.migration is required for
+   StorageMigration type``, ``spec.migration.storageClassName is required``, ours: ``storage not configured for
+   etcd`` and a class other than the Etcd's; ``spec.timeout is required for Storage Migration ops request, ...``;
+   then the target class (read through the lookup) exists (``storage class <x> not found``) and binds
+   ``WaitForFirstConsumer`` (``volume binding mode should be WaitForFirstConsumer for <x> storageClass``).
+   ``Restart``, ``MoveLeader``, ``Defragment``: nothing more.
 
 The rules on the request itself (and on the few facts of the Etcd they read) are written once, in
 :mod:`opsmanager.api.rules`: the plan builders refuse with the same functions, so a request created without this
@@ -160,6 +164,17 @@ def volume_expansion_errors(c: Checked) -> list[FieldError]:
                                                    c.lookup.get_storage_class(facts.storage_class)))
 
 
+def storage_migration_errors(c: Checked) -> list[FieldError]:
+    """StorageMigration: KubeDB's rules on the request (:func:`opsmanager.api.rules.storage_migration_request`: the
+    options, the class, ``spec.timeout``; ours: durable storage, another class than the Etcd's), then the target
+    StorageClass exists and binds ``WaitForFirstConsumer`` (read through the lookup)."""
+    errors = c.errors(*rules.storage_migration_request(c.spec, etcd_facts(c.db)))
+    target = c.spec.migration.storage_class_name if c.spec.migration is not None else None
+    if errors or not target or c.lookup is None:
+        return errors
+    return c.errors(rules.storage_class_bindable(target, c.lookup.get_storage_class(target)))
+
+
 # The rules of each type after the schema, in KubeDB's order; a type without an entry has none (Restart,
 # MoveLeader, Defragment).
 TYPE_RULES: dict[str, Callable[[Checked], list[FieldError]]] = {
@@ -174,6 +189,7 @@ TYPE_RULES: dict[str, Callable[[Checked], list[FieldError]]] = {
     constants.OPS_TYPE_RESTORE: lambda c: c.errors(*rules.restore(c.spec, etcd_facts(c.db))),
     constants.OPS_TYPE_COMPACT: lambda c: c.errors(rules.compact(c.spec.compact)),
     constants.OPS_TYPE_VOLUME_EXPANSION: volume_expansion_errors,
+    constants.OPS_TYPE_STORAGE_MIGRATION: storage_migration_errors,
 }
 
 
