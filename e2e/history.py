@@ -452,6 +452,20 @@ class Watcher(_Running):
                 raise TimeoutError(f"Watcher: reached revision {self.reached}, not {revision}, within {timeout}s")
             await asyncio.sleep(0.05)
 
+    async def wait_watching(self, *, timeout: float = 20.0) -> None:
+        """Wait (polling, with a deadline) until a member has confirmed the watch: from then on it delivers every
+        change, and a compaction below it does not break it. (A watch still connecting when the cluster is
+        compacted above its start revision would fail with ``compacted`` instead.)"""
+        deadline = time.monotonic() + timeout
+        while not any(isinstance(entry, watchcheck.Delivered) for entry in self.log):
+            if self._task is None:
+                raise RuntimeError("Watcher: not running")
+            if self._task.done():
+                self._task.result()
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"Watcher: no member confirmed the watch within {timeout}s: {self.log[-3:]}")
+            await asyncio.sleep(0.05)
+
     async def _current_revision(self, target: writer.Target) -> int:
         c = self._connections.for_target(target)
         return (await c.kv.read_key(self.prefix, endpoint=target.endpoint.name, scheme=target.scheme)).revision
@@ -564,8 +578,15 @@ class Recording:
         self.result: Recorded | None = None
 
     async def __aenter__(self) -> Recording:
-        await self.recorder.start()
+        # The watch is confirmed before the first operation: everything the clients write is then delivered on a
+        # live stream, whatever the operation does to the history below it (a Compact compacts at once).
         await self.watcher.start()
+        try:
+            await self.watcher.wait_watching(timeout=self.reach_timeout)
+        except BaseException:
+            await self.watcher.stop()
+            raise
+        await self.recorder.start()
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:

@@ -86,6 +86,10 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
+# Each recording client's pause between operations: three clients at 20 operations a second beside the writer
+# record thousands of operations per request, and cost less of the machine the members share than the writer.
+RECORDER_INTERVAL = 0.05
+
 CONTROL_PLANE_ENV = "OPSMANAGER_CONTROL_PLANE"
 ETCD_VERSION_ENV = "OPSMANAGER_ETCD_VERSION"
 NODES_ENV = "OPSMANAGER_NODES"
@@ -453,8 +457,8 @@ class Scenario:
         record = self.record if record is None else record
         async with self.live(db, login=login) as (w, mon):
             async with contextlib.AsyncExitStack() as beside:
-                recording = await beside.enter_async_context(history.Recording(history.Recorder.following(w))) \
-                    if record else None
+                recording = await beside.enter_async_context(history.Recording(history.Recorder.following(
+                    w, interval=RECORDER_INTERVAL))) if record else None
                 seen = Observed(db, w, recording, w.snapshot(), time.monotonic())
                 yield seen
                 seen.wall = time.monotonic() - seen.started
