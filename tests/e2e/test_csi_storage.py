@@ -26,6 +26,7 @@ import pytest_asyncio
 from e2e import scenario
 from opsmanager.api import constants
 from opsmanager.cluster import naming, volumes
+from opsmanager_sandbox import node as node_agent
 from opsmanager_sandbox.realnodes import csi, images
 from tests.polling import aeventually
 
@@ -38,6 +39,8 @@ GI = 1 << 30
 async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
     async with scenario.Scenario(tmp_path_factory.mktemp("csi"), control_plane="kubernetes", nodes=3,
                                  storage="csi") as s:
+        for res in (csi.CSI_NODES, csi.CSI_DRIVERS, node_agent.PERSISTENT_VOLUMES):
+            s.k.resources.add(res)
         yield s
 
 
