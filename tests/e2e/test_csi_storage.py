@@ -147,13 +147,23 @@ async def test_volume_expansion_online_grows_every_members_file_system_under_a_w
     db = "grown"
     await sc.fresh_etcd(db, extra={"storage": {"storageClassName": "standard", "accessModes": ["ReadWriteOnce"],
                                                "resources": {"requests": {"storage": "1Gi"}}}}, timeout=180)
-    pods = [await sc.k.get("v1", "Pod", sc.namespace, p) for p in naming.pods(db, 3)]
-    before = [await volumes.filesystem_bytes(sc.k, sc.namespace, p) for p in pods]
-    assert all(b is not None and b <= GI for b in before), before
+    before = await aeventually(lambda: _filesystems(sc, db), timeout=90, interval=2.0)
+    assert all(b <= GI for b in before), before
     run = await sc.operate("grow", db, "VolumeExpansion", volumeExpansion={"etcd": "2Gi", "mode": "Online"},
                            timeout=300)
     assert run.phase == constants.PHASE_SUCCESSFUL, run.failure
     await sc.assert_no_loss(run, db=db)
-    pods = [await sc.k.get("v1", "Pod", sc.namespace, p) for p in naming.pods(db, 3)]
-    after = [await volumes.filesystem_bytes(sc.k, sc.namespace, p) for p in pods]
-    assert all(a is not None and a > 1.8 * GI for a in after), (before, after)
+    after = await _filesystems(sc, db)
+    assert after and all(a > 1.8 * GI for a in after), (before, after)
+
+
+async def _filesystems(sc: scenario.Scenario, db: str) -> list[int] | None:
+    """Every member's data file system size as its kubelet reports it; None until all three are reported."""
+    sizes = []
+    for name in naming.pods(db, 3):
+        pod = await sc.k.get("v1", "Pod", sc.namespace, name)
+        size = None if pod is None else await volumes.filesystem_bytes(sc.k, sc.namespace, pod)
+        if size is None:
+            return None
+        sizes.append(size)
+    return sizes

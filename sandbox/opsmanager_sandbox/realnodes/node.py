@@ -319,6 +319,8 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.snapshotter.v1.bt
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
             "nodeStatusUpdateFrequency": "5s", "nodeStatusReportFrequency": "30s", "nodeLeaseDurationSeconds": 20,
             "fileCheckFrequency": "5s", "staticPodPath": "",
+            # the stats summary's volume sizes (what the engine verifies a VolumeExpansion by): every 10 s, not 1 min
+            "volumeStatsAggPeriod": "10s",
             "logging": {"format": "text"},
         }
         path = self.dir / "kubelet.yaml"
