@@ -34,8 +34,8 @@ controlplane:
 
 # The real nodes' host tools, Debian's packages: runc (containerd's runtime), nftables and iptables (kube-proxy, the
 # tests' partitions), conntrack, umoci (the OCI images), mmdebstrap (the operator image's root filesystem), gcc
-# (the pause image); binutils for strip.
-NODE_PACKAGES := runc nftables iptables conntrack umoci mmdebstrap gcc libc6-dev binutils
+# (the pause image); binutils for strip; xfsprogs and mount (losetup) for the CSI driver's volumes (D37.4).
+NODE_PACKAGES := runc nftables iptables conntrack umoci mmdebstrap gcc libc6-dev binutils xfsprogs mount
 tools:
 	@missing=$$(for p in $(NODE_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi

@@ -104,13 +104,16 @@ class Scenario:
                  namespace: str = NAMESPACE, delivery_timeout: float | None = None,
                  operator_args: Sequence[str] = (), install: str | os.PathLike[str] | None = None,
                  control_plane: str | None = None, etcd_version: str | None = None,
-                 nodes: int | None = None, operator_image: bool = False, record: bool = True) -> None:
+                 nodes: int | None = None, operator_image: bool = False, record: bool = True,
+                 storage: str = "hostpath") -> None:
         """``delivery_timeout``: the operator's ``--certificate-delivery-timeout`` (None: the sandbox's 15 s);
         ``operator_args``: extra ``opsmanager run`` flags; ``install``: the bundle's directory (``deploy/``) —
         the sandbox then runs in RBAC mode and the product comes from ``kubectl apply -k`` of it (two operator
         and two webhook pods under their own ServiceAccounts) instead of child processes. ``record``: every
         :meth:`operate` records a client history and a watch log beside the writer, which :meth:`assert_no_loss`
-        judges (linearizability, the watch guarantees), unless the call says otherwise."""
+        judges (linearizability, the watch guarantees), unless the call says otherwise. ``storage``: the real
+        nodes' claims (the sandbox's: ``hostpath``, or ``csi`` for the CSI driver's default class)."""
+        self.storage = storage
         self.record = record
         self.install = pathlib.Path(install) if install is not None else None
         # On real nodes, pods the operator renders with its own image (the members' ``restore`` init container) need
@@ -147,12 +150,14 @@ class Scenario:
         if self.install is not None:  # the product from its bundle, as pods (docs/sandbox.md)
             self.sandbox = sandbox_cluster.Sandbox(dir=self.dir, authorization="RBAC",
                                                    components=[sandbox_install.install(self.install)],
-                                                   control_plane=self.control_plane, nodes=self.nodes)
+                                                   control_plane=self.control_plane, nodes=self.nodes,
+                                                   storage=self.storage)
         else:
             # The admission webhook runs as a child process of the sandbox, as on a real cluster; the operator is
             # a child process of the scenario's own, so that a test can SIGKILL it.
             self.sandbox = sandbox_cluster.Sandbox(dir=self.dir, components=[sandbox_components.webhook],
-                                                   control_plane=self.control_plane, nodes=self.nodes)
+                                                   control_plane=self.control_plane, nodes=self.nodes,
+                                                   storage=self.storage)
         await self.sandbox.__aenter__()
         if self.operator_image and self.install is None and self.sandbox.realnodes is not None:
             await self.sandbox.realnodes.load_operator_image()

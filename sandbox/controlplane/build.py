@@ -159,6 +159,16 @@ COMPONENTS = {c.name: c for c in (
     # store (sandbox/controlplane/lincheck/main.go, e2e/lincheck.py; docs/decisions.md D36.1 says why not etcd's).
     Component("lincheck", "github.com/anishathalye/porcupine", {"lincheck": "."},
               source="sandbox/controlplane/lincheck"),
+    # Real storage on the real nodes: the CSI sidecars as released (their modules' own mains), beside our loop-device
+    # driver (sandbox/controlplane/csi-loop/main.go; node-driver-registrar is not served, so it registers itself).
+    Component("csi-loop", "github.com/container-storage-interface/spec", {"csi-loop": "."},
+              source="sandbox/controlplane/csi-loop"),
+    Component("external-provisioner", "github.com/kubernetes-csi/external-provisioner/v6", {
+        "csi-provisioner": "github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner",
+    }),
+    Component("external-resizer", "github.com/kubernetes-csi/external-resizer/v2", {
+        "csi-resizer": "github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer",
+    }),
 )}
 
 # cert-manager's CRDs, as its release ships them (plain YAML in ``deploy/crds`` of the module): the real API server

@@ -65,6 +65,11 @@ def _parser() -> argparse.ArgumentParser:
                     help="with --control-plane kubernetes: N real nodes (kubelet, containerd and runc, a pod network, "
                          "kube-proxy, CoreDNS; root and `make controlplane tools` needed); 0: this project's node "
                          "agent instead (default: 3 on the real control plane)")
+    up.add_argument("--storage", choices=cluster.STORAGES, default=cluster.HOSTPATH,
+                    help="with real nodes: how claims get volumes; hostpath: a pre-bound hostPath volume each; csi: "
+                         "this project's CSI driver (a loop device with XFS per volume, online growth) with the real "
+                         "external-provisioner and external-resizer, StorageClasses standard (the default) and fast "
+                         "(default %(default)s)")
     up.add_argument("--object-store", action="store_true",
                     help="also run an S3 server on loopback (SeaweedFS, built by `make controlplane`) with the "
                          "bucket `backups` and the Secret `s3` in namespace default, for spec.backup "
@@ -143,7 +148,7 @@ async def _up(args: argparse.Namespace) -> int:
     crds = Path(args.crds) if args.crds else cluster.MODEL_CRDS
     async with cluster.Sandbox(dir=args.dir, port=args.port, speed=args.speed, components=components,
                                crds_dir=crds, authorization=args.authorization,
-                               control_plane=args.control_plane, nodes=_nodes(args)) as sb:
+                               control_plane=args.control_plane, nodes=_nodes(args), storage=args.storage) as sb:
         store = await _object_store(sb) if args.object_store else None
         for path in args.apply:
             await sb.apply(Path(path))

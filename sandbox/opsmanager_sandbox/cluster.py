@@ -64,6 +64,10 @@ ENDPOINT_SLICES: Final = Resource("discovery.k8s.io", "v1", "endpointslices", "E
 EMBEDDED: Final = "embedded"
 KUBERNETES: Final = "kubernetes"
 CONTROL_PLANES: Final = (EMBEDDED, KUBERNETES)
+HOSTPATH: Final = "hostpath"
+CSI: Final = "csi"
+STORAGES: Final = (HOSTPATH, CSI)
+"""How real nodes give claims their volumes (``Sandbox(storage=…)``): the embedded mode and the node agent are hostPath."""
 
 # Extra components `opsmanager sandbox up` starts besides the admission webhook and the operator
 # (opsmanager_sandbox.components.DEFAULTS), unless --no-operator is given.
@@ -111,13 +115,19 @@ class Sandbox:
                  crds_dir: str | Path | None = MODEL_CRDS, components: Sequence[Component] = (),
                  issuance_delay: float = 0.0, cluster_domain: str = "cluster.local",
                  bookmark_interval: float = 5.0, authorization: str = "AlwaysAllow",
-                 control_plane: str = EMBEDDED, nodes: int = 0) -> None:
+                 control_plane: str = EMBEDDED, nodes: int = 0, storage: str = HOSTPATH) -> None:
         if control_plane not in CONTROL_PLANES:
             raise ValueError(f"control_plane must be one of {', '.join(CONTROL_PLANES)}, not {control_plane!r}")
         if nodes and control_plane != KUBERNETES:
             raise ValueError(f"nodes={nodes}: real nodes need the real control plane (control_plane={KUBERNETES!r})")
+        if storage not in STORAGES or (storage == CSI and not nodes):
+            raise ValueError(f"storage must be one of {', '.join(STORAGES)} ({CSI!r} on real nodes), not {storage!r}")
         self.control_plane = control_plane
         self.nodes = nodes
+        self.storage = storage
+        """Real nodes' claims: ``hostpath`` (a pre-bound hostPath volume each) or ``csi`` (the sandbox's CSI driver
+        with the real external-provisioner and external-resizer, and its classes ``standard``, the cluster's
+        default, and ``fast``: :mod:`.realnodes.csi`; a claim of class ``""`` still gets a hostPath volume)."""
         """Real nodes (kubelet, containerd, runc, a pod network, CoreDNS: :mod:`.realnodes`); 0 runs the node
         agent instead."""
         self.realnodes: RealNodes | None = None
@@ -322,7 +332,8 @@ class Sandbox:
         self.kubernetes.write_kubeconfig(self.operator_kubeconfig, token=self.kubernetes.operator_token)
         if self.realnodes is not None:
             stack.push_async_callback(self.realnodes.stop_nodes)
-            await self.realnodes.start(self.kubernetes, self.client, cluster_domain=self.cluster_domain)
+            await self.realnodes.start(self.kubernetes, self.client, cluster_domain=self.cluster_domain,
+                                       csi_kubeconfig=self.kubeconfig if self.storage == CSI else None)
             self.volumes = await _started(stack, HostPathProvisioner(self.client, self.dir / "nodes" / "volumes"))
             await self._start_cert_manager(stack)
             for component in self.components:

@@ -23,7 +23,7 @@ from typing import Any
 from opsmanager import kube
 from opsmanager_sandbox import node as node_agent
 from opsmanager_sandbox import realcp
-from opsmanager_sandbox.realnodes import images, netplan, network, operator_image
+from opsmanager_sandbox.realnodes import csi, images, netplan, network, operator_image
 from opsmanager_sandbox.realnodes.node import RealNode
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ class RealNodes:
         self.nodes: list[RealNode] = []
         self.images: dict[str, Path] = {}
         self.timings: dict[str, float] = {}
+        self.csi: csi.CsiStorage | None = None
 
     @classmethod
     def reserve(cls, dir: Path, nodes: int, *, index: int | None = None) -> RealNodes:
@@ -59,7 +60,11 @@ class RealNodes:
         return self
 
     async def start(self, cp: realcp.KubernetesControlPlane, client: kube.Kube, *,
-                    cluster_domain: str = "cluster.local", ready_timeout: float = 120.0) -> None:
+                    cluster_domain: str = "cluster.local", ready_timeout: float = 120.0,
+                    csi_kubeconfig: Path | None = None) -> None:
+        """``csi_kubeconfig`` (an admin's, for the sidecars): also the CSI driver, its sidecars and StorageClasses
+        (:mod:`.csi`), ``standard`` the cluster's default; without it every claim gets a hostPath volume
+        (:mod:`.volumes`)."""
         assert cp.ca is not None, "the control plane is not started"
         client.resources.add(node_agent.NODES)
         t0 = time.monotonic()
@@ -80,6 +85,16 @@ class RealNodes:
         await self._apply(client, coredns_manifests(self.plan, cluster_domain))
         await self._wait_available(client, "kube-system", "coredns", ready_timeout)
         self.timings["dns"] = time.monotonic() - t0
+        if csi_kubeconfig is not None:
+            t0 = time.monotonic()
+            await self._start_csi(client, csi_kubeconfig, ready_timeout)
+            self.timings["csi"] = time.monotonic() - t0
+
+    async def _start_csi(self, client: kube.Kube, kubeconfig: Path, timeout: float) -> None:
+        self.csi = csi.CsiStorage(self.dir / "csi", network.RUN_DIR / self.plan.tag, kubeconfig)
+        for n in self.nodes:
+            await n.start_csi(self.csi.volumes)
+        await self.csi.start(client, [n.name for n in self.nodes], timeout, default_class=True)
 
     def _archives(self) -> list[tuple[str, Path]]:
         wanted = [images.pause_image(), *images.etcd_images(), images.coredns_image()]
@@ -192,6 +207,8 @@ class RealNodes:
 
     async def stop_nodes(self) -> None:
         """Every node: pods through containerd, daemons by PID, then its cgroups and mount namespace."""
+        if self.csi is not None:
+            await self.csi.stop()
         results = await asyncio.gather(*(n.stop() for n in self.nodes), return_exceptions=True)
         for node, result in zip(self.nodes, results, strict=True):
             if isinstance(result, BaseException):

@@ -66,6 +66,8 @@ class RealNode:
         self.containerd: children.Child | None = None
         self.kubelet: children.Child | None = None
         self.proxy: children.Child | None = None
+        self.csi: children.Child | None = None
+        self.csi_volumes: Path | None = None
 
     # -- paths ---------------------------------------------------------------------------------------------------
 
@@ -111,16 +113,18 @@ class RealNode:
 
     async def halt(self) -> None:
         """SIGKILL the kubelet, kube-proxy and containerd (by PID); the containers and their shims run on."""
-        for child in (self.kubelet, self.proxy, self.containerd):
+        for child in (self.kubelet, self.proxy, self.csi, self.containerd):
             if child is not None:
                 with contextlib.suppress(ProcessLookupError):
                     child.process.kill()
                 await child.stop(grace=5.0)
-        self.kubelet = self.proxy = self.containerd = None
+        self.kubelet = self.proxy = self.csi = self.containerd = None
 
     async def resume(self, ca: pki.KeyPair) -> None:
         await self._start_containerd()
         await self.start_kubelet(ca)
+        if self.csi_volumes is not None:
+            await self.start_csi(self.csi_volumes)
 
     async def _socket_ready(self) -> bool:
         if not self.socket.exists():
@@ -258,6 +262,13 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.snapshotter.v1.bt
         proxy = [str(realcp.binary("kubernetes", "kube-proxy")), f"--config={self._proxy_config(ca)}", "--v=1"]
         self.proxy = await self._start("kube-proxy", proxy)
 
+    async def start_csi(self, volumes: Path) -> None:
+        """The CSI driver's node plugin (:mod:`.csi`), in the node's namespaces: it mounts where this node's kubelet
+        looks, and registers on this kubelet's plugin-registration socket."""
+        self.csi_volumes = volumes
+        self.csi = await self._start("csi-loop", [str(realcp.binary("csi-loop", "csi-loop")), "--mode=node",
+                                                  f"--node-id={self.name}", f"--volumes={volumes}"])
+
     def _client_kubeconfig(self, ca: pki.KeyPair, file: str, user: str, groups: tuple[str, ...]) -> Path:
         leaf = pki.make_leaf(ca, user, organizations=groups, usages=("client",),
                              duration=datetime.timedelta(days=30))
@@ -308,6 +319,8 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.snapshotter.v1.bt
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
             "nodeStatusUpdateFrequency": "5s", "nodeStatusReportFrequency": "30s", "nodeLeaseDurationSeconds": 20,
             "fileCheckFrequency": "5s", "staticPodPath": "",
+            # the stats summary's volume sizes (what the engine verifies a VolumeExpansion by): every 10 s, not 1 min
+            "volumeStatsAggPeriod": "10s",
             "logging": {"format": "text"},
         }
         path = self.dir / "kubelet.yaml"
@@ -335,7 +348,7 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.snapshotter.v1.bt
     async def stop(self, grace: float = 2.0) -> None:
         """The kubelet and kube-proxy, the containers through containerd, containerd, then anything left in the
         node's cgroups; the cgroups and the mount namespace go last."""
-        for child in (self.kubelet, self.proxy):
+        for child in (self.kubelet, self.proxy, self.csi):
             if child is not None:
                 await child.stop(grace=5.0)
         if self.containerd is not None and self.containerd.process.returncode is None:

@@ -1,6 +1,7 @@
-"""Volumes for claims on real nodes: what a local-path provisioner does, without a CSI driver yet.
+"""Volumes for claims on real nodes outside the CSI driver's classes (:mod:`.csi`: ``standard``, the default, and
+``fast``): a claim of class ``""`` or of a class nobody provisions gets what a local-path provisioner gives.
 
-Each claim without a volume gets a ``hostPath`` PersistentVolume pre-bound to it (``claimRef``), in a directory of
+Each such claim without a volume gets a ``hostPath`` PersistentVolume pre-bound to it (``claimRef``), in a directory of
 the sandbox; kube-controller-manager's PV controller binds the two, and the kubelet mounts the directory. All nodes
 see the host's file system, so a volume's data follows its pod to any node — like a network file system, unlike a
 cloud disk (``docs/sandbox.md``, what differs). The volume is deleted with its claim; its directory with the sandbox.
@@ -15,6 +16,7 @@ from typing import Any
 
 from opsmanager import kube
 from opsmanager_sandbox import node as node_agent
+from opsmanager_sandbox.realnodes import csi
 
 Obj = dict[str, Any]
 
@@ -47,6 +49,8 @@ class HostPathProvisioner:
 
     def _changed(self, etype: str, pvc: Obj, old: Obj | None) -> None:
         uid = str(pvc["metadata"].get("uid"))
+        if (pvc.get("spec") or {}).get("storageClassName") in csi.STORAGE_CLASSES:
+            return  # the CSI driver's: the external-provisioner makes and deletes its volumes
         if etype == "DELETED":
             self._spawn(self._delete(pvc))
         elif not (pvc.get("spec") or {}).get("volumeName") and uid not in self._busy \

@@ -1,0 +1,171 @@
+"""Real storage on real nodes: the sandbox's CSI driver (``csi-loop``: a loop device with XFS per volume) beside the
+real external-provisioner and external-resizer, under a real kubelet (``opsmanager_sandbox.realnodes.csi``). One
+node, as the tier's other modules (D34.4): the driver is registered per kubelet, and a volume is published on
+whichever node its pod lands (three nodes ran the same module green).
+
+We test these aspects:
+- the driver is registered on every kubelet (each CSINode lists it, through the kubelet's plugin-registration
+  socket), and the two StorageClasses name it and allow expansion, ``standard`` the cluster's default;
+- a claim on ``standard`` is provisioned by the external-provisioner (a PersistentVolume of the driver), mounted by
+  a pod, and has a real file system of its size: the kubelet's stats summary and a statfs from inside the node's
+  mount namespace agree;
+- patching the claim grows it online, the pod running: the resizer grows the volume, the kubelet the file system
+  (``status.capacity`` becomes the new size), and the stats summary reports the new capacity;
+- deleting the claim deletes its volume and the backing file;
+- a VolumeExpansion Online of a 3-member Etcd under the live writer grows every member's file system (the kubelet's
+  stats summary), with 0 failed writes and every write read back.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from e2e import scenario
+from opsmanager.api import constants
+from opsmanager.cluster import naming, volumes
+from opsmanager_sandbox import node as node_agent
+from opsmanager_sandbox.realnodes import csi, images
+from tests.polling import aeventually
+
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+
+GI = 1 << 30
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    async with scenario.Scenario(tmp_path_factory.mktemp("csi"), control_plane="kubernetes", nodes=1,
+                                 storage="csi") as s:
+        for res in (csi.CSI_NODES, csi.CSI_DRIVERS, node_agent.PERSISTENT_VOLUMES):
+            s.k.resources.add(res)
+        yield s
+
+
+async def test_the_driver_is_registered_on_every_kubelet_with_two_expandable_classes(sc: scenario.Scenario) -> None:
+    nodes = await sc.k.list("storage.k8s.io/v1", "CSINode", None)
+    assert sorted(n["metadata"]["name"] for n in nodes) == sorted(n.name for n in sc.sandbox.realnodes.nodes)
+    for n in nodes:
+        assert [d["name"] for d in n["spec"]["drivers"]] == [csi.DRIVER], n["spec"]
+    classes = {c["metadata"]["name"]: c for c in await sc.k.list("storage.k8s.io/v1", "StorageClass", None)}
+    for name in ("standard", "fast"):
+        assert classes[name]["provisioner"] == csi.DRIVER and classes[name]["allowVolumeExpansion"] is True
+    default = "storageclass.kubernetes.io/is-default-class"
+    assert classes["standard"]["metadata"]["annotations"][default] == "true"
+    assert classes["fast"]["metadata"]["annotations"][default] == "false"
+
+
+def _claim(name: str, size: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+            "spec": {"storageClassName": "standard", "accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": size}}}}
+
+
+def _pod(name: str, claim: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                "name": "holder", "image": images.pause_image().ref, "imagePullPolicy": "IfNotPresent",
+                "volumeMounts": [{"name": naming.DATA_VOLUME, "mountPath": "/data"}]}],
+                "volumes": [{"name": naming.DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim}}]}}
+
+
+def _statfs_bytes(sc: scenario.Scenario, pod: dict[str, Any], pv: str) -> int:
+    """The mounted file system's size as statfs in the node's mount namespace sees it (not what the API says)."""
+    node = sc.sandbox.realnodes.node(pod["spec"]["nodeName"])
+    mount = node.inside(f"/var/lib/kubelet/pods/{pod['metadata']['uid']}/volumes/kubernetes.io~csi/{pv}/mount")
+    st = os.statvfs(mount)
+    return st.f_blocks * st.f_frsize
+
+
+async def test_a_claim_is_provisioned_mounted_grown_online_and_deleted(sc: scenario.Scenario) -> None:
+    ns = sc.namespace
+    await sc.k.create({**_claim("grow", "1Gi"), "metadata": {"name": "grow", "namespace": ns}})
+    await sc.k.create({**_pod("holder", "grow"), "metadata": {"name": "holder", "namespace": ns}})
+
+    async def bound() -> dict[str, Any] | None:
+        pvc = await sc.k.get("v1", "PersistentVolumeClaim", ns, "grow")
+        return pvc if (pvc or {}).get("status", {}).get("phase") == "Bound" else None
+
+    pvc = await sc.wait_for("the claim bound", bound, timeout=60)
+    pv = await sc.k.get("v1", "PersistentVolume", None, pvc["spec"]["volumeName"])
+    assert pv["spec"]["csi"]["driver"] == csi.DRIVER, pv["spec"]
+    backing = sc.sandbox.realnodes.csi.volumes / f"{pv['spec']['csi']['volumeHandle']}.img"
+    assert backing.stat().st_size == GI
+    pod = await _running(sc, "holder")
+    summary = await aeventually(lambda: volumes.filesystem_bytes(sc.k, ns, pod), timeout=60, interval=1.0)
+    inside = _statfs_bytes(sc, pod, pv["metadata"]["name"])
+    assert 0.9 * GI < inside <= GI and summary == inside, (summary, inside)
+
+    await sc.k.patch("v1", "PersistentVolumeClaim", ns, "grow", {"spec": {"resources": {"requests": {
+        "storage": "2Gi"}}}})
+
+    async def grown() -> int | None:
+        claim = await sc.k.get("v1", "PersistentVolumeClaim", ns, "grow")
+        size = await volumes.filesystem_bytes(sc.k, ns, pod)
+        done = ((claim or {}).get("status") or {}).get("capacity", {}).get("storage") == "2Gi"
+        return size if done and size is not None and size > 1.8 * GI else None
+
+    summary = await sc.wait_for("the file system grown online", grown, timeout=120)
+    assert backing.stat().st_size == 2 * GI
+    assert 1.8 * GI < _statfs_bytes(sc, pod, pv["metadata"]["name"]) == summary
+    assert (await sc.k.get("v1", "Pod", ns, "holder"))["metadata"]["uid"] == pod["metadata"]["uid"], \
+        "the pod ran on: online"
+
+    await sc.k.delete("v1", "Pod", ns, "holder")
+    await sc.wait_for("the pod gone", _gone(sc, "Pod", ns, "holder"), timeout=60)
+    await sc.k.delete("v1", "PersistentVolumeClaim", ns, "grow")
+    await sc.wait_for("the volume deleted", _gone(sc, "PersistentVolume", None, pv["metadata"]["name"]),
+                      timeout=60)
+    await sc.wait_for("the backing file deleted", _absent(backing), timeout=30)
+
+
+async def _running(sc: scenario.Scenario, name: str) -> dict[str, Any]:
+    async def running() -> dict[str, Any] | None:
+        pod = await sc.k.get("v1", "Pod", sc.namespace, name)
+        return pod if ((pod or {}).get("status") or {}).get("phase") == "Running" else None
+
+    found: dict[str, Any] = await sc.wait_for(f"pod {name} running", running, timeout=90)
+    return found
+
+
+def _gone(sc: scenario.Scenario, kind: str, ns: str | None, name: str) -> Any:
+    async def probe() -> bool:
+        return await sc.k.get("v1", kind, ns, name) is None
+    return probe
+
+
+def _absent(path: Path) -> Any:
+    async def probe() -> bool:
+        return not path.exists()
+    return probe
+
+
+async def test_volume_expansion_online_grows_every_members_file_system_under_a_writer(
+        sc: scenario.Scenario) -> None:
+    db = "grown"
+    await sc.fresh_etcd(db, extra={"storage": {"storageClassName": "standard", "accessModes": ["ReadWriteOnce"],
+                                               "resources": {"requests": {"storage": "1Gi"}}}}, timeout=180)
+    before = await aeventually(lambda: _filesystems(sc, db), timeout=90, interval=2.0)
+    assert all(b <= GI for b in before), before
+    run = await sc.operate("grow", db, "VolumeExpansion", volumeExpansion={"etcd": "2Gi", "mode": "Online"},
+                           timeout=300)
+    assert run.phase == constants.PHASE_SUCCESSFUL, run.failure
+    await sc.assert_no_loss(run, db=db)
+    after = await _filesystems(sc, db)
+    assert after and all(a > 1.8 * GI for a in after), (before, after)
+
+
+async def _filesystems(sc: scenario.Scenario, db: str) -> list[int] | None:
+    """Every member's data file system size as its kubelet reports it; None until all three are reported."""
+    sizes = []
+    for name in naming.pods(db, 3):
+        pod = await sc.k.get("v1", "Pod", sc.namespace, name)
+        size = None if pod is None else await volumes.filesystem_bytes(sc.k, sc.namespace, pod)
+        if size is None:
+            return None
+        sizes.append(size)
+    return sizes
