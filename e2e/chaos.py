@@ -23,7 +23,10 @@ How each fault is made (real nodes, ``opsmanager_sandbox.realnodes``):
   (:class:`faults.ProcessGroup`); its cuts are nftables rules in the host's output hook that drop what its sockets
   send to one member's pod IP or to kube-apiserver (:class:`faults.ProcessCut`): a real partition of that one
   process (its connections stall and resume with TCP's retransmissions), the harness's writer untouched;
-- the operator killed is a SIGKILL in the middle of a step, started again after the hold;
+- the operator killed is its own crash point (:mod:`opsmanager.ops.core.failpoints`): armed before the request
+  for every per-member condition of the victim member, it SIGKILLs the operator right after the write that records
+  that member's part of a step — the step in flight, the other members' parts still to do — and it is started
+  again after the hold; an operation without per-member steps gets a SIGKILL while its chosen step is in flight;
 - a drain is ``kubectl drain`` of the leader's node (uncordoned at the heal); a stopped node is
   :meth:`RealNodes.stop_node` (its kubelet, kube-proxy and containerd killed) until :meth:`RealNodes.start_node`.
 """
@@ -80,6 +83,7 @@ class Fault(abc.ABC):
     name: ClassVar[str]
     hold: ClassVar[float] = 20.0
     leader: ClassVar[bool] = False  # the victim is the leader (else any member, by the seed)
+    crash_point: ClassVar[bool] = False  # the operator's own crash point makes it (armed before the request)
     what: ClassVar[str] = ""
 
     def __init__(self, victim: Victim) -> None:
@@ -185,10 +189,21 @@ class MemberKilled(Fault):
         os.kill(await self.v.sc.sandbox.realnodes.container_pid(pod, naming.CONTAINER_NAME), signal.SIGKILL)
 
 
+# Every per-member condition a step writes (``<Step>--<pod>``): the operator's crash point names them all for its
+# victim, and the first the request records True fires it.
+MEMBER_STEPS = (
+    constants.STEP_EVICT_POD, constants.STEP_MOVE_LEADER, constants.STEP_CHECK_POD_READY,
+    constants.STEP_ETCD_CLUSTER_HEALTHY, constants.STEP_VERIFY_SERVED_CERTIFICATE, constants.STEP_VERIFY_VERSION,
+    constants.STEP_VERIFY_CONFIGURATION, constants.STEP_DEFRAGMENT, constants.STEP_UPDATE_PEER_URL,
+    constants.STEP_ETCD_MEMBER_ADDED, constants.STEP_ETCD_LEARNER_PROMOTED, constants.STEP_ETCD_MEMBER_REMOVED)
+
+
 class OperatorKilled(Fault):
     name = "operator-killed"
     hold = 5.0
-    what = "the operator SIGKILLed in the middle of a step, started again 5 s later"
+    crash_point = True
+    what = ("the operator's crash point right after a member's part of a step is recorded (the step in flight), "
+            "started again 5 s later")
 
     async def inject(self) -> None:
         await self.v.sc.kill_operator()
@@ -255,6 +270,9 @@ class Operation:
     requests: tuple[tuple[str, dict[str, Any]], ...]
     etcd: str = "plain"
     leaves: str | None = "plain"
+    # The members (indices) whose per-member conditions the operator's crash point may name; none: the operation has
+    # no per-member step, and the operator is killed while its chosen step is in flight instead.
+    members: tuple[int, ...] = (0, 1, 2)
 
 
 def etcd_36() -> str:
@@ -271,12 +289,14 @@ OPERATIONS: dict[str, Operation] = {o.name: o for o in (
     Operation("issuer-change", ((constants.OPS_TYPE_RECONFIGURE_TLS,
                                  {"tls": {"issuerRef": {**ISSUER, "name": "ca-b"}}}),), etcd="tls", leaves=None),
     Operation("scale", ((constants.OPS_TYPE_HORIZONTAL_SCALING, {"horizontalScaling": {"replicas": 5}}),
-                        (constants.OPS_TYPE_HORIZONTAL_SCALING, {"horizontalScaling": {"replicas": 3}}))),
+                        (constants.OPS_TYPE_HORIZONTAL_SCALING, {"horizontalScaling": {"replicas": 3}})),
+              members=(3, 4)),
     Operation("update-version", ((constants.OPS_TYPE_UPDATE_VERSION, {"updateVersion": {"targetVersion": "3.6"}}),),
               leaves=None),
     Operation("defragment", ((constants.OPS_TYPE_DEFRAGMENT, {"defragment": {}}),)),
-    Operation("rotate-auth", ((constants.OPS_TYPE_ROTATE_AUTH, {}),), etcd="auth", leaves="auth"),
-    Operation("backup", ((constants.OPS_TYPE_BACKUP, {"backup": {}}),), etcd="backup", leaves="backup"),
+    Operation("rotate-auth", ((constants.OPS_TYPE_ROTATE_AUTH, {}),), etcd="auth", leaves="auth", members=()),
+    Operation("backup", ((constants.OPS_TYPE_BACKUP, {"backup": {}}),), etcd="backup", leaves="backup",
+              members=()),
 )}
 
 
@@ -518,6 +538,8 @@ class _Cell:
             self.live_writer = obs.live_writer
             try:
                 for index, (type_, spec) in enumerate(self.op.requests):
+                    if index == self.chosen.request and self.crash_point:
+                        await self.arm(self.request_name(index))
                     await self.sc.submit(self.request_name(index), self.db, type_, **_resolved(spec))
                     watched = asyncio.create_task(self.sc.watch_request(self.request_name(index), timeout=timeout))
                     try:
@@ -538,9 +560,50 @@ class _Cell:
         if after is not None:
             self.writes = f"{after.ok - obs.before.ok}/{after.failed - obs.before.failed}"
 
+    @property
+    def crash_point(self) -> bool:
+        return self.fault_type.crash_point and bool(self.op.members)
+
+    def crash_member(self) -> str:
+        """The member the operator's crash point names (one of the operation's, by the seed)."""
+        index = self.op.members[self.chosen.victim_index % len(self.op.members)]
+        return naming.pods(self.db, max(self.op.members) + 1)[index]
+
+    async def arm(self, request: str) -> None:
+        """The operator started again, armed to crash right after the first of the crash member's per-member
+        conditions ``request`` records True."""
+        member = self.crash_member()
+        await self.sc.kill_operator()
+        await self.sc.start_operator(crash_after=[(request, constants.per_pod_type(s, member)) for s in MEMBER_STEPS])
+
+    async def crashed(self, name: str, seen: Observation, watched: asyncio.Task[Any]) -> bool:
+        """Wait for the armed operator to crash (True), or for the request to end without it (False)."""
+        operator = self.sc.operator
+        assert operator is not None
+        while not watched.done():
+            if operator.process.poll() is not None:
+                await asyncio.to_thread(operator.stop)
+                self.sc.operator = None
+                done = [c["type"] for c in ((await self.sc.request(name) or {}).get("status") or {}).get(
+                    "conditions") or () if c.get("status") == constants.TRUE and constants.PER_POD_SEPARATOR in c["type"]
+                    and c["type"].endswith(constants.PER_POD_SEPARATOR + self.crash_member())]
+                seen.injected = f"{name}: crash point after {', '.join(done) or 'a member condition'}"
+                return True
+            await asyncio.sleep(0.1)  # the poll interval
+        return False
+
     async def inject_and_heal(self, index: int, seen: Observation, watched: asyncio.Task[Any]) -> None:
         """Wait for the chosen step in flight, inject, hold (noting conditions that name the fault), heal."""
         name = self.request_name(index)
+        if self.crash_point:
+            self.fault = self.fault_type(await self.victim())
+            if not await self.crashed(name, seen, watched):
+                return
+            self.s.print(f"    injected {self.fault_type.name}: {seen.injected}")
+            await asyncio.sleep(self.fault.hold)  # the operator stays down for the hold (nothing to poll)
+            await self.fault.heal()
+            self.s.print(f"    healed {self.fault_type.name}")
+            return
         steps: list[str] = []
         while len(steps) < self.chosen.step:
             if watched.done():

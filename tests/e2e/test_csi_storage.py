@@ -13,11 +13,17 @@ We test these aspects:
   (``status.capacity`` becomes the new size), and the stats summary reports the new capacity;
 - deleting the claim deletes its volume and the backing file;
 - a VolumeExpansion Online of a 3-member Etcd under the live writer grows every member's file system (the kubelet's
-  stats summary), with 0 failed writes and every write read back.
+  stats summary), with 0 failed writes and every write read back;
+- a StorageMigration moves a 3-member Etcd from ``standard`` to ``fast`` under the live writer: 0 failed writes,
+  every write read back, HashKV agreeing, a linearizable history; every member's claim is on ``fast`` and every
+  volume of ``standard`` (with its backing file) is gone;
+- an Etcd whose database passes its autoscale usage threshold gets one VolumeExpansion filed by the operator itself
+  (trigger ``storage-autoscale``), which grows every member's file system, and no second one over later scans.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 from pathlib import Path
 from typing import Any
@@ -26,7 +32,7 @@ import pytest
 import pytest_asyncio
 
 from e2e import scenario
-from opsmanager.api import constants
+from opsmanager.api import conditions, constants
 from opsmanager.cluster import naming, volumes
 from opsmanager_sandbox import node as node_agent
 from opsmanager_sandbox.realnodes import csi, images
@@ -169,3 +175,89 @@ async def _filesystems(sc: scenario.Scenario, db: str) -> list[int] | None:
             return None
         sizes.append(size)
     return sizes
+
+
+def _storage(size: str, storage_class: str = "standard") -> dict[str, Any]:
+    return {"storage": {"storageClassName": storage_class, "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": size}}}}
+
+
+async def _member_claims(sc: scenario.Scenario, db: str) -> dict[str, dict[str, Any]]:
+    """Each member's data claim, as its running pod mounts it."""
+    out = {}
+    for name in naming.pods(db, 3):
+        pod = await sc.k.get("v1", "Pod", sc.namespace, name) or {}
+        claim = next(v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"]
+                     if v["name"] == naming.DATA_VOLUME)
+        out[name] = await sc.k.get("v1", "PersistentVolumeClaim", sc.namespace, claim) or {}
+    return out
+
+
+async def test_storage_migration_moves_every_member_to_the_other_class_under_a_writer(
+        sc: scenario.Scenario) -> None:
+    db = "moved"
+    await sc.fresh_etcd(db, extra=_storage("1Gi"), timeout=180)
+    before = await _member_claims(sc, db)
+    assert {c["spec"]["storageClassName"] for c in before.values()} == {"standard"}, before
+    old_volumes = {c["spec"]["volumeName"] for c in before.values()}
+    run = await sc.operate("move", db, "StorageMigration", migration={"storageClassName": "fast"}, timeout=600)
+    assert run.phase == constants.PHASE_SUCCESSFUL, run.failure
+    await sc.assert_no_loss(run, db=db)
+    after = await _member_claims(sc, db)
+    assert {c["spec"]["storageClassName"] for c in after.values()} == {"fast"}, after
+    assert all(c["status"]["phase"] == "Bound" for c in after.values()), after
+    for pv in old_volumes:
+        await sc.wait_for(f"the old volume {pv} deleted", _gone(sc, "PersistentVolume", None, pv), timeout=60)
+    standard = [c["metadata"]["name"] for c in await sc.k.list("v1", "PersistentVolumeClaim", sc.namespace)
+                if c["spec"].get("storageClassName") == "standard" and db in c["metadata"]["name"]]
+    assert not standard, standard
+    await sc.drop_etcd(db)
+
+
+AUTOSCALE = {"scanInterval": "3s", "autoscale": {"trigger": "On", "usageThreshold": 3, "scalingThreshold": 200}}
+
+
+async def _autoscaled(sc: scenario.Scenario, db: str) -> list[dict[str, Any]]:
+    found = await sc.k.list(constants.OPS_API_VERSION, constants.OPS_KIND, sc.namespace,
+                            label_selector=f"{constants.LABEL_OPS_TRIGGER}={constants.TRIGGER_STORAGE_AUTOSCALE}")
+    return [r for r in found if r["spec"]["databaseRef"]["name"] == db]
+
+
+async def test_a_database_past_the_usage_threshold_gets_one_volume_expansion_by_itself(
+        sc: scenario.Scenario) -> None:
+    db = "filling"
+    # 3% of 1 GiB is about 32 MB: 48 values of 1 MiB put every member's database file past it; grown by 200% to
+    # 3 GiB, the same file is below it again, so the episode ends with one request.
+    await sc.fresh_etcd(db, extra={**_storage("1Gi"), "storageLifecycle": AUTOSCALE}, timeout=180)
+    async with await sc.plain_client(db) as client:
+        for i in range(48):
+            await client.kv.put(f"/fill/{i:03d}", os.urandom(1 << 20))
+    async with sc.live(db) as (w, _mon):
+        before = w.snapshot()
+        filed = await aeventually(lambda: _autoscaled(sc, db), timeout=120, interval=0.5,
+                                  what="a VolumeExpansion filed by the operator")
+        assert len(filed) == 1, [r["metadata"]["name"] for r in filed]
+        request = filed[0]
+        assert request["spec"]["volumeExpansion"] == {"etcd": "3072Mi", "mode": "Online"}, request["spec"]
+        assert request["metadata"]["ownerReferences"][0]["name"] == db
+        done = await sc.watch_request(request["metadata"]["name"], timeout=300)
+    assert done["status"]["phase"] == constants.PHASE_SUCCESSFUL, done["status"]
+    await sc.assert_no_loss(w, db=db, since=before)
+    sizes = await aeventually(lambda: _filesystems(sc, db), timeout=60, interval=2.0)
+    assert all(s > 2.7 * GI for s in sizes), sizes
+    events = [e for e in await sc.k.list("v1", "Event", sc.namespace)
+              if e.get("reason") == "StorageAutoscaleRequested" and (e.get("involvedObject") or {}).get("name") == db]
+    assert events and request["metadata"]["name"] in events[0]["message"], events
+    # Once: over later scans (which see the grown volumes) nothing more is filed.
+    obj = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db)
+    last = ((obj or {}).get("status") or {}).get("storage", {}).get("lastScanTime")
+
+    async def three_more_scans() -> bool:
+        now = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db)
+        latest = ((now or {}).get("status") or {}).get("storage", {}).get("lastScanTime")
+        return bool(last and latest) and (conditions.parse_rfc3339(latest) - conditions.parse_rfc3339(last)
+                                          >= datetime.timedelta(seconds=9))
+
+    await aeventually(three_more_scans, timeout=60, interval=0.5, what="more storage scans")
+    assert len(await _autoscaled(sc, db)) == 1
+    await sc.drop_etcd(db)

@@ -8,7 +8,9 @@ We test these aspects:
 * the judgement: Successful (having waited with a condition naming the fault, or not) passes; Failed passes only
   when its message names the fault; a fault never injected, a request not finished, or any check's problem fails;
 * the table and the command that reproduces a failing cell;
-* the nftables rules of the operator's cut match its cgroup's sockets only.
+* the nftables rules of the operator's cut match its cgroup's sockets only;
+* the operator's crash point names a member the operation has per-member steps for (the new ones when scaling),
+  and an operation without them falls back to a kill while its step is in flight.
 """
 
 from __future__ import annotations
@@ -103,3 +105,21 @@ def test_the_operators_cut_drops_only_its_cgroups_sockets_to_one_address() -> No
     assert rules.startswith("table inet t1 {") and "hook output" in rules
     assert "tcp dport" not in faults.ProcessCut(group, "198.18.9.7").ruleset()
     assert group.prefix()[-1] == "/sys/fs/cgroup/unified/opsmanager-chaos-1"
+
+
+def test_the_operators_crash_point_names_a_member_the_operation_has_a_step_for() -> None:
+    session = type("S", (), {"sc": None})()
+    seen = set()
+    for seed in range(30):
+        for op, members in (("add-tls", {"db-0", "db-1", "db-2"}), ("scale", {"db-3", "db-4"})):
+            cell = chaos._Cell(session, chaos.OPERATIONS[op], chaos.OperatorKilled,  # type: ignore[arg-type]
+                               chaos.plan(seed, op, "operator-killed", len(chaos.OPERATIONS[op].requests)), "db")
+            assert cell.crash_point and cell.crash_member() in members
+            seen.add(cell.crash_member())
+    assert seen == {"db-0", "db-1", "db-2", "db-3", "db-4"}
+    backup = chaos._Cell(session, chaos.OPERATIONS["backup"], chaos.OperatorKilled,  # type: ignore[arg-type]
+                         chaos.plan(1, "backup", "operator-killed"), "db")
+    assert not backup.crash_point  # no per-member step: killed while its step is in flight instead
+    assert not chaos._Cell(session, chaos.OPERATIONS["add-tls"], chaos.PeerCut,  # type: ignore[arg-type]
+                           chaos.plan(1, "add-tls", "peer-cut"), "db").crash_point
+    assert all(step in constants.__dict__.values() for step in chaos.MEMBER_STEPS)

@@ -104,3 +104,28 @@ async def test_a_crash_point_fires_right_after_the_write_that_records_its_step(m
     await runner.run(ctx, [Step("A", "a"), Step("B", "b")], datetime.timedelta(minutes=1))
     assert crashed_at == [1]  # after the first write, which recorded A True
     assert conditions.is_true(store.obj["status"]["conditions"], "A")
+
+
+async def test_a_crash_point_on_a_member_fires_in_the_middle_of_its_step(monkeypatch: Any) -> None:
+    ctx, store = _ctx()
+    crashed_at: list[tuple[int, list[str]]] = []
+
+    def crash() -> None:
+        done = [c["type"] for c in store.obj["status"]["conditions"] if c["status"] == constants.TRUE]
+        crashed_at.append((store.writes, done))
+
+    monkeypatch.setattr("opsmanager.ops.core.failpoints.crash", crash)
+    members = ["db-0", "db-1", "db-2"]
+
+    async def execute(c: RequestStatus, step: Step) -> results.StepResult:
+        todo = [m for m in members if not c.is_true(constants.per_pod_type("Roll", m))]
+        if not todo:
+            return results.Done()
+        c.set_condition(constants.per_pod_type("Roll", todo[0]), constants.TRUE, "rolled")
+        return results.Progress(delay=0.0)
+
+    runner = loop.Loop(execute, lambda: NOW, crash_after=frozenset({("r", "Roll--db-1"), ("other", "Roll--db-0")}))
+    ended = await runner.run(ctx, [Step("Roll", "rolled all")], datetime.timedelta(minutes=1))
+    # One crash, right after the write that recorded db-1's part, with the step and db-2's part still to do.
+    assert crashed_at == [(1, ["Roll--db-0", "Roll--db-1"])]
+    assert ended == loop.Finished(ok=True, message="", reason=constants.COND_SUCCESSFUL)  # the test's crash returns

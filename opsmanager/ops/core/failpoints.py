@@ -2,8 +2,9 @@
 
 ``OPSMANAGER_FAILPOINTS="crash-after:<request>:<Condition>,…"`` makes the process SIGKILL itself right after the
 status write that records that step of that request True — a crash at an exact step boundary, which a test polling
-the conditions can miss (a zero-restart rotate passes several boundaries within one second). Unset in production:
-nothing is armed.
+the conditions can miss (a zero-restart rotate passes several boundaries within one second). ``<Condition>`` may be a
+per-member condition (``EvictPod--db-1``): the crash then comes right after the write that records that member's
+part of the step, in the middle of the step. Unset in production: nothing is armed.
 """
 
 from __future__ import annotations

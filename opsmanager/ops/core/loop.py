@@ -9,7 +9,9 @@ A pass goes on with the next step (or the same step again) while the result is i
 ``Progress`` with no delay — at most :data:`MAX_ITERATIONS` times; it stops at a ``Progress`` with a delay, a
 ``Fail``, a transient error (retried on the next pass, within the step's timeout) or the end. A step's condition
 going ``True`` is announced after the write that records it, and a crash point armed for that step of that request
-fires right after that write (:mod:`.failpoints`).
+fires right after that write (:mod:`.failpoints`). A crash point may also name a per-member condition
+(``<Step>--<pod>``): it fires right after the write that records that member's part ``True`` while its step is
+still in flight — a crash in the middle of a step, with the other members' parts still to do.
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ class Loop(Generic[Ctx, S]):
                 return Finished(ok=False, message=why, reason="Timeout")
             if ctx.condition(step.condition) is None:
                 ctx.set_condition(step.condition, constants.FALSE, f"{step.condition} in progress")
+            members = self._armed_members(ctx)
             try:
                 result = await self.execute(ctx, step)
             except self.transient as err:
@@ -96,6 +99,9 @@ class Loop(Generic[Ctx, S]):
                 self.on_transient(err)
                 delay = 1.0
                 break
+            if any(ctx.is_true(c) for c in members):
+                ctx.on_written(failpoints.crash)
+                await ctx.flush()  # the write that records that member's part, then the crash
             if isinstance(result, Fail):
                 ctx.set_condition(step.condition, constants.FALSE, result.message, reason=result.reason)
                 return Finished(ok=False, message=f"{step.condition}: {result.message}", reason=result.reason)
@@ -111,6 +117,11 @@ class Loop(Generic[Ctx, S]):
                 break
         await ctx.flush()
         return Again(delay)
+
+    def _armed_members(self, ctx: Ctx) -> list[str]:
+        """The per-member conditions of this request a crash point is armed for and that are not True yet."""
+        return [c for r, c in self.crash_after
+                if r == ctx.name and constants.PER_POD_SEPARATOR in c and not ctx.is_true(c)]
 
     async def _done(self, ctx: Ctx, step: S, message: str) -> None:
         """The step's condition goes True; its one Event and its duration go out after the write that records it

@@ -45,8 +45,9 @@ CSI_NODES: Final = Resource("storage.k8s.io", "v1", "csinodes", "CSINode", names
 
 
 def manifests(default_class: bool) -> list[dict[str, Any]]:
-    """The CSIDriver (no ControllerPublish, so no attacher) and the two StorageClasses, both expandable;
-    ``default_class``: ``standard`` is the cluster's default."""
+    """The CSIDriver (no ControllerPublish, so no attacher) and the two StorageClasses, both expandable and binding
+    ``WaitForFirstConsumer`` (a volume is made once its pod is scheduled, as for any node-local storage; a
+    StorageMigration asks for it); ``default_class``: ``standard`` is the cluster's default."""
     driver = {"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": DRIVER},
               "spec": {"attachRequired": False, "podInfoOnMount": False, "volumeLifecycleModes": ["Persistent"],
                        "fsGroupPolicy": "File"}}
@@ -54,7 +55,7 @@ def manifests(default_class: bool) -> list[dict[str, Any]]:
                 "metadata": {"name": name, "annotations": {
                     "storageclass.kubernetes.io/is-default-class": str(default_class and name == STORAGE_CLASSES[0]).lower()}},
                 "provisioner": DRIVER, "allowVolumeExpansion": True, "reclaimPolicy": "Delete",
-                "volumeBindingMode": "Immediate"} for name in STORAGE_CLASSES]
+                "volumeBindingMode": "WaitForFirstConsumer"} for name in STORAGE_CLASSES]
     return [driver, *classes]
 
 
