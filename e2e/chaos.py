@@ -26,7 +26,8 @@ How each fault is made (real nodes, ``opsmanager_sandbox.realnodes``):
 - the operator killed is its own crash point (:mod:`opsmanager.ops.core.failpoints`): armed before the request
   for every per-member condition of the victim member, it SIGKILLs the operator right after the write that records
   that member's part of a step — the step in flight, the other members' parts still to do — and it is started
-  again after the hold; an operation without per-member steps gets a SIGKILL while its chosen step is in flight;
+  again after the hold; an operation without per-member steps (``RotateAuth``, ``Backup``) crashes right after
+  the write of its first step's condition, the next step still to do;
 - a drain is ``kubectl drain`` of the leader's node (uncordoned at the heal); a stopped node is
   :meth:`RealNodes.stop_node` (its kubelet, kube-proxy and containerd killed) until :meth:`RealNodes.start_node`.
 """
@@ -271,8 +272,9 @@ class Operation:
     etcd: str = "plain"
     leaves: str | None = "plain"
     # The members (indices) whose per-member conditions the operator's crash point may name; none: the operation has
-    # no per-member step, and the operator is killed while its chosen step is in flight instead.
+    # no per-member step, and the crash point is after ``crash_after``'s step instead (its next step still to do).
     members: tuple[int, ...] = (0, 1, 2)
+    crash_after: str = ""
 
 
 def etcd_36() -> str:
@@ -294,9 +296,10 @@ OPERATIONS: dict[str, Operation] = {o.name: o for o in (
     Operation("update-version", ((constants.OPS_TYPE_UPDATE_VERSION, {"updateVersion": {"targetVersion": "3.6"}}),),
               leaves=None),
     Operation("defragment", ((constants.OPS_TYPE_DEFRAGMENT, {"defragment": {}}),)),
-    Operation("rotate-auth", ((constants.OPS_TYPE_ROTATE_AUTH, {}),), etcd="auth", leaves="auth", members=()),
+    Operation("rotate-auth", ((constants.OPS_TYPE_ROTATE_AUTH, {}),), etcd="auth", leaves="auth", members=(),
+              crash_after=constants.COND_UPDATE_CREDENTIAL),
     Operation("backup", ((constants.OPS_TYPE_BACKUP, {"backup": {}}),), etcd="backup", leaves="backup",
-              members=()),
+              members=(), crash_after=constants.COND_SNAPSHOT_UPLOADED),
 )}
 
 
@@ -562,19 +565,26 @@ class _Cell:
 
     @property
     def crash_point(self) -> bool:
-        return self.fault_type.crash_point and bool(self.op.members)
+        return self.fault_type.crash_point and bool(self.op.members or self.op.crash_after)
 
     def crash_member(self) -> str:
         """The member the operator's crash point names (one of the operation's, by the seed)."""
         index = self.op.members[self.chosen.victim_index % len(self.op.members)]
         return naming.pods(self.db, max(self.op.members) + 1)[index]
 
-    async def arm(self, request: str) -> None:
-        """The operator started again, armed to crash right after the first of the crash member's per-member
-        conditions ``request`` records True."""
+    def crash_conditions(self) -> list[str]:
+        """The conditions the operator's crash point names: every per-member one of the crash member (the first the
+        request records True fires it), else the operation's one step."""
+        if not self.op.members:
+            return [self.op.crash_after]
         member = self.crash_member()
+        return [constants.per_pod_type(s, member) for s in MEMBER_STEPS]
+
+    async def arm(self, request: str) -> None:
+        """The operator started again, armed to crash right after ``request`` records one of
+        :meth:`crash_conditions` True."""
         await self.sc.kill_operator()
-        await self.sc.start_operator(crash_after=[(request, constants.per_pod_type(s, member)) for s in MEMBER_STEPS])
+        await self.sc.start_operator(crash_after=[(request, c) for c in self.crash_conditions()])
 
     async def crashed(self, name: str, seen: Observation, watched: asyncio.Task[Any]) -> bool:
         """Wait for the armed operator to crash (True), or for the request to end without it (False)."""
@@ -584,10 +594,10 @@ class _Cell:
             if operator.process.poll() is not None:
                 await asyncio.to_thread(operator.stop)
                 self.sc.operator = None
+                armed = self.crash_conditions()
                 done = [c["type"] for c in ((await self.sc.request(name) or {}).get("status") or {}).get(
-                    "conditions") or () if c.get("status") == constants.TRUE and constants.PER_POD_SEPARATOR in c["type"]
-                    and c["type"].endswith(constants.PER_POD_SEPARATOR + self.crash_member())]
-                seen.injected = f"{name}: crash point after {', '.join(done) or 'a member condition'}"
+                    "conditions") or () if c.get("status") == constants.TRUE and c["type"] in armed]
+                seen.injected = f"{name}: crash point after {', '.join(done) or 'an armed condition'}"
                 return True
             await asyncio.sleep(0.1)  # the poll interval
         return False

@@ -10,7 +10,7 @@ We test these aspects:
 * the table and the command that reproduces a failing cell;
 * the nftables rules of the operator's cut match its cgroup's sockets only;
 * the operator's crash point names a member the operation has per-member steps for (the new ones when scaling),
-  and an operation without them falls back to a kill while its step is in flight.
+  and an operation without them names its first step.
 """
 
 from __future__ import annotations
@@ -119,7 +119,10 @@ def test_the_operators_crash_point_names_a_member_the_operation_has_a_step_for()
     assert seen == {"db-0", "db-1", "db-2", "db-3", "db-4"}
     backup = chaos._Cell(session, chaos.OPERATIONS["backup"], chaos.OperatorKilled,  # type: ignore[arg-type]
                          chaos.plan(1, "backup", "operator-killed"), "db")
-    assert not backup.crash_point  # no per-member step: killed while its step is in flight instead
+    assert backup.crash_point and backup.crash_conditions() == [constants.COND_SNAPSHOT_UPLOADED]  # its first step
+    scale = chaos._Cell(session, chaos.OPERATIONS["scale"], chaos.OperatorKilled,  # type: ignore[arg-type]
+                        chaos.plan(1, "scale", "operator-killed", 2), "db")
+    assert f"EtcdMemberAdded--{scale.crash_member()}" in scale.crash_conditions()
     assert not chaos._Cell(session, chaos.OPERATIONS["add-tls"], chaos.PeerCut,  # type: ignore[arg-type]
                            chaos.plan(1, "add-tls", "peer-cut"), "db").crash_point
     assert all(step in constants.__dict__.values() for step in chaos.MEMBER_STEPS)
