@@ -126,7 +126,10 @@ OPERATION_KEYS = tuple(op.key for op in OPERATIONS)
 # control plane when chosen.
 DATA_SCENARIOS = ("data-ops", "rotate-auth", "backup-restore", "quorum-recovery")
 TLS_KEYS = ("add-tls", "rotate", "issuer-change", "remove-tls")  # ``--scenario tls``: the four ReconfigureTLS rows
-SCENARIOS = ("all", "ops", "tls", *OPERATION_KEYS, *DATA_SCENARIOS, "scale", "webhook", "soak", "api-cost")
+# The storage rows (VolumeExpansion, StorageMigration on CSI volumes on a real node: e2e/storagebench.py).
+STORAGE_SCENARIOS = ("storage-ops", "volume-expansion", "storage-migration")
+SCENARIOS = ("all", "ops", "tls", *OPERATION_KEYS, *DATA_SCENARIOS, *STORAGE_SCENARIOS, "scale", "webhook", "soak",
+             "api-cost")
 
 STRATEGY_TEXT = {
     ENGINE: "opsmanager EtcdOpsRequest",
@@ -471,6 +474,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
     from e2e import databench
 
     out += databench.markdown_lines(records)
+    from e2e import storagebench
+
+    out += storagebench.markdown_lines(records)
     costs = sorted((r for r in records if r.get("scenario") == "api-cost"), key=order_key)
     if costs:
         out += ["## API cost: requests the operator makes", "",
@@ -1042,6 +1048,11 @@ async def run(args: argparse.Namespace, say: Printer) -> list[Record]:
     if data_keys:  # on the real control plane when it is one of the chosen (where the e2e tests prove them)
         records += await databench.bench_data(workdir, data_keys, say, control_plane=apis[-1],
                                               megabytes=args.data_mb)
+    from e2e import storagebench
+
+    storage_keys = storagebench.select(args.scenario)
+    if storage_keys:  # always on real nodes with CSI storage: the hostPath volumes have no size
+        records += await storagebench.bench_storage(workdir, storage_keys, say, megabytes=min(args.data_mb, 200))
     if with_scale:
         from e2e import scale
 
@@ -1081,9 +1092,9 @@ def verdict(records: Sequence[Record]) -> list[str]:
     failed writes, 0 unplanned elections, every acknowledged write read back, HashKV equal on every member, every
     scale operation Successful; a soak strategy held to the bar: 0 failed writes, 0 unplanned elections, every
     member healthy at the end, no acknowledged write missing, HashKV equal; the data rows: :func:`e2e.databench.problems`)."""
-    from e2e import databench
+    from e2e import databench, storagebench
 
-    problems = databench.problems(records)
+    problems = databench.problems(records) + storagebench.problems(records)
     for r in records:
         if r.get("scenario") == "soak" and r.get("error"):
             if r.get("held_to_the_bar"):
