@@ -219,6 +219,35 @@ def fetch_cert_manager_crds(go: str) -> None:
     print(f"{len(files)} files", flush=True)
 
 
+# The CSI sidecars' RBAC as their releases ship it (``deploy/kubernetes/rbac.yaml``): their ServiceAccounts,
+# ClusterRoles and bindings, applied as they are, so the sidecars run with exactly the rights upstream asks for.
+SIDECARS: Final = ("external-provisioner", "external-resizer")
+
+
+def sidecar_rbac(component: str) -> pathlib.Path:
+    """Where a CSI sidecar's ``rbac.yaml`` is (or will be) copied, beside its binary."""
+    return binary(component) / "rbac.yaml"
+
+
+def fetch_sidecar_rbac(go: str) -> None:
+    for name in SIDECARS:
+        target = sidecar_rbac(name)
+        if target.is_file():
+            continue
+        c = COMPONENTS[name]
+        with tempfile.TemporaryDirectory() as tmp:
+            info = json.loads(subprocess.run([go, "mod", "download", "-json", f"{c.module}@{c.version()}"], cwd=tmp,
+                                             check=True, capture_output=True, text=True).stdout)
+        source = pathlib.Path(info["Dir"], "deploy", "kubernetes", "rbac.yaml")
+        if not source.is_file():
+            raise SystemExit(f"{c.module}@{c.version()} has no deploy/kubernetes/rbac.yaml")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(".rbac.yaml.partial")
+        shutil.copyfile(source, partial)
+        partial.rename(target)
+        print(f"  {name} {c.version()}: RBAC from the module", flush=True)
+
+
 def _go() -> str:
     go = shutil.which("go") or ("/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else None)
     if go is None:
@@ -270,6 +299,7 @@ def build(names: list[str]) -> int:
     todo = [(COMPONENTS[n], tool) for n in names for tool in COMPONENTS[n].tools
             if not binary(n, tool).is_file()]
     fetch_cert_manager_crds(go)
+    fetch_sidecar_rbac(go)
     if not todo:
         print(f"control plane: everything built ({', '.join(f'{n} {COMPONENTS[n].version()}' for n in names)}) "
               f"in {cache_root()}")

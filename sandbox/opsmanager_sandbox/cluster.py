@@ -333,7 +333,7 @@ class Sandbox:
         if self.realnodes is not None:
             stack.push_async_callback(self.realnodes.stop_nodes)
             await self.realnodes.start(self.kubernetes, self.client, cluster_domain=self.cluster_domain,
-                                       csi_kubeconfig=self.kubeconfig if self.storage == CSI else None)
+                                       csi=self.storage == CSI)
             self.volumes = await _started(stack, HostPathProvisioner(self.client, self.dir / "nodes" / "volumes"))
             await self._start_cert_manager(stack)
             for component in self.components:

@@ -5,7 +5,11 @@ whichever node its pod lands (three nodes ran the same module green).
 
 We test these aspects:
 - the driver is registered on every kubelet (each CSINode lists it, through the kubelet's plugin-registration
-  socket), and the two StorageClasses name it and allow expansion, ``standard`` the cluster's default;
+  socket), and the two StorageClasses name it, allow expansion and bind ``WaitForFirstConsumer``, ``standard`` the
+  cluster's default;
+- each sidecar runs as its own ServiceAccount with its release's RBAC: it may do its own work (the provisioner
+  create volumes, the resizer patch a claim's status) and nothing else (no Secret, no pod deleted, not the other's
+  work), as kube-apiserver's authorizer answers for its token;
 - a claim on ``standard`` is provisioned by the external-provisioner (a PersistentVolume of the driver), mounted by
   a pod, and has a real file system of its size: the kubelet's stats summary and a statfs from inside the node's
   mount namespace agree;
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +65,31 @@ async def test_the_driver_is_registered_on_every_kubelet_with_two_expandable_cla
     classes = {c["metadata"]["name"]: c for c in await sc.k.list("storage.k8s.io/v1", "StorageClass", None)}
     for name in ("standard", "fast"):
         assert classes[name]["provisioner"] == csi.DRIVER and classes[name]["allowVolumeExpansion"] is True
+    assert {c["volumeBindingMode"] for n, c in classes.items() if n in ("standard", "fast")} == {
+        "WaitForFirstConsumer"}
     default = "storageclass.kubernetes.io/is-default-class"
     assert classes["standard"]["metadata"]["annotations"][default] == "true"
     assert classes["fast"]["metadata"]["annotations"][default] == "false"
+
+
+def _can_i(kubeconfig: Path, *args: str) -> bool:
+    done = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), "auth", "can-i", *args], capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert done.stdout.strip() in ("yes", "no"), (args, done.stdout, done.stderr)
+    return done.stdout.strip() == "yes"
+
+
+async def test_each_sidecar_has_only_the_rights_its_release_asks_for(sc: scenario.Scenario) -> None:
+    kubeconfigs = sc.sandbox.realnodes.csi.kubeconfigs
+    provisioner, resizer = kubeconfigs["csi-provisioner"], kubeconfigs["csi-resizer"]
+    assert _can_i(provisioner, "create", "persistentvolumes") and _can_i(provisioner, "watch", "csinodes")
+    assert _can_i(resizer, "patch", "persistentvolumeclaims", "--subresource=status")
+    for kubeconfig in (provisioner, resizer):
+        assert not _can_i(kubeconfig, "get", "secrets", "-n", sc.namespace)
+        assert not _can_i(kubeconfig, "delete", "pods", "-n", sc.namespace)
+        assert not _can_i(kubeconfig, "create", "clusterrolebindings")
+    assert not _can_i(resizer, "create", "persistentvolumes")
+    assert not _can_i(provisioner, "patch", "persistentvolumeclaims", "--subresource=status")
 
 
 def _claim(name: str, size: str) -> dict[str, Any]:

@@ -61,8 +61,8 @@ class RealNodes:
 
     async def start(self, cp: realcp.KubernetesControlPlane, client: kube.Kube, *,
                     cluster_domain: str = "cluster.local", ready_timeout: float = 120.0,
-                    csi_kubeconfig: Path | None = None) -> None:
-        """``csi_kubeconfig`` (an admin's, for the sidecars): also the CSI driver, its sidecars and StorageClasses
+                    csi: bool = False) -> None:
+        """``csi``: also the CSI driver, its sidecars (each as its own ServiceAccount) and StorageClasses
         (:mod:`.csi`), ``standard`` the cluster's default; without it every claim gets a hostPath volume
         (:mod:`.volumes`)."""
         assert cp.ca is not None, "the control plane is not started"
@@ -85,13 +85,13 @@ class RealNodes:
         await self._apply(client, coredns_manifests(self.plan, cluster_domain))
         await self._wait_available(client, "kube-system", "coredns", ready_timeout)
         self.timings["dns"] = time.monotonic() - t0
-        if csi_kubeconfig is not None:
+        if csi:
             t0 = time.monotonic()
-            await self._start_csi(client, csi_kubeconfig, ready_timeout)
+            await self._start_csi(client, cp, ready_timeout)
             self.timings["csi"] = time.monotonic() - t0
 
-    async def _start_csi(self, client: kube.Kube, kubeconfig: Path, timeout: float) -> None:
-        self.csi = csi.CsiStorage(self.dir / "csi", network.RUN_DIR / self.plan.tag, kubeconfig)
+    async def _start_csi(self, client: kube.Kube, cp: realcp.KubernetesControlPlane, timeout: float) -> None:
+        self.csi = csi.CsiStorage(self.dir / "csi", network.RUN_DIR / self.plan.tag, cp.url, cp.ca_pem)
         for n in self.nodes:
             await n.start_csi(self.csi.volumes)
         await self.csi.start(client, [n.name for n in self.nodes], timeout, default_class=True)

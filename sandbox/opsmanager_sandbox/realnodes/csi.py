@@ -11,8 +11,10 @@ Where each part runs, and why host processes rather than pods: the nodes have no
 here), and a plugin in a pod needs Bidirectional mount propagation into a node namespace made private on purpose.
 
 - the controller (Identity + Controller) and the two sidecars: one host process each, for the whole cluster, on a
-  socket in the slice's run directory; the sidecars use the admin kubeconfig (the sandbox's, like the control
-  plane's own components: RBAC for them is not what these tests examine);
+  socket in the slice's run directory. Each sidecar runs as its own ServiceAccount with the RBAC its release ships
+  (``deploy/kubernetes/rbac.yaml`` of its module, copied by ``make controlplane`` and applied as it is), through a
+  kubeconfig holding a token the TokenRequest API issued for that ServiceAccount — what a sidecar in a pod gets
+  mounted; no sidecar has more than upstream asks for;
 - the node plugin (Identity + Node): one per node, started by :class:`.node.RealNode` in the node's mount and network
   namespaces and its cgroups (so it sees the node's ``/var/lib/kubelet`` and its mounts are the kubelet's); it
   registers itself on the kubelet's plugin-registration socket, since node-driver-registrar is not served.
@@ -31,6 +33,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, Final
 
+import yaml
+
 from opsmanager import kube
 from opsmanager.kube.resources import Resource
 from opsmanager_sandbox import children, realcp
@@ -42,6 +46,23 @@ STORAGE_CLASSES: Final = ("standard", "fast")
 """Both classes name the driver; ``standard`` may be the cluster's default (then a claim without a class gets it)."""
 CSI_DRIVERS: Final = Resource("storage.k8s.io", "v1", "csidrivers", "CSIDriver", namespaced=False)
 CSI_NODES: Final = Resource("storage.k8s.io", "v1", "csinodes", "CSINode", namespaced=False)
+# The sidecars: (component, binary), each with its release's RBAC.
+SIDECARS: Final = (("external-provisioner", "csi-provisioner"), ("external-resizer", "csi-resizer"))
+TOKEN_SECONDS: Final = 7 * 24 * 3600  # longer than any sandbox lives
+
+
+def sidecar_rbac(component: str) -> list[dict[str, Any]]:
+    """The objects of a sidecar's released ``rbac.yaml`` (ServiceAccount, ClusterRole, Role and their bindings)."""
+    path = realcp.build_module().sidecar_rbac(component)
+    if not path.is_file():
+        raise realcp.NotBuilt(f"{path} is missing: run `make controlplane` (it copies the sidecars' RBAC)")
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def service_account(docs: list[dict[str, Any]]) -> tuple[str, str]:
+    """(namespace, name) of the ServiceAccount a sidecar's RBAC binds."""
+    sa = next(d for d in docs if d["kind"] == "ServiceAccount")
+    return sa["metadata"].get("namespace", "default"), sa["metadata"]["name"]
 
 
 def manifests(default_class: bool) -> list[dict[str, Any]]:
@@ -62,11 +83,12 @@ def manifests(default_class: bool) -> list[dict[str, Any]]:
 class CsiStorage:
     """The cluster-wide half (controller and sidecars) and the manifests; the node plugins are the nodes'."""
 
-    def __init__(self, dir: Path, run_dir: Path, kubeconfig: Path) -> None:
+    def __init__(self, dir: Path, run_dir: Path, server: str, ca_pem: bytes) -> None:
         self.dir = dir
         self.volumes = dir / "volumes"
         self.socket = run_dir / "csi-controller.sock"  # short: a unix socket path has at most 107 bytes
-        self.kubeconfig = kubeconfig
+        self.server, self.ca_pem = server, ca_pem
+        self.kubeconfigs: dict[str, Path] = {}  # per sidecar binary, its ServiceAccount's
         self.children: list[children.Child] = []
 
     async def start(self, client: kube.Kube, node_names: list[str], timeout: float = 60.0, *,
@@ -84,13 +106,31 @@ class CsiStorage:
             return self.socket.exists()
 
         await controller.wait_ready(listening, timeout=timeout)
-        common = [f"--csi-address={self.socket}", f"--kubeconfig={self.kubeconfig}", "--leader-election=false",
-                  "--timeout=60s", "--v=2"]
-        await self._start("csi-provisioner", [str(realcp.binary("external-provisioner", "csi-provisioner")),
-                                              *common, "--retry-interval-max=5s"])
-        await self._start("csi-resizer", [str(realcp.binary("external-resizer", "csi-resizer")), *common,
-                                          "--retry-interval-max=5s"])
+        for component, tool in SIDECARS:
+            kubeconfig = await self._sidecar_kubeconfig(client, component, tool)
+            await self._start(tool, [str(realcp.binary(component, tool)), f"--csi-address={self.socket}",
+                                     f"--kubeconfig={kubeconfig}", "--leader-election=false", "--timeout=60s",
+                                     "--v=2", "--retry-interval-max=5s"])
         await self._wait_registered(client, node_names, timeout)
+
+    async def _sidecar_kubeconfig(self, client: kube.Kube, component: str, tool: str) -> Path:
+        """The sidecar's released RBAC applied, and a kubeconfig with a token issued to its ServiceAccount."""
+        docs = sidecar_rbac(component)
+        for doc in docs:
+            with contextlib.suppress(kube.AlreadyExists):
+                await client.create(doc)
+        namespace, name = service_account(docs)
+        issued = await client.request(
+            "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                  "spec": {"expirationSeconds": TOKEN_SECONDS}})
+        path = self.dir / f"{tool}.kubeconfig"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(realcp.kubeconfig(self.server, self.ca_pem, token=issued["status"]["token"],
+                                                         user=f"system:serviceaccount:{namespace}:{name}")))
+        path.chmod(0o600)
+        self.kubeconfigs[tool] = path
+        return path
 
     async def _start(self, name: str, argv: list[str]) -> children.Child:
         path = f"{os.environ.get('PATH', '/usr/bin:/bin')}:/usr/sbin:/sbin"
