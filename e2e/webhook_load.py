@@ -34,7 +34,7 @@ from typing import Any
 import aiohttp
 
 from opsmanager import pki
-from opsmanager.api import crdgen, pause
+from opsmanager.api import catalog, crdgen, pause
 from opsmanager.webhook import admission, server, validation
 from opsmanager_sandbox import children
 from opsmanager_sandbox.apiserver import server as apiserver_server
@@ -534,13 +534,14 @@ class WebhookWorld:
 
 @contextlib.asynccontextmanager
 async def webhook_world(directory: Path, *, ready_timeout: float = 60.0) -> AsyncIterator[WebhookWorld]:
-    """A sandbox API server with the CRDs, the Etcds ``etcd-cluster``, ``plain`` and ``paused`` and the
+    """A sandbox API server with the CRDs, the version catalog, the Etcds ``etcd-cluster``, ``plain`` and ``paused`` and the
     EtcdOpsRequest holding ``paused``; the webhook in its own process, serving once its caches synced."""
     api = apiserver_server.APIServer(cert_manager=False)
     await api.start()
     child: children.Child | None = None
     try:
         await api.apply_objects([crdgen.crd(spec) for spec in crdgen.CRDS])
+        await api.apply_objects(catalog.objects())  # the install bundle's version catalog: admission reads it
         await api.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}])
         holder = ops_request({"type": "ReconfigureTLS", "databaseRef": {"name": "paused"},
                               "tls": {"rotateCertificates": True}}, name=HOLDER)

@@ -298,7 +298,8 @@ async def test_an_etcd_naming_a_missing_issuer_is_warned_at_admission_and_says_w
 
 VERSIONS = {"": "v1", "apps": "v1", "policy": "v1", "cert-manager.io": "v1", "opsmanager.dev": "v1alpha1",
             "ops.opsmanager.dev": "v1alpha1", "apiextensions.k8s.io": "v1", "kopf.dev": "v1",
-            "events.k8s.io": "v1", "coordination.k8s.io": "v1"}
+            "events.k8s.io": "v1", "coordination.k8s.io": "v1", "catalog.opsmanager.dev": "v1alpha1",
+            "storage.k8s.io": "v1"}
 METHODS = {"get": "GET", "list": "GET", "watch": "GET", "create": "POST", "update": "PUT", "patch": "PATCH",
            "delete": "DELETE", "deletecollection": "DELETE"}
 # The roles the bundle grants, and whose ServiceAccount uses them.

@@ -95,10 +95,7 @@ async def test_kubectl_shows_why_a_request_waits(sc: scenario.Scenario) -> None:
 # KubeDB's admission rules for an EtcdOpsRequest (reference section 4.1), each with its exact message, as kubectl
 # prints kube-apiserver's answer: (the spec beyond databaseRef, the field, the message).
 BAD_REQUESTS: list[tuple[dict[str, Any], str, str]] = [
-    ({"type": "StorageMigration"}, "spec.type",
-     "defined OpsRequestType StorageMigration is not supported, supported types for Etcd are UpdateVersion, "
-     "HorizontalScaling, VerticalScaling, VolumeExpansion, Restart, Reconfigure, ReconfigureTLS, RotateAuth, "
-     "MoveLeader, Compact, Defragment, RecoverFromQuorumLoss, Restore, Backup"),
+    ({"type": "StorageMigration"}, "spec.migration", "spec.migration is required for StorageMigration type"),
     ({"type": "VolumeExpansion"}, "spec.volumeExpansion",
      "spec.volumeExpansion is nil, not supported in VolumeExpansion type"),
     ({"type": "VolumeExpansion", "volumeExpansion": {"etcd": "1Gi", "mode": "Online"}}, "spec.volumeExpansion",

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from opsmanager import kube, pki
-from opsmanager.api import conditions, constants, crdgen
+from opsmanager.api import catalog, conditions, constants, crdgen
 from opsmanager.api import etcd as etcd_api
 from opsmanager.api import pause as pause_api
 from opsmanager.cluster import naming, render, statefulset, volumes
@@ -683,6 +683,7 @@ async def start(tmp: Path) -> tuple[sandbox_apiserver.APIServer, CrashingKube]:
     await server.start()
     await server.apply_objects([*(crdgen.crd(spec) for spec in crdgen.CRDS),
                                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}])
+    await server.apply_objects(catalog.objects())  # the install bundle's version catalog, which admission reads
     path = server.write_kubeconfig(tmp / "kubeconfig")
     client = CrashingKube.from_kubeconfig(str(path))
     assert isinstance(client, CrashingKube)

@@ -24,7 +24,7 @@ from tests.polling import eventually
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
-CRD_NAMES = {"etcds.opsmanager.dev", "etcdopsrequests.ops.opsmanager.dev"}
+CRD_NAMES = {"etcds.opsmanager.dev", "etcdopsrequests.ops.opsmanager.dev", "etcdversions.catalog.opsmanager.dev"}
 
 
 def crd_names(apiserver: SandboxAPI) -> set[str]:

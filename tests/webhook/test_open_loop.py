@@ -14,13 +14,15 @@ import pathlib
 import pytest
 
 from e2e import webhook_load
+from opsmanager.api import catalog
 
 pytestmark = pytest.mark.slow
 
 
 async def test_an_open_loop_run_is_answered_correctly_from_the_cache(tmp_path: pathlib.Path) -> None:
     async with webhook_load.webhook_world(tmp_path) as world:
-        assert "caches have synced (3 Etcds, 1 EtcdOpsRequests)" in world.webhook.log()
+        assert f"caches have synced (3 Etcds, 1 EtcdOpsRequests, {len(catalog.objects())} EtcdVersions)" in \
+            world.webhook.log()
         reads = world.api_reads()
         run = await webhook_load.open_loop(world.url, world.ssl_context, rate=100, seconds=3)
         assert run.errors == ()

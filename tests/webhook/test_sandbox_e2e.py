@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from opsmanager import pki
+from opsmanager.api import catalog
 from opsmanager.webhook import config, lookup, server
 from tests.fixtures import sandbox as sandbox_fixtures
 
@@ -37,6 +38,7 @@ spec: {version: "3.5.1", tls: {issuerRef: {name: ca}}}
 def wired(apiserver: sandbox_fixtures.SandboxAPI, tmp_path: pathlib.Path) -> Iterator[server.WebhookServer]:
     crds = [yaml.safe_load(p.read_text()) for p in sorted((REPO / "crds").glob("*.yaml"))]
     apiserver.call(apiserver.server.apply_objects, crds)
+    apiserver.call(apiserver.server.apply_objects, catalog.objects())  # the bundle's version catalog
     ca = pki.make_ca("sandbox-webhook-ca")
     pair = pki.make_leaf(ca, "opsmanager-webhook", usages=["server"],
                          dns_names=[f"{config.SERVICE}.{config.NAMESPACE}.svc"])
