@@ -609,6 +609,7 @@ class Writer:
                 self._take_up(pending)
                 await self._close_stale_clients()
         tried: list[str] = []
+        used = self._credentials
         if await self._try_targets(key, value, tried):
             return
         if self.material is not None and self._now() - self._last_reread >= REREAD_MIN_INTERVAL:
@@ -628,7 +629,10 @@ class Writer:
             fresh_login: access.Credentials | None = None
             with contextlib.suppress(kube.KubeError, OSError):
                 fresh_login = await self.login.read()
-            if self._log_in_with(fresh_login) and await self._try_targets(key, value, tried):
+            changed = self._log_in_with(fresh_login)
+            # The background re-read may have taken up the new password while this op's tries failed with the
+            # old one: that is a change too, and worth the one more try.
+            if (changed or self._credentials != used) and await self._try_targets(key, value, tried):
                 return
         self._failed += 1
         offset = self._now() - self._started_at

@@ -28,7 +28,9 @@ import contextlib
 import copy
 import datetime
 import json
+import logging
 import os
+import ssl
 import typing
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Mapping
@@ -37,6 +39,8 @@ from typing import Any, NamedTuple
 import aiohttp
 
 from opsmanager.kube import config, errors, mergepatch, resources
+
+log = logging.getLogger("opsmanager.kube")
 
 Obj = dict[str, Any]
 
@@ -172,22 +176,32 @@ class Kube:
         """One API call; the decoded JSON answer (None for an empty body). Non-2xx raises a :class:`KubeError`."""
         where = f"{method} {path}"
         data = json.dumps(body).encode() if body is not None else None
-        for attempt in (1, 2):
-            headers = await self._headers(force=attempt == 2)
+        refreshed = tls_retried = False
+        while True:
+            headers = await self._headers(force=refreshed)
             if data is not None:
                 headers["Content-Type"] = content_type
             with errors.translated(where):
-                async with self._session().request(
-                        method, self.host + path, params=self._params(query), data=data, headers=headers,
-                        ssl=self._ssl_setting(), server_hostname=self.connection.tls_server_name,
-                        timeout=aiohttp.ClientTimeout(total=timeout or self.timeout)) as resp:
-                    status, raw = resp.status, await resp.read()
-                if status == 401 and attempt == 1 and self.connection.credentials is not None:
+                try:
+                    async with self._session().request(
+                            method, self.host + path, params=self._params(query), data=data, headers=headers,
+                            ssl=self._ssl_setting(), server_hostname=self.connection.tls_server_name,
+                            timeout=aiohttp.ClientTimeout(total=timeout or self.timeout)) as resp:
+                        status, raw = resp.status, await resp.read()
+                except aiohttp.ClientOSError as exc:
+                    # A TLS error before any answer (a pooled connection the server dropped, or an error OpenSSL
+                    # left behind from another connection of this thread): once more, on a new connection.
+                    if tls_retried or not _tls_failure(exc):
+                        raise
+                    tls_retried = True
+                    log.info("%s: %s; trying once more", where, exc)
+                    continue
+                if status == 401 and not refreshed and self.connection.credentials is not None:
+                    refreshed = True
                     continue  # an expired token: refresh it and try once more
                 if status >= 400:
                     raise errors.from_status(status, raw, where)
                 return json.loads(raw) if raw else None
-        raise AssertionError("unreachable")
 
     # --- verbs ------------------------------------------------------------------------------------------------
 
@@ -375,3 +389,8 @@ class Kube:
                             raise errors.from_status(int(obj.get("code") or 500), status, where)
                         yield WatchEvent(etype, obj)
 
+
+
+def _tls_failure(exc: aiohttp.ClientOSError) -> bool:
+    """Is this connection error a TLS one (an alert or a protocol error), not a refused or reset connection?"""
+    return isinstance(exc.__cause__, ssl.SSLError) or isinstance(exc, aiohttp.ClientSSLError) or "[SSL" in str(exc)

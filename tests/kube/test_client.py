@@ -5,7 +5,8 @@ precondition that protects a successor) and ``apply`` (create, then patch only w
 changes something: :func:`opsmanager.kube.mergepatch.changes`); ``transact_status``
 writes nothing for a no-op and drops keys a mutation removed; a kind from a CRD is usable once its CRD is added
 to the client's table, an unknown kind is a ``ValueError``; the informer lists, then follows ADDED, MODIFIED and
-DELETED; ``close()`` works from synchronous code after the loop that used the client has ended.
+DELETED; ``close()`` works from synchronous code after the loop that used the client has ended; a TLS error
+before any answer is tried once more (not twice, and not a refused connection).
 """
 
 from __future__ import annotations
@@ -140,3 +141,31 @@ def test_close_from_synchronous_code_after_the_loop_ended() -> None:
         await closing
 
     asyncio.run(await_it())
+
+
+async def test_a_tls_error_before_an_answer_is_tried_once_more_and_a_second_one_raised(
+        k: kube.Kube, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An SSL error on the connection (an alert, or one OpenSSL left from another connection of the thread) before
+    any answer: the call is made once more; a refused connection is not a TLS error and is not retried here."""
+    import aiohttp
+
+    session = k._session()
+    real = session.request
+    failures: list[Exception] = []
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop(0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(session, "request", failing)
+    alert = "[SSL: SSLV3_ALERT_CERTIFICATE_EXPIRED] sslv3 alert certificate expired (_ssl.c:2580)"
+    failures[:] = [aiohttp.ClientOSError(1, alert)]
+    await k.create(configmap("tls-once"))
+    assert not failures and await k.get("v1", "ConfigMap", "default", "tls-once") is not None
+    failures[:] = [aiohttp.ClientOSError(1, alert), aiohttp.ClientOSError(1, alert)]
+    with pytest.raises(kube.Unavailable, match="CERTIFICATE_EXPIRED"):
+        await k.get("v1", "ConfigMap", "default", "tls-once")
+    failures[:] = [aiohttp.ClientOSError(111, "Connection refused")]
+    with pytest.raises(kube.Unavailable, match="refused"):
+        await k.get("v1", "ConfigMap", "default", "tls-once")
