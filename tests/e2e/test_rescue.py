@@ -215,6 +215,7 @@ async def test_expired_leaves_are_rescued_by_auto_renew_without_a_restart_and_wi
           f"after the failure; valid leaves served {healed:.1f}s after it was filed; no restart; {KEYS} keys read back")
 
 
+@pytest.mark.timeout(600)  # the CA lives 3 minutes, the members then have 2 minutes to come back, the requests 90 s
 async def test_an_expired_ca_comes_back_by_itself_and_with_a_plain_rotate_filed_by_hand(
         sc: scenario.Scenario) -> None:
     """Two Etcds on one CA Issuer whose CA lives 3 minutes (their leaves end with it). Before the end: no auto-renew
