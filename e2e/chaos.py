@@ -82,7 +82,7 @@ class Fault(abc.ABC):
     """One fault kind: :meth:`inject` in the middle of a step, :meth:`heal` after :attr:`hold` seconds."""
 
     name: ClassVar[str]
-    hold: ClassVar[float] = 20.0
+    hold: ClassVar[float] = 15.0
     leader: ClassVar[bool] = False  # the victim is the leader (else any member, by the seed)
     crash_point: ClassVar[bool] = False  # the operator's own crash point makes it (armed before the request)
     what: ClassVar[str] = ""

@@ -7,7 +7,8 @@ Fixture modules live in ``tests/fixtures/`` and are loaded as plugins, one per c
 Parallel runs: ``make test`` runs pytest-xdist with ``--dist loadfile --no-loadscope-reorder``: a module is one unit
 of work (its module-scoped sandbox or etcd cluster stays in one worker) and workers take modules in collection
 order. :func:`pytest_collection_modifyitems` puts the longest modules first so that no long module starts last and
-becomes the tail: :data:`LONGEST_FIRST` (measured), then every other module with a ``slow`` test, then the rest.
+becomes the tail: :data:`LONGEST_FIRST` (measured), then every other module with a ``slow`` test, then :data:`LAST`,
+then the fast modules.
 :func:`pytest_xdist_make_scheduler` hands a worker its next module only when its current one is down to its last
 test (xdist's own ``loadfile`` does at two, which queues a long module behind another long one's last two tests
 while another worker may be about to go idle). A plain ``pytest`` (no ``-n``) keeps the usual file order.
@@ -55,7 +56,8 @@ def _rank(module: str, items: list[pytest.Item]) -> tuple[int, int]:
         return 3, LAST.index(module)
     if module in LONGEST_FIRST:
         return 0, LONGEST_FIRST.index(module)
-    return (1, 0) if any(item.get_closest_marker("slow") for item in items) else (2, 0)
+    # The fast modules come last: they fill the workers the three-node modules leave free, instead of delaying them.
+    return (1, 0) if any(item.get_closest_marker("slow") for item in items) else (4, 0)
 
 
 @pytest.hookimpl(optionalhook=True)  # only a hook when pytest-xdist is loaded

@@ -215,14 +215,14 @@ async def test_expired_leaves_are_rescued_by_auto_renew_without_a_restart_and_wi
           f"after the failure; valid leaves served {healed:.1f}s after it was filed; no restart; {KEYS} keys read back")
 
 
-@pytest.mark.timeout(600)  # the CA lives 3 minutes, the members then have 2 minutes to come back, the requests 90 s
+@pytest.mark.timeout(720)  # the CA lives 3 minutes, the members then have 3 minutes to come back, the requests 90 s
 async def test_an_expired_ca_comes_back_by_itself_and_with_a_plain_rotate_filed_by_hand(
         sc: scenario.Scenario) -> None:
     """Two Etcds on one CA Issuer whose CA lives 3 minutes (their leaves end with it). Before the end: no auto-renew
     request (renewed leaves would end with the CA), ``CertificatesValid=False/CAExpiringSoon`` and the Event say so.
     After it the CA Secret is replaced with a new CA, and for ``alone`` nothing is filed by hand, for ``by-hand`` a
     plain rotate (``apply`` left at IfReady) right away. Both come back: every member serves a leaf of the new CA
-    within 2 minutes, each restarted once, every key written before the expiry reads back; no request stays
+    within 3 minutes, each restarted once, every key written before the expiry reads back; no request stays
     Pending, and the one that ran started as a rescue."""
     issuer, alone, by_hand = "ca-short", "alone", "by-hand"
     dbs = (alone, by_hand)
@@ -296,8 +296,10 @@ async def test_an_expired_ca_comes_back_by_itself_and_with_a_plain_rotate_filed_
 
         came_back = {}
         for db in dbs:
-            await aeventually(lambda db=db: serves_new_ca(db), timeout=max(5.0, 120 - (time.monotonic() - replaced)),
-                              interval=1, what=f"{db}: every member serving a leaf of the new CA within 2 minutes")
+            # 3 minutes: in a loaded full run both Etcds restart their six members at once beside the other
+            # modules, and 2 minutes proved too short there.
+            await aeventually(lambda db=db: serves_new_ca(db), timeout=max(5.0, 180 - (time.monotonic() - replaced)),
+                              interval=1, what=f"{db}: every member serving a leaf of the new CA within 3 minutes")
             came_back[db] = time.monotonic() - replaced
         for db in dbs:
             mine = [r for r in await sc.k.list(constants.OPS_API_VERSION, constants.OPS_KIND, sc.namespace)
