@@ -16,6 +16,7 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
+import datetime
 import os
 import pathlib
 import signal
@@ -25,7 +26,7 @@ from typing import Any, Self
 
 from e2e import consistency, history, lincheck, monitor, processes, writer
 from opsmanager import kube, pki
-from opsmanager.api import constants, pause
+from opsmanager.api import conditions, constants, pause
 from opsmanager.cluster import naming
 from opsmanager.etcd import access
 from opsmanager.etcd import client as etcd_client
@@ -367,6 +368,28 @@ class Scenario:
         body = {"apiVersion": constants.OPS_API_VERSION, "kind": constants.OPS_KIND, "metadata": metadata,
                 "spec": {"type": type_, "databaseRef": {"name": db}, **spec}}
         await self.k.create(body)
+
+    async def filed_by_operator(self, db: str, trigger: str) -> list[dict[str, Any]]:
+        """The requests on ``db`` the operator filed itself with ``trigger`` (its ``ops.opsmanager.dev/trigger``)."""
+        found = await self.k.list(constants.OPS_API_VERSION, constants.OPS_KIND, self.namespace,
+                                  label_selector=f"{constants.LABEL_OPS_TRIGGER}={trigger}")
+        return [r for r in found if r["spec"]["databaseRef"]["name"] == db]
+
+    async def wait_storage_scans(self, db: str, seconds: float, *, timeout: float) -> None:
+        """Until ``db``'s ``status.storage.lastScanTime`` is ``seconds`` past what it is now (further scans ran)."""
+
+        async def last_scan() -> str | None:
+            obj = await self.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, self.namespace, db)
+            return ((obj or {}).get("status") or {}).get("storage", {}).get("lastScanTime")
+
+        first = await last_scan()
+
+        async def later() -> bool:
+            latest = await last_scan()
+            return bool(first and latest) and (conditions.parse_rfc3339(latest) - conditions.parse_rfc3339(first)
+                                               >= datetime.timedelta(seconds=seconds))
+
+        await self.wait_for("more storage scans", later, timeout=timeout, interval=0.5)
 
     async def request(self, name: str) -> dict[str, Any] | None:
         return await self.k.get(constants.OPS_API_VERSION, constants.OPS_KIND, self.namespace, name)

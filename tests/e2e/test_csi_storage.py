@@ -27,7 +27,6 @@ We test these aspects:
 
 from __future__ import annotations
 
-import datetime
 import os
 import subprocess
 from pathlib import Path
@@ -37,7 +36,7 @@ import pytest
 import pytest_asyncio
 
 from e2e import scenario
-from opsmanager.api import conditions, constants
+from opsmanager.api import constants
 from opsmanager.cluster import naming, volumes
 from opsmanager_sandbox import node as node_agent
 from opsmanager_sandbox.realnodes import csi, images
@@ -245,9 +244,7 @@ AUTOSCALE = {"scanInterval": "3s", "autoscale": {"trigger": "On", "usageThreshol
 
 
 async def _autoscaled(sc: scenario.Scenario, db: str) -> list[dict[str, Any]]:
-    found = await sc.k.list(constants.OPS_API_VERSION, constants.OPS_KIND, sc.namespace,
-                            label_selector=f"{constants.LABEL_OPS_TRIGGER}={constants.TRIGGER_STORAGE_AUTOSCALE}")
-    return [r for r in found if r["spec"]["databaseRef"]["name"] == db]
+    return await sc.filed_by_operator(db, constants.TRIGGER_STORAGE_AUTOSCALE)
 
 
 async def test_a_database_past_the_usage_threshold_gets_one_volume_expansion_by_itself(
@@ -276,15 +273,6 @@ async def test_a_database_past_the_usage_threshold_gets_one_volume_expansion_by_
               if e.get("reason") == "StorageAutoscaleRequested" and (e.get("involvedObject") or {}).get("name") == db]
     assert events and request["metadata"]["name"] in events[0]["message"], events
     # Once: over later scans (which see the grown volumes) nothing more is filed.
-    obj = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db)
-    last = ((obj or {}).get("status") or {}).get("storage", {}).get("lastScanTime")
-
-    async def three_more_scans() -> bool:
-        now = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db)
-        latest = ((now or {}).get("status") or {}).get("storage", {}).get("lastScanTime")
-        return bool(last and latest) and (conditions.parse_rfc3339(latest) - conditions.parse_rfc3339(last)
-                                          >= datetime.timedelta(seconds=9))
-
-    await aeventually(three_more_scans, timeout=60, interval=0.5, what="more storage scans")
+    await sc.wait_storage_scans(db, 9, timeout=60)
     assert len(await _autoscaled(sc, db)) == 1
     await sc.drop_etcd(db)

@@ -11,7 +11,6 @@ operator's ``opsmanager_etcd_db_size_bytes`` series describe every member.
 
 from __future__ import annotations
 
-import datetime
 import time
 from typing import Any
 
@@ -20,7 +19,7 @@ import pytest
 import pytest_asyncio
 
 from e2e import scenario
-from opsmanager.api import conditions, constants
+from opsmanager.api import constants
 from opsmanager.cluster import naming
 from tests.polling import aeventually
 
@@ -36,9 +35,7 @@ async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 async def auto_defragments(sc: scenario.Scenario, db: str) -> list[dict[str, Any]]:
-    found = await sc.k.list(constants.OPS_API_VERSION, constants.OPS_KIND, sc.namespace,
-                            label_selector=f"{constants.LABEL_OPS_TRIGGER}={constants.TRIGGER_AUTO_DEFRAGMENT}")
-    return [r for r in found if r["spec"]["databaseRef"]["name"] == db]
+    return await sc.filed_by_operator(db, constants.TRIGGER_AUTO_DEFRAGMENT)
 
 
 async def test_a_fragmented_database_is_defragmented_by_the_operator_itself(sc: scenario.Scenario) -> None:
@@ -86,16 +83,7 @@ async def test_a_fragmented_database_is_defragmented_by_the_operator_itself(sc: 
     for pod in naming.pods(db, 3):
         assert f'opsmanager_etcd_db_size_bytes{{etcd="{db}",member="{pod}",namespace="{sc.namespace}"}}' in exposition
     # Once per episode: the share fell below the threshold, and nothing more is filed over further scans.
-    obj = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db)
-    last = ((obj or {}).get("status") or {}).get("storage", {}).get("lastScanTime")
-
-    async def two_more_scans() -> bool:
-        now = await sc.k.get(constants.ETCD_API_VERSION, constants.ETCD_KIND, sc.namespace, db)
-        latest = ((now or {}).get("status") or {}).get("storage", {}).get("lastScanTime")
-        return bool(last and latest) and (conditions.parse_rfc3339(latest) - conditions.parse_rfc3339(last)
-                                          >= datetime.timedelta(seconds=4))
-
-    await aeventually(two_more_scans, timeout=30, interval=0.5, what="more storage scans")
+    await sc.wait_storage_scans(db, 4, timeout=30)
     assert len(await auto_defragments(sc, db)) == 1
     print(f"\n{db}: auto-defragment filed and done {wall:.1f}s after the live writer started; {sizes}")
     await sc.drop_etcd(db)
