@@ -59,9 +59,10 @@ def select(name: str) -> list[str]:
     return [name] if name in STORAGE_SCENARIOS else []
 
 
-def _storage(storage_class: str = SOURCE_CLASS) -> dict[str, Any]:
+def storage_spec(size: str = SIZE, storage_class: str = SOURCE_CLASS) -> dict[str, Any]:
+    """An Etcd's ``spec.storage`` (as ``extra``): ``size`` on ``storage_class``."""
     return {"storage": {"storageClassName": storage_class, "accessModes": ["ReadWriteOnce"],
-                        "resources": {"requests": {"storage": SIZE}}}}
+                        "resources": {"requests": {"storage": size}}}}
 
 
 async def _claims(sc: scenario.Scenario, db: str) -> dict[str, volumes.Claim]:
@@ -73,7 +74,7 @@ async def _claims(sc: scenario.Scenario, db: str) -> dict[str, volumes.Claim]:
     return out
 
 
-async def _filesystems(sc: scenario.Scenario, db: str) -> dict[str, int]:
+async def filesystems(sc: scenario.Scenario, db: str) -> dict[str, int]:
     """Each member's data file system size as its kubelet reports it (members not reported left out)."""
     out = {}
     for name in naming.pods(db, 3):
@@ -92,7 +93,7 @@ async def _template_size(sc: scenario.Scenario, db: str) -> str | None:
 
 
 async def _fresh(sc: scenario.Scenario, db: str, megabytes: int, say: Printer) -> float:
-    await sc.fresh_etcd(db, extra=_storage(), timeout=240)
+    await sc.fresh_etcd(db, extra=storage_spec(), timeout=240)
     fill = await databench.fill(sc, db, megabytes)
     say(f"   {db}: {megabytes} MB written in {fill:.1f}s")
     return fill
@@ -120,7 +121,7 @@ async def expansion_engine(sc: scenario.Scenario, say: Printer, megabytes: int) 
     m = await bench.measure(sc, db, lambda: _engine_request(
         sc, f"{db}-grow", db, constants.OPS_TYPE_VOLUME_EXPANSION, volumeExpansion={"etcd": GROWN, "mode": "Online"}))
     phase, failure = databench._outcome(m.value, m.error)
-    sizes = await _filesystems(sc, db)
+    sizes = await filesystems(sc, db)
     record = _record(EXPANSION, "VolumeExpansion", bench.ENGINE, m, outcome=phase, failure=failure,
                      ok=phase == constants.PHASE_SUCCESSFUL, fill_s=round(fill, 1), data_mb=megabytes,
                      filesystems_gib=sorted(round(s / GI, 2) for s in sizes.values()),
@@ -136,7 +137,7 @@ async def _patch_claims(sc: scenario.Scenario, db: str) -> str:
         await volumes.request_size(sc.k, sc.namespace, pod, GROWN)
 
     async def grown() -> bool:
-        sizes = await _filesystems(sc, db)
+        sizes = await filesystems(sc, db)
         return len(sizes) == 3 and all(s > 1.8 * GI for s in sizes.values())
 
     await sc.wait_for("every file system grown", grown, timeout=300, interval=0.5)
@@ -147,7 +148,7 @@ async def expansion_naive(sc: scenario.Scenario, say: Printer, megabytes: int) -
     db = "grow-naive"
     fill = await _fresh(sc, db, megabytes, say)
     m = await bench.measure(sc, db, lambda: _patch_claims(sc, db))
-    sizes = await _filesystems(sc, db)
+    sizes = await filesystems(sc, db)
     record = _record(EXPANSION, "VolumeExpansion", NAIVE_PATCH, m, outcome=m.value or m.error,
                      ok=m.value == "completed", fill_s=round(fill, 1), data_mb=megabytes,
                      filesystems_gib=sorted(round(s / GI, 2) for s in sizes.values()),

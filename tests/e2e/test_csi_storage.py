@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from e2e import scenario
+from e2e import scenario, storagebench
 from opsmanager.api import constants
 from opsmanager.cluster import naming, volumes
 from opsmanager_sandbox import node as node_agent
@@ -179,8 +179,7 @@ def _absent(path: Path) -> Any:
 async def test_volume_expansion_online_grows_every_members_file_system_under_a_writer(
         sc: scenario.Scenario) -> None:
     db = "grown"
-    await sc.fresh_etcd(db, extra={"storage": {"storageClassName": "standard", "accessModes": ["ReadWriteOnce"],
-                                               "resources": {"requests": {"storage": "1Gi"}}}}, timeout=180)
+    await sc.fresh_etcd(db, extra=storagebench.storage_spec("1Gi"), timeout=180)
     before = await aeventually(lambda: _filesystems(sc, db), timeout=90, interval=2.0)
     assert all(b <= GI for b in before), before
     run = await sc.operate("grow", db, "VolumeExpansion", volumeExpansion={"etcd": "2Gi", "mode": "Online"},
@@ -193,19 +192,8 @@ async def test_volume_expansion_online_grows_every_members_file_system_under_a_w
 
 async def _filesystems(sc: scenario.Scenario, db: str) -> list[int] | None:
     """Every member's data file system size as its kubelet reports it; None until all three are reported."""
-    sizes = []
-    for name in naming.pods(db, 3):
-        pod = await sc.k.get("v1", "Pod", sc.namespace, name)
-        size = None if pod is None else await volumes.filesystem_bytes(sc.k, sc.namespace, pod)
-        if size is None:
-            return None
-        sizes.append(size)
-    return sizes
-
-
-def _storage(size: str, storage_class: str = "standard") -> dict[str, Any]:
-    return {"storage": {"storageClassName": storage_class, "accessModes": ["ReadWriteOnce"],
-                        "resources": {"requests": {"storage": size}}}}
+    sizes = await storagebench.filesystems(sc, db)
+    return list(sizes.values()) if len(sizes) == 3 else None
 
 
 async def _member_claims(sc: scenario.Scenario, db: str) -> dict[str, dict[str, Any]]:
@@ -222,7 +210,7 @@ async def _member_claims(sc: scenario.Scenario, db: str) -> dict[str, dict[str, 
 async def test_storage_migration_moves_every_member_to_the_other_class_under_a_writer(
         sc: scenario.Scenario) -> None:
     db = "moved"
-    await sc.fresh_etcd(db, extra=_storage("1Gi"), timeout=180)
+    await sc.fresh_etcd(db, extra=storagebench.storage_spec("1Gi"), timeout=180)
     before = await _member_claims(sc, db)
     assert {c["spec"]["storageClassName"] for c in before.values()} == {"standard"}, before
     old_volumes = {c["spec"]["volumeName"] for c in before.values()}
@@ -252,7 +240,7 @@ async def test_a_database_past_the_usage_threshold_gets_one_volume_expansion_by_
     db = "filling"
     # 3% of 1 GiB is about 32 MB: 48 values of 1 MiB put every member's database file past it; grown by 200% to
     # 3 GiB, the same file is below it again, so the episode ends with one request.
-    await sc.fresh_etcd(db, extra={**_storage("1Gi"), "storageLifecycle": AUTOSCALE}, timeout=180)
+    await sc.fresh_etcd(db, extra={**storagebench.storage_spec("1Gi"), "storageLifecycle": AUTOSCALE}, timeout=180)
     async with await sc.plain_client(db) as client:
         for i in range(48):
             await client.kv.put(f"/fill/{i:03d}", os.urandom(1 << 20))
