@@ -3,11 +3,9 @@
 We test these aspects: failed writes are grouped into outages (joined when close, still going at the end, caused
 by the writer's first error and the certificate event before it); TLS errors are told apart (client does not trust
 the served CA / member rejects the client); the soak's bench record and markdown row; strategies are one line each.
-On the sandbox (slow, the SHORT soak: CA 90 s, leaves 30 s, 90 s under the following writer and the monitor) on
-today's direct-mount layout: the harness measures and reports — writes, both CAs issued, leaf renewals served,
-every member healthy, every outage with a start, a duration and a cause. It does NOT assert zero failed writes:
-the direct layout is expected to fail when the CA rolls (the baseline). The gated layout (slow, CA 150 s, leaves
-60 s, 250 s: two CA rollovers) is held to zero: no failed write, every acknowledged write read back, no unplanned
+The direct-mount baseline (expected to fail writes when the CA rolls) is measured by ``make bench``'s soak, beside
+the gated layout, and not here. On the sandbox (slow), the gated layout (CA 150 s, leaves 60 s, 250 s: two CA
+rollovers) is held to zero: no failed write, every acknowledged write read back, no unplanned
 election, HashKV equal on every member at the end, two or more CA rollovers on the wire and in the members' files, each by a Successful ``ca-rollover``
 request the operator filed, every member healthy at the end.
 """
@@ -79,30 +77,6 @@ def test_strategies_are_one_line_each_and_selectable_in_the_bench() -> None:
     assert soak.STRATEGY_KEYS == ("direct-mount", "gated")
     assert [s.held_to_the_bar for s in soak.STRATEGIES] == [False, True]
     assert "soak" in bench.SCENARIOS
-
-
-@pytest.mark.slow
-async def test_the_short_soak_measures_and_reports_on_todays_layout(tmp_path: pathlib.Path) -> None:
-    lines: list[str] = []
-    async with scenario.Scenario(tmp_path / "sb", printer=lambda _line: None, namespace="soak",
-                                 nodes=tier.LONG_MODULE_NODES) as sc:
-        result = await soak.run(sc, soak.STRATEGIES[0], soak.SHORT, lines.append)
-    assert result.writes_ok > 1000, lines  # it wrote, through the material, for the whole soak
-    assert result.duration_s >= soak.SHORT.duration
-    assert result.ca_serials_issued >= 2, result.timeline  # cert-manager renewed the CA Certificate
-    assert result.leaf_renewals_served >= 3, result.timeline  # members served renewed leaves (no restart needed)
-    assert result.leaf_renewals_mounted >= result.leaf_renewals_served // 2 - 2, result.timeline  # and the kubelet
-    assert result.ca_serials_mounted >= result.ca_serials_served  # delivered what they served
-    assert result.certificate_revisions[soak.CA_CERTIFICATE] >= 2
-    assert result.material_changes >= 1  # the writer took up renewed material
-    assert result.members == 3 and 0 <= result.members_healthy <= 3
-    assert result.leader_changes_metrics is not None  # the cross-check of the monitor, readable without TLS
-    if result.missing_writes is not None:  # members may trust only an expired CA at the end: no client can read
-        assert result.acknowledged_writes_kept, result.lines()
-    for outage in result.outages:  # every outage is reported with what the harness could observe
-        assert outage.duration_s >= 0 and outage.failed_writes > 0 and outage.cause
-    assert result.writes_failed == sum(o.failed_writes for o in result.outages)
-    assert any(line.startswith("soak [direct-mount]") for line in lines)
 
 
 @pytest.mark.slow

@@ -131,17 +131,19 @@ class RequestStatus:
     async def flush(self) -> None:
         """Write every queued status change in one ``transact_status`` (one PATCH; no I/O when nothing is queued).
         A condition whose live status already is the final one keeps its live ``lastTransitionTime``. Then post the
-        queued Events and run the queued metric observations (:meth:`announce`, :meth:`on_written`)."""
+        queued Events and run the queued observations (:meth:`announce`, :meth:`on_written`): the Events first, so
+        a crash point (an observation) fires after the write and the Events that announce it: what a crash point
+        tests is the resume from the recorded state, not a lost announcement."""
         if self.dirty:
             await self._write()
-        observations, self._written = self._written, []
-        for observe in observations:
-            observe()
         events, self._events = self._events, []
         if self._steps:
             events.insert(0, steps_event(self.take_steps()))
         for reason, message, type_ in events:
             await self.kube.event(self.request, reason=reason, message=message, type_=type_)
+        observations, self._written = self._written, []
+        for observe in observations:
+            observe()
 
     async def _write(self) -> None:
         final = [c for c in self.conditions if c.get("type") in self._dirty_conditions]
