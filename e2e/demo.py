@@ -64,11 +64,14 @@ async def run(workdir: pathlib.Path, db: str = "demo", *, bundle: pathlib.Path |
               control_plane: str = "embedded", nodes: int | None = None) -> int:
     say = print
     started = time.monotonic()
-    async with scenario.Scenario(workdir, printer=say, install=bundle, control_plane=control_plane,
-                                 nodes=nodes) as sc:
+    sc = scenario.Scenario(workdir, printer=say, install=bundle, control_plane=control_plane, nodes=nodes)
+    if sc.control_plane == "kubernetes" and sc.nodes:
+        sc.storage = "csi"  # real nodes give the members real volumes (the CSI driver's default class)
+    async with sc:
         real = sc.sandbox.realnodes
         say(f"sandbox up in {time.monotonic() - started:.1f}s ({control_plane} control plane"
             f"{f', {len(real.nodes)} real nodes' if real is not None else ''}"
+            f"{', CSI volumes' if sc.storage == 'csi' else ''}"
             f"{', ' + str(await sc.server_version()) if control_plane == 'kubernetes' else ''}); kubeconfig: "
             f"{sc.sandbox.kubeconfig}")
         if bundle is not None:

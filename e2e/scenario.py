@@ -24,6 +24,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Self
 
+import yaml
+
 from e2e import consistency, history, lincheck, monitor, processes, writer
 from opsmanager import kube, pki
 from opsmanager.api import conditions, constants, pause
@@ -140,6 +142,9 @@ class Scenario:
         # A command every operator start is wrapped in (the fault matrix puts the operator in a cgroup of its own,
         # so that nftables can cut exactly its sockets: e2e.chaos)
         self.operator_prefix: tuple[str, ...] = ()
+        # Where the operator's credentials come from (None: the sandbox's operator user, an admin; see
+        # :meth:`run_operator_as`)
+        self.operator_kubeconfig: pathlib.Path | None = None
         self.cas: dict[str, pki.KeyPair] = {}
 
     async def __aenter__(self) -> Scenario:
@@ -180,9 +185,24 @@ class Scenario:
         env = {failpoints.FAILPOINTS_ENV: ",".join(f"crash-after:{r}:{c}" for r, c in crash_after)} \
             if crash_after else None
         self.operator = await asyncio.to_thread(
-            processes.OperatorProcess.start, self.sandbox.operator_kubeconfig, log_path=self.dir / "operator.log",
+            processes.OperatorProcess.start, self.operator_kubeconfig or self.sandbox.operator_kubeconfig,
+            log_path=self.dir / "operator.log",
             interval=1.0, extra_args=self.operator_args, env=env, prefix=self.operator_prefix,
             delivery_timeout=delivery if delivery is not None else sandbox_components.SANDBOX_CERTIFICATE_DELIVERY_TIMEOUT)
+
+    async def run_operator_as(self, namespace: str, service_account: str) -> None:
+        """Restart the operator with a token the TokenRequest API issued for ``namespace/service_account``: it then
+        has exactly the rights that ServiceAccount's bindings give (the bundle's, when a test applied them)."""
+        token = await self.sandbox.service_account_token(namespace, service_account)
+        doc = yaml.safe_load(self.sandbox.operator_kubeconfig.read_text())
+        for user in doc.get("users") or []:
+            user["user"] = {"token": token}
+        path = self.dir / f"kubeconfig-{namespace}-{service_account}"
+        path.write_text(yaml.safe_dump(doc))
+        path.chmod(0o600)
+        await self.kill_operator()
+        self.operator_kubeconfig = path
+        await self.start_operator()
 
     async def kill_operator(self) -> None:
         """SIGKILL the operator: the crash case."""

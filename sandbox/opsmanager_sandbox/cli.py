@@ -65,17 +65,27 @@ def _parser() -> argparse.ArgumentParser:
                     help="with --control-plane kubernetes: N real nodes (kubelet, containerd and runc, a pod network, "
                          "kube-proxy, CoreDNS; root and `make controlplane tools` needed); 0: this project's node "
                          "agent instead (default: 3 on the real control plane)")
-    up.add_argument("--storage", choices=cluster.STORAGES, default=cluster.HOSTPATH,
-                    help="with real nodes: how claims get volumes; hostpath: a pre-bound hostPath volume each; csi: "
-                         "this project's CSI driver (a loop device with XFS per volume, online growth) with the real "
-                         "external-provisioner and external-resizer, StorageClasses standard (the default) and fast "
-                         "(default %(default)s)")
+    up.add_argument("--storage", choices=cluster.STORAGES, default=None,
+                    help="with real nodes: how claims get volumes; csi: this project's CSI driver (a loop device "
+                         "with XFS per volume, online growth) with the real external-provisioner and "
+                         "external-resizer, StorageClasses standard (the default) and fast; hostpath: a pre-bound "
+                         "hostPath volume each, as the embedded mode and the node agent have (default: csi on real "
+                         "nodes, else hostpath)")
     up.add_argument("--object-store", action="store_true",
                     help="also run an S3 server on loopback (SeaweedFS, built by `make controlplane`) with the "
                          "bucket `backups` and the Secret `s3` in namespace default, for spec.backup "
                          "(docs/examples/etcd-backup.yaml); its endpoint is printed")
     up.add_argument("-v", "--verbose", action="store_true", help="log the controllers' work")
     return parser
+
+
+def storage_for(asked: str | None, nodes: int) -> str:
+    """Real nodes get real volumes unless asked otherwise; the embedded mode and the node agent have hostPath only."""
+    if asked is None:
+        return cluster.CSI if nodes else cluster.HOSTPATH
+    if asked == cluster.CSI and not nodes:
+        raise SystemExit("--storage csi: CSI volumes need real nodes: add --control-plane kubernetes (and --nodes N)")
+    return asked
 
 
 def _nodes(args: argparse.Namespace) -> int:
@@ -146,9 +156,10 @@ async def _up(args: argparse.Namespace) -> int:
     if args.install is not None:
         components = [sandbox_install.install(args.install)]
     crds = Path(args.crds) if args.crds else cluster.MODEL_CRDS
+    nodes = _nodes(args)
     async with cluster.Sandbox(dir=args.dir, port=args.port, speed=args.speed, components=components,
-                               crds_dir=crds, authorization=args.authorization,
-                               control_plane=args.control_plane, nodes=_nodes(args), storage=args.storage) as sb:
+                               crds_dir=crds, authorization=args.authorization, control_plane=args.control_plane,
+                               nodes=nodes, storage=storage_for(args.storage, nodes)) as sb:
         store = await _object_store(sb) if args.object_store else None
         for path in args.apply:
             await sb.apply(Path(path))

@@ -18,11 +18,14 @@ We test these aspects:
 - deleting the claim deletes its volume and the backing file;
 - a VolumeExpansion Online of a 3-member Etcd under the live writer grows every member's file system (the kubelet's
   stats summary), with 0 failed writes and every write read back;
-- a StorageMigration moves a 3-member Etcd from ``standard`` to ``fast`` under the live writer: 0 failed writes,
-  every write read back, HashKV agreeing, a linearizable history; every member's claim is on ``fast`` and every
-  volume of ``standard`` (with its backing file) is gone;
+- a StorageMigration (``oldPVReclaimPolicy: Retain``) moves a 3-member Etcd from ``standard`` to ``fast`` under
+  the live writer: 0 failed writes, every write read back, HashKV agreeing, a linearizable history; every member's
+  claim is on ``fast``, no claim of ``standard`` is left, and every old volume is kept (Released, Retain, its
+  backing file there) until handed back to Delete, when it goes with its file;
 - an Etcd whose database passes its autoscale usage threshold gets one VolumeExpansion filed by the operator itself
-  (trigger ``storage-autoscale``), which grows every member's file system, and no second one over later scans.
+  (trigger ``storage-autoscale``), which grows every member's file system, and no second one over later scans;
+- the operator runs as the bundle's ServiceAccount under the bundle's RBAC throughout, nothing it does is refused,
+  and the two rules only these operations exercise (``nodes/proxy``, ``persistentvolumes``) are each needed.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from opsmanager.api import constants
 from opsmanager.cluster import naming, volumes
 from opsmanager_sandbox import node as node_agent
 from opsmanager_sandbox.realnodes import csi, images
+from tests.e2e import rbac
 from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -53,6 +57,12 @@ async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
                                  storage="csi") as s:
         for res in (csi.CSI_NODES, csi.CSI_DRIVERS, node_agent.PERSISTENT_VOLUMES):
             s.k.resources.add(res)
+        # The operator runs as the bundle's ServiceAccount with the bundle's RBAC: the storage operations below
+        # are the traffic test_the_bundles_storage_rules_are_needed replays.
+        await s.ensure_namespace(rbac.SYSTEM_NAMESPACE)
+        for doc in rbac.bundle_docs("operator/rbac.yaml"):
+            await s.sandbox.apply(doc)
+        await s.run_operator_as(rbac.SYSTEM_NAMESPACE, "opsmanager-operator")
         yield s
 
 
@@ -214,18 +224,33 @@ async def test_storage_migration_moves_every_member_to_the_other_class_under_a_w
     before = await _member_claims(sc, db)
     assert {c["spec"]["storageClassName"] for c in before.values()} == {"standard"}, before
     old_volumes = {c["spec"]["volumeName"] for c in before.values()}
-    run = await sc.operate("move", db, "StorageMigration", migration={"storageClassName": "fast"}, timeout=600)
+    run = await sc.operate("move", db, "StorageMigration", timeout=600,
+                           migration={"storageClassName": "fast", "oldPVReclaimPolicy": "Retain"})
     assert run.phase == constants.PHASE_SUCCESSFUL, run.failure
     await sc.assert_no_loss(run, db=db)
     after = await _member_claims(sc, db)
     assert {c["spec"]["storageClassName"] for c in after.values()} == {"fast"}, after
     assert all(c["status"]["phase"] == "Bound" for c in after.values()), after
-    for pv in old_volumes:
-        await sc.wait_for(f"the old volume {pv} deleted", _gone(sc, "PersistentVolume", None, pv), timeout=60)
     standard = [c["metadata"]["name"] for c in await sc.k.list("v1", "PersistentVolumeClaim", sc.namespace)
                 if c["spec"].get("storageClassName") == "standard" and db in c["metadata"]["name"]]
     assert not standard, standard
+    # Retain: every old volume outlives its claim, with its data; handed back to Delete, each goes with its file.
+    for pv in old_volumes:
+        kept = await sc.wait_for(f"the old volume {pv} released", _released(sc, pv), timeout=60)
+        assert kept["spec"]["persistentVolumeReclaimPolicy"] == "Retain", kept["spec"]
+        backing = sc.sandbox.realnodes.csi.volumes / f"{kept['spec']['csi']['volumeHandle']}.img"
+        assert backing.exists(), backing
+        await sc.k.patch("v1", "PersistentVolume", None, pv, {"spec": {"persistentVolumeReclaimPolicy": "Delete"}})
+        await sc.wait_for(f"the old volume {pv} deleted", _gone(sc, "PersistentVolume", None, pv), timeout=60)
+        await sc.wait_for(f"the backing file of {pv} deleted", _absent(backing), timeout=30)
     await sc.drop_etcd(db)
+
+
+def _released(sc: scenario.Scenario, name: str) -> Any:
+    async def probe() -> dict[str, Any] | None:
+        pv = await sc.k.get("v1", "PersistentVolume", None, name)
+        return pv if ((pv or {}).get("status") or {}).get("phase") == "Released" else None
+    return probe
 
 
 AUTOSCALE = {"scanInterval": "3s", "autoscale": {"trigger": "On", "usageThreshold": 3, "scalingThreshold": 200}}
@@ -264,3 +289,25 @@ async def test_a_database_past_the_usage_threshold_gets_one_volume_expansion_by_
     await sc.wait_storage_scans(db, 9, timeout=60)
     assert len(await _autoscaled(sc, db)) == 1
     await sc.drop_etcd(db)
+
+
+async def test_the_bundles_storage_rules_are_needed(sc: scenario.Scenario) -> None:
+    """The operator ran this module as the bundle's ServiceAccount: its VolumeExpansions read the kubelet's stats
+    (``nodes/proxy``), its StorageMigration set the old volumes to Retain (``persistentvolumes``), and nothing it
+    did was refused. Each of those two rules removed from the live ClusterRole, the same calls are refused (403):
+    the install module, whose hostPath volumes neither grow nor migrate, cannot show these two."""
+    refused = [(r.verb, r.resource, r.name) for r in sc.sandbox.audit.records(user=rbac.OPERATOR_USER)
+               if r.code == 403]
+    assert not refused, refused
+    roles = rbac.bundle_roles()
+    made = rbac.calls_made(sc.sandbox, rbac.OPERATOR_USER)
+    client = await rbac.service_account_client(sc, rbac.OPERATOR_USER)
+    try:
+        for role_name, resource in sorted(rbac.CSI_ONLY):
+            (index, rule), = [(i, r) for i, r in enumerate(roles[role_name]["rules"]) if resource in r["resources"]]
+            calls = {c for c in made if rbac.granted_by(rule, c)}
+            assert calls, f"the operator never used {role_name}'s {resource} rule"
+            await rbac.refused_without(sc, client, rbac.OPERATOR_USER, role_name, index, calls)
+    finally:
+        await client.close()
+

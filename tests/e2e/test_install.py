@@ -18,11 +18,9 @@ authenticated as their ServiceAccount and authorized by the bundle's RBAC. The t
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import signal
 import time
-from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +34,15 @@ from opsmanager.api import auth, conditions, constants
 from opsmanager.cluster import naming
 from opsmanager_sandbox import install
 from opsmanager_sandbox.objectstore import ObjectStoreServer
+from tests.e2e import rbac
 from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "deploy"
-OPERATOR_USER = "system:serviceaccount:opsmanager-system:opsmanager-operator"
-WEBHOOK_USER = "system:serviceaccount:opsmanager-system:opsmanager-webhook"
+OPERATOR_USER = rbac.OPERATOR_USER
+WEBHOOK_USER = rbac.WEBHOOK_USER
 ISSUER = {"apiGroup": "cert-manager.io", "kind": "Issuer"}
 MUTATING = {"create", "update", "patch", "delete"}
 
@@ -296,79 +295,6 @@ async def test_an_etcd_naming_a_missing_issuer_is_warned_at_admission_and_says_w
 
 # --- RBAC proven: every rule of the bundle is needed ----------------------------------------------------------------
 
-VERSIONS = {"": "v1", "apps": "v1", "policy": "v1", "cert-manager.io": "v1", "opsmanager.dev": "v1alpha1",
-            "ops.opsmanager.dev": "v1alpha1", "apiextensions.k8s.io": "v1", "kopf.dev": "v1",
-            "events.k8s.io": "v1", "coordination.k8s.io": "v1", "catalog.opsmanager.dev": "v1alpha1",
-            "storage.k8s.io": "v1"}
-METHODS = {"get": "GET", "list": "GET", "watch": "GET", "create": "POST", "update": "PUT", "patch": "PATCH",
-           "delete": "DELETE", "deletecollection": "DELETE"}
-# The roles the bundle grants, and whose ServiceAccount uses them.
-ROLES = {"opsmanager-operator-cluster": OPERATOR_USER, "opsmanager-operator": OPERATOR_USER,
-         "opsmanager-webhook": WEBHOOK_USER}
-
-
-@dataclasses.dataclass(frozen=True)
-class Call:
-    verb: str
-    api_group: str
-    resource: str
-    namespace: str
-    name: str
-
-    def path(self) -> str:
-        version = VERSIONS[self.api_group]
-        base = f"/api/{version}" if not self.api_group else f"/apis/{self.api_group}/{version}"
-        resource, _, sub = self.resource.partition("/")
-        path = base + (f"/namespaces/{self.namespace}" if self.namespace else "") + f"/{resource}"
-        if self.name and self.verb not in ("list", "watch"):  # a list/watch by name is a fieldSelector
-            path += f"/{self.name}"
-        return path + (f"/{sub}" if sub else "")
-
-
-def _granted_by(rule: dict[str, Any], call: Call) -> bool:
-    return call.api_group in rule["apiGroups"] and call.resource in rule["resources"] and call.verb in rule["verbs"]
-
-
-def _bundle_roles() -> dict[str, dict[str, Any]]:
-    docs = [d for path in ("operator/rbac.yaml", "webhook/rbac.yaml")
-            for d in yaml.safe_load_all((BUNDLE / "base" / path).read_text()) if d]
-    return {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
-
-
-async def _refused(client: kube.Kube, call: Call) -> bool:
-    query: dict[str, str] = {"watch": "true", "timeoutSeconds": "1"} if call.verb == "watch" else {}
-    if call.name and call.verb in ("list", "watch"):
-        query["fieldSelector"] = f"metadata.name={call.name}"
-    body = {} if METHODS[call.verb] in ("POST", "PUT", "PATCH") else None
-    content_type = "application/merge-patch+json" if call.verb == "patch" else "application/json"
-    try:
-        await client.request(METHODS[call.verb], call.path(), query=query, body=body, content_type=content_type,
-                             timeout=10)
-    except kube.Forbidden:
-        return True
-    except kube.KubeError:
-        return False
-    return False
-
-
-async def _authorizer_sees(client: kube.Kube, calls: Collection[Call], *, allowed: bool) -> None:
-    """Poll the ServiceAccount's own SelfSubjectAccessReviews until the authorizer answers ``allowed`` for every
-    call: kube-apiserver's RBAC authorizer reads roles from an informer, so an edit takes effect a moment later."""
-    async def settled() -> bool:
-        for call in calls:
-            resource, _, sub = call.resource.partition("/")
-            review = await client.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body={
-                "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-                "spec": {"resourceAttributes": {"namespace": call.namespace, "verb": call.verb,
-                                                "group": call.api_group, "resource": resource,
-                                                "subresource": sub, "name": call.name}}})
-            if bool(review.get("status", {}).get("allowed")) != allowed:
-                return False
-        return True
-    await aeventually(settled, timeout=20, what=f"the authorizer to answer allowed={allowed} for "
-                                                f"{sorted((c.verb, c.resource) for c in calls)}")
-
-
 async def test_a_member_that_stops_serving_has_its_node_looked_at(sc: scenario.Scenario) -> None:
     """A member whose pod stops serving: the operator reads its Node (is it the node that is gone?) as the
     operator's ServiceAccount, allowed; the node is Ready, so the Etcd names no node."""
@@ -406,60 +332,26 @@ async def test_a_volume_expansion_on_a_class_that_cannot_expand_is_refused_by_th
     await sc.drop_etcd(db)
 
 
-# Rules only a CSI volume exercises: the kubelet's stats (a VolumeExpansion's check of each file system) and a
-# PersistentVolume's reclaim policy (a StorageMigration with oldPVReclaimPolicy: Retain). The node agent's hostPath
-# volumes neither grow nor migrate, so this module cannot use them; tests/e2e/test_csi_storage.py runs both
-# operations on real CSI volumes, with the operator outside the bundle's RBAC.
-CSI_ONLY = {("opsmanager-operator-cluster", "nodes/proxy"), ("opsmanager-operator", "persistentvolumes")}
-
-
 async def test_every_rule_of_the_bundle_is_needed(sc: scenario.Scenario) -> None:
     """For each rule: what the ServiceAccount did in this module under that rule (the audit log), replayed with the
     rule removed from the live ClusterRole, is refused (403 in the audit log). The rest of the module (install,
     four operations, an in-place resize, a backup and a restore, HA) is the traffic: run alone, rules it did not exercise fail the test."""
-    sandbox = sc.sandbox
-    roles = _bundle_roles()
-    assert set(roles) == set(ROLES)
-    # Answered, or 404 (authorized: the object did not exist — the webhook's look-up of an issuer not created yet).
-    made = {user: [Call(r.verb, r.api_group, r.resource, r.namespace, r.name)
-                   for r in sandbox.audit.records(user=user) if r.code < 400 or r.code == 404]
-            for user in set(ROLES.values())}
-    tokens = {user: await sandbox.service_account_token("opsmanager-system", user.rsplit(":", 1)[1])
-              for user in set(ROLES.values())}
+    roles = rbac.bundle_roles()
+    assert set(roles) == set(rbac.ROLES)
+    made = {user: rbac.calls_made(sc.sandbox, user) for user in set(rbac.ROLES.values())}
     unused: list[str] = []
     unneeded: list[str] = []
-    for role_name, user in ROLES.items():
-        role = roles[role_name]
-        client = kube.Kube.for_url(sandbox.url, token=tokens[user], ca_path=str(sandbox.ca_file or "") or None)
+    for role_name, user in rbac.ROLES.items():
+        client = await rbac.service_account_client(sc, user)
         try:
-            for i, rule in enumerate(role["rules"]):
-                calls = {c for c in made[user] if _granted_by(rule, c)}
-                used_verbs = {c.verb for c in calls}
+            for i, rule in enumerate(roles[role_name]["rules"]):
+                calls = {c for c in made[user] if rbac.granted_by(rule, c)}
                 unused += [f"{role_name}: {v} {'/'.join(rule['resources'])}" for v in rule["verbs"]
-                           if v not in used_verbs]
-                if not calls:
-                    if not {(role_name, r) for r in rule["resources"]} <= CSI_ONLY:
-                        unneeded.append(f"{role_name} rule {i} {rule['apiGroups']} {rule['resources']}")
-                    continue
-                live = await sc.k.get("rbac.authorization.k8s.io/v1", "ClusterRole", None, role_name)
-                assert live is not None
-                without = dict(live, rules=[r for j, r in enumerate(live["rules"]) if j != i])
-                # one call per verb the ServiceAccount used under this rule
-                samples = {c.verb: c for c in sorted(calls, key=lambda c: (c.verb, c.name))}
-                await sc.k.replace(without)
-                since = time.monotonic()
-                try:
-                    await _authorizer_sees(client, samples.values(), allowed=False)
-                    results = {verb: await _refused(client, c) for verb, c in samples.items()}
-                finally:
-                    restored = await sc.k.get("rbac.authorization.k8s.io/v1", "ClusterRole", None, role_name)
-                    assert restored is not None
-                    await sc.k.replace(dict(restored, rules=live["rules"]))
-                    await _authorizer_sees(client, samples.values(), allowed=True)
-                assert all(results.values()), (role_name, rule, results)
-                denied = {(r.verb, r.resource) for r in sandbox.audit.records(user=user, since=since)
-                          if r.code == 403}
-                assert {(c.verb, c.resource) for c in samples.values()} <= denied, (rule, denied)
+                           if v not in {c.verb for c in calls}]
+                if calls:
+                    await rbac.refused_without(sc, client, user, role_name, i, calls)
+                elif not {(role_name, r) for r in rule["resources"]} <= rbac.CSI_ONLY:  # proven by the CSI module
+                    unneeded.append(f"{role_name} rule {i} {rule['apiGroups']} {rule['resources']}")
         finally:
             await client.close()
     print(f"\nRBAC: every rule needed; verbs granted but not used in this module: {unused or 'none'}")

@@ -1,4 +1,4 @@
-"""The secret-leak scanner of tests/e2e/test_secret_leak.py (``e2e/leaks.py``) can fail: it finds a planted key.
+"""The secret-leak scanner of tests/e2e/test_ops_engine.py (``e2e/leaks.py``) can fail: it finds a planted key.
 
 We test these aspects (fast, no sandbox):
 - a private key planted in a log is found in its raw PEM form, in base64, and by a single line of its PEM body
