@@ -738,16 +738,17 @@ def webhook_latency_lines(lat: Record) -> list[str]:
 
 WEBHOOK_TEXT = """
 How it is measured (`e2e/webhook_load.py`, open loop): the webhook runs as `opsmanager webhook serve` in its own
-process, looking Etcds and EtcdOpsRequests up through its watch cache in a sandbox API server; the load generator
+process, looking Etcds, EtcdOpsRequests, EtcdVersions and Issuers up through its watch caches in a sandbox API
+server (with cert-manager's CRDs and the Issuer the mix names); the load generator
 runs in the benchmark's process. It sends reviews at fixed times `t0 + i/rate`, whatever is still outstanding, over
 64 keep-alive HTTPS connections (the client verifies the webhook's certificate), and times each review from its
 *scheduled* send time to its parsed answer, so a late send counts against the webhook (no coordinated omission). The
 mix is round-robin: seven `EtcdOpsRequest` CREATEs (each a lookup of its Etcd; allowed, and denied by rules that read
 the Etcd), an `Etcd` CREATE denied for `replicas: 0`, an update of a paused `Etcd`'s TLS denied after looking up the
 `EtcdOpsRequest` holding it, and a defaulting review; every answer is checked against the one written beside its
-review (uid, allowed, code 422 and message), and a wrong answer counts as an error. *API reads* are the GETs of
-single Etcds and EtcdOpsRequests the API server answered during the run (the cache's fallback; 0 means every lookup
-came from the cache). *Webhook CPU* is the webhook process's user+system time over the run divided by the reviews.
+review (uid, allowed, code 422 and message), and a wrong answer counts as an error. *API reads* are every request
+but a watch the API server answered during the run, of any kind (a cache's fallback GET, an informer's relist; 0
+means every lookup came from the caches; before the Issuer cache, every review naming an issuer was one GET). *Webhook CPU* is the webhook process's user+system time over the run divided by the reviews.
 The machine is shared with other work (the load averages are in the line above): with more runnable processes than
 cores, the tail latencies and the saturation rate measure the waits for a CPU of both processes (the generator's
 send lag shows its share), not the webhook; its CPU per review is the figure that does not depend on the load. The

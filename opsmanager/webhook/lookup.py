@@ -5,7 +5,8 @@ They read Etcds (the ``databaseRef`` of a new EtcdOpsRequest), EtcdOpsRequests (
 paused, when an update changes that Etcd's ``spec.tls``) and EtcdVersions (the catalog: an Etcd's ``spec.version``,
 an UpdateVersion's target).
 
-:class:`CachedEtcdLookup` — what ``opsmanager webhook serve`` uses — keeps a watch-fed cache of both kinds
+:class:`CachedEtcdLookup` — what ``opsmanager webhook serve`` uses — keeps a watch-fed cache of these kinds, and
+of cert-manager's Issuers and ClusterIssuers (the warning about an issuer that does not exist yet)
 (:class:`opsmanager.kube.informer.Informer`: list, then watch from the list's resourceVersion, relist on ``410
 Gone``), and the rules read it in memory on the event loop. An object not in a synced cache (an Etcd created a
 moment ago whose ADDED event is still on its way, or one that does not exist), or any object before the caches
@@ -46,6 +47,13 @@ _KINDS: Final[dict[str, tuple[str, str]]] = {  # kind → (apiVersion, plural): 
 }
 # Read, never watched: only a VolumeExpansion asks, once per request (cluster-scoped).
 _STORAGE_CLASS: Final = (constants.STORAGE_CLASS_API_VERSION, "storageclasses")
+# Watched apart from the kinds above: cert-manager's, which a cluster may not have installed (then they never sync,
+# the core caches do, and an issuer lookup is one GET as before). Every review naming an issuer asks, so an
+# uncached lookup put a GET on kube-apiserver per such review.
+_ISSUER_KINDS: Final = (constants.ISSUER_KIND, constants.CLUSTER_ISSUER_KIND)
+# Seconds between relists of an issuer cache whose list failed: cert-manager absent costs a LIST this often, not
+# the core caches' twice a second.
+ISSUER_RELIST_DELAY: Final = 5.0
 
 
 class KubernetesEtcdLookup:
@@ -182,6 +190,7 @@ class CachedEtcdLookup:
                  context: str | None = None, timeout: float = 5.0) -> None:
         self._api = KubernetesEtcdLookup(client, kubeconfig=kubeconfig, context=context, timeout=timeout)
         self._informers: dict[str, informer.Informer] = {}
+        self._issuers: dict[str, informer.Informer] = {}
         self.fallbacks = 0
 
     async def start(self) -> None:
@@ -196,6 +205,10 @@ class CachedEtcdLookup:
             if kind not in self._informers:
                 self._informers[kind] = informer.Informer(client, api_version, kind)
                 self._informers[kind].start()
+        for kind in _ISSUER_KINDS:
+            if kind not in self._issuers:
+                self._issuers[kind] = informer.Informer(client, ISSUER_API, kind, relist_delay=ISSUER_RELIST_DELAY)
+                self._issuers[kind].start()
 
     @property
     def synced(self) -> bool:
@@ -253,7 +266,13 @@ class CachedEtcdLookup:
         return await self._api.afetch(kind, namespace, name)
 
     async def aissuer(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """One GET of a cert-manager Issuer or ClusterIssuer (not cached: only a new issuerRef asks)."""
+        """A cert-manager Issuer or ClusterIssuer from its synced cache (None: not there — at worst one created a
+        moment ago, and the warning it gives is only advice); before that cache syncs, one GET."""
+        cache = self._issuers.get(kind)
+        if cache is not None and cache.synced.is_set():
+            return cache.get("" if kind == constants.CLUSTER_ISSUER_KIND else namespace, name)
+        log.info("%s %s/%s: the issuer cache has not synced: one GET", kind, namespace, name)
+        self.fallbacks += 1
         return await self._api.aissuer(kind, namespace, name)
 
     async def aget_etcd(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -272,7 +291,8 @@ class CachedEtcdLookup:
 
     async def aclose(self) -> None:
         """Stop watching; close the client when this lookup created it."""
-        for each in self._informers.values():
+        for each in (*self._informers.values(), *self._issuers.values()):
             await each.stop()
         self._informers.clear()
+        self._issuers.clear()
         await self._api.aclose()

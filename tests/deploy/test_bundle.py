@@ -366,14 +366,14 @@ def test_the_operator_has_exactly_its_listed_rights() -> None:
     assert bundle.granted(bundle.objects(), bundle.OPERATOR_SA) == expected
 
 
-def test_the_webhook_may_read_etcds_opsrequests_the_catalog_get_issuers_and_nothing_else(docs: list[Obj]) -> None:
+def test_the_webhook_may_read_etcds_opsrequests_the_catalog_and_issuers_and_nothing_else(docs: list[Obj]) -> None:
     assert bundle.granted(docs, bundle.WEBHOOK_SA) == {
         (group, resource, verb)
         for group, resource in (("opsmanager.dev", "etcds"), ("ops.opsmanager.dev", "etcdopsrequests"),
-                                ("catalog.opsmanager.dev", "etcdversions"))
+                                ("catalog.opsmanager.dev", "etcdversions"), ("cert-manager.io", "issuers"),
+                                ("cert-manager.io", "clusterissuers"))
         for verb in ("get", "list", "watch")
-    } | {("cert-manager.io", "issuers", "get"), ("cert-manager.io", "clusterissuers", "get"),
-         ("storage.k8s.io", "storageclasses", "get")}
+    } | {("storage.k8s.io", "storageclasses", "get")}
 
 
 def test_the_operator_may_not_touch_the_catalog(docs: list[Obj]) -> None:

@@ -35,7 +35,7 @@ ETCD_PATH = "/apis/opsmanager.dev/v1alpha1/namespaces/demo/etcds/"
 
 @pytest.fixture
 async def api() -> AsyncIterator[apiserver_server.APIServer]:
-    srv = apiserver_server.APIServer(cert_manager=False)
+    srv = apiserver_server.APIServer()  # with cert-manager's CRDs: the webhook also watches Issuers
     await srv.start()
     try:
         await srv.apply_objects([crdgen.crd(spec) for spec in crdgen.CRDS])
@@ -114,6 +114,45 @@ async def test_a_miss_is_exactly_one_get_and_says_so(
     assert await cached.aget_etcd("demo", "nope") is None
     assert reads(api)[before:] == [("GET", ETCD_PATH + "nope", 404)]
     assert cached.fallbacks == 2
+
+
+ISSUER = {"apiVersion": "cert-manager.io/v1", "kind": "Issuer", "metadata": {"name": "ca", "namespace": "demo"},
+          "spec": {"ca": {"secretName": "ca-keypair"}}}
+
+
+async def test_issuers_come_from_their_cache_with_no_api_request(
+    api: apiserver_server.APIServer, client: kube.Kube, cached: lookup_module.CachedEtcdLookup
+) -> None:
+    await client.create(copy.deepcopy(ISSUER))
+    await polling.aeventually(lambda: cached.aissuer(constants.ISSUER_KIND, "demo", "ca"), timeout=10,
+                              what="the new Issuer in the webhook's cache")
+    before = len(reads(api))
+    found = await cached.aissuer(constants.ISSUER_KIND, "demo", "ca")
+    assert found is not None and found["spec"] == ISSUER["spec"]
+    assert await cached.aissuer(constants.ISSUER_KIND, "other", "ca") is None
+    assert await cached.aissuer(constants.CLUSTER_ISSUER_KIND, "demo", "ca") is None
+    # a review naming a missing issuer: the warning, from the cache
+    request = ops("etcd-cluster")
+    request["spec"] = {"type": "ReconfigureTLS", "databaseRef": {"name": "etcd-cluster"},
+                       "tls": {"issuerRef": {"apiGroup": "cert-manager.io", "kind": "Issuer", "name": "missing"}}}
+    endpoint = admission.ENDPOINTS["/validate-etcdopsrequest"]
+    verdict = await admission.decide(endpoint, admission.parse_review(
+        json.dumps(conftest.review(request)).encode(), endpoint), cached)
+    assert verdict.allowed, verdict
+    assert any("Issuer demo/missing does not exist yet" in w for w in verdict.warnings), verdict
+    assert reads(api)[before:] == []
+    assert cached.fallbacks == 0
+
+
+async def test_before_the_issuer_cache_syncs_an_issuer_is_one_get(
+    api: apiserver_server.APIServer, client: kube.Kube
+) -> None:
+    look = lookup_module.CachedEtcdLookup(client)  # not started: nothing cached
+    await client.create(copy.deepcopy(ISSUER))
+    before = len(reads(api))
+    assert await look.aissuer(constants.ISSUER_KIND, "demo", "ca") is not None
+    assert reads(api)[before:] == [("GET", "/apis/cert-manager.io/v1/namespaces/demo/issuers/ca", 200)]
+    assert look.fallbacks == 1
 
 
 async def test_before_the_caches_sync_every_lookup_is_one_get(
