@@ -94,6 +94,52 @@ def stale_budget_entries(budget: Mapping[str, Any] | None,
     return stale
 
 
+# How far apart the budget's stamp of an admitted eviction and the operator's record of that eviction (its
+# ``EvictPod--<pod>`` going True, written right after the eviction answered) may be and still be the same eviction.
+SAME_EVICTION = datetime.timedelta(seconds=60)
+
+
+def own_stale_entries(budget: Mapping[str, Any] | None, pods: Mapping[str, Mapping[str, Any]],
+                      evicted_at: Mapping[str, datetime.datetime], recovered: Iterable[str],
+                      replicas: int) -> list[str]:
+    """The members whose stale ``disruptedPods`` entries are the budget's only refusal, when each is proven the
+    operator's own: the entry is no later than the live pod of that name was created, the operator
+    recorded evicting that member's previous pod at the entry's time (``evicted_at``, within
+    :data:`SAME_EVICTION`), the member is healthy again (in ``recovered``: its checks after that restart passed,
+    and its pod serves), and every one of the ``replicas`` members serves, so one more disruption is exactly what
+    the budget allows. ``[]`` when any of that does not hold, or when the budget holds any other entry (someone
+    else's disruption in flight): then the refusal stands."""
+    entries = ((budget or {}).get("status") or {}).get("disruptedPods") or {}
+    # Older than the live pod, or of its very second (both stamps have one-second resolution, and the StatefulSet
+    # may recreate a pod within the second it was evicted): the request's record below says whose eviction it was.
+    stale = [name for name, stamp in entries.items() if _not_newer(stamp, pods.get(name))]
+    if not stale or set(entries) != set(stale):
+        return []
+    healthy = set(recovered)
+    if len(pods) != replicas or not all(serving(p) for p in pods.values()):
+        return []
+    for name in stale:
+        at = evicted_at.get(name)
+        try:
+            admitted = conditions.parse_rfc3339(str(entries[name]))
+        except ValueError:
+            return []
+        if name not in healthy or at is None or abs(at - admitted) > SAME_EVICTION:
+            return []
+    return sorted(stale)
+
+
+def _not_newer(stamp: Any, pod: Mapping[str, Any] | None) -> bool:
+    """Is a ``disruptedPods`` stamp no later than the creation of ``pod`` (a live pod, not being deleted)?"""
+    created = ((pod or {}).get("metadata") or {}).get("creationTimestamp")
+    if pod is None or terminating(pod) or not created or not stamp:
+        return False
+    try:
+        return conditions.parse_rfc3339(str(stamp)) <= conditions.parse_rfc3339(str(created))
+    except ValueError:
+        return False
+
+
 def serving(pod: Mapping[str, Any] | None) -> bool:
     """Ready by the kubelet, with an address, and not on its way out."""
     return pod is not None and not terminating(pod) and pod_ready(pod) and pod_ip(pod) is not None

@@ -148,19 +148,29 @@ async def restart(ctx: context.OpsContext, step: plan.Restarting, pod: dict[str,
         await ctx.kube.evict(ctx.namespace, name)
     except kube.TooManyRequests as err:
         budget = await ctx.kube.get("policy/v1", "PodDisruptionBudget", ctx.namespace, naming.pdb(ctx.db_name))
-        if not members.admitted_by_budget(budget, pod):
+        if members.admitted_by_budget(budget, pod):
+            # The API server records an admitted eviction in the budget first and deletes the pod second; a client
+            # that went away in between (an operator killed mid-request) leaves the budget counting this pod as
+            # disrupted — every further eviction refused for the two minutes the disruption controller waits —
+            # while the pod runs on. Deleting it is the rest of that same admitted eviction, within the budget.
+            how = "; finishing an eviction the PodDisruptionBudget had admitted"
+        elif own := _own_stale_entries(ctx, budget, await ctx.pods()):
+            # kube-controller-manager keys disruptedPods by pod name: when it misses the delete of a pod this
+            # request evicted (the StatefulSet recreated it at once), the entry outlives the eviction by two minutes
+            # and counts the healthy successor as disrupted. Proven ours and every member serving, deleting this
+            # pod is the one disruption the budget allows; the entry itself is left alone, so the budget still
+            # refuses everyone else until it expires.
+            how = (f"; the PodDisruptionBudget's only refusal was its stale entry for {', '.join(own)}, left by "
+                   f"this request's own restart of {'them' if len(own) > 1 else 'it'} (healthy again, every member "
+                   "serving)")
+        else:
             stale = members.stale_budget_entries(budget, await ctx.pods())
             why = "".join(f"; the budget still counts {other} as disrupted by an eviction of its previous pod (kube-"
                           f"controller-manager drops that entry at {conditions.rfc3339(until)})"
                           for other, until in sorted(stale.items()))
             return context.Progress(f"eviction of {name} not allowed yet by the PodDisruptionBudget: {err}{why}",
                                     delay=1.0)
-        # The API server records an admitted eviction in the budget first and deletes the pod second; a client
-        # that went away in between (an operator killed mid-request) leaves the budget counting this pod as
-        # disrupted — every further eviction refused for the two minutes the disruption controller waits —
-        # while the pod runs on. Deleting it is the rest of that same admitted eviction, within the budget.
         await ctx.kube.delete("v1", "Pod", ctx.namespace, name, uid=pod["metadata"].get("uid"))
-        how = "; finishing an eviction the PodDisruptionBudget had admitted"
     except kube.NotFound:
         pass
     metrics.member_restarted()
@@ -168,6 +178,25 @@ async def restart(ctx: context.OpsContext, step: plan.Restarting, pod: dict[str,
     ctx.announce("EvictPod", f"Restarted etcd member {name} ({step.condition}{how})")  # with EvictPod True's write
     # The message the wait for the new pod shows too: one write says it (the Event says that it was restarted).
     return context.Progress(_recreating(name), delay=ctx.until_watched(0.2))
+
+
+def _own_stale_entries(ctx: context.OpsContext, budget: dict[str, Any] | None,
+                       pods: dict[str, dict[str, Any]]) -> list[str]:
+    """:func:`members.own_stale_entries` from this request's record: when it evicted each member (``EvictPod--``
+    True) and which members passed their checks after that (``CheckPodReady--`` and ``EtcdClusterHealthy--``)."""
+    evicted_at, recovered = {}, []
+    for name in ctx.pod_names():
+        evicted = ctx.condition(constants.per_pod_type(constants.STEP_EVICT_POD, name))
+        if evicted is None or evicted.get("status") != T or not evicted.get("lastTransitionTime"):
+            continue
+        try:
+            evicted_at[name] = conditions.parse_rfc3339(str(evicted["lastTransitionTime"]))
+        except ValueError:
+            continue
+        if all(ctx.is_true(constants.per_pod_type(c, name))
+               for c in (constants.STEP_CHECK_POD_READY, constants.STEP_ETCD_CLUSTER_HEALTHY)):
+            recovered.append(name)
+    return members.own_stale_entries(budget, pods, evicted_at, recovered, ctx.db.spec.replicas)
 
 
 def _recreating(name: str) -> str:

@@ -8,6 +8,7 @@ be asked) the views carry the pod facts only; endpoints skip pods without an add
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from opsmanager import kube
@@ -89,8 +90,6 @@ def test_a_budget_admitted_this_pod_only_with_an_entry_newer_than_the_pod() -> N
 
 
 def test_a_budget_entry_older_than_its_pod_is_stale_and_says_when_it_expires() -> None:
-    import datetime
-
     def pod(name: str, created: str, *, deleting: bool = False) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": name, "creationTimestamp": created}
         if deleting:
@@ -105,6 +104,43 @@ def test_a_budget_entry_older_than_its_pod_is_stale_and_says_when_it_expires() -
     assert members.stale_budget_entries(budget, pods) == {
         "e-0": datetime.datetime(2026, 1, 1, 0, 2, tzinfo=datetime.UTC)}
     assert members.stale_budget_entries(None, pods) == {}
+
+
+def _own_world(**over: Any) -> dict[str, Any]:
+    """e-0 evicted by the request at 00:00:00 (recorded 00:00:01), recreated at 00:00:05, healthy again; the budget
+    still counts it, and nothing else; three members, all serving."""
+    created = "2026-01-01T00:00:05Z"
+    world: dict[str, Any] = dict(
+        budget={"status": {"disruptedPods": {"e-0": "2026-01-01T00:00:00Z"}}},
+        pods={n: {**pod(n), "metadata": {**pod(n)["metadata"], "creationTimestamp": created}}
+              for n in ("e-0", "e-1", "e-2")},
+        evicted_at={"e-0": datetime.datetime(2026, 1, 1, 0, 0, 1, tzinfo=datetime.UTC)},
+        recovered=["e-0"], replicas=3)
+    world.update(over)
+    return world
+
+
+def test_a_stale_entry_of_the_requests_own_eviction_is_proven_only_with_every_member_serving() -> None:
+    assert members.own_stale_entries(**_own_world()) == ["e-0"]
+    # not this request's eviction: no record of it, or one at another time
+    assert members.own_stale_entries(**_own_world(evicted_at={})) == []
+    assert members.own_stale_entries(**_own_world(evicted_at={
+        "e-0": datetime.datetime(2026, 1, 1, 0, 1, 30, tzinfo=datetime.UTC)})) == []
+    # the member not healthy again yet
+    assert members.own_stale_entries(**_own_world(recovered=[])) == []
+    world = _own_world()
+    world["pods"]["e-2"] = {**pod("e-2", ready=False), "metadata": world["pods"]["e-2"]["metadata"]}
+    assert members.own_stale_entries(**world) == []  # a member not serving: one more disruption would be two
+    assert members.own_stale_entries(**_own_world(replicas=4)) == []  # a member missing
+    # someone else's disruption in flight beside ours (its entry as new as its pod): the refusal stands
+    world = _own_world()
+    world["budget"]["status"]["disruptedPods"]["e-1"] = "2026-01-01T00:00:30Z"
+    assert members.own_stale_entries(**world) == []
+    # the entry is the live pod's own (not stale): nothing to prove
+    world = _own_world()
+    world["budget"]["status"]["disruptedPods"]["e-0"] = "2026-01-01T00:00:30Z"
+    assert members.own_stale_entries(**world) == []
+    assert members.own_stale_entries(**_own_world(budget=None)) == []
 
 
 class NodeReader:
