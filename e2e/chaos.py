@@ -102,6 +102,30 @@ class Fault(abc.ABC):
         return (self.v.member, self.v.node)
 
 
+# How long an injection waits for its victim's etcd container to run again: a member the operator is restarting at
+# the chosen moment is between two pods (its network namespace and process gone until the next one starts).
+RUNNING_TIMEOUT = 120.0
+
+
+async def running_member_pid(fault: Fault) -> int:
+    """The host PID of the victim's etcd container, waiting (polling, with a deadline) while it is not running."""
+    v = fault.v
+    waited = time.monotonic()
+
+    async def pid() -> int | None:
+        pod = await v.sc.k.get("v1", "Pod", v.sc.namespace, v.member)
+        try:
+            return await v.sc.sandbox.realnodes.container_pid(pod, naming.CONTAINER_NAME) if pod else None
+        except LookupError:
+            return None
+
+    found: int = await v.sc.wait_for(f"the etcd container of {v.member} running", pid, timeout=RUNNING_TIMEOUT,
+                                     interval=0.2)
+    if (late := time.monotonic() - waited) > 0.5:
+        fault.notes.append(f"injected {late:.1f}s late: {v.member}'s container was not running (being restarted)")
+    return found
+
+
 class _PodCut(Fault):
     ports: ClassVar[tuple[int, ...]] = (naming.PEER_PORT_HTTP, naming.PEER_PORT_HTTPS)
     inbound: ClassVar[bool] = True
@@ -110,8 +134,7 @@ class _PodCut(Fault):
     async def inject(self) -> None:
         from opsmanager_sandbox.realnodes import faults
 
-        pod = await self.v.sc.k.get("v1", "Pod", self.v.sc.namespace, self.v.member)
-        pid = await self.v.sc.sandbox.realnodes.container_pid(pod, naming.CONTAINER_NAME)
+        pid = await running_member_pid(self)
         self.cut = faults.Cut(pid, ports=self.ports, inbound=self.inbound, outbound=self.outbound)
         await asyncio.to_thread(self.cut.apply)
 
@@ -186,8 +209,7 @@ class MemberKilled(Fault):
     what = "the member's etcd process SIGKILLed (the kubelet restarts the container)"
 
     async def inject(self) -> None:
-        pod = await self.v.sc.k.get("v1", "Pod", self.v.sc.namespace, self.v.member)
-        os.kill(await self.v.sc.sandbox.realnodes.container_pid(pod, naming.CONTAINER_NAME), signal.SIGKILL)
+        os.kill(await running_member_pid(self), signal.SIGKILL)
 
 
 # Every per-member condition a step writes (``<Step>--<pod>``): the operator's crash point names them all for its

@@ -10,7 +10,8 @@ We test these aspects:
 * the table and the command that reproduces a failing cell;
 * the nftables rules of the operator's cut match its cgroup's sockets only;
 * the operator's crash point names a member the operation has per-member steps for (the new ones when scaling),
-  and an operation without them names its first step.
+  and an operation without them names its first step;
+* a member fault whose victim is between two pods waits for its container to run, and notes how late it was.
 """
 
 from __future__ import annotations
@@ -126,3 +127,31 @@ def test_the_operators_crash_point_names_a_member_the_operation_has_a_step_for()
     assert not chaos._Cell(session, chaos.OPERATIONS["add-tls"], chaos.PeerCut,  # type: ignore[arg-type]
                            chaos.plan(1, "add-tls", "peer-cut"), "db").crash_point
     assert all(step in constants.__dict__.values() for step in chaos.MEMBER_STEPS)
+
+
+async def test_a_member_fault_waits_for_its_victims_container_to_run_and_notes_how_late() -> None:
+    """The chosen moment may find the victim between two pods (the operator restarting it): the injection waits
+    for its etcd container to run (it was a LookupError that aborted the cell, its request left running)."""
+    from e2e import scenario
+
+    answers = [LookupError("not running")] * 4 + [4242]
+
+    class Nodes:
+        async def container_pid(self, pod: dict[str, str], container: str) -> int:
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    class Kube:
+        async def get(self, *_args: str) -> dict[str, str]:
+            return {"name": "db-1"}
+
+    sc = scenario.Scenario.__new__(scenario.Scenario)
+    sc.kube = Kube()  # type: ignore[assignment]
+    sc.namespace = "demo"
+    sc.sandbox = type("Sandbox", (), {"realnodes": Nodes()})()
+    fault = chaos.PeerCut(chaos.Victim(sc, "db", "db-1", "node-2", None, "t"))
+    assert await chaos.running_member_pid(fault) == 4242
+    assert answers == []
+    assert fault.notes and "db-1's container was not running" in fault.notes[0]
