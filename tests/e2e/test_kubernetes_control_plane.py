@@ -9,7 +9,9 @@ We test these aspects:
 - an invalid request is refused by kube-apiserver calling the webhook at its Service's ClusterIP, with KubeDB's
   message inside kube-apiserver's own ``admission webhook "…" denied the request: …``;
 - ``kubectl get etcdops`` shows a waiting request's reason (the CRD's printer column, evaluated by the real API
-  server).
+  server);
+- a PodDisruptionBudget entry the real disruption controller keeps for a member the request itself restarted does
+  not hold the request for two minutes: it is proven the request's own and the roll goes on, saying so.
 """
 
 from __future__ import annotations
@@ -65,6 +67,44 @@ async def test_an_invalid_request_is_refused_by_kube_apiserver_through_the_webho
     text = str(refused.value)
     assert 'admission webhook "validate-etcdopsrequest.ops.opsmanager.dev" denied the request: ' in text, text
     assert "only one TLS reconfiguration operation is allowed at a time" in text, text
+    await sc.drop_etcd(db)
+
+
+async def test_a_stale_budget_entry_left_by_the_requests_own_restart_does_not_hold_it(sc: scenario.Scenario) -> None:
+    """kube-controller-manager's disruption controller keys ``disruptedPods`` by pod name; an entry it did not drop
+    when the pod the operator evicted was recreated counts the healthy successor as disrupted for two minutes. The
+    operator is stopped right after the first member's restart and checks (its crash point), the budget is given
+    that entry (stamped when the member was evicted, as the controller leaves it; the real controller keeps it),
+    and the operator started again: the request proves the entry its own and goes on at once, saying so."""
+    db = "stale"
+    await sc.fresh_etcd(db)
+    name = f"{db}-restart"
+    await sc.kill_operator()
+    await sc.start_operator(crash_after=[(name, constants.per_pod_type(constants.STEP_ETCD_CLUSTER_HEALTHY, p))
+                                         for p in naming.pods(db, 3)])
+    await sc.submit(name, db, constants.OPS_TYPE_RESTART)
+    await sc.wait_crashed(timeout=180)
+    status = (await sc.request(name) or {}).get("status") or {}
+    (first,) = [p for p in naming.pods(db, 3) if any(
+        c["type"] == constants.per_pod_type(constants.STEP_ETCD_CLUSTER_HEALTHY, p) and c["status"] == "True"
+        for c in status.get("conditions", []))]
+    evicted = next(c for c in status["conditions"]
+                   if c["type"] == constants.per_pod_type(constants.STEP_EVICT_POD, first))
+    await sc.k.patch("policy/v1", "PodDisruptionBudget", sc.namespace, naming.pdb(db), {"status": {
+        "disruptedPods": {first: evicted["lastTransitionTime"]}, "disruptionsAllowed": 0}}, subresource="status")
+
+    async def held() -> bool:  # the real controller keeps the entry and counts the member out
+        pdb = await sc.k.get("policy/v1", "PodDisruptionBudget", sc.namespace, naming.pdb(db)) or {}
+        st = pdb.get("status") or {}
+        return first in (st.get("disruptedPods") or {}) and st.get("disruptionsAllowed") == 0
+
+    await aeventually(held, timeout=30, interval=0.5, what=f"the budget counting {first} as disrupted")
+    await sc.start_operator()
+    req = await sc.watch_request(name, timeout=180)
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL, req["status"]
+    said = [e["message"] for e in await sc.k.list("v1", "Event", sc.namespace)
+            if (e.get("involvedObject") or {}).get("name") == name and e.get("reason") == "EvictPod"]
+    assert any(f"stale entry for {first}, left by this request's own restart" in m for m in said), said
     await sc.drop_etcd(db)
 
 
