@@ -102,6 +102,10 @@ class Fault(abc.ABC):
         return (self.v.member, self.v.node)
 
 
+# Hold points (:meth:`_Cell.holds`): a step before the chosen one is held long enough for the 0.1 s poll to see it in
+# flight; the chosen one long enough for the slowest injection (a drain) to be in place before the step runs.
+HOLD_SEEN = 1.0
+HOLD_STRUCK = 8.0
 # How long an injection waits for its victim's etcd container to run again: a member the operator is restarting at
 # the chosen moment is between two pods (its network namespace and process gone until the next one starts).
 RUNNING_TIMEOUT = 120.0
@@ -297,6 +301,9 @@ class Operation:
     # no per-member step, and the crash point is after ``crash_after``'s step instead (its next step still to do).
     members: tuple[int, ...] = (0, 1, 2)
     crash_after: str = ""
+    # Steps that start and end within one status write (no moment in flight for a poll to see): a cell with another
+    # fault holds them in flight with the operator's hold points (:meth:`_Cell.holds`).
+    hold_steps: tuple[str, ...] = ()
 
 
 def etcd_36() -> str:
@@ -319,9 +326,11 @@ OPERATIONS: dict[str, Operation] = {o.name: o for o in (
               leaves=None),
     Operation("defragment", ((constants.OPS_TYPE_DEFRAGMENT, {"defragment": {}}),)),
     Operation("rotate-auth", ((constants.OPS_TYPE_ROTATE_AUTH, {}),), etcd="auth", leaves="auth", members=(),
-              crash_after=constants.COND_UPDATE_CREDENTIAL),
+              crash_after=constants.COND_UPDATE_CREDENTIAL,
+              hold_steps=(constants.COND_UPDATE_CREDENTIAL, constants.COND_ETCD_CREDENTIAL_APPLIED)),
     Operation("backup", ((constants.OPS_TYPE_BACKUP, {"backup": {}}),), etcd="backup", leaves="backup",
-              members=(), crash_after=constants.COND_SNAPSHOT_UPLOADED),
+              members=(), crash_after=constants.COND_SNAPSHOT_UPLOADED,
+              hold_steps=(constants.COND_SNAPSHOT_UPLOADED, constants.COND_SNAPSHOTS_PRUNED)),
 )}
 
 
@@ -563,7 +572,7 @@ class _Cell:
             self.live_writer = obs.live_writer
             try:
                 for index, (type_, spec) in enumerate(self.op.requests):
-                    if index == self.chosen.request and self.crash_point:
+                    if index == self.chosen.request and (self.crash_point or self.holds("")):
                         await self.arm(self.request_name(index))
                     await self.sc.submit(self.request_name(index), self.db, type_, **_resolved(spec))
                     watched = asyncio.create_task(self.sc.watch_request(self.request_name(index), timeout=timeout))
@@ -602,11 +611,24 @@ class _Cell:
         member = self.crash_member()
         return [constants.per_pod_type(s, member) for s in MEMBER_STEPS]
 
+    def holds(self, request: str) -> list[tuple[str, str, float]]:
+        """The hold points of a cell whose operation's steps are too quick to be seen in flight (not a crash-point
+        cell): every step up to the chosen one shown in flight for :data:`HOLD_SEEN`, the chosen one held
+        :data:`HOLD_STRUCK` so the fault strikes while it is still to run."""
+        if self.crash_point or not self.op.hold_steps:
+            return []
+        k = min(self.chosen.step, len(self.op.hold_steps))
+        return [(request, step, HOLD_STRUCK if i == k else HOLD_SEEN)
+                for i, step in enumerate(self.op.hold_steps[:k], 1)]
+
     async def arm(self, request: str) -> None:
         """The operator started again, armed to crash right after ``request`` records one of
-        :meth:`crash_conditions` True."""
+        :meth:`crash_conditions` True, or with the cell's hold points."""
         await self.sc.kill_operator()
-        await self.sc.start_operator(crash_after=[(request, c) for c in self.crash_conditions()])
+        if self.crash_point:
+            await self.sc.start_operator(crash_after=[(request, c) for c in self.crash_conditions()])
+        else:
+            await self.sc.start_operator(holds=self.holds(request))
 
     async def crashed(self, name: str, seen: Observation, watched: asyncio.Task[Any]) -> bool:
         """Wait for the armed operator to crash (True), or for the request to end without it (False)."""

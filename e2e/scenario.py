@@ -173,17 +173,19 @@ class Scenario:
             await self.start_operator()
         return self
 
-    async def start_operator(self, *, crash_after: Sequence[tuple[str, str]] = ()) -> None:
+    async def start_operator(self, *, crash_after: Sequence[tuple[str, str]] = (),
+                             holds: Sequence[tuple[str, str, float]] = ()) -> None:
         """``opsmanager run`` as a child process (so a test can SIGKILL it), logging to ``operator.log``.
         Started from a thread: its readiness wait blocks, and this loop also serves the sandbox's API.
         ``crash_after``: ``(request, condition)`` failpoints — the operator SIGKILLs itself right after the write
-        that records that step True (:meth:`wait_crashed`)."""
+        that records that step True (:meth:`wait_crashed`); ``holds``: ``(request, condition, seconds)`` — that
+        step is written in flight, then held that long before it runs."""
         from opsmanager.ops.core import failpoints
         from opsmanager_sandbox import components as sandbox_components
 
         delivery = self.delivery_timeout
-        env = {failpoints.FAILPOINTS_ENV: ",".join(f"crash-after:{r}:{c}" for r, c in crash_after)} \
-            if crash_after else None
+        points = [f"crash-after:{r}:{c}" for r, c in crash_after] + [f"hold-in:{r}:{c}:{s:g}" for r, c, s in holds]
+        env = {failpoints.FAILPOINTS_ENV: ",".join(points)} if points else None
         self.operator = await asyncio.to_thread(
             processes.OperatorProcess.start, self.operator_kubeconfig or self.sandbox.operator_kubeconfig,
             log_path=self.dir / "operator.log",

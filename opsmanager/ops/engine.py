@@ -169,6 +169,7 @@ class Engine:
         # meanwhile would still see it queued and could start as well.
         self._queue_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self.crash_after = failpoints.armed()
+        self.holds = failpoints.armed_holds()
 
     # --- status writes --------------------------------------------------------------------------------------
 
@@ -384,7 +385,7 @@ class Engine:
     @property
     def _loop(self) -> loop.Loop[context.OpsContext, plan.Step]:
         return loop.Loop(self._execute, self.clock, transient=TRANSIENT, on_transient=metrics.reconcile_error,
-                         on_step_finished=metrics.step_finished, crash_after=self.crash_after,
+                         on_step_finished=metrics.step_finished, crash_after=self.crash_after, holds=self.holds,
                          warning_steps=WARNING_STEPS, quiet_steps=QUIET_STEPS)
 
     async def _execute(self, ctx: context.OpsContext, step: plan.Step) -> context.StepResult:

@@ -11,7 +11,9 @@ We test these aspects:
 * the nftables rules of the operator's cut match its cgroup's sockets only;
 * the operator's crash point names a member the operation has per-member steps for (the new ones when scaling),
   and an operation without them names its first step;
-* a member fault whose victim is between two pods waits for its container to run, and notes how late it was.
+* a member fault whose victim is between two pods waits for its container to run, and notes how late it was;
+* an operation whose steps start and end within one write is held in flight up to the chosen step (the operator's
+  hold points), except when the fault is the operator's own crash point.
 """
 
 from __future__ import annotations
@@ -155,3 +157,19 @@ async def test_a_member_fault_waits_for_its_victims_container_to_run_and_notes_h
     assert await chaos.running_member_pid(fault) == 4242
     assert answers == []
     assert fault.notes and "db-1's container was not running" in fault.notes[0]
+
+
+def test_a_quick_operation_is_held_in_flight_up_to_the_chosen_step_unless_the_operator_crashes() -> None:
+    session = type("S", (), {"sc": None})()
+    for step in (1, 2):
+        plan = chaos.Plan(request=0, step=step, victim_index=0)
+        cell = chaos._Cell(session, chaos.OPERATIONS["rotate-auth"], chaos.PeerCut, plan, "db")  # type: ignore[arg-type]
+        held = cell.holds("r")
+        assert [c for _, c, _ in held] == list(chaos.OPERATIONS["rotate-auth"].hold_steps[:step])
+        assert [s for _, _, s in held] == [chaos.HOLD_SEEN] * (step - 1) + [chaos.HOLD_STRUCK]
+    killed = chaos._Cell(session, chaos.OPERATIONS["backup"], chaos.OperatorKilled,  # type: ignore[arg-type]
+                         chaos.plan(1, "backup", "operator-killed"), "db")
+    assert killed.crash_point and killed.holds("r") == []
+    rolled = chaos._Cell(session, chaos.OPERATIONS["add-tls"], chaos.PeerCut,  # type: ignore[arg-type]
+                         chaos.plan(1, "add-tls", "peer-cut"), "db")
+    assert rolled.holds("r") == []  # its steps last long enough to be seen

@@ -1,4 +1,5 @@
-"""The engine core runs steps of any request without etcd: the loop, the status buffer, timeouts, a crash point."""
+"""The engine core runs steps of any request without etcd: the loop, the status buffer, timeouts, a crash point,
+a hold point."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from opsmanager.api import conditions, constants
-from opsmanager.ops.core import loop, results
+from opsmanager.ops.core import failpoints, loop, results
 from opsmanager.ops.core.status import RequestStatus
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -129,3 +130,25 @@ async def test_a_crash_point_on_a_member_fires_in_the_middle_of_its_step(monkeyp
     # One crash, right after the write that recorded db-1's part, with the step and db-2's part still to do.
     assert crashed_at == [(1, ["Roll--db-0", "Roll--db-1"])]
     assert ended == loop.Finished(ok=True, message="", reason=constants.COND_SUCCESSFUL)  # the test's crash returns
+
+
+async def test_a_hold_point_shows_its_step_in_flight_then_holds_it_once(monkeypatch: Any) -> None:
+    ctx, store = _ctx()
+    seen: list[tuple[float, str | None]] = []
+
+    async def sleep(seconds: float) -> None:  # what the step's condition is on record as while it is held
+        live = store.obj.get("status", {}).get("conditions")
+        seen.append((seconds, (conditions.get_condition(live, "B") or {}).get("status")))
+
+    monkeypatch.setattr("opsmanager.ops.core.loop.asyncio.sleep", sleep)
+
+    async def execute(c: RequestStatus, step: Step) -> results.StepResult:
+        return results.Done()
+
+    holds = {("r", "B"): 3.0, ("other", "A"): 1.0}
+    runner = loop.Loop(execute, lambda: NOW, holds=holds)
+    ended = await runner.run(ctx, [Step("A", "a"), Step("B", "b")], datetime.timedelta(minutes=1))
+    assert ended == loop.Finished(ok=True, message="", reason=constants.COND_SUCCESSFUL)
+    assert seen == [(3.0, constants.FALSE)]  # B written False (A True with it), then held; only this request's
+    assert holds == {("other", "A"): 1.0}  # taken: a later pass does not hold again
+    assert failpoints.holds("crash-after:r:A, hold-in:r:B:2.5,hold-in:bad:X:soon") == {("r", "B"): 2.5}

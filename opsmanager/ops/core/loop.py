@@ -16,6 +16,7 @@ still in flight — a crash in the middle of a step, with the other members' par
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import logging
@@ -76,6 +77,8 @@ class Loop(Generic[Ctx, S]):
     on_transient: Callable[[BaseException], None] = lambda err: None
     on_step_finished: Callable[[str, float], None] = lambda condition, seconds: None
     crash_after: frozenset[tuple[str, str]] = frozenset()
+    # ``hold-in`` failpoints not taken yet (:mod:`.failpoints`): the caller's, so each is taken once per process
+    holds: dict[tuple[str, str], float] = dataclasses.field(default_factory=dict)
     warning_steps: frozenset[str] = frozenset()
     quiet_steps: frozenset[str] = frozenset()
 
@@ -91,6 +94,11 @@ class Loop(Generic[Ctx, S]):
                 return Finished(ok=False, message=why, reason="Timeout")
             if ctx.condition(step.condition) is None:
                 ctx.set_condition(step.condition, constants.FALSE, f"{step.condition} in progress")
+            if (hold := self.holds.pop((ctx.name, step.condition), None)) is not None:
+                await ctx.flush()  # the step shown in flight, then held there
+                log.warning("failpoint: holding %s %s/%s step %s in flight for %.1fs", ctx.kind, ctx.namespace,
+                            ctx.name, step.condition, hold)
+                await asyncio.sleep(hold)
             members = self._armed_members(ctx)
             try:
                 result = await self.execute(ctx, step)
