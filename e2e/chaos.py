@@ -324,7 +324,9 @@ OPERATIONS: dict[str, Operation] = {o.name: o for o in (
               members=(3, 4)),
     Operation("update-version", ((constants.OPS_TYPE_UPDATE_VERSION, {"updateVersion": {"targetVersion": "3.6"}}),),
               leaves=None),
-    Operation("defragment", ((constants.OPS_TYPE_DEFRAGMENT, {"defragment": {}}),)),
+    # A small database defragments in well under a second per member, and its alarm check is immediate.
+    Operation("defragment", ((constants.OPS_TYPE_DEFRAGMENT, {"defragment": {}}),),
+              hold_steps=(constants.COND_ETCD_DEFRAGMENTED, constants.COND_ETCD_ALARM_CLEARED)),
     Operation("rotate-auth", ((constants.OPS_TYPE_ROTATE_AUTH, {}),), etcd="auth", leaves="auth", members=(),
               crash_after=constants.COND_UPDATE_CREDENTIAL,
               hold_steps=(constants.COND_UPDATE_CREDENTIAL, constants.COND_ETCD_CREDENTIAL_APPLIED)),
