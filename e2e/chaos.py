@@ -690,13 +690,21 @@ class _Cell:
     async def victim(self) -> Victim:
         members = naming.pods(self.db, 3)
         if self.fault_type.leader:
-            statuses = await self.sc.member_statuses(self.db)
-            member = next(n for n, st in statuses.items() if st.is_leader)
+            member = await self.sc.wait_for(f"the leader of {self.db}", self._leader, timeout=60, interval=0.5)
         else:
             member = members[self.chosen.victim_index % len(members)]
         pod = await self.sc.k.get("v1", "Pod", self.sc.namespace, member) or {}
         table = f"opsmanager_chaos_{os.getpid()}"
         return Victim(self.sc, self.db, member, str((pod.get("spec") or {}).get("nodeName")), self.s.group, table)
+
+    async def _leader(self) -> str | None:
+        """The member that leads, None while any member does not answer Status (one restarted a moment ago, a
+        Status refused under load): asked again rather than failing the cell with its request in flight."""
+        try:
+            statuses = await self.sc.member_statuses(self.db)
+        except RuntimeError:
+            return None
+        return next((n for n, st in statuses.items() if st.is_leader), None)
 
     async def after(self, seen: Observation) -> None:
         """The checks of every cell: members Ready, not paused, nothing lost, history and watch."""
