@@ -700,9 +700,11 @@ class _Cell:
     async def _leader(self) -> str | None:
         """The member that leads, None while any member does not answer Status (one restarted a moment ago, a
         Status refused under load): asked again rather than failing the cell with its request in flight."""
+        login = self.s.login(self.db, self.op.etcd)  # a cluster with authentication answers a logged-in user
         try:
-            statuses = await self.sc.member_statuses(self.db)
-        except RuntimeError:
+            statuses = await self.sc.member_statuses(
+                self.db, credentials=await login.read() if login is not None else None)
+        except (RuntimeError, kube.KubeError):
             return None
         return next((n for n, st in statuses.items() if st.is_leader), None)
 

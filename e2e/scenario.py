@@ -614,13 +614,15 @@ class Scenario:
         """The etcd versions the members report (Status), over plain HTTP or with the writer's identities."""
         return {a.version for a in (await self.member_statuses(db)).values()}
 
-    async def member_statuses(self, db: str, replicas: int = 3) -> dict[str, etcd_client.MemberStatus]:
-        """Every member's Status, over plain HTTP or with whichever of the writer's identities all accept."""
+    async def member_statuses(self, db: str, replicas: int = 3, *,
+                              credentials: access.Credentials | None = None) -> dict[str, etcd_client.MemberStatus]:
+        """Every member's Status, over plain HTTP or with whichever of the writer's identities all accept
+        (``credentials``: a user to log in as, on a cluster with etcd's authentication)."""
         eps = await self.endpoints(db, replicas)
         for ident in [None, *self.writer_identities()]:
             try:  # without an identity: plain http only (a cluster without TLS)
                 async with etcd_client.EtcdClient([e.with_schemes("http") for e in eps] if ident is None else eps,
-                                                  tls=ident) as client:
+                                                  tls=ident, credentials=credentials) as client:
                     answers = await client.statuses(timeout=5.0)
             except (etcd_errors.EtcdError, ValueError):  # ValueError: an https endpoint and no identity
                 continue
