@@ -56,21 +56,29 @@ def terminating(pod: Mapping[str, Any] | None) -> bool:
 BUDGET_DELETION_TIMEOUT = datetime.timedelta(minutes=2)
 
 
+def _entries(budget: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return ((budget or {}).get("status") or {}).get("disruptedPods") or {}
+
+
+def _admitted_and_created(stamp: Any,
+                          pod: Mapping[str, Any] | None) -> tuple[datetime.datetime, datetime.datetime] | None:
+    """A ``disruptedPods`` stamp and the creation of the live pod of that name (None: no such pod, one being
+    deleted, or either time missing or unreadable). Both have one-second resolution."""
+    created = ((pod or {}).get("metadata") or {}).get("creationTimestamp")
+    if pod is None or terminating(pod) or not created or not stamp:
+        return None
+    try:
+        return conditions.parse_rfc3339(str(stamp)), conditions.parse_rfc3339(str(created))
+    except ValueError:
+        return None
+
+
 def admitted_by_budget(budget: Mapping[str, Any] | None, pod: Mapping[str, Any]) -> bool:
     """Has the PodDisruptionBudget already admitted an eviction of this very pod — the pod's name in the budget's
     ``status.disruptedPods``, stamped no earlier than the pod was created (an entry left by an earlier pod of the
     same name does not count) — while the pod is not being deleted?"""
-    if budget is None or terminating(pod):
-        return False
-    meta = pod.get("metadata") or {}
-    stamp = ((budget.get("status") or {}).get("disruptedPods") or {}).get(meta.get("name"))
-    created = meta.get("creationTimestamp")
-    if not stamp or not created:
-        return False
-    try:
-        return conditions.parse_rfc3339(str(stamp)) >= conditions.parse_rfc3339(str(created))
-    except ValueError:
-        return False
+    times = _admitted_and_created(_entries(budget).get(str((pod.get("metadata") or {}).get("name"))), pod)
+    return times is not None and times[0] >= times[1]
 
 
 def stale_budget_entries(budget: Mapping[str, Any] | None,
@@ -78,19 +86,11 @@ def stale_budget_entries(budget: Mapping[str, Any] | None,
     """The budget's ``disruptedPods`` entries older than the live pod of that name (an eviction of its predecessor,
     which kube-controller-manager missed): ``{pod: when kube-controller-manager drops the entry}``. Until then the
     budget counts a healthy member as disrupted and refuses every eviction."""
-    entries = ((budget or {}).get("status") or {}).get("disruptedPods") or {}
     stale: dict[str, datetime.datetime] = {}
-    for name, stamp in entries.items():
-        pod = pods.get(name)
-        created = ((pod or {}).get("metadata") or {}).get("creationTimestamp")
-        if pod is None or terminating(pod) or not created or not stamp:
-            continue
-        try:
-            admitted = conditions.parse_rfc3339(str(stamp))
-            if admitted < conditions.parse_rfc3339(str(created)):
-                stale[name] = admitted + BUDGET_DELETION_TIMEOUT
-        except ValueError:
-            continue
+    for name, stamp in _entries(budget).items():
+        times = _admitted_and_created(stamp, pods.get(name))
+        if times is not None and times[0] < times[1]:
+            stale[name] = times[0] + BUDGET_DELETION_TIMEOUT
     return stale
 
 
@@ -109,35 +109,24 @@ def own_stale_entries(budget: Mapping[str, Any] | None, pods: Mapping[str, Mappi
     and its pod serves), and every one of the ``replicas`` members serves, so one more disruption is exactly what
     the budget allows. ``[]`` when any of that does not hold, or when the budget holds any other entry (someone
     else's disruption in flight): then the refusal stands."""
-    entries = ((budget or {}).get("status") or {}).get("disruptedPods") or {}
-    # Older than the live pod, or of its very second (both stamps have one-second resolution, and the StatefulSet
-    # may recreate a pod within the second it was evicted): the request's record below says whose eviction it was.
-    stale = [name for name, stamp in entries.items() if _not_newer(stamp, pods.get(name))]
+    entries = _entries(budget)
+    # Older than the live pod, or of its very second (the StatefulSet may recreate a pod within the second it was
+    # evicted): the request's record below says whose eviction it was.
+    stale: dict[str, datetime.datetime] = {}
+    for name, stamp in entries.items():
+        times = _admitted_and_created(stamp, pods.get(name))
+        if times is not None and times[0] <= times[1]:
+            stale[name] = times[0]
     if not stale or set(entries) != set(stale):
         return []
     healthy = set(recovered)
     if len(pods) != replicas or not all(serving(p) for p in pods.values()):
         return []
-    for name in stale:
+    for name, admitted in stale.items():
         at = evicted_at.get(name)
-        try:
-            admitted = conditions.parse_rfc3339(str(entries[name]))
-        except ValueError:
-            return []
         if name not in healthy or at is None or abs(at - admitted) > SAME_EVICTION:
             return []
     return sorted(stale)
-
-
-def _not_newer(stamp: Any, pod: Mapping[str, Any] | None) -> bool:
-    """Is a ``disruptedPods`` stamp no later than the creation of ``pod`` (a live pod, not being deleted)?"""
-    created = ((pod or {}).get("metadata") or {}).get("creationTimestamp")
-    if pod is None or terminating(pod) or not created or not stamp:
-        return False
-    try:
-        return conditions.parse_rfc3339(str(stamp)) <= conditions.parse_rfc3339(str(created))
-    except ValueError:
-        return False
 
 
 def serving(pod: Mapping[str, Any] | None) -> bool:
