@@ -21,27 +21,24 @@ log = logging.getLogger("opsmanager.ops")
 FAILPOINTS_ENV = "OPSMANAGER_FAILPOINTS"
 
 
+def _points(text: str | None, kind: str) -> list[list[str]]:
+    """The colon-separated fields after ``<kind>:`` of each comma-separated failpoint of that kind in ``text``."""
+    return [part.strip().split(":")[1:] for part in (text or "").split(",")
+            if part.strip().startswith(f"{kind}:")]
+
+
 def failpoints(text: str | None) -> frozenset[tuple[str, str]]:
     """``(request, condition)`` pairs of ``crash-after`` failpoints from :data:`FAILPOINTS_ENV`'s value."""
-    out = set()
-    for part in (text or "").split(","):
-        kind, _, rest = part.strip().partition(":")
-        request, _, condition = rest.partition(":")
-        if kind == "crash-after" and request and condition:
-            out.add((request, condition))
-    return frozenset(out)
+    return frozenset((f[0], f[1]) for f in _points(text, "crash-after") if len(f) == 2 and all(f))
 
 
 def holds(text: str | None) -> dict[tuple[str, str], float]:
     """``(request, condition) → seconds`` of ``hold-in`` failpoints from :data:`FAILPOINTS_ENV`'s value."""
     out: dict[tuple[str, str], float] = {}
-    for part in (text or "").split(","):
-        kind, _, rest = part.strip().partition(":")
-        request, _, rest = rest.partition(":")
-        condition, _, seconds = rest.partition(":")
-        if kind == "hold-in" and request and condition:
+    for f in _points(text, "hold-in"):
+        if len(f) == 3 and f[0] and f[1]:
             try:
-                out[(request, condition)] = float(seconds)
+                out[(f[0], f[1])] = float(f[2])
             except ValueError:
                 continue
     return out
