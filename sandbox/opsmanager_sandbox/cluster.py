@@ -69,6 +69,11 @@ CSI: Final = "csi"
 STORAGES: Final = (HOSTPATH, CSI)
 """How real nodes give claims their volumes (``Sandbox(storage=…)``): the embedded mode and the node agent are hostPath."""
 
+
+def default_storage(nodes: int) -> str:
+    """What a sandbox gives claims unless told: real volumes on real nodes, else the only kind there is."""
+    return CSI if nodes else HOSTPATH
+
 # Extra components `opsmanager sandbox up` starts besides the admission webhook and the operator
 # (opsmanager_sandbox.components.DEFAULTS), unless --no-operator is given.
 DEFAULT_COMPONENTS: list[Component] = []
