@@ -574,7 +574,7 @@ class _Cell:
             self.live_writer = obs.live_writer
             try:
                 for index, (type_, spec) in enumerate(self.op.requests):
-                    if index == self.chosen.request and (self.crash_point or self.holds("")):
+                    if index == self.chosen.request and (self.crash_point or self.held):
                         await self.arm(self.request_name(index))
                     await self.sc.submit(self.request_name(index), self.db, type_, **_resolved(spec))
                     watched = asyncio.create_task(self.sc.watch_request(self.request_name(index), timeout=timeout))
@@ -613,11 +613,15 @@ class _Cell:
         member = self.crash_member()
         return [constants.per_pod_type(s, member) for s in MEMBER_STEPS]
 
+    @property
+    def held(self) -> bool:
+        """Does this cell hold its operation's steps in flight (too quick to be seen, and no crash point)?"""
+        return bool(self.op.hold_steps) and not self.crash_point
+
     def holds(self, request: str) -> list[tuple[str, str, float]]:
-        """The hold points of a cell whose operation's steps are too quick to be seen in flight (not a crash-point
-        cell): every step up to the chosen one shown in flight for :data:`HOLD_SEEN`, the chosen one held
-        :data:`HOLD_STRUCK` so the fault strikes while it is still to run."""
-        if self.crash_point or not self.op.hold_steps:
+        """The hold points of a :attr:`held` cell: every step up to the chosen one shown in flight for
+        :data:`HOLD_SEEN`, the chosen one held :data:`HOLD_STRUCK` so the fault strikes while it is still to run."""
+        if not self.held:
             return []
         k = min(self.chosen.step, len(self.op.hold_steps))
         return [(request, step, HOLD_STRUCK if i == k else HOLD_SEEN)
