@@ -41,6 +41,7 @@ from opsmanager import kube, metrics
 from opsmanager.api import conditions, constants
 from opsmanager.cluster import members, naming, statefulset
 from opsmanager.etcd import admin
+from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd import errors as etcd_errors
 from opsmanager.ops import context, plan, rollout
 from opsmanager.tls import serials
@@ -220,6 +221,14 @@ async def move_leader(ctx: context.OpsContext, client: admin.EtcdAdmin, action: 
     try:
         move = await client.move_leader(action.target_id, timeout=5.0)
     except etcd_errors.EtcdError as err:
+        if await _leads(client, action.target_id):
+            # The transfer happened, only its answer (or every member's agreement) came late: it is recorded and
+            # announced like any move, or the next look would find the pod a follower and the move unaccounted for.
+            metrics.leader_moved()
+            ctx.set_pod_condition(constants.STEP_MOVE_LEADER, action.pod, T)
+            ctx.announce("MoveLeader", f"Moved etcd leadership from {action.pod} to {action.target_pod} before "
+                                       f"{before} (the call itself reported: {err})")
+            return context.Progress(delay=0.5)
         ctx.set_pod_condition(constants.STEP_MOVE_LEADER, action.pod, F)
         return context.Progress(f"moving leadership from {action.pod} to {action.target_pod}: {err}", delay=0.5)
     metrics.leader_moved()
@@ -227,6 +236,15 @@ async def move_leader(ctx: context.OpsContext, client: admin.EtcdAdmin, action: 
     ctx.announce("MoveLeader", f"Moved etcd leadership from {action.pod} to {action.target_pod} in "
                                f"{move.rpc_seconds:.3f}s before {before}")
     return context.Progress(delay=0.0)
+
+
+async def _leads(client: admin.EtcdAdmin, member_id: int) -> bool:
+    """Does a member that answers Status report ``member_id`` as its leader?"""
+    try:
+        views = await client.statuses(timeout=1.0)
+    except etcd_errors.EtcdError:
+        return False
+    return any(isinstance(v, etcd_client.MemberStatus) and v.leader_id == member_id for v in views.values())
 
 
 def skip_move_leader(ctx: context.OpsContext) -> bool:

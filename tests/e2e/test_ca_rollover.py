@@ -86,7 +86,9 @@ async def test_a_replaced_ca_is_rolled_over_by_the_operator_with_no_failed_write
           f"{pods.restarts()}")
     # 0 failed writes, stall < 2 s, every acknowledged write read back, HashKV agrees on every member.
     await sc.assert_no_loss(w, db=db, since=before, label="CA rollover")
-    assert mres.elections - moves <= 0, "an unplanned election"
+    announced = [(e["reason"], e["message"]) for e in await sc.k.list("v1", "Event", sc.namespace)
+                 if (e.get("involvedObject") or {}).get("name") == name]
+    assert mres.elections - moves <= 0, ("an unplanned election", mres.changes, announced)
     assert pods.restarts() == {p: 2 for p in pods.names}, pods.uids  # widen and narrow, once each
     bundle = await sc.k.get("v1", "Secret", sc.namespace, f"{db}-ca-bundle")
     assert bundle is not None

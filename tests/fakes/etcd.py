@@ -116,6 +116,7 @@ class FakeCluster:
         self.history: list[LeaderChange] = []
         self.calls: list[str] = []  # "move_leader etcd-1", "member_update etcd-0", ... in order
         self.lagging: set[str] = set()  # learners that never catch up with the leader (MemberPromote refuses them)
+        self.late_move_answers = 0  # the next N MoveLeader calls move leadership, then time out (a late answer)
         self.downgrade_target = ""  # a downgrade in progress (etcd 3.6+): its major.minor
         self._next_id = 0x2000
         self.open_admins = 0
@@ -460,6 +461,9 @@ class FakeAdmin:
         cluster.calls.append(f"move_leader {target.name}")
         if target.name != previous.name:
             cluster._change_leader(target.name, "move")
+        if cluster.late_move_answers > 0:
+            cluster.late_move_answers -= 1
+            raise errors.LeaderTransferTimeout(f"MoveLeader to {target_id:x}: not every member reports it as leader")
         up = tuple(sorted(m.name for m in cluster.members.values() if m.up))
         down = tuple(sorted(m.name for m in cluster.members.values() if not m.up))
         return client.LeaderMove(previous_leader_id=previous.id, leader_id=target.id, sent_to=previous.name,
