@@ -87,14 +87,14 @@ class SoakConfig:
 FULL = SoakConfig(duration=900, ca_lifetime=360, leaf_lifetime=120)  # issue 12's: 15 min, CA 6 m, leaves 2 m
 # make bench's (issue 14: the whole bench under 30 minutes): 7.5 min, CA 3 m, leaves 1 m — the same CA:leaf ratio
 # and still three CA rollovers (the CA renews at 2/3 of its life: 120 s, 240 s, 360 s; the next at 480 s is after
-# the end), both strategies at once. make test's SHORT_GATED churns faster still (CA 90 s, leaves 30 s).
+# the end), both strategies at once: a rollover of a CA that itself came from a rollover is measured there.
 BENCH = SoakConfig(duration=450, ca_lifetime=180, leaf_lifetime=60)
 SHORT = SoakConfig(duration=90, ca_lifetime=90, leaf_lifetime=30)  # make test: one CA rollover, several renewals
-# make test, the gated row: two CA rollovers (the CA renews at 100 s and 200 s), many leaf renewals, in 250 s. Each
-# rollover has a third of the CA's life (50 s) before the CA it replaces expires, and the leaves the gate holds during
-# a rollover live longer than one (60 s). With CA 90 s / leaves 30 s, on a 2-core machine running the suite in
-# parallel, the second rollover was still Progressing at the end, or a held leaf's predecessor expired mid-rollover.
-SHORT_GATED = SoakConfig(duration=250, ca_lifetime=150, leaf_lifetime=60)
+# make test, the gated row: one CA rollover (the CA renews at 100 s) and the replaced CA's expiry at 150 s under the
+# writer, many leaf renewals, in 170 s. The rollover has a third of the CA's life (50 s) before the CA it replaces
+# expires, and the leaves the gate holds during it live longer than one (60 s). With CA 90 s / leaves 30 s, on a
+# 2-core machine running the suite in parallel, a held leaf's predecessor expired mid-rollover.
+SHORT_GATED = SoakConfig(duration=170, ca_lifetime=150, leaf_lifetime=60)
 
 
 @dataclasses.dataclass(frozen=True)

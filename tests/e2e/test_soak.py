@@ -4,9 +4,9 @@ We test these aspects: failed writes are grouped into outages (joined when close
 by the writer's first error and the certificate event before it); TLS errors are told apart (client does not trust
 the served CA / member rejects the client); the soak's bench record and markdown row; strategies are one line each.
 The direct-mount baseline (expected to fail writes when the CA rolls) is measured by ``make bench``'s soak, beside
-the gated layout, and not here. On the sandbox (slow), the gated layout (CA 150 s, leaves 60 s, 250 s: two CA
-rollovers) is held to zero: no failed write, every acknowledged write read back, no unplanned
-election, HashKV equal on every member at the end, two or more CA rollovers on the wire and in the members' files, each by a Successful ``ca-rollover``
+the gated layout, and not here. On the sandbox (slow), the gated layout (CA 150 s, leaves 60 s, 170 s: one CA
+rollover and the replaced CA's expiry; the bench's soak has three rollovers) is held to zero: no failed write, every acknowledged write read back, no unplanned
+election, HashKV equal on every member at the end, one or more CA rollovers on the wire and in the members' files, each by a Successful ``ca-rollover``
 request the operator filed, every member healthy at the end.
 """
 
@@ -87,7 +87,7 @@ async def test_the_short_gated_soak_rolls_every_ca_over_with_no_failed_write(tmp
     async with scenario.Scenario(tmp_path / "sb", printer=lambda _line: None, namespace="soak",
                                  nodes=tier.LONG_MODULE_NODES) as sc:
         result = await soak.run(sc, gated, soak.SHORT_GATED, lines.append)
-        # A rollover the CA's second renewal started near the window's end may still be rolling: its end is
+        # A rollover a CA renewal started near the window's end may still be rolling: its end is
         # awaited (its phase is what counts here; the writer covered the window).
         rollovers = [r.split()[0] for r in result.requests if "-ca-rollover-" in r]
 
@@ -103,7 +103,7 @@ async def test_the_short_gated_soak_rolls_every_ca_over_with_no_failed_write(tmp
     assert result.acknowledged_writes_kept is True, result.lines()  # every acknowledged write, one key each
     assert result.hashkv_agree is True, result.lines()
     assert result.unplanned_elections == 0, result.lines()
-    assert result.ca_rollovers >= 2 and result.ca_rollovers_mounted >= 2, result.timeline
-    assert result.leaf_renewals_served >= 10, result.timeline
+    assert result.ca_rollovers >= 1 and result.ca_rollovers_mounted >= 1, result.timeline
+    assert result.leaf_renewals_served >= 6, result.timeline
     assert result.members_healthy == result.members == 3, result.lines()
-    assert len(rollovers) >= 2 and final == [constants.PHASE_SUCCESSFUL] * len(rollovers), (result.requests, final)
+    assert len(rollovers) >= 1 and final == [constants.PHASE_SUCCESSFUL] * len(rollovers), (result.requests, final)
