@@ -275,9 +275,12 @@ class Kube:
         except errors.NotFound:
             return False
 
-    async def evict(self, namespace: str, pod: str) -> None:
-        """Evict a pod through the Eviction API (honours PodDisruptionBudgets: ``TooManyRequests`` if not now)."""
-        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace}}
+    async def evict(self, namespace: str, pod: str, *, grace_period_seconds: int | None = None) -> None:
+        """Evict a pod through the Eviction API (honours PodDisruptionBudgets: ``TooManyRequests`` if not now);
+        ``grace_period_seconds``: the pod's deletion grace instead of its own ``terminationGracePeriodSeconds``."""
+        body: Obj = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace}}
+        if grace_period_seconds is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": grace_period_seconds}
         await self.request("POST", self.path("v1", "Pod", namespace, pod, "eviction"), body=body)
 
     async def apply(self, obj: Obj) -> Obj:

@@ -24,8 +24,8 @@ Behaviour that matches the real kubelet (and that the operator's logic may rely 
 - A failing liveness (or startup) probe kills the container (SIGTERM, grace, SIGKILL) and it restarts.
 - Deletion: SIGTERM, ``terminationGracePeriodSeconds`` (or the delete call's grace period), SIGKILL; a pod
   with ``deletionTimestamp`` is removed by the kubelet (delete with grace 0) once its processes are gone. A pod
-  removed from the API server without a graceful deletion (``gracePeriodSeconds: 0``, a force delete) is killed at
-  once (SIGKILL right after SIGTERM). A new
+  removed from the API server without a graceful deletion (``gracePeriodSeconds: 0``, a force delete) is stopped
+  at once. Every stop gets the kubelet's minimal window of 2 s between SIGTERM and SIGKILL. A new
   pod of the same name (a StatefulSet replacement) starts only after the old one's processes are gone, and
   gets the same IP.
 - Secret/ConfigMap volume updates are applied after ``volume_refresh_delay`` through the atomic ``..data`` swap.

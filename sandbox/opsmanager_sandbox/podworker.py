@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
+# The kubelet's minimumGracePeriodInSeconds: "always give containers a minimal shutdown window" — every stop, a
+# force delete's or a shorter override's too, waits this long after SIGTERM before SIGKILL.
+MINIMUM_GRACE_SECONDS = 2.0
 
 
 @dataclasses.dataclass
@@ -102,11 +105,11 @@ class PodWorker:
                              dict((self.pod.get("metadata") or {}).get("labels") or {}), self.ready, self.terminating)
 
     def grace_period(self, override: float | int | None = None) -> float:
-        if override is not None:
-            return float(override)
-        spec = self.pod.get("spec") or {}
-        value = spec.get("terminationGracePeriodSeconds")
-        return float(30 if value is None else value)
+        """The stop's grace: the delete's (or the probe's) override, else the pod's, never under the kubelet's
+        minimal shutdown window (a force delete too)."""
+        if override is None:
+            override = (self.pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+        return max(MINIMUM_GRACE_SECONDS, float(30 if override is None else override))
 
     def update(self, pod: Obj) -> None:
         old_labels = (self.pod.get("metadata") or {}).get("labels")

@@ -21,6 +21,7 @@ import pytest
 
 from opsmanager import pki
 from opsmanager.api import constants
+from opsmanager.ops import restart
 from tests.ops import world as w
 
 ISSUER_A = {**w.ISSUER, "name": "ca-a"}
@@ -110,6 +111,34 @@ async def test_operation_runs_to_successful_rolling_one_member_at_a_time_leader_
             assert mounted["metadata"]["ownerReferences"][0]["kind"] == constants.ETCD_KIND
             assert not any(a.startswith("cert-manager.io/") for a in mounted["metadata"].get("annotations") or {})
             assert mounted["data"] == source["data"]
+
+
+async def test_followers_are_stopped_with_the_kubelets_minimal_grace_and_the_leader_with_its_own(
+        world: w.World) -> None:
+    op = next(o for o in OPERATIONS if o.name == "restart")
+    await prepare(world, op)
+    req = await world.run(op.name)
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL
+    # Every member is a follower when it is restarted (leadership moved off the last one first), so each is
+    # stopped with the shorter of the kubelet's minimal window and its own grace (0 here: this world's pods go at once).
+    assert sorted(world.kube.evicted_with) == [(p, 0) for p in PODS]
+    # the benchmark's baseline restarts the leader in place: with the pod's own grace
+    world.kube.evicted_with.clear()
+    await world.request("again", "db", "Restart")
+    await world.kube.patch(constants.OPS_API_VERSION, constants.OPS_KIND, w.NS, "again", {"metadata": {
+        "annotations": {constants.ANNOTATION_BENCH_SKIP_MOVE_LEADER: "true"}}})
+    assert world.cluster is not None
+    leader = world.cluster.leader
+    req = await world.run("again")
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL
+    graces = dict(world.kube.evicted_with)
+    assert graces.pop(leader) is None and set(graces.values()) == {0}
+    minimal = restart.FOLLOWER_STOP_GRACE_SECONDS
+    assert minimal == 2
+    assert restart.stop_grace({"spec": {}}, follower=True) == minimal  # the pod's default is 30 s
+    assert restart.stop_grace({"spec": {"terminationGracePeriodSeconds": 30}}, follower=True) == minimal
+    assert restart.stop_grace({"spec": {"terminationGracePeriodSeconds": 1}}, follower=True) == 1
+    assert restart.stop_grace({"spec": {"terminationGracePeriodSeconds": 30}}, follower=False) is None
 
 
 async def test_move_leader_to_a_named_follower(world: w.World) -> None:

@@ -16,6 +16,7 @@ aspects:
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 from opsmanager.api import conditions, constants
 from tests.ops import test_engine_operations as operations
@@ -31,7 +32,7 @@ def stale_entry_after_first_eviction(world: w.World, *, someone_else: bool = Fal
     evicted: list[tuple[str, datetime.datetime]] = []
     evict = world.kube.evict
 
-    async def evict_with_a_stale_entry(namespace: str, pod: str) -> None:
+    async def evict_with_a_stale_entry(namespace: str, pod: str, **kw: Any) -> None:
         if len(evicted) == 1:
             first, when = evicted[0]
             entries = {first: conditions.rfc3339(when)}
@@ -41,7 +42,7 @@ def stale_entry_after_first_eviction(world: w.World, *, someone_else: bool = Fal
             await world.kube.patch("policy/v1", "PodDisruptionBudget", namespace, "db", {"status": {
                 "disruptionsAllowed": 0, "disruptedPods": entries}}, subresource="status")
         evicted.append((pod, datetime.datetime.now(datetime.UTC)))
-        await evict(namespace, pod)
+        await evict(namespace, pod, **kw)
 
     world.kube.evict = evict_with_a_stale_entry  # type: ignore[method-assign]
 

@@ -70,6 +70,16 @@ def test_single_member_restarts_in_place() -> None:
     action = next_action(solo, 1)
     assert (action.kind, action.pod) == (ActionKind.RESTART, "db-0")
     assert "downtime" in action.reason
+    assert action.follower is False  # nobody else serves: the pod's own grace
+
+
+def test_a_restart_says_whether_its_member_is_a_follower_among_serving_members() -> None:
+    # The engine stops a follower with the kubelet's minimal grace, and the leader with the pod's own.
+    action = next_action(three(leader="db-0"), 3)
+    assert action.kind is ActionKind.RESTART and action.pod != "db-0" and action.follower is True
+    baseline = next_action(three(leader="db-0"), 3, move_leader=False)
+    assert (baseline.pod, baseline.follower) == ("db-0", False)  # the baseline restarts the leader as it is
+    assert next_action(three(leader="db-1"), 3, move_leader=False).follower is True
 
 
 @given(

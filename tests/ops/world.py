@@ -88,7 +88,8 @@ class CrashingKube(kube.Kube):
     and ``done <type>`` right after the status write that first shows a request condition False (the in-flight
     mark written before the step acts) or True (the step's end). One status write records several conditions (the
     engine queues a reconcile's changes), so a crash after it is the moment of every point it shows: they are all
-    taken at once. It also counts the request's status writes (``status_writes``)."""
+    taken at once. It also counts the request's status writes (``status_writes``) and records each eviction's grace
+    (``evicted_with``: (pod, grace or None), in order)."""
 
     crash: Callable[[str], None] = staticmethod(lambda point: None)
 
@@ -96,8 +97,11 @@ class CrashingKube(kube.Kube):
 
     armed: Callable[[str], bool] = staticmethod(lambda point: False)
 
-    async def evict(self, namespace: str, pod: str) -> None:
+    evicted_with: list[tuple[str, int | None]]
+
+    async def evict(self, namespace: str, pod: str, *, grace_period_seconds: int | None = None) -> None:
         self.on_evict(pod)
+        self.evicted_with.append((pod, grace_period_seconds))
         self.crash(f"before evict {pod}")
         if self.armed(f"midway evict {pod}"):
             if not await self._admit_only(namespace, pod):
@@ -105,7 +109,7 @@ class CrashingKube(kube.Kube):
                 # look, and the eviction would then go through whole)
                 raise kube.TooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.")
             self.crash(f"midway evict {pod}")
-        await super().evict(namespace, pod)
+        await super().evict(namespace, pod, grace_period_seconds=grace_period_seconds)
         self.crash(f"after evict {pod}")
 
     async def _admit_only(self, namespace: str, pod: str) -> bool:
@@ -313,6 +317,7 @@ class World:
         client.armed = lambda point: point in self.crash_points
         client.crash_after_write = self.maybe_crash_after_write
         client.unchanged_writes = []
+        client.evicted_with = []
         client.on_evict = lambda pod: self.record.evictions.append((pod, self.clock.offset.total_seconds()))
         client.on_delete_pod = lambda pod: self.record.deletions.append(pod)
         self.clock = FakeClock()

@@ -146,4 +146,4 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
         pod = pods[action.pod]
         _remember(ctx, action.pod, str(pod["metadata"].get("uid") or ""), elapsed)
         restart.report_stale_restart(ctx, action.pod, elapsed, stale[action.pod])
-        return await restart.restart(ctx, step, pod)
+        return await restart.restart(ctx, step, pod, follower=action.follower)
