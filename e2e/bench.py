@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -52,7 +53,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from e2e import consistency, naive, scenario, soak
+from e2e import consistency, history, naive, scenario, soak
+from e2e import timeline as tl
 from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.cluster import naming
@@ -62,6 +64,12 @@ ENGINE = "opsmanager"
 # The minor after the tier's etcd (sandbox/controlplane/build.py builds both).
 ETCD_36 = realcp.build_module().COMPONENTS["etcd-3.6"].version().removeprefix("v")
 NO_MOVE_LEADER = "opsmanager-no-moveleader"  # our steps minus MoveLeader (the bench-only annotation)
+# Our request with clients that also watch, as a kube-apiserver always does: WATCHERS watch streams over gRPC, each
+# starting on another member and reconnecting from its last revision, beside the writer.
+ENGINE_WATCHED = "opsmanager-watched"
+WATCHERS = 3
+# The target: with watchers open, an operation takes at most this many times its time without them (same run).
+WATCHED_WALL_RATIO_TARGET = 1.2
 Record = dict[str, Any]
 Printer = Callable[[str], None]
 
@@ -133,6 +141,7 @@ SCENARIOS = ("all", "ops", "tls", *OPERATION_KEYS, *DATA_SCENARIOS, *STORAGE_SCE
 
 STRATEGY_TEXT = {
     ENGINE: "opsmanager EtcdOpsRequest",
+    ENGINE_WATCHED: f"opsmanager EtcdOpsRequest, {WATCHERS} clients watching (gRPC, one per member)",
     NO_MOVE_LEADER: "our steps minus MoveLeader: same request, ordinal roll, leader restarted where it falls",
     "naive-https-only-restart": "naive: restart onto https-only, no peer-URL update",
     "reissue-then-restart": "restart-based: re-issue, then a leader-aware Restart request",
@@ -306,7 +315,7 @@ def order_key(record: Record) -> tuple[int, int, str, int]:
     order = ["bare-restart", *OPERATION_KEYS, "rotate-auth", "backup", "restore", "quorum-recovery", "api-cost",
              "scale", "webhook-latency", "webhook-fuzz", "soak"]
     scen = record.get("scenario", "")
-    rank = {ENGINE: 0, NO_MOVE_LEADER: 1}.get(record.get("strategy", ""), 2)
+    rank = {ENGINE: 0, ENGINE_WATCHED: 1, NO_MOVE_LEADER: 2}.get(record.get("strategy", ""), 3)
     where = 0 if control_plane_of(record) == EMBEDDED else 2 if record.get("nodes") else 1
     return (order.index(scen) if scen in order else len(order), rank, record.get("strategy", ""), where)
 
@@ -387,6 +396,33 @@ def ops_table(records: Sequence[Record]) -> list[str]:
     return _table(head, rows)
 
 
+def watched_pairs(records: Sequence[Record]) -> list[tuple[Record, Record]]:
+    """Pure: each operation's run with watchers beside its run without, on the same control plane (same run)."""
+    plain = {(r.get("scenario"), control_plane_of(r), r.get("nodes")): r for r in records
+             if r.get("strategy") == ENGINE and r.get("scenario") in OPERATION_KEYS}
+    pairs = []
+    for r in sorted((r for r in records if r.get("strategy") == ENGINE_WATCHED), key=order_key):
+        base = plain.get((r.get("scenario"), control_plane_of(r), r.get("nodes")))
+        if base is not None:
+            pairs.append((base, r))
+    return pairs
+
+
+def watched_ratio(base: Record, watched: Record) -> float | None:
+    return ratio(float(watched["wall_s"]), float(base["wall_s"]))
+
+
+def watched_table(records: Sequence[Record]) -> list[str]:
+    rows = [(w["operation"], control_plane_of(w), figure(b, "wall_s"), figure(w, "wall_s"),
+             _cell(watched_ratio(b, w)), w.get("watchers"), figure(w, "watch_problems"), figure(w, "watch_reconnects"),
+             f"{figure(w, 'writes_failed')}/{w['writes_total']}", figure(w, "unplanned_elections"))
+            for b, w in watched_pairs(records)]
+    head = ("operation", "control plane", "wall s, no watcher", "wall s, watchers", "ratio", "watchers",
+            "watch problems (lost, repeated, out of order)", "watch reconnects", "writes failed/total",
+            "unplanned elections")
+    return _table(head, rows)
+
+
 def breakdown_lines(records: Sequence[Record]) -> list[str]:
     """Where each engine run's wall time went (from its request's condition transitions)."""
     out = []
@@ -432,6 +468,17 @@ Both run on each control plane. On the real one the operator has its own user, s
 """
 
 
+WATCHED_TEXT = f"""
+Each operation that restarts members runs a second time in the same run, on a fresh Etcd, with {WATCHERS} more clients
+that watch the keys a recording client writes (gRPC, each starting on another member and reconnecting from its last
+revision after an error), as a kube-apiserver always watches its etcd. *Ratio* is the wall time with them over the
+wall time without (target ≤ {WATCHED_WALL_RATIO_TARGET}). *Watch problems*: events lost, repeated or out of order in
+any watcher's log against what the recording client wrote (`e2e/watchcheck.py`); a reconnect is expected at each
+restart of the member a watcher is on. A member with open watch streams waits 7 s in its stop before it cuts them;
+the engine stops followers with the kubelet's minimal grace, 2 s (docs/decisions.md D38.1).
+"""
+
+
 def render_markdown(doc: dict[str, Any]) -> str:
     """The whole ``docs/benchmarks.md`` from the JSON document (regenerated by every ``--json`` run)."""
     records: list[Record] = doc.get("runs", [])
@@ -468,6 +515,10 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if notes:
         out += ["Member steps of each run (naive: time until each member was back, or the bounded wait ran out):",
                 "", *notes, ""]
+    out += figure_lines(records)
+    watched = watched_table(records)
+    if watched[2:]:
+        out += ["## Clients that watch", "", *WATCHED_TEXT.strip("\n").splitlines(), "", *watched, ""]
     where = breakdown_lines(records)
     if where:
         out += ["Where the engine's wall time goes (from its request's condition transitions, observed every 0.2 s; "
@@ -817,22 +868,38 @@ class Measured:
     failovers: int  # ops acknowledged by a target other than the one they tried first
     checked: consistency.Consistency  # every acknowledged write read back? HashKV equal on every member?
     credential_changes: int = 0  # a writer with a login: new credentials it took up in the window
+    watched: history.Recorded | None = None  # with watchers: the recorder's history and every watcher's log
+    timeline: tl.Timeline | None = None  # what the clients saw, for the run's picture
 
     def record(self) -> Record:
         """The fields every operation run adds to its record."""
-        return {"writer_failovers": self.failovers, **self.checked.record()}
+        out: Record = {"writer_failovers": self.failovers, **self.checked.record()}
+        if self.watched is not None:
+            problems = self.watched.watch_problems()
+            out.update(watchers=1 + len(self.watched.other_watch_logs), watch_problems=len(problems),
+                       watch_problem_notes=[p[:300] for p in problems[:5]],
+                       watch_reconnects=self.watched.reconnects())
+        return out
 
 
 async def measure(sc: scenario.Scenario, db: str, action: Callable[[], Awaitable[Any]], *,
-                  check_timeout: float = 30.0, login: Any = None) -> Measured:
+                  check_timeout: float = 30.0, login: Any = None, watchers: int = 0) -> Measured:
     """Run ``action`` with the live writer and the leader monitor on ``db`` — the same for every strategy — then
     read every acknowledged write back and compare HashKV on every member (waiting up to ``check_timeout`` s for
     them to reach one revision: a cluster a naive strategy broke never does). ``login``: where the writer reads
-    its credentials (a :class:`e2e.writer.Login`, on a cluster with etcd's authentication)."""
+    its credentials (a :class:`e2e.writer.Login`, on a cluster with etcd's authentication). ``watchers``: that many
+    clients also watch (gRPC, each from another member, reconnecting from its last revision) the keys a recording
+    client writes; every watcher's log is then checked against what it wrote (:mod:`e2e.watchcheck`)."""
     error, value = "", None
-    async with sc.live(db, login=login) as (w, mon):
+    recording: history.Recording | None = None
+    down = tl.DownTracker(sc.k, sc.namespace, db)
+    async with sc.live(db, login=login) as (w, mon), contextlib.AsyncExitStack() as stack:
+        if watchers:
+            recording = await stack.enter_async_context(history.Recording(
+                history.Recorder.following(w, interval=scenario.RECORDER_INTERVAL), watchers=watchers))
         before = w.snapshot()
         started = time.monotonic()
+        down.start(started)
         progress = [started]
         watch = asyncio.create_task(_last_success(w, progress))
         try:
@@ -843,15 +910,24 @@ async def measure(sc: scenario.Scenario, db: str, action: Callable[[], Awaitable
             watch.cancel()
         wall = time.monotonic() - started
         after = w.snapshot()
+        spans = await down.stop(wall)
+        shift = w.started_at - started  # writer offsets -> seconds since the action started
+        seen = tl.Timeline(
+            label="", wall=wall, writes=[(s + shift, lat * 1000) for s, lat in w.latencies(started - w.started_at)],
+            failed=[s + shift for s in after.failure_offsets if s + shift >= 0], down=spans,
+            leader_changes=[mon.started_at + c.at - started for c in mon.result.changes
+                            if mon.started_at + c.at >= started])
         # A stall still going on when the action ends (a cluster broken for good) counts too; the writer's own
         # max gap only closes a gap at its next success.
         stall = max(after.max_gap, time.monotonic() - progress[0])
         mres = mon.result
+        await stack.aclose()  # the watchers have seen the recorder's last write
     checked = await sc.consistency(db, w, timeout=check_timeout)
     changes = sum(1 for _at, text in after.marks[len(before.marks):] if text.startswith("credentials changed"))
     return Measured(value, error, wall, after.ok - before.ok, after.failed - before.failed, stall, mres.elections,
                     tuple(note[:300] for note in after.errors[len(before.errors):][:8]),
-                    after.failovers - before.failovers, checked, changes)
+                    after.failovers - before.failovers, checked, changes,
+                    recording.result if recording is not None else None, seen)
 
 
 def _suffix(run_index: int) -> str:
@@ -860,24 +936,26 @@ def _suffix(run_index: int) -> str:
 
 async def run_engine(sc: scenario.Scenario, op: Operation, bare_sum: float, say: Printer, *,
                      strategy: str = ENGINE, run_index: int = 0) -> Record:
-    """Our request (``strategy`` ENGINE), or the same request minus MoveLeader (NO_MOVE_LEADER: the bench-only
-    annotation ``ops.opsmanager.dev/bench-skip-move-leader``)."""
-    db = f"{op.key}-{'e' if strategy == ENGINE else 'm'}{_suffix(run_index)}"
+    """Our request (``strategy`` ENGINE; ENGINE_WATCHED: with :data:`WATCHERS` clients watching), or the same
+    request minus MoveLeader (NO_MOVE_LEADER: the bench-only annotation ``ops.opsmanager.dev/bench-skip-move-
+    leader``)."""
+    letter = {ENGINE: "e", ENGINE_WATCHED: "w"}.get(strategy, "m")
+    db = f"{op.key}-{letter}{_suffix(run_index)}"
     request = f"{db}-op"
     await fresh_etcd(sc, db, op.initial_issuer)
     if op.prepare is not None:
         await op.prepare(sc, db)
     say(f"\n== {op.label}: {STRATEGY_TEXT[strategy]} on a fresh Etcd {db}")
     annotations = {constants.ANNOTATION_BENCH_SKIP_MOVE_LEADER: "true"} if strategy == NO_MOVE_LEADER else None
-    timeline: list[tuple[float, str, str]] = []
+    transitions: list[tuple[float, str, str]] = []
     submitted = [0.0]
 
     async def action() -> dict[str, Any]:
         submitted[0] = time.monotonic()
         await sc.submit(request, db, op.request_type, annotations=annotations, **op.request_spec)
-        return await sc.watch_request(request, timeout=600, timeline=timeline)
+        return await sc.watch_request(request, timeout=600, timeline=transitions)
 
-    m = await measure(sc, db, action)
+    m = await measure(sc, db, action, watchers=WATCHERS if strategy == ENGINE_WATCHED else 0)
     status = (m.value or {}).get("status") or {}
     phase = status.get("phase") or m.error or "unknown"
     failure = next((c.get("message", "") for c in status.get("conditions") or []
@@ -891,8 +969,13 @@ async def run_engine(sc: scenario.Scenario, op: Operation, bare_sum: float, say:
         writes_ok=m.writes_ok, max_stall=m.max_stall, elections=m.elections, leader_moves=moves, wall=m.wall,
         member_restarts=3 * op.engine_passes, bare_restart_sum=bare_sum, failure=failure,
         writer_notes=list(m.writer_notes), passes=op.engine_passes or None,
-        breakdown=time_breakdown([(t - submitted[0], type_, st) for t, type_, st in timeline], m.wall),
+        breakdown=time_breakdown([(t - submitted[0], type_, st) for t, type_, st in transitions], m.wall),
         **m.record())
+    if m.timeline is not None:
+        m.timeline.label = STRATEGY_TEXT[strategy]
+        m.timeline.steps = tl.steps_from_transitions(
+            [(t - submitted[0], type_, st) for t, type_, st in transitions])
+        rec[CLIENT_TIMELINE] = m.timeline.to_json()
     say(_line(rec))
     return rec
 
@@ -917,6 +1000,9 @@ async def run_naive(sc: scenario.Scenario, op: Operation, variant: NaiveVariant,
         leader_moves=outcome.leader_moves if outcome is not None else 0, wall=m.wall, member_restarts=len(steps),
         bare_restart_sum=bare_sum, steps=steps,
         writer_notes=list(m.writer_notes), **m.record())
+    if m.timeline is not None:
+        m.timeline.label = STRATEGY_TEXT[variant.strategy]
+        rec[CLIENT_TIMELINE] = m.timeline.to_json()
     say(_line(rec))
     return rec
 
@@ -968,6 +1054,9 @@ async def run_operations(workdir: pathlib.Path, keys: Sequence[str], say: Printe
                 if repeat > 1:
                     say(f"\n-- {op.label}: run {run_index + 1} of {repeat}")
                 runs.setdefault(ENGINE, []).append(await run_engine(sc, op, bare_sum, say, run_index=run_index))
+                if op.engine_passes:  # what watching clients cost the members' restarts
+                    runs.setdefault(ENGINE_WATCHED, []).append(await run_engine(
+                        sc, op, bare_sum, say, strategy=ENGINE_WATCHED, run_index=run_index))
                 if engine_only:
                     continue
                 if op.no_move_leader_baseline:
@@ -1064,6 +1153,87 @@ async def run(args: argparse.Namespace, say: Printer) -> list[Record]:
     return records
 
 
+FIGURES = "benchmarks"  # beside benchmarks.json: docs/benchmarks/<figure>.json and .svg
+CLIENT_TIMELINE = "client_timeline"  # a run's e2e.timeline data, until draw_figures moves it into its figure
+
+
+def figure_name(record: Record) -> str:
+    """The file name (no suffix) of the figure a record's run is drawn in: its operation, where it ran."""
+    where = control_plane_of(record) + (f"-{record['nodes']}-nodes" if record.get("nodes") else "")
+    return f"{record.get('scenario')}-{where}"
+
+
+def figure_title(record: Record) -> str:
+    nodes = f", {record['nodes']} real nodes" if record.get("nodes") else ""
+    return f"{record.get('operation')} on a live 3-member cluster ({control_plane_of(record)} control plane{nodes})"
+
+
+def draw_figures(records: list[Record], folder: pathlib.Path) -> None:
+    """Each operation's runs that carry a timeline (:data:`CLIENT_TIMELINE`, taken out of the record) as one figure: its data
+    in ``<folder>/<name>.json`` and the drawing of that data in ``<name>.svg``; the records then name it
+    (``figure``, relative to the folder's parent). The scale curve is drawn again from every scale record."""
+    groups: dict[str, list[Record]] = {}
+    for r in records:
+        if r.get(CLIENT_TIMELINE):
+            groups.setdefault(figure_name(r), []).append(r)
+    for name, group in groups.items():
+        group.sort(key=order_key)
+        doc = {"kind": "operation", "title": figure_title(group[0]), "runs": [r.pop(CLIENT_TIMELINE) for r in group]}
+        _write_figure(folder, name, doc)
+        for r in group:
+            r["figure"] = f"{folder.name}/{name}.svg"
+    by_plane: dict[str, list[Record]] = {}
+    for r in records:
+        if r.get("scenario") == "scale" and r.get("makespan_s") and r.get("cpu_floor_s"):
+            by_plane.setdefault(control_plane_of(r) + (f"-{r['nodes']}-nodes" if r.get("nodes") else ""), []).append(r)
+    for where, group in by_plane.items():
+        name = f"scale-{where}"
+        points = [{"clusters": r["clusters"], "makespan_s": r["makespan_s"], "cpu_floor_s": r["cpu_floor_s"],
+                   "single_wall_s": r.get("single_wall_s")} for r in sorted(group, key=lambda r: r["clusters"])]
+        _write_figure(folder, name, {"kind": "scale", "title": f"Clusters operated at once ({where})",
+                                     "points": points})
+        for r in group:
+            r["figure"] = f"{folder.name}/{name}.svg"
+
+
+def render_figure(doc: dict[str, Any]) -> str:
+    """The SVG of a figure's JSON (what the test redraws and compares)."""
+    if doc.get("kind") == "scale":
+        return tl.draw_scale(doc["title"], doc["points"])
+    return tl.draw_operation(doc["title"], [tl.Timeline.from_json(r) for r in doc["runs"]])
+
+
+def _write_figure(folder: pathlib.Path, name: str, doc: dict[str, Any]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(doc, indent=1) + "\n"
+    (folder / f"{name}.json").write_text(text)
+    (folder / f"{name}.svg").write_text(render_figure(json.loads(text)))
+
+
+def figure_lines(records: Sequence[Record]) -> list[str]:
+    """The figures the records name, each once, in the records' order."""
+    seen: dict[str, Record] = {}
+    for r in sorted(records, key=order_key):
+        if r.get("figure") and r["figure"] not in seen:
+            seen[r["figure"]] = r
+    if not seen:
+        return []
+    out = ["## Pictures: what each operation does to its clients", "", *FIGURES_TEXT.strip("\n").splitlines(), ""]
+    for path, r in seen.items():
+        what = "the scale curve" if r.get("scenario") == "scale" else figure_title(r)
+        out += [f"![{what}]({path})", ""]
+    return out
+
+
+FIGURES_TEXT = """
+Drawn by `make bench` from the JSON beside each SVG (`docs/benchmarks/<figure>.json`; `tests/e2e/test_bench_figures.py`
+draws each again and compares). One panel per strategy, on one time scale: every acknowledged write's latency as a
+point (the writer puts every 20 ms through every member, failing over), failed writes as red marks, each member's
+downtime (pod gone, terminating or not Ready) as a grey bar, leader changes as dashed lines, and our request's steps
+as bands. The scale curve: the makespan of N clusters' operations against N, with the CPU floor.
+"""
+
+
 def write_outputs(records: list[Record], json_path: pathlib.Path, md_path: pathlib.Path, *,
                   elapsed: float | None, repeat: int | None = None) -> dict[str, Any]:
     old: list[Record] = []
@@ -1075,6 +1245,7 @@ def write_outputs(records: list[Record], json_path: pathlib.Path, md_path: pathl
         except (ValueError, OSError):
             doc, old = {}, []
     merged = sorted(merge_records(old, records), key=order_key)
+    draw_figures(merged, json_path.parent / FIGURES)
     doc = {"generated": now_text(), "machine": machine(),
            "elapsed_s": round(elapsed, 1) if elapsed is not None else doc.get("elapsed_s"),
            "repeat": repeat if repeat is not None else doc.get("repeat", 1), "runs": merged}
@@ -1108,8 +1279,11 @@ def verdict(records: Sequence[Record]) -> list[str]:
                                 f"unplanned elections, {r['members_healthy']}/{r['members']} members healthy, "
                                 f"acknowledged writes kept: {r.get('acknowledged_writes_kept')}, HashKV agrees: "
                                 f"{r.get('hashkv_agree')}")
-        if r.get("strategy") != ENGINE:
+        if r.get("strategy") not in (ENGINE, ENGINE_WATCHED):
             continue
+        if r.get("strategy") == ENGINE_WATCHED and worst(r, "watch_problems"):
+            problems.append(f"{r['operation']} with watchers: {worst(r, 'watch_problems')} watch problems: "
+                            f"{r.get('watch_problem_notes')}")
         if r.get("scenario") in OPERATION_KEYS:
             if (not worst(r, "ok") or worst(r, "writes_failed") or worst(r, "unplanned_elections")
                     or not worst(r, "healthy_after") or worst(r, "read_back_ok") is False
@@ -1122,6 +1296,11 @@ def verdict(records: Sequence[Record]) -> list[str]:
             if r["successful"] != r["clusters"] or r["canary_writes_failed"] or r["canary_unplanned_elections"]:
                 problems.append(f"scale: {r['successful']}/{r['clusters']} Successful, canary failed writes "
                                 f"{r['canary_writes_failed']}, unplanned elections {r['canary_unplanned_elections']}")
+    for base, watched in watched_pairs(records):
+        slower = watched_ratio(base, watched)
+        if slower is not None and slower > WATCHED_WALL_RATIO_TARGET:
+            problems.append(f"{watched['operation']} ({control_plane_of(watched)}): {slower} × its time without "
+                            f"watchers, over the target of {WATCHED_WALL_RATIO_TARGET}")
     return problems
 
 
@@ -1155,7 +1334,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--soak-leaf", type=float, default=soak.BENCH.leaf_lifetime,
                         help="soak: leaf lifetime, s (%(default)s)")
     parser.add_argument("--render-only", action="store_true",
-                        help="run nothing: regenerate the markdown page from the --json file")
+                        help="run nothing: regenerate the markdown page and the figures from the --json file")
     args = parser.parse_args(list(argv))
     if args.nodes < 1:
         parser.error("--nodes must be at least 1 (the real nodes the operations' rows run on)")
@@ -1170,8 +1349,11 @@ def main(argv: Sequence[str]) -> int:
             parser.error("--render-only needs --json PATH (the results to render)")
         json_path = pathlib.Path(args.json)
         md_path = pathlib.Path(args.markdown) if args.markdown else json_path.with_suffix(".md")
-        md_path.write_text(render_markdown(json.loads(json_path.read_text())))
-        print(f"wrote {md_path}")
+        doc = json.loads(json_path.read_text())
+        draw_figures(doc.get("runs", []), json_path.parent / FIGURES)
+        json_path.write_text(json.dumps(doc, indent=2) + "\n")
+        md_path.write_text(render_markdown(doc))
+        print(f"wrote {md_path} and the figures under {json_path.parent / FIGURES}")
         return 0
     started = time.monotonic()
     records = asyncio.run(run(args, print))

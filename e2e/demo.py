@@ -24,6 +24,7 @@ from opsmanager import kube, pki
 from opsmanager_sandbox import install as sandbox_install
 
 BUNDLE = pathlib.Path(__file__).resolve().parent.parent / "deploy"
+WATCHERS = 3  # clients watching beside the writer in the demo
 
 OPERATIONS = (
     ("add-tls", "add TLS", {"tls": {"issuerRef": {"apiGroup": "cert-manager.io", "kind": "Issuer",
@@ -37,11 +38,12 @@ OPERATIONS = (
 
 def table(results: list[tuple[str, scenario.OpResult]]) -> str:
     head = ("operation", "result", "wall s", "writes failed/total", "max stall s", "elections",
-            "MoveLeader", "unplanned")
+            "MoveLeader", "unplanned", "watch problems")
     rows = [head]
     for label, r in results:
+        watch = str(len(r.recorded.watch_problems())) if r.recorded is not None else "–"
         rows.append((label, r.phase, f"{r.wall_seconds:.1f}", f"{r.writes_failed}/{r.writes_ok + r.writes_failed}",
-                     f"{r.max_gap:.3f}", str(r.elections), str(r.leader_moves), str(r.unplanned_elections)))
+                     f"{r.max_gap:.3f}", str(r.elections), str(r.leader_moves), str(r.unplanned_elections), watch))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -65,8 +67,10 @@ async def run(workdir: pathlib.Path, db: str = "demo", *, bundle: pathlib.Path |
     say = print
     started = time.monotonic()
     # storage=None: real nodes give the members real volumes (the CSI driver's default class), as `sandbox up` does
+    # Besides the writer, a recording client and WATCHERS clients that watch its keys (one starting on each member),
+    # as a kube-apiserver watches its etcd: what an operation does to watch streams shows too.
     async with scenario.Scenario(workdir, printer=say, install=bundle, control_plane=control_plane, nodes=nodes,
-                                 storage=None) as sc:
+                                 storage=None, watchers=WATCHERS) as sc:
         real = sc.sandbox.realnodes
         say(f"sandbox up in {time.monotonic() - started:.1f}s ({control_plane} control plane"
             f"{f', {len(real.nodes)} real nodes' if real is not None else ''}"
@@ -94,11 +98,17 @@ async def run(workdir: pathlib.Path, db: str = "demo", *, bundle: pathlib.Path |
             say(f"\n== {label}: EtcdOpsRequest {name}")
             result = await sc.operate(name, db, "ReconfigureTLS", timeout=600, **spec)
             results.append((label, result))
+            watch = result.recorded.watch_problems() if result.recorded is not None else []
             say(f"   -> {result.phase} in {result.wall_seconds:.1f}s; writes failed {result.writes_failed} of "
                 f"{result.writes_ok + result.writes_failed}; max stall {result.max_gap:.3f}s; "
-                f"unplanned elections {result.unplanned_elections}")
+                f"unplanned elections {result.unplanned_elections}; {WATCHERS} watchers: "
+                f"{len(watch)} events lost, repeated or out of order")
             if result.phase != "Successful":
                 say(f"   FAILED: {result.failure}")
+                break
+            if watch:
+                say(f"   WATCH: {watch[:3]}")
+                results[-1] = (label, dataclasses.replace(result, phase="WatchBroken"))
                 break
             if name != "remove-tls":
                 problem = await check_served(sc, db)

@@ -412,8 +412,9 @@ class Watcher(_Running):
 
     def __init__(self, targets: Sequence[writer.Target] = (), *, prefix: str, start_revision: int = 1,
                  follow: writer.Writer | None = None, credentials: access.Credentials | None = None,
-                 timeout: float = 2.0, retry_interval: float = 0.1) -> None:
+                 timeout: float = 2.0, retry_interval: float = 0.1, home: int = 0) -> None:
         self.prefix = prefix
+        self.home = home  # the member it watches on first (by its index in the targets), as a client's own
         self.targets = _Targets(targets, follow, credentials)
         self.log: list[watchcheck.Entry] = []
         self.reached = start_revision - 1  # the revision of the last event delivered
@@ -473,7 +474,7 @@ class Watcher(_Running):
     async def _run(self) -> None:
         cluster: int | None = None  # the cluster this segment watches (None: the next to answer)
         start, resync = self._start, False
-        way = _FailOver(self.targets, 0)
+        way = _FailOver(self.targets, self.home)
         while True:
             target = way.order()[0]
             self._connections.use_credentials(self.targets.credentials())
@@ -519,11 +520,23 @@ class Recorded:
     history: History
     watch_log: tuple[watchcheck.Entry, ...]
     last_revision: int
+    other_watch_logs: tuple[tuple[watchcheck.Entry, ...], ...] = ()  # the further watchers' (``watchers`` > 1)
 
     def watch_problems(self) -> list[str]:
-        """:func:`e2e.watchcheck.check` of the log against the history's changes (empty: the guarantees held)."""
-        return watchcheck.check(self.watch_log, self.history.changes(), prefix=self.history.prefix + "/",
-                                until=self.last_revision or None)
+        """:func:`e2e.watchcheck.check` of every watcher's log against the history's changes (empty: the guarantees
+        held; with several watchers, each problem names its watcher)."""
+        logs = (self.watch_log, *self.other_watch_logs)
+        found = []
+        for index, log in enumerate(logs):
+            problems = watchcheck.check(log, self.history.changes(), prefix=self.history.prefix + "/",
+                                        until=self.last_revision or None)
+            found += [f"watcher {index}: {p}" if len(logs) > 1 else p for p in problems]
+        return found
+
+    def reconnects(self) -> int:
+        """How many times the watchers opened their watch again after the first time, all together."""
+        return sum(sum(1 for e in log if isinstance(e, watchcheck.Connected)) - 1
+                   for log in (self.watch_log, *self.other_watch_logs) if log)
 
     def resolved(self) -> History:
         """The history with each write of unknown outcome settled by the watch log, as etcd's robustness tests do:
@@ -571,36 +584,44 @@ class Recording:
         assert rec.result.watch_problems() == []
     """
 
-    def __init__(self, recorder: Recorder, *, reach_timeout: float = 20.0) -> None:
+    def __init__(self, recorder: Recorder, *, reach_timeout: float = 20.0, watchers: int = 1) -> None:
         self.recorder = recorder
-        self.watcher = Watcher.beside(recorder)
+        # ``watchers`` > 1: each starts on another member (as clients spread over a cluster do)
+        self.watchers = [Watcher.beside(recorder, home=i) for i in range(max(1, watchers))]
+        self.watcher = self.watchers[0]
         self.reach_timeout = reach_timeout
         self.result: Recorded | None = None
 
     async def __aenter__(self) -> Recording:
         # The watch is confirmed before the first operation: everything the clients write is then delivered on a
         # live stream, whatever the operation does to the history below it (a Compact compacts at once).
-        await self.watcher.start()
         try:
-            await self.watcher.wait_watching(timeout=self.reach_timeout)
+            for watcher in self.watchers:
+                await watcher.start()
+            for watcher in self.watchers:
+                await watcher.wait_watching(timeout=self.reach_timeout)
         except BaseException:
-            await self.watcher.stop()
+            for watcher in self.watchers:
+                await watcher.stop()
             raise
         await self.recorder.start()
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         last = 0
+        logs: list[tuple[watchcheck.Entry, ...]] = []
         try:
             await self.recorder.stop()
             if exc_type is None:
                 final = await self.recorder.read_final()
                 last = max(op.mod_revision for op in final.values())
-                await self.watcher.wait_reached(last, timeout=self.reach_timeout)
+                for watcher in self.watchers:
+                    await watcher.wait_reached(last, timeout=self.reach_timeout)
         finally:
-            log = await self.watcher.stop()
+            for watcher in self.watchers:
+                logs.append(tuple(await watcher.stop()))
             await self.recorder.close()
-            self.result = Recorded(self.recorder.history(), tuple(log), last)
+            self.result = Recorded(self.recorder.history(), logs[0], last, tuple(logs[1:]))
 
 
 __all__ = ["History", "Operation", "Recorded", "Recorder", "Recording", "Watcher", "never_sent"]

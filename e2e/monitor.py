@@ -68,6 +68,11 @@ class LeaderMonitor:
         for client in self._clients:
             client.set_endpoints(moved(client.endpoints))
 
+    @property
+    def started_at(self) -> float:
+        """When it started (``time.monotonic``): :attr:`LeaderChange.at` counts from it."""
+        return self._started
+
     async def start(self) -> None:
         self._started = time.monotonic()
         self._task = asyncio.create_task(self._run(), name="leader-monitor")

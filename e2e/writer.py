@@ -360,6 +360,9 @@ class Writer:
         self._failure_offsets: list[float] = []
         self._marks: list[tuple[float, str]] = []
         self._started_at = self._stopped_at = 0.0
+        self._op_started = 0.0
+        # every acknowledged op: (its start, seconds since the writer started; its latency, seconds), for pictures
+        self._latencies: list[tuple[float, float]] = []
         self._last_ok_at: float | None = None
         self._max_gap = 0.0
         self._ok_event = asyncio.Event()
@@ -474,6 +477,16 @@ class Writer:
     @staticmethod
     def _now() -> float:
         return asyncio.get_running_loop().time()
+
+    @property
+    def started_at(self) -> float:
+        """When it started, on the event loop's clock (``time.monotonic``)."""
+        return self._started_at
+
+    def latencies(self, since: float = 0.0) -> list[tuple[float, float]]:
+        """Every acknowledged op that started ``since`` seconds after the writer or later: (start, latency), both
+        in seconds, the start counted from the writer's (failed ops: :attr:`WriterResult.failure_offsets`)."""
+        return [entry for entry in self._latencies if entry[0] >= since]
 
     async def start(self) -> None:
         if self._task is not None:
@@ -600,6 +613,7 @@ class Writer:
                 next_at = now  # no catch-up: missed slots are not replayed
 
     async def _one_op(self) -> None:
+        self._op_started = self._now()
         self._seq += 1
         value = str(self._seq).encode()
         key = key_for(self.prefix, self._seq)
@@ -663,6 +677,7 @@ class Writer:
                 self._switches += 1
             self._last_good, self._last_ok_label = target, target.label
             self._ok += 1
+            self._latencies.append((self._op_started - self._started_at, now - self._op_started))
             self._last_value = self._seq
             self._acknowledged.append(self._seq)
             if tried:

@@ -337,3 +337,24 @@ def test_the_slowest_transitions_of_a_request_name_what_it_waited_for() -> None:
         {"type": "RestartPods", "status": "True", "lastTransitionTime": "2026-01-01T00:01:51Z"}]}}
     assert scale.slowest_transitions(request, count=2) == [
         "100s until EvictPod--x-0=True (eviction not allowed yet)", "10s until RestartPods=True"]
+
+
+def test_runs_with_watchers_sit_beside_their_runs_without_and_are_held_to_the_ratio() -> None:
+    plain = _engine(wall=20.0)
+    watched = _engine(strategy=bench.ENGINE_WATCHED, wall=23.0, watchers=3, watch_problems=0, watch_reconnects=6)
+    assert bench.watched_pairs([watched, plain]) == [(plain, watched)]
+    assert bench.watched_ratio(plain, watched) == 1.15
+    assert bench.verdict([plain, watched]) == []
+    rows = bench.watched_table([plain, watched])
+    assert len(rows) == 3 and "| add TLS | embedded | 20.0 | 23.0 | 1.15 | 3 | 0 | 6 |" in rows[2]
+    # slower than the target, or a watch problem, is a problem of our engine
+    slow = _engine(strategy=bench.ENGINE_WATCHED, wall=30.0, watchers=3, watch_problems=0)
+    assert any("1.5 × its time without watchers" in p for p in bench.verdict([plain, slow]))
+    lost = _engine(strategy=bench.ENGINE_WATCHED, wall=21.0, watchers=3, watch_problems=2,
+                   watch_problem_notes=["watcher 1: lost"])
+    assert any("2 watch problems" in p for p in bench.verdict([plain, lost]))
+    # a run on another control plane is not paired with this one
+    assert bench.watched_pairs([plain, _engine(strategy=bench.ENGINE_WATCHED, control_plane="kubernetes")]) == []
+    # engine_passes > 0 is what gets a watched run: the operations that restart members
+    assert [op.key for op in bench.OPERATIONS if op.engine_passes] == [
+        "add-tls", "issuer-change", "remove-tls", "restart", "upgrade"]

@@ -36,3 +36,21 @@ def test_without_a_whole_watch_log_nothing_is_settled() -> None:
     ops = (_op(1, "put", "b", 15, None, outcome="unknown", error="timeout"),)
     recorded = history.Recorded(history.History("/p", ops), (), last_revision=0)
     assert recorded.resolved().operations == ops
+
+
+def test_every_watchers_log_is_checked_and_named_and_reconnects_are_counted() -> None:
+    ops = (_op(0, "put", "a", 10, 20, revision=5), _op(0, "put", "b", 30, 40, revision=6))
+    whole = (watchcheck.Connected(1, "m0"),
+             watchcheck.Delivered(5, 1, "m0", (watchcheck.Event("put", "/p/k0", "a", 5),)),
+             watchcheck.Broken("transient", "MemberUnreachable: m0 stopped"),
+             watchcheck.Connected(6, "m1"),
+             watchcheck.Delivered(6, 1, "m1", (watchcheck.Event("put", "/p/k0", "b", 6),)))
+    missing_b = (watchcheck.Connected(1, "m1"),
+                 watchcheck.Delivered(5, 1, "m1", (watchcheck.Event("put", "/p/k0", "a", 5),)),
+                 watchcheck.Delivered(7, 1, "m1", ()))
+    one = history.Recorded(history.History("/p", ops), whole, last_revision=6)
+    assert one.watch_problems() == [] and one.reconnects() == 1
+    two = history.Recorded(history.History("/p", ops), whole, last_revision=6, other_watch_logs=(missing_b,))
+    problems = two.watch_problems()
+    assert problems and all(p.startswith("watcher 1: ") for p in problems), problems
+    assert two.reconnects() == 1
