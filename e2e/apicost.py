@@ -75,7 +75,8 @@ async def counted_operator(sc: scenario.Scenario, workdir: pathlib.Path, interva
     await asyncio.to_thread(sc.operator.stop)  # type: ignore[union-attr]
     proxy = scale.CountingProxy(sc.sandbox.url, ca_file=sc.sandbox.ca_file)
     await proxy.start()
-    kubeconfig = scale.write_proxied_kubeconfig(sc.sandbox.operator_kubeconfig, workdir / "kubeconfig-counted", proxy.url)
+    kubeconfig = scenario.kubeconfig_copy(sc.sandbox.operator_kubeconfig, workdir / "kubeconfig-counted",
+                                          server=proxy.url)
     sc.operator = await asyncio.to_thread(processes.OperatorProcess.start, kubeconfig,
                                           log_path=workdir / "operator-counted.log", interval=interval,
                                           extra_args=() if cached else ("--no-watch-cache",))

@@ -568,10 +568,13 @@ def render_markdown(doc: dict[str, Any]) -> str:
             out += ["Where the CPU goes:", "",
                     *_table(("cores", "members idle (cores)", "members idle once TLS (cores)", "machine busy, idle "
                              "phase (cores)", "machine busy, concurrent phase (cores)", "members (cores)",
-                             "operator (cores)", "sandbox + harness (cores)", "control plane processes (cores)"),
+                             "operator (cores)", "sandbox + harness (cores)", "control plane processes (cores)",
+                             "node agents idle (cores)", "node agents (cores)"),
                             [(scale["cores"], scale["members_idle_cores"], scale.get("members_idle_tls_cores", "–"),
                               scale["machine_idle_cores"], scale["machine_busy_cores"], scale.get("members_busy_cores", "–"),
-                              scale["operator_cores"], scale["sandbox_cores"], scale.get("control_plane_cores", "–"))]),
+                              scale["operator_cores"], scale["sandbox_cores"], scale.get("control_plane_cores", "–"),
+                              scale.get("node_agents_idle_cores", "–") if scale.get("nodes") else "–",
+                              scale.get("node_agents_cores", "–") if scale.get("nodes") else "–")]),
                     ""]
         if "members_cpu_s_per_operation" in scale:
             out += ["CPU seconds and passes per operation, one cluster alone and each of the N at once (members: their "
@@ -757,9 +760,11 @@ for each of the N, and the engine's and the provisioner's passes (`opsmanager_op
 
 *The machine's CPU floor* is what perfect packing would allow: each of the N needs the CPU one alone used (its
 operator, members and sandbox share and, on the real control plane, the CPU of kube-apiserver, its etcd,
-kube-controller-manager and kube-scheduler over its request; less its members' idle share), and the idle members of
-all N take their cores for as long as the phase lasts, so the phase cannot end before N × that work ÷ (cores −
-members idle). It is a lower bound on the makespan, with no contention at all; *makespan ÷ floor* is what
+kube-controller-manager and kube-scheduler over its request; on real nodes also the kubelets', containerd's and its
+shims' CPU over it; less its members' idle share), and the idle members of all N take their cores for as long as the
+phase lasts (on real nodes with the kubelets' upkeep of the N clusters' pods at rest), so the phase cannot end
+before N × that work ÷ (cores − idle). On real nodes the members' CPU is every node's `kubepods` cgroup and the node
+agents' its `system` cgroup (cgroup v1 `cpuacct.usage`, which keeps the CPU of exited containers). It is a lower bound on the makespan, with no contention at all; *makespan ÷ floor* is what
 contention costs, and when the machine is busy on every core what is left is the machine's, not the operator's:
 the operator's own part is its CPU per operation and its passes. (A floor taken from the whole machine's busy time,
 `/proc/stat`, was tried and dropped: N at once share work one alone pays in full, such as watch fan-out in the API
@@ -1147,9 +1152,13 @@ async def run(args: argparse.Namespace, say: Printer) -> list[Record]:
     if with_scale:
         from e2e import scale
 
-        for clusters in args.clusters:  # on the real control plane when it is one of the chosen
-            records.append(await scale.bench(workdir / f"scale-{clusters}", say, clusters=clusters,
-                                             control_plane=apis[-1], etcd_version=scenario.BUILT_ETCD_VERSION))
+        # on real nodes when they are among the chosen (their kubelets and containerd count in the floor), else on
+        # the real control plane when it is one of the chosen
+        nodes = args.nodes if NODES in planes else 0
+        for clusters in args.clusters:
+            records.append(await scale.bench(workdir / f"scale-{clusters}{f'-{nodes}-nodes' if nodes else ''}", say,
+                                             clusters=clusters, control_plane=KUBERNETES if nodes else apis[-1],
+                                             etcd_version=scenario.BUILT_ETCD_VERSION, nodes=nodes))
     return records
 
 
@@ -1157,15 +1166,19 @@ FIGURES = "benchmarks"  # beside benchmarks.json: docs/benchmarks/<figure>.json 
 CLIENT_TIMELINE = "client_timeline"  # a run's e2e.timeline data, until draw_figures moves it into its figure
 
 
+def _where_slug(record: Record) -> str:
+    """Where a record was measured, for a file name: ``embedded``, ``kubernetes``, ``kubernetes-3-nodes``."""
+    plane = str(record.get("control_plane") or EMBEDDED)
+    return plane + (f"-{record['nodes']}-nodes" if record.get("nodes") else "")
+
+
 def figure_name(record: Record) -> str:
     """The file name (no suffix) of the figure a record's run is drawn in: its operation, where it ran."""
-    where = control_plane_of(record) + (f"-{record['nodes']}-nodes" if record.get("nodes") else "")
-    return f"{record.get('scenario')}-{where}"
+    return f"{record.get('scenario')}-{_where_slug(record)}"
 
 
 def figure_title(record: Record) -> str:
-    nodes = f", {record['nodes']} real nodes" if record.get("nodes") else ""
-    return f"{record.get('operation')} on a live 3-member cluster ({control_plane_of(record)} control plane{nodes})"
+    return f"{record.get('operation')} on a live 3-member cluster ({control_plane_of(record)})"
 
 
 def draw_figures(records: list[Record], folder: pathlib.Path) -> None:
@@ -1185,13 +1198,13 @@ def draw_figures(records: list[Record], folder: pathlib.Path) -> None:
     by_plane: dict[str, list[Record]] = {}
     for r in records:
         if r.get("scenario") == "scale" and r.get("makespan_s") and r.get("cpu_floor_s"):
-            by_plane.setdefault(control_plane_of(r) + (f"-{r['nodes']}-nodes" if r.get("nodes") else ""), []).append(r)
+            by_plane.setdefault(_where_slug(r), []).append(r)
     for where, group in by_plane.items():
         name = f"scale-{where}"
         points = [{"clusters": r["clusters"], "makespan_s": r["makespan_s"], "cpu_floor_s": r["cpu_floor_s"],
                    "single_wall_s": r.get("single_wall_s")} for r in sorted(group, key=lambda r: r["clusters"])]
-        _write_figure(folder, name, {"kind": "scale", "title": f"Clusters operated at once ({where})",
-                                     "points": points})
+        title = f"Add TLS on N clusters at once ({control_plane_of(group[0])})"
+        _write_figure(folder, name, {"kind": "scale", "title": title, "points": points})
         for r in group:
             r["figure"] = f"{folder.name}/{name}.svg"
 

@@ -25,7 +25,6 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
-import yaml
 from aiohttp import web
 
 from e2e import naive, processes, scenario
@@ -128,15 +127,6 @@ class CountingProxy:
             return response
 
 
-def write_proxied_kubeconfig(source: pathlib.Path, target: pathlib.Path, server: str) -> pathlib.Path:
-    """A copy of ``source`` whose clusters all point at ``server``."""
-    doc = yaml.safe_load(source.read_text())
-    for cluster in doc.get("clusters") or []:
-        cluster.setdefault("cluster", {})["server"] = server
-    target.write_text(yaml.safe_dump(doc))
-    return target
-
-
 # --- /proc of the operator -----------------------------------------------------------------------------------
 
 
@@ -211,12 +201,42 @@ def exited_children_cpu() -> float:
 
 def members_ever_cpu(sc: scenario.Scenario) -> float:
     """CPU seconds every etcd member has used so far, the exited ones (:func:`exited_children_cpu`) with the live
-    ones (:func:`members_cpu`): its delta over a phase is what the members used in it."""
+    ones (:func:`members_cpu`): its delta over a phase is what the members used in it. On real nodes the pods'
+    cgroups count the exited containers too."""
+    if sc.sandbox.realnodes is not None:
+        return members_cpu(sc)
     return exited_children_cpu() + members_cpu(sc)
 
 
+CPUACCT = pathlib.Path("/sys/fs/cgroup/cpuacct")
+
+
+def cgroup_cpu(path: str) -> float:
+    """CPU seconds a cgroup (v1 ``cpuacct``, hierarchical) and everything ever in it below have used so far; 0 when
+    it does not exist (yet)."""
+    try:
+        return int((CPUACCT / path.strip("/") / "cpuacct.usage").read_text()) / 1e9
+    except (OSError, ValueError):
+        return 0.0
+
+
+def nodes_cpu(sc: scenario.Scenario, part: str) -> float:
+    """On real nodes: CPU seconds of every node's ``kubepods`` (its pods: the members, and CoreDNS) or ``system``
+    (the kubelet, containerd and its shims) cgroup, exited processes included; 0 without real nodes."""
+    real = sc.sandbox.realnodes
+    return sum(cgroup_cpu(f"{node.cgroup}/{part}") for node in real.nodes) if real is not None else 0.0
+
+
+def node_agents_cpu(sc: scenario.Scenario) -> float:
+    """CPU seconds the real nodes' own processes (kubelet, containerd, shims) have used so far."""
+    return nodes_cpu(sc, "system")
+
+
 def members_cpu(sc: scenario.Scenario) -> float:
-    """CPU seconds the etcd processes of the scenario's namespace have used so far (from the kubelet's PIDs)."""
+    """CPU seconds the etcd processes of the scenario's namespace have used so far (from the kubelet's PIDs; on
+    real nodes, every pod's, from the nodes' cgroups)."""
+    if sc.sandbox.realnodes is not None:
+        return nodes_cpu(sc, "kubepods")
     total = 0.0
     for (ns, _pod, container), pid in sc.sandbox.kubelet.pids().items():
         if ns == sc.namespace and container == naming.CONTAINER_NAME:
@@ -301,19 +321,21 @@ ADD_TLS = {"tls": {"issuerRef": {"apiGroup": "cert-manager.io", "kind": "Issuer"
 
 
 async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: int = 10,
-                control_plane: str = "embedded", etcd_version: str | None = None) -> dict[str, Any]:
-    """One cluster alone, then ``clusters`` at once, add TLS on each; the ``scale`` record of the benchmark."""
+                control_plane: str = "embedded", etcd_version: str | None = None, nodes: int = 0) -> dict[str, Any]:
+    """One cluster alone, then ``clusters`` at once, add TLS on each; the ``scale`` record of the benchmark.
+    ``nodes``: on that many real nodes (kubelets over containerd), whose own CPU counts in the floor."""
     from e2e import bench as bench_module
 
     proxy: CountingProxy | None = None
     async with scenario.Scenario(workdir, namespace="scale", control_plane=control_plane,
-                                 etcd_version=etcd_version) as sc:
+                                 etcd_version=etcd_version, nodes=nodes or None) as sc:
         try:
             # Route the operator through the counting proxy (same operator, default --interval).
             await asyncio.to_thread(sc.operator.stop)
             proxy = CountingProxy(sc.sandbox.url, ca_file=sc.sandbox.ca_file)
             await proxy.start()
-            kubeconfig = write_proxied_kubeconfig(sc.sandbox.operator_kubeconfig, workdir / "kubeconfig-proxied", proxy.url)
+            kubeconfig = scenario.kubeconfig_copy(sc.sandbox.operator_kubeconfig, workdir / "kubeconfig-proxied",
+                                                  server=proxy.url)
             sc.operator = await asyncio.to_thread(processes.OperatorProcess.start, kubeconfig,
                                                   log_path=workdir / "operator.log")
             pid = sc.operator.pid
@@ -321,7 +343,7 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
 
             # One cluster alone.
             await bench_module.fresh_etcd(sc, "solo", None)
-            solo_cp_before = control_plane_cpu(sc)
+            solo_cp_before, solo_agents_before = control_plane_cpu(sc), node_agents_cpu(sc)
             before, cpu_before = proxy.snapshot(), read_proc(pid).cpu_seconds
             passes_before = await passes(sc.operator.metrics_url)
             solo_members_before, solo_own_before = members_ever_cpu(sc), read_proc(os.getpid()).cpu_seconds
@@ -334,6 +356,7 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
             single_members_cpu = members_ever_cpu(sc) - solo_members_before
             single_sandbox_cpu = read_proc(os.getpid()).cpu_seconds - solo_own_before
             single_cp_cpu = control_plane_cpu(sc) - solo_cp_before
+            single_agents_cpu = node_agents_cpu(sc) - solo_agents_before
             single_passes = [a - b for a, b in zip(await passes(sc.operator.metrics_url), passes_before, strict=True)]
             say(f"scale: one cluster alone: {single_phase} in {single_wall:.1f}s, {single_requests} operator API "
                 f"requests, {single_cpu:.2f} CPU s (members {single_members_cpu:.2f}, sandbox + harness "
@@ -350,11 +373,13 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
             say(f"scale: {clusters} Etcds ({3 * clusters} etcd processes) Ready in {time.monotonic() - created:.0f}s")
             # What the members alone cost before anything happens: the floor under the concurrent phase.
             idle_from, idle_busy, idle_cpu = time.monotonic(), machine_busy(), members_cpu(sc)
-            idle_cp = control_plane_cpu(sc)
+            idle_cp, idle_agents = control_plane_cpu(sc), node_agents_cpu(sc)
             await asyncio.sleep(IDLE_WINDOW)  # a measurement window, not a synchronisation
             idle_s = time.monotonic() - idle_from
             members_idle_cores = (members_cpu(sc) - idle_cpu) / idle_s
             control_plane_idle_cores = (control_plane_cpu(sc) - idle_cp) / idle_s
+            # the kubelets' own upkeep of every pod: a load of the N clusters at rest, like their members'
+            agents_idle_cores = (node_agents_cpu(sc) - idle_agents) / idle_s
             machine_idle_cores = (machine_busy() - idle_busy) / idle_s
             say(f"scale: idle, the {3 * clusters} etcd members use {members_idle_cores:.2f} cores, the machine "
                 f"{machine_idle_cores:.2f} of {os.cpu_count()}")
@@ -364,6 +389,7 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
                 before, cpu_before = proxy.snapshot(), read_proc(pid).cpu_seconds
                 busy_before, own_before = machine_busy(), read_proc(os.getpid()).cpu_seconds
                 members_before, cp_before = members_ever_cpu(sc), control_plane_cpu(sc)
+                agents_before = node_agents_cpu(sc)
                 passes_before = await passes(sc.operator.metrics_url)
                 started = time.monotonic()
                 for req, name in zip(requests, names, strict=True):
@@ -375,6 +401,7 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
                 harness_cpu = read_proc(os.getpid()).cpu_seconds - own_before
                 members_busy = members_ever_cpu(sc) - members_before
                 cp_busy = control_plane_cpu(sc) - cp_before
+                agents_busy = node_agents_cpu(sc) - agents_before
                 counts = _delta(proxy.snapshot(), before)
                 all_passes = [a - b for a, b in zip(await passes(sc.operator.metrics_url), passes_before,
                                                     strict=True)]
@@ -395,15 +422,18 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
                 await proxy.stop()
     bench_module.drop_volumes(workdir)
     successful = sum(1 for phase, _ in done.values() if phase == constants.PHASE_SUCCESSFUL)
-    floor = cpu_floor(clusters=clusters, cores=os.cpu_count() or 1, members_idle_cores=members_idle_cores,
-                      single_wall_s=single_wall,
+    floor = cpu_floor(clusters=clusters, cores=os.cpu_count() or 1,
+                      members_idle_cores=members_idle_cores + agents_idle_cores, single_wall_s=single_wall,
                       # the control plane's own idle load (leases, resyncs) is shared, not one cluster's work
-                      single_cpu_s=single_cpu + single_members_cpu + single_sandbox_cpu
+                      single_cpu_s=single_cpu + single_members_cpu + single_sandbox_cpu + single_agents_cpu
                       + max(0.0, single_cp_cpu - control_plane_idle_cores * single_wall))
     total_requests = sum(counts.values())
     record = {
         "scenario": "scale", "strategy": bench_module.ENGINE, "operation": "add TLS", "clusters": clusters,
-        "control_plane": control_plane, "etcd_version": sc.etcd_version,
+        "control_plane": control_plane, "etcd_version": sc.etcd_version, **({"nodes": nodes} if nodes else {}),
+        "single_node_agents_cpu_s": round(single_agents_cpu, 2), "node_agents_idle_cores": round(agents_idle_cores, 2),
+        "node_agents_cpu_s_per_operation": round(agents_busy / clusters, 2),
+        "node_agents_cores": round(agents_busy / makespan, 2),
         "single_control_plane_cpu_s": round(single_cp_cpu, 2),
         "control_plane_idle_cores": round(control_plane_idle_cores, 2),
         "control_plane_cpu_s_per_operation": round(cp_busy / clusters, 2),

@@ -203,12 +203,8 @@ class Scenario:
         """Restart the operator with a token the TokenRequest API issued for ``namespace/service_account``: it then
         has exactly the rights that ServiceAccount's bindings give (the bundle's, when a test applied them)."""
         token = await self.sandbox.service_account_token(namespace, service_account)
-        doc = yaml.safe_load(self.sandbox.operator_kubeconfig.read_text())
-        for user in doc.get("users") or []:
-            user["user"] = {"token": token}
-        path = self.dir / f"kubeconfig-{namespace}-{service_account}"
-        path.write_text(yaml.safe_dump(doc))
-        path.chmod(0o600)
+        path = kubeconfig_copy(self.sandbox.operator_kubeconfig, self.dir / f"kubeconfig-{namespace}-{service_account}",
+                               user={"token": token})
         await self.kill_operator()
         self.operator_kubeconfig = path
         await self.start_operator()
@@ -637,6 +633,22 @@ class Scenario:
             if statuses and len(statuses) == len(answers):
                 return statuses
         raise RuntimeError(f"the members of {db} did not all answer Status")
+
+
+def kubeconfig_copy(source: pathlib.Path, target: pathlib.Path, *, server: str | None = None,
+                    user: dict[str, Any] | None = None) -> pathlib.Path:
+    """A copy of the kubeconfig ``source`` (mode 0600) whose clusters all point at ``server`` and whose users all
+    authenticate as ``user`` (e.g. ``{"token": ...}``), each when given."""
+    doc = yaml.safe_load(source.read_text())
+    if server is not None:
+        for cluster in doc.get("clusters") or []:
+            cluster.setdefault("cluster", {})["server"] = server
+    if user is not None:
+        for entry in doc.get("users") or []:
+            entry["user"] = dict(user)
+    target.write_text(yaml.safe_dump(doc))
+    target.chmod(0o600)
+    return target
 
 
 class _MemberTracker:

@@ -7,8 +7,9 @@ import json
 import pathlib
 
 import pytest
+import yaml
 
-from e2e import bench, scale, webhook_load
+from e2e import bench, scale, scenario, webhook_load
 from opsmanager.webhook import admission
 
 
@@ -358,3 +359,26 @@ def test_runs_with_watchers_sit_beside_their_runs_without_and_are_held_to_the_ra
     # engine_passes > 0 is what gets a watched run: the operations that restart members
     assert [op.key for op in bench.OPERATIONS if op.engine_passes] == [
         "add-tls", "issuer-change", "remove-tls", "restart", "upgrade"]
+
+
+def test_cgroup_cpu_reads_cpuacct_usage_and_a_missing_cgroup_is_zero(tmp_path: pathlib.Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "node1" / "kubepods").mkdir(parents=True)
+    (tmp_path / "node1" / "kubepods" / "cpuacct.usage").write_text("2500000000\n")
+    monkeypatch.setattr(scale, "CPUACCT", tmp_path)
+    assert scale.cgroup_cpu("/node1/kubepods") == 2.5
+    assert scale.cgroup_cpu("node2/system") == 0.0
+
+
+def test_a_kubeconfig_copy_swaps_the_server_or_the_user_and_keeps_the_rest(tmp_path: pathlib.Path) -> None:
+    source = tmp_path / "kubeconfig"
+    source.write_text(yaml.safe_dump({
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443", "certificate-authority": "ca"}}],
+        "users": [{"name": "u", "user": {"client-certificate": "crt", "client-key": "key"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}], "current-context": "x"}))
+    proxied = yaml.safe_load(scenario.kubeconfig_copy(source, tmp_path / "p", server="http://127.0.0.1:9").read_text())
+    assert proxied["clusters"][0]["cluster"] == {"server": "http://127.0.0.1:9", "certificate-authority": "ca"}
+    assert proxied["users"][0]["user"] == {"client-certificate": "crt", "client-key": "key"}
+    as_token = scenario.kubeconfig_copy(source, tmp_path / "t", user={"token": "t0k"})
+    assert yaml.safe_load(as_token.read_text())["users"][0]["user"] == {"token": "t0k"}
+    assert as_token.stat().st_mode & 0o777 == 0o600

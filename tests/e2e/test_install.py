@@ -39,8 +39,6 @@ from tests.polling import aeventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
-ROOT = Path(__file__).resolve().parents[2]
-BUNDLE = ROOT / "deploy"
 OPERATOR_USER = rbac.OPERATOR_USER
 WEBHOOK_USER = rbac.WEBHOOK_USER
 ISSUER = {"apiGroup": "cert-manager.io", "kind": "Issuer"}
@@ -49,7 +47,7 @@ MUTATING = {"create", "update", "patch", "delete"}
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    async with scenario.Scenario(tmp_path_factory.mktemp("install"), install=BUNDLE,
+    async with scenario.Scenario(tmp_path_factory.mktemp("install"), install=rbac.BUNDLE,
                                  # node agent still (test_real_nodes_install.py has the bundle on a real node):
                                  # on a real node, under a loaded make test, the operator did not read the Node of a
                                  # frozen (SIGSTOP) member within 90 s, and an earlier run lost 5 writes in the

@@ -26,10 +26,10 @@ from e2e import scenario
 from opsmanager.api import constants
 from opsmanager.cluster import naming
 from opsmanager_sandbox import install as sandbox_install
+from tests.e2e import rbac
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
-BUNDLE = Path(__file__).resolve().parents[2] / "deploy"
 ISSUER = {"apiGroup": "cert-manager.io", "kind": "Issuer"}
 
 
@@ -37,7 +37,7 @@ ISSUER = {"apiGroup": "cert-manager.io", "kind": "Issuer"}
 async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
     # One node: what is tested here is the image and the pod network, not spreading (test_real_nodes.py does
     # that); a node's kubelet, containerd and CoreDNS less keep the machine's other test workers on time.
-    async with scenario.Scenario(tmp_path_factory.mktemp("real-install"), install=BUNDLE, control_plane="kubernetes",
+    async with scenario.Scenario(tmp_path_factory.mktemp("real-install"), install=rbac.BUNDLE, control_plane="kubernetes",
                                  nodes=1) as s:
         await s.ca_issuer("ca-a")
         yield s
