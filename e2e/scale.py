@@ -28,6 +28,7 @@ import aiohttp
 from aiohttp import web
 
 from e2e import naive, processes, scenario
+from opsmanager import kube
 from opsmanager.api import constants
 from opsmanager.cluster import naming
 from opsmanager.provisioner import handlers as provisioner_handlers
@@ -257,7 +258,13 @@ async def _wait_terminal(sc: scenario.Scenario, names: list[str], started: float
         if time.monotonic() > deadline:
             missing = sorted(set(names) - set(done))
             raise TimeoutError(f"requests {missing} not finished within {timeout:.0f}s")
-        for req in await sc.k.list(constants.OPS_API_VERSION, constants.OPS_KIND, sc.namespace):
+        try:
+            listed = await sc.k.list(constants.OPS_API_VERSION, constants.OPS_KIND, sc.namespace)
+        except kube.KubeError as err:
+            if not kube.is_transient(err):
+                raise
+            listed = []  # an API server too loaded to answer this poll answers a later one (the deadline holds)
+        for req in listed:
             name = req["metadata"]["name"]
             phase = (req.get("status") or {}).get("phase")
             if name in names and name not in done and phase in constants.TERMINAL_OPS_PHASES:
@@ -466,6 +473,8 @@ async def bench(workdir: pathlib.Path, say: Callable[[str], None], *, clusters: 
         "canary_writes_failed": w_after.failed - w_before.failed,
         "canary_writes_total": (w_after.ok - w_before.ok) + (w_after.failed - w_before.failed),
         "canary_max_write_stall_s": round(w_after.max_gap, 3),
+        # the canary writer's first failed tries and failed writes, for reading a stall or a failure
+        "canary_writer_notes": [note[:300] for note in w_after.errors[len(w_before.errors):][:8]],
         "canary_unplanned_elections": max(0, mres.elections - moves),
         "operator_interval_s": provisioner_handlers.DEFAULT_INTERVAL,
         "measured_at": bench_module.now_text(),
