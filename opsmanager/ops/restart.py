@@ -241,24 +241,22 @@ async def move_leader(ctx: context.OpsContext, client: admin.EtcdAdmin, action: 
     written after the move (with its Event), not before: the RPC disrupts nothing, and a move the operator did not
     live to record is observed again (the member is no longer leader) — nothing to re-derive from a False."""
     assert action.pod is not None and action.target_id is not None
+    took, late, delay = "", "", 0.0
     try:
         move = await client.move_leader(action.target_id, timeout=5.0)
+        took = f"in {move.rpc_seconds:.3f}s "
     except etcd_errors.EtcdError as err:
-        if await _leads(client, action.target_id):
-            # The transfer happened, only its answer (or every member's agreement) came late: it is recorded and
-            # announced like any move, or the next look would find the pod a follower and the move unaccounted for.
-            metrics.leader_moved()
-            ctx.set_pod_condition(constants.STEP_MOVE_LEADER, action.pod, T)
-            ctx.announce("MoveLeader", f"Moved etcd leadership from {action.pod} to {action.target_pod} before "
-                                       f"{before} (the call itself reported: {err})")
-            return context.Progress(delay=0.5)
-        ctx.set_pod_condition(constants.STEP_MOVE_LEADER, action.pod, F)
-        return context.Progress(f"moving leadership from {action.pod} to {action.target_pod}: {err}", delay=0.5)
+        if not await _leads(client, action.target_id):
+            ctx.set_pod_condition(constants.STEP_MOVE_LEADER, action.pod, F)
+            return context.Progress(f"moving leadership from {action.pod} to {action.target_pod}: {err}", delay=0.5)
+        # The transfer happened, only its answer (or every member's agreement) came late: it is recorded and
+        # announced like any move, or the next look would find the pod a follower and the move unaccounted for.
+        late, delay = f" (the call itself reported: {err})", 0.5
     metrics.leader_moved()
     ctx.set_pod_condition(constants.STEP_MOVE_LEADER, action.pod, T)
-    ctx.announce("MoveLeader", f"Moved etcd leadership from {action.pod} to {action.target_pod} in "
-                               f"{move.rpc_seconds:.3f}s before {before}")
-    return context.Progress(delay=0.0)
+    ctx.announce("MoveLeader", f"Moved etcd leadership from {action.pod} to {action.target_pod} {took}before "
+                               f"{before}{late}")
+    return context.Progress(delay=delay)
 
 
 async def _leads(client: admin.EtcdAdmin, member_id: int) -> bool:

@@ -49,7 +49,7 @@ class Action:
     pod: str | None = None
     target_pod: str | None = None
     target_id: int | None = None
-    follower: bool = False  # RESTART: ``pod`` is a follower in the view decided on, and other members serve
+    follower: bool = False  # RESTART: ``pod`` is a follower in the view decided on (so the leader serves on)
 
 
 def _ordinal(member: health.MemberView) -> tuple[int, str]:
@@ -96,11 +96,11 @@ def next_action(members: Sequence[health.MemberView], expected_voters: int, *, m
         victim = min(outdated, key=_ordinal)
         role = "leader" if victim.is_leader else "follower"
         return Action(ActionKind.RESTART, f"{role} {victim.name} is out of date (ordinal order, no MoveLeader: "
-                      "benchmark baseline)", pod=victim.name, follower=not victim.is_leader and len(members) > 1)
+                      "benchmark baseline)", pod=victim.name, follower=not victim.is_leader)
     followers = sorted((m for m in outdated if not m.is_leader), key=lambda m: (m.applied_index, m.name))
     if followers:
         return Action(ActionKind.RESTART, f"follower {followers[0].name} is out of date", pod=followers[0].name,
-                      follower=len(members) > 1)
+                      follower=True)
     # Only the leader is left.
     if len(members) == 1:
         return Action(ActionKind.RESTART, f"single member {leader.name}: restart in place (downtime)", pod=leader.name)
