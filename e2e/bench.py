@@ -398,11 +398,11 @@ def ops_table(records: Sequence[Record]) -> list[str]:
 
 def watched_pairs(records: Sequence[Record]) -> list[tuple[Record, Record]]:
     """Pure: each operation's run with watchers beside its run without, on the same control plane (same run)."""
-    plain = {(r.get("scenario"), control_plane_of(r), r.get("nodes")): r for r in records
+    plain = {(r.get("scenario"), control_plane_of(r)): r for r in records
              if r.get("strategy") == ENGINE and r.get("scenario") in OPERATION_KEYS}
     pairs = []
     for r in sorted((r for r in records if r.get("strategy") == ENGINE_WATCHED), key=order_key):
-        base = plain.get((r.get("scenario"), control_plane_of(r), r.get("nodes")))
+        base = plain.get((r.get("scenario"), control_plane_of(r)))
         if base is not None:
             pairs.append((base, r))
     return pairs
@@ -961,6 +961,7 @@ async def run_engine(sc: scenario.Scenario, op: Operation, bare_sum: float, say:
         return await sc.watch_request(request, timeout=600, timeline=transitions)
 
     m = await measure(sc, db, action, watchers=WATCHERS if strategy == ENGINE_WATCHED else 0)
+    seen = [(t - submitted[0], type_, st) for t, type_, st in transitions]  # seconds since the submit
     status = (m.value or {}).get("status") or {}
     phase = status.get("phase") or m.error or "unknown"
     failure = next((c.get("message", "") for c in status.get("conditions") or []
@@ -974,12 +975,11 @@ async def run_engine(sc: scenario.Scenario, op: Operation, bare_sum: float, say:
         writes_ok=m.writes_ok, max_stall=m.max_stall, elections=m.elections, leader_moves=moves, wall=m.wall,
         member_restarts=3 * op.engine_passes, bare_restart_sum=bare_sum, failure=failure,
         writer_notes=list(m.writer_notes), passes=op.engine_passes or None,
-        breakdown=time_breakdown([(t - submitted[0], type_, st) for t, type_, st in transitions], m.wall),
+        breakdown=time_breakdown(seen, m.wall),
         **m.record())
     if m.timeline is not None:
         m.timeline.label = STRATEGY_TEXT[strategy]
-        m.timeline.steps = tl.steps_from_transitions(
-            [(t - submitted[0], type_, st) for t, type_, st in transitions])
+        m.timeline.steps = tl.steps_from_transitions(seen)
         rec[CLIENT_TIMELINE] = m.timeline.to_json()
     say(_line(rec))
     return rec
