@@ -64,10 +64,12 @@ ENGINE = "opsmanager"
 # The minor after the tier's etcd (sandbox/controlplane/build.py builds both).
 ETCD_36 = realcp.build_module().COMPONENTS["etcd-3.6"].version().removeprefix("v")
 NO_MOVE_LEADER = "opsmanager-no-moveleader"  # our steps minus MoveLeader (the bench-only annotation)
-# Our request with clients that also watch, as a kube-apiserver always does: WATCHERS watch streams over gRPC, each
-# starting on another member and reconnecting from its last revision, beside the writer.
+# Our request with clients that also watch, as a kube-apiserver always does: WATCHERS watch streams over gRPC and
+# GATEWAY_WATCHERS through etcd's JSON gateway, each starting on another member and reconnecting from its last
+# revision, beside the writer.
 ENGINE_WATCHED = "opsmanager-watched"
-WATCHERS = 3
+WATCHERS = 2
+GATEWAY_WATCHERS = 1
 # The target: with watchers open, an operation takes at most this many times its time without them (same run).
 WATCHED_WALL_RATIO_TARGET = 1.2
 Record = dict[str, Any]
@@ -141,7 +143,8 @@ SCENARIOS = ("all", "ops", "tls", *OPERATION_KEYS, *DATA_SCENARIOS, *STORAGE_SCE
 
 STRATEGY_TEXT = {
     ENGINE: "opsmanager EtcdOpsRequest",
-    ENGINE_WATCHED: f"opsmanager EtcdOpsRequest, {WATCHERS} clients watching (gRPC, one per member)",
+    ENGINE_WATCHED: f"opsmanager EtcdOpsRequest, {WATCHERS + GATEWAY_WATCHERS} clients watching ({WATCHERS} over "
+                    f"gRPC, {GATEWAY_WATCHERS} through the gateway; one per member)",
     NO_MOVE_LEADER: "our steps minus MoveLeader: same request, ordinal roll, leader restarted where it falls",
     "naive-https-only-restart": "naive: restart onto https-only, no peer-URL update",
     "reissue-then-restart": "restart-based: re-issue, then a leader-aware Restart request",
@@ -412,9 +415,16 @@ def watched_ratio(base: Record, watched: Record) -> float | None:
     return ratio(float(watched["wall_s"]), float(base["wall_s"]))
 
 
+def _watchers_cell(r: Record) -> str:
+    """How many watched, and how many of them through the gateway (records from before it count none)."""
+    gateway = int(r.get("gateway_watchers") or 0)
+    return f"{r.get('watchers')} ({gateway} gateway)" if gateway else str(r.get("watchers"))
+
+
 def watched_table(records: Sequence[Record]) -> list[str]:
     rows = [(w["operation"], control_plane_of(w), figure(b, "wall_s"), figure(w, "wall_s"),
-             _cell(watched_ratio(b, w)), w.get("watchers"), figure(w, "watch_problems"), figure(w, "watch_reconnects"),
+             _cell(watched_ratio(b, w)), _watchers_cell(w), figure(w, "watch_problems"),
+             figure(w, "watch_reconnects"),
              f"{figure(w, 'writes_failed')}/{w['writes_total']}", figure(w, "unplanned_elections"))
             for b, w in watched_pairs(records)]
     head = ("operation", "control plane", "wall s, no watcher", "wall s, watchers", "ratio", "watchers",
@@ -469,13 +479,15 @@ Both run on each control plane. On the real one the operator has its own user, s
 
 
 WATCHED_TEXT = f"""
-Each operation that restarts members runs a second time in the same run, on a fresh Etcd, with {WATCHERS} more clients
-that watch the keys a recording client writes (gRPC, each starting on another member and reconnecting from its last
-revision after an error), as a kube-apiserver always watches its etcd. *Ratio* is the wall time with them over the
+Each operation that restarts members runs a second time in the same run, on a fresh Etcd, with
+{WATCHERS + GATEWAY_WATCHERS} more clients that watch the keys a recording client writes ({WATCHERS} over gRPC,
+{GATEWAY_WATCHERS} through etcd's JSON gateway as HTTP clients watch; each starting on another member and reconnecting
+from its last revision after an error), as a kube-apiserver always watches its etcd. *Ratio* is the wall time with them over the
 wall time without (target ≤ {WATCHED_WALL_RATIO_TARGET}). *Watch problems*: events lost, repeated or out of order in
 any watcher's log against what the recording client wrote (`e2e/watchcheck.py`); a reconnect is expected at each
 restart of the member a watcher is on. A member with open watch streams waits 7 s in its stop before it cuts them;
-the engine stops followers with the kubelet's minimal grace, 2 s (docs/decisions.md D38.1).
+the engine stops followers with the kubelet's minimal grace, 2 s (docs/decisions.md D38.1). A gateway watch holds the
+stop the same 7 s: inside the member the gateway is a gRPC client of the member itself.
 """
 
 
@@ -881,27 +893,31 @@ class Measured:
         out: Record = {"writer_failovers": self.failovers, **self.checked.record()}
         if self.watched is not None:
             problems = self.watched.watch_problems()
-            out.update(watchers=1 + len(self.watched.other_watch_logs), watch_problems=len(problems),
+            out.update(watchers=1 + len(self.watched.other_watch_logs),
+                       gateway_watchers=self.watched.count("gateway"), watch_problems=len(problems),
                        watch_problem_notes=[p[:300] for p in problems[:5]],
                        watch_reconnects=self.watched.reconnects())
         return out
 
 
 async def measure(sc: scenario.Scenario, db: str, action: Callable[[], Awaitable[Any]], *,
-                  check_timeout: float = 30.0, login: Any = None, watchers: int = 0) -> Measured:
+                  check_timeout: float = 30.0, login: Any = None, watchers: int = 0,
+                  gateway_watchers: int = 0) -> Measured:
     """Run ``action`` with the live writer and the leader monitor on ``db`` — the same for every strategy — then
     read every acknowledged write back and compare HashKV on every member (waiting up to ``check_timeout`` s for
     them to reach one revision: a cluster a naive strategy broke never does). ``login``: where the writer reads
-    its credentials (a :class:`e2e.writer.Login`, on a cluster with etcd's authentication). ``watchers``: that many
-    clients also watch (gRPC, each from another member, reconnecting from its last revision) the keys a recording
-    client writes; every watcher's log is then checked against what it wrote (:mod:`e2e.watchcheck`)."""
+    its credentials (a :class:`e2e.writer.Login`, on a cluster with etcd's authentication). ``watchers`` (over
+    gRPC) and ``gateway_watchers`` (through etcd's JSON gateway): that many clients also watch (each from another
+    member, reconnecting from its last revision) the keys a recording client writes; every watcher's log is then
+    checked against what it wrote (:mod:`e2e.watchcheck`)."""
     error, value = "", None
     recording: history.Recording | None = None
     down = tl.DownTracker(sc.k, sc.namespace, db)
     async with sc.live(db, login=login) as (w, mon), contextlib.AsyncExitStack() as stack:
-        if watchers:
+        if watchers or gateway_watchers:
             recording = await stack.enter_async_context(history.Recording(
-                history.Recorder.following(w, interval=scenario.RECORDER_INTERVAL), watchers=watchers))
+                history.Recorder.following(w, interval=scenario.RECORDER_INTERVAL), watchers=watchers,
+                gateway=gateway_watchers))
         before = w.snapshot()
         started = time.monotonic()
         down.start(started)
@@ -941,7 +957,8 @@ def _suffix(run_index: int) -> str:
 
 async def run_engine(sc: scenario.Scenario, op: Operation, bare_sum: float, say: Printer, *,
                      strategy: str = ENGINE, run_index: int = 0) -> Record:
-    """Our request (``strategy`` ENGINE; ENGINE_WATCHED: with :data:`WATCHERS` clients watching), or the same
+    """Our request (``strategy`` ENGINE; ENGINE_WATCHED: with :data:`WATCHERS` + :data:`GATEWAY_WATCHERS` clients
+    watching), or the same
     request minus MoveLeader (NO_MOVE_LEADER: the bench-only annotation ``ops.opsmanager.dev/bench-skip-move-
     leader``)."""
     letter = {ENGINE: "e", ENGINE_WATCHED: "w"}.get(strategy, "m")
@@ -960,7 +977,9 @@ async def run_engine(sc: scenario.Scenario, op: Operation, bare_sum: float, say:
         await sc.submit(request, db, op.request_type, annotations=annotations, **op.request_spec)
         return await sc.watch_request(request, timeout=600, timeline=transitions)
 
-    m = await measure(sc, db, action, watchers=WATCHERS if strategy == ENGINE_WATCHED else 0)
+    watched = strategy == ENGINE_WATCHED
+    m = await measure(sc, db, action, watchers=WATCHERS if watched else 0,
+                      gateway_watchers=GATEWAY_WATCHERS if watched else 0)
     seen = [(t - submitted[0], type_, st) for t, type_, st in transitions]  # seconds since the submit
     status = (m.value or {}).get("status") or {}
     phase = status.get("phase") or m.error or "unknown"

@@ -24,7 +24,8 @@ from opsmanager import kube, pki
 from opsmanager_sandbox import install as sandbox_install
 
 BUNDLE = pathlib.Path(__file__).resolve().parent.parent / "deploy"
-WATCHERS = 3  # clients watching beside the writer in the demo
+# clients watching beside the writer in the demo: over gRPC, and through etcd's JSON gateway
+WATCHERS, GATEWAY_WATCHERS = 2, 1
 
 OPERATIONS = (
     ("add-tls", "add TLS", {"tls": {"issuerRef": {"apiGroup": "cert-manager.io", "kind": "Issuer",
@@ -67,10 +68,10 @@ async def run(workdir: pathlib.Path, db: str = "demo", *, bundle: pathlib.Path |
     say = print
     started = time.monotonic()
     # storage=None: real nodes give the members real volumes (the CSI driver's default class), as `sandbox up` does
-    # Besides the writer, a recording client and WATCHERS clients that watch its keys (one starting on each member),
-    # as a kube-apiserver watches its etcd: what an operation does to watch streams shows too.
+    # Besides the writer, a recording client and clients that watch its keys (one starting on each member), as a
+    # kube-apiserver watches its etcd: what an operation does to watch streams shows too.
     async with scenario.Scenario(workdir, printer=say, install=bundle, control_plane=control_plane, nodes=nodes,
-                                 storage=None, watchers=WATCHERS) as sc:
+                                 storage=None, watchers=WATCHERS, gateway_watchers=GATEWAY_WATCHERS) as sc:
         real = sc.sandbox.realnodes
         say(f"sandbox up in {time.monotonic() - started:.1f}s ({control_plane} control plane"
             f"{f', {len(real.nodes)} real nodes' if real is not None else ''}"
@@ -101,7 +102,8 @@ async def run(workdir: pathlib.Path, db: str = "demo", *, bundle: pathlib.Path |
             watch = result.recorded.watch_problems() if result.recorded is not None else []
             say(f"   -> {result.phase} in {result.wall_seconds:.1f}s; writes failed {result.writes_failed} of "
                 f"{result.writes_ok + result.writes_failed}; max stall {result.max_gap:.3f}s; "
-                f"unplanned elections {result.unplanned_elections}; {WATCHERS} watchers: "
+                f"unplanned elections {result.unplanned_elections}; {WATCHERS + GATEWAY_WATCHERS} watchers "
+                f"({GATEWAY_WATCHERS} through the gateway): "
                 f"{len(watch)} events lost, repeated or out of order")
             if result.phase != "Successful":
                 say(f"   FAILED: {result.failure}")

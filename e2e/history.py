@@ -49,11 +49,14 @@ import pathlib
 import random
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Self
 
-from e2e import watchcheck, writer
+import aiohttp
+
+from e2e import gateway, watchcheck, writer
 from opsmanager.etcd import access, errors, kv
+from opsmanager.etcd import client as etcd_client
 
 KINDS = ("put", "get", "txn")
 
@@ -406,20 +409,28 @@ class Recorder(_Running):
         return out
 
 
+VIA = ("grpc", "gateway")
+
+
 class Watcher(_Running):
     """One watch on ``prefix`` from ``start_revision``, reconnecting after every error from the revision after the
-    last event seen, on the next target; :attr:`log` is what :func:`e2e.watchcheck.check` reads."""
+    last event seen, on the next target; :attr:`log` is what :func:`e2e.watchcheck.check` reads. ``via``: over
+    gRPC, or through etcd's JSON gateway (:mod:`e2e.gateway`), as HTTP clients watch."""
 
     def __init__(self, targets: Sequence[writer.Target] = (), *, prefix: str, start_revision: int = 1,
                  follow: writer.Writer | None = None, credentials: access.Credentials | None = None,
-                 timeout: float = 2.0, retry_interval: float = 0.1, home: int = 0) -> None:
+                 timeout: float = 2.0, retry_interval: float = 0.1, home: int = 0, via: str = "grpc") -> None:
+        if via not in VIA:
+            raise ValueError(f"Watcher: via must be one of {VIA}, not {via!r}")
         self.prefix = prefix
+        self.via = via
         self.home = home  # the member it watches on first (by its index in the targets), as a client's own
         self.targets = _Targets(targets, follow, credentials)
         self.log: list[watchcheck.Entry] = []
         self.reached = start_revision - 1  # the revision of the last event delivered
         self._start = start_revision
         self._connections = writer.ClientPool(timeout)
+        self._session: aiohttp.ClientSession | None = None  # the gateway's
         self._timeout, self._retry_interval = timeout, retry_interval
         self._task: asyncio.Task[None] | None = None
 
@@ -439,6 +450,9 @@ class Watcher(_Running):
                 await self._task
             self._task = None
         await self._connections.close()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
         return self.log
 
     async def wait_reached(self, revision: int, *, timeout: float = 10.0) -> None:
@@ -471,6 +485,19 @@ class Watcher(_Running):
         c = self._connections.for_target(target)
         return (await c.kv.read_key(self.prefix, endpoint=target.endpoint.name, scheme=target.scheme)).revision
 
+    def _label(self, target: writer.Target) -> str:
+        return f"{target.label} (gateway)" if self.via == "gateway" else target.label
+
+    def _open(self, c: etcd_client.EtcdClient, target: writer.Target, start: int) -> AsyncGenerator[kv.WatchBatch, None]:
+        """A new stream from ``start`` (a new segment's start revision is read over gRPC either way)."""
+        if self.via == "gateway":
+            if self._session is None:
+                self._session = aiohttp.ClientSession()
+            return gateway.watch(self._session, target, self.prefix, start_revision=start, timeout=self._timeout,
+                                 credentials=self.targets.credentials())
+        return c.kv.watch(self.prefix, start_revision=start, endpoint=target.endpoint.name, scheme=target.scheme,
+                          timeout=self._timeout)
+
     async def _run(self) -> None:
         cluster: int | None = None  # the cluster this segment watches (None: the next to answer)
         start, resync = self._start, False
@@ -482,10 +509,8 @@ class Watcher(_Running):
             try:
                 if resync:  # a new segment: from now on
                     start, resync = await self._current_revision(target) + 1, False
-                self.log.append(watchcheck.Connected(start, target.label))
-                async with contextlib.aclosing(c.kv.watch(self.prefix, start_revision=start,
-                                                       endpoint=target.endpoint.name, scheme=target.scheme,
-                                                       timeout=self._timeout)) as stream:
+                self.log.append(watchcheck.Connected(start, self._label(target)))
+                async with contextlib.aclosing(self._open(c, target, start)) as stream:
                     async for batch in stream:
                         way.ok(target)
                         if cluster is not None and batch.cluster_id != cluster:
@@ -497,7 +522,7 @@ class Watcher(_Running):
                         cluster = batch.cluster_id
                         events = tuple(watchcheck.Event(e.kind, _text(e.key), _text(e.value), e.mod_revision)
                                        for e in batch.events)
-                        self.log.append(watchcheck.Delivered(batch.revision, batch.cluster_id, target.label, events))
+                        self.log.append(watchcheck.Delivered(batch.revision, batch.cluster_id, self._label(target), events))
                         if events:
                             self.reached = max(self.reached, events[-1].revision)
                             start = self.reached + 1
@@ -521,6 +546,12 @@ class Recorded:
     watch_log: tuple[watchcheck.Entry, ...]
     last_revision: int
     other_watch_logs: tuple[tuple[watchcheck.Entry, ...], ...] = ()  # the further watchers' (``watchers`` > 1)
+    vias: tuple[str, ...] = ()  # how each watcher watched (``Watcher.via``), in the order of the logs
+
+    def count(self, via: str) -> int:
+        """How many watchers watched ``via`` (``"grpc"`` or ``"gateway"``)."""
+        return sum(1 for v in self.vias if v == via) if self.vias else int(via == "grpc") * (
+            1 + len(self.other_watch_logs))
 
     def watch_problems(self) -> list[str]:
         """:func:`e2e.watchcheck.check` of every watcher's log against the history's changes (empty: the guarantees
@@ -530,7 +561,8 @@ class Recorded:
         for index, log in enumerate(logs):
             problems = watchcheck.check(log, self.history.changes(), prefix=self.history.prefix + "/",
                                         until=self.last_revision or None)
-            found += [f"watcher {index}: {p}" if len(logs) > 1 else p for p in problems]
+            via = f" ({self.vias[index]})" if index < len(self.vias) else ""
+            found += [f"watcher {index}{via}: {p}" if len(logs) > 1 else p for p in problems]
         return found
 
     def reconnects(self) -> int:
@@ -584,10 +616,13 @@ class Recording:
         assert rec.result.watch_problems() == []
     """
 
-    def __init__(self, recorder: Recorder, *, reach_timeout: float = 20.0, watchers: int = 1) -> None:
+    def __init__(self, recorder: Recorder, *, reach_timeout: float = 20.0, watchers: int = 1,
+                 gateway: int = 0) -> None:
         self.recorder = recorder
-        # ``watchers`` > 1: each starts on another member (as clients spread over a cluster do)
-        self.watchers = [Watcher.beside(recorder, home=i) for i in range(max(1, watchers))]
+        # ``watchers`` over gRPC, then ``gateway`` through etcd's JSON gateway; each starts on another member (as
+        # clients spread over a cluster do)
+        vias = ["grpc"] * watchers + ["gateway"] * gateway or ["grpc"]
+        self.watchers = [Watcher.beside(recorder, home=i, via=via) for i, via in enumerate(vias)]
         self.watcher = self.watchers[0]
         self.reach_timeout = reach_timeout
         self.result: Recorded | None = None
@@ -621,7 +656,8 @@ class Recording:
             for watcher in self.watchers:
                 logs.append(tuple(await watcher.stop()))
             await self.recorder.close()
-            self.result = Recorded(self.recorder.history(), logs[0], last, tuple(logs[1:]))
+            self.result = Recorded(self.recorder.history(), logs[0], last, tuple(logs[1:]),
+                                   tuple(w.via for w in self.watchers))
 
 
 __all__ = ["History", "Operation", "Recorded", "Recorder", "Recording", "Watcher", "never_sent"]

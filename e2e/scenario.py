@@ -108,7 +108,7 @@ class Scenario:
                  operator_args: Sequence[str] = (), install: str | os.PathLike[str] | None = None,
                  control_plane: str | None = None, etcd_version: str | None = None,
                  nodes: int | None = None, operator_image: bool = False, record: bool = True,
-                 storage: str | None = "hostpath", watchers: int = 1) -> None:
+                 storage: str | None = "hostpath", watchers: int = 1, gateway_watchers: int = 0) -> None:
         """``delivery_timeout``: the operator's ``--certificate-delivery-timeout`` (None: the sandbox's 15 s);
         ``operator_args``: extra ``opsmanager run`` flags; ``install``: the bundle's directory (``deploy/``) —
         the sandbox then runs in RBAC mode and the product comes from ``kubectl apply -k`` of it (two operator
@@ -116,10 +116,10 @@ class Scenario:
         :meth:`operate` records a client history and a watch log beside the writer, which :meth:`assert_no_loss`
         judges (linearizability, the watch guarantees), unless the call says otherwise. ``storage``: the real
         nodes' claims (the sandbox's: ``hostpath``, or ``csi`` for the CSI driver's default class; None: the
-        sandbox's default for the nodes it has). ``watchers``: how many clients watch in a recording (each starting
-        on another member)."""
+        sandbox's default for the nodes it has). ``watchers``: how many clients watch in a recording over gRPC,
+        ``gateway_watchers`` through etcd's JSON gateway (each starting on another member)."""
         self.record = record
-        self.watchers = watchers
+        self.watchers, self.gateway_watchers = watchers, gateway_watchers
         self.install = pathlib.Path(install) if install is not None else None
         # On real nodes, pods the operator renders with its own image (the members' ``restore`` init container) need
         # that image in the nodes; the bundle's install loads it, an operator run as a child process does not.
@@ -511,7 +511,8 @@ class Scenario:
         async with self.live(db, login=login) as (w, mon):
             async with contextlib.AsyncExitStack() as beside:
                 recording = await beside.enter_async_context(history.Recording(history.Recorder.following(
-                    w, interval=RECORDER_INTERVAL), watchers=self.watchers)) if record else None
+                    w, interval=RECORDER_INTERVAL), watchers=self.watchers, gateway=self.gateway_watchers)) \
+                    if record else None
                 seen = Observed(db, w, recording, w.snapshot(), time.monotonic())
                 yield seen
                 seen.wall = time.monotonic() - seen.started

@@ -28,10 +28,16 @@ from opsmanager import pki
 from opsmanager.etcd import access, errors
 
 
-def _client_context(identity: access.TLSIdentity | None) -> ssl.SSLContext:
+def client_context(identity: access.TLSIdentity | None, *, verify: bool = False) -> ssl.SSLContext:
+    """A TLS client context presenting ``identity``'s certificate (when it has one). ``verify``: the server must
+    present a certificate ``identity``'s CA bundle signed, for the host name dialled (or the SNI given); without it
+    nothing is verified (a probe reads the certificate and judges trust itself)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE  # we read the certificate; trust is judged by the caller, not here
+    if verify and identity is not None:
+        ctx.load_verify_locations(cadata=identity.ca_pem.decode())
+    else:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
     if identity is not None and identity.cert_pem is not None and identity.key_pem is not None:
         # ssl can only load a key from a file: a private temp dir, removed before the handshake starts.
         with tempfile.TemporaryDirectory(prefix="opsm-tls-") as tmp:
@@ -121,7 +127,7 @@ async def served_certificate(
     the connection and :class:`errors.TLSHandshakeFailed` when the handshake fails before a certificate arrives.
     """
     where = f"{host}:{port}"
-    ctx = _client_context(identity)
+    ctx = client_context(identity)
     loop = asyncio.get_running_loop()
     started = loop.time()
     # TCP first, TLS second: "nothing listens" (unreachable) and "something listens but the TLS handshake fails"
@@ -267,7 +273,7 @@ async def debug_cmdline(session: aiohttp.ClientSession, endpoint: access.Endpoin
                         identity: access.TLSIdentity | None, timeout: float) -> tuple[str, ...]:
     """``cmdline`` from ``GET <scheme>://<member>:<client port>/debug/vars``: the flags the member really started
     with. On https the request carries ``identity``'s certificate (etcd asks for one)."""
-    tls = _client_context(identity) if scheme == "https" else None
+    tls = client_context(identity) if scheme == "https" else None
     status, body = await _http_get(session, endpoint, f"{endpoint.url(scheme)}/debug/vars", "/debug/vars",
                                    timeout=timeout, tls=tls)
     try:

@@ -348,6 +348,8 @@ def test_runs_with_watchers_sit_beside_their_runs_without_and_are_held_to_the_ra
     assert bench.verdict([plain, watched]) == []
     rows = bench.watched_table([plain, watched])
     assert len(rows) == 3 and "| add TLS | embedded | 20.0 | 23.0 | 1.15 | 3 | 0 | 6 |" in rows[2]
+    through_gateway = {**watched, "gateway_watchers": 1}
+    assert "| 1.15 | 3 (1 gateway) | 0 | 6 |" in bench.watched_table([plain, through_gateway])[2]
     # slower than the target, or a watch problem, is a problem of our engine
     slow = _engine(strategy=bench.ENGINE_WATCHED, wall=30.0, watchers=3, watch_problems=0)
     assert any("1.5 × its time without watchers" in p for p in bench.verdict([plain, slow]))

@@ -6,7 +6,9 @@ We test these aspects:
 * the checker accepts the history (and so models the unknown outcomes, which it may not drop);
 * the watcher, which sat on the member that was killed, reconnects on another from the next revision and misses,
   repeats and reorders nothing, up to the last write;
-* a watch from below a compaction ends with a clear error (``compacted``), as docs/testing.md says.
+* a watch from below a compaction ends with a clear error (``compacted``), as docs/testing.md says;
+* a watcher through etcd's JSON gateway reads like a gRPC one: across a kill of the member it watches on, it
+  reconnects and delivers the very events the gRPC watcher delivered, and a compaction ends it with the same error.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import asyncio
 import dataclasses
 import pathlib
 
+import aiohttp
 import pytest
 
-from e2e import history, lincheck, localcluster, watchcheck, writer
+from e2e import gateway, history, lincheck, localcluster, watchcheck, writer
 from opsmanager import pki
 from opsmanager.etcd import access, errors
 from opsmanager.etcd import client as etcd_client
@@ -103,6 +106,53 @@ async def test_a_watch_from_below_a_compaction_ends_with_a_clear_error(cluster: 
         async for batch in c.kv.watch("/compaction/", start_revision=second, endpoint=cluster.members[1].name):
             if batch.events:  # from the compaction's own revision on, the watch works
                 assert [(e.value, e.mod_revision) for e in batch.events] == [(b"2", second)]
+                break
+
+
+async def test_a_gateway_watch_across_a_member_kill_delivers_what_the_grpc_watch_delivers(
+        cluster: localcluster.LocalEtcdCluster) -> None:
+    targets = writer.targets_for(cluster.endpoints(), identities=[cluster.tls_identity()])
+    recording = history.Recording(history.Recorder(targets, clients=2, keys=3, seed=38), watchers=1, gateway=1)
+    rec, through_gateway = recording.recorder, recording.watchers[1]
+    watched = through_gateway.targets.order(through_gateway.home, None)[0].endpoint.name
+    async with recording:
+        await rec.wait_operations(100, timeout=30)
+        await asyncio.to_thread(cluster.kill_member, watched)
+        await rec.wait_operations(40, timeout=30)
+        await asyncio.to_thread(cluster.start_member, watched)
+        await rec.wait_operations(100, timeout=30)
+    result = recording.result
+    assert result is not None and result.vias == ("grpc", "gateway")
+    assert result.count("gateway") == 1 and result.count("grpc") == 1
+    assert result.watch_problems() == []
+    log = result.other_watch_logs[0]
+    counts = watchcheck.summary(log)
+    assert counts["connects"] >= 2 and counts.get("transient", 0) >= 1, counts
+    assert all(e.member.endswith("(gateway)") for e in log if isinstance(e, watchcheck.Connected))
+
+    def events(entries: tuple[watchcheck.Entry, ...]) -> list[tuple[str, str, str, int]]:
+        return [(e.kind, e.key, e.value, e.revision) for entry in entries if isinstance(entry, watchcheck.Delivered)
+                for e in entry.events]
+
+    assert events(log) == events(result.watch_log) and events(log)[-1][3] == result.last_revision
+
+
+async def test_a_gateway_watch_from_below_a_compaction_ends_with_the_compacted_error(
+        cluster: localcluster.LocalEtcdCluster) -> None:
+    async with etcd_client.EtcdClient(cluster.endpoints(), tls=cluster.tls_identity()) as c:
+        first = await c.kv.put("/gw-compaction/a", "1")
+        second = await c.kv.put("/gw-compaction/a", "2")
+        await c.compact(second)
+    target = writer.targets_for(cluster.endpoints()[:1], identities=[cluster.tls_identity()])[0]
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(errors.Compacted) as caught:
+            async for _batch in gateway.watch(session, target, "/gw-compaction/", start_revision=first, timeout=5):
+                pass
+        assert caught.value.compact_revision == second
+        async for batch in gateway.watch(session, target, "/gw-compaction/", start_revision=second, timeout=5):
+            if batch.events:
+                assert [(e.value, e.mod_revision) for e in batch.events] == [(b"2", second)]
+                assert batch.cluster_id and batch.revision >= second
                 break
 
 
