@@ -208,6 +208,7 @@ class SoakResult:
     hashkv_agree: bool | None = None  # HashKV equal on every member at the end (None: not checked)
     hashkv: str = ""  # what the HashKV check saw
     writer_failovers: int = 0
+    control_plane: str = "embedded"  # whose API server and controllers ran it
 
     @property
     def unplanned_elections(self) -> int:
@@ -229,6 +230,7 @@ class SoakResult:
         """The bench's JSON object for this run."""
         return {
             "scenario": "soak", "operation": "CA churn soak", "strategy": self.strategy,
+            "control_plane": self.control_plane,
             "method": next((s.label for s in STRATEGIES if s.key == self.strategy), self.strategy),
             "held_to_the_bar": any(s.held_to_the_bar for s in STRATEGIES if s.key == self.strategy),
             "duration_s": round(self.duration_s, 1), "ca_lifetime_s": self.config.ca_lifetime,
@@ -603,6 +605,7 @@ async def run(sc: scenario.Scenario, strategy: Strategy, config: SoakConfig, say
     requests = [r for r in await sc.k.list(constants.OPS_API_VERSION, constants.OPS_KIND, sc.namespace)
                 if r["metadata"]["name"] not in requests_before]
     res = SoakResult(
+        control_plane="kubernetes" if sc.sandbox.kubernetes is not None else "embedded",
         strategy=strategy.key, config=config, duration_s=result.duration, writes_ok=result.ok,
         writes_failed=result.failed, max_stall_s=result.max_gap, elections=mres.elections,
         leader_moves=await _move_leader_events(sc) - moves_before, monitor_blind_s=mres.blind_seconds,
@@ -653,18 +656,22 @@ async def _cleanup(sc: scenario.Scenario, db: str) -> None:
 
 
 async def soak(workdir: pathlib.Path, config: SoakConfig, say: Printer, *,
-               strategies: Sequence[str] = STRATEGY_KEYS, namespace: str = "soak") -> list[SoakResult]:
-    """Each strategy in its own fresh sandbox (a broken cluster cannot touch the next run)."""
+               strategies: Sequence[str] = STRATEGY_KEYS, namespace: str = "soak",
+               control_plane: str = "embedded") -> list[SoakResult]:
+    """Each strategy in its own fresh sandbox (a broken cluster cannot touch the next run), on ``control_plane``
+    (``embedded``, or ``kubernetes``: the real one)."""
     out = []
     for key in strategies:
         strategy = next(s for s in STRATEGIES if s.key == key)
-        async with scenario.Scenario(workdir / key, printer=lambda _line: None, namespace=namespace) as sc:
+        async with scenario.Scenario(workdir / key, printer=lambda _line: None, namespace=namespace,
+                                     control_plane=control_plane) as sc:
             out.append(await run(sc, strategy, config, say))
     return out
 
 
 async def soak_concurrently(workdir: pathlib.Path, config: SoakConfig, say: Printer, *,
-                            strategies: Sequence[str] = STRATEGY_KEYS) -> list[dict[str, Any]]:
+                            strategies: Sequence[str] = STRATEGY_KEYS,
+                            control_plane: str = "embedded") -> list[dict[str, Any]]:
     """Every strategy at once, each in its own ``python -m e2e.soak`` child process (its own sandbox and event
     loop: one strategy's load never runs on the other's loop), their output prefixed with the strategy. Returns the
     records (a strategy whose process failed is reported as a record saying so)."""
@@ -676,7 +683,7 @@ async def soak_concurrently(workdir: pathlib.Path, config: SoakConfig, say: Prin
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "e2e.soak", "--strategy", key, "--duration", str(config.duration),
             "--ca", str(config.ca_lifetime), "--leaf", str(config.leaf_lifetime), "--dir", str(workdir),
-            "--json", str(out), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, limit=1 << 22)
+            "--json", str(out), "--control-plane", control_plane, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, limit=1 << 22)
         assert proc.stdout is not None
         tail: list[str] = []
         async for raw in proc.stdout:
@@ -689,6 +696,7 @@ async def soak_concurrently(workdir: pathlib.Path, config: SoakConfig, say: Prin
             return records[0]
         strategy = next(s for s in STRATEGIES if s.key == key)
         return {"scenario": "soak", "operation": "CA churn soak", "strategy": key, "method": strategy.label,
+                "control_plane": control_plane,
                 "held_to_the_bar": strategy.held_to_the_bar,
                 "error": f"python -m e2e.soak exited {code}: " + " | ".join(tail[-5:]),
                 "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -704,9 +712,12 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--strategy", action="append", choices=STRATEGY_KEYS, help="(default: all)")
     parser.add_argument("--dir", default=".sandbox/soak", help="working directory (%(default)s)")
     parser.add_argument("--json", metavar="PATH", help="write the records as JSON")
+    parser.add_argument("--control-plane", choices=("embedded", "kubernetes"), default="embedded",
+                        help="the embedded API server, or the real control plane (make controlplane builds it)")
     args = parser.parse_args(list(argv))
     config = SoakConfig(args.duration, args.ca, args.leaf)
-    results = asyncio.run(soak(pathlib.Path(args.dir), config, print, strategies=args.strategy or STRATEGY_KEYS))
+    results = asyncio.run(soak(pathlib.Path(args.dir), config, print, strategies=args.strategy or STRATEGY_KEYS,
+                               control_plane=args.control_plane))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps([r.record() for r in results], indent=2) + "\n")
     return 0

@@ -40,6 +40,7 @@ from opsmanager_sandbox import children
 from opsmanager_sandbox.apiserver import server as apiserver_server
 
 API_VERSION = "admission.k8s.io/v1"
+EMBEDDED, KUBERNETES = "embedded", "kubernetes"  # where the API server the webhook reads comes from
 NAMESPACE = "demo"
 DB_NAME = "etcd-cluster"
 
@@ -512,13 +513,14 @@ async def send_health_on(session: aiohttp.ClientSession, url: str) -> None:
 
 @dataclasses.dataclass
 class WebhookWorld:
-    """The webhook as ``opsmanager webhook serve`` in a child process, looking Etcds and EtcdOpsRequests up in
-    a sandbox API server (in this process) through its watch cache."""
+    """The webhook as ``opsmanager webhook serve`` in a child process, looking Etcds and EtcdOpsRequests up through
+    its watch cache in an API server: the sandbox's in this process, or a real kube-apiserver."""
 
     url: str
     ssl_context: ssl.SSLContext
-    apiserver: apiserver_server.APIServer
     webhook: children.Child
+    reads: Callable[[], int]
+    control_plane: str = EMBEDDED
 
     def cpu_seconds(self) -> float:
         """User + system CPU time the webhook process has used so far (``/proc/<pid>/stat``)."""
@@ -526,58 +528,94 @@ class WebhookWorld:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def api_reads(self) -> int:
-        """Every request the API server has answered but the informers' watches: the webhook's reads (a miss's
-        GET, an informer's list), of any kind, Issuers included."""
-        return sum(1 for _method, path, _ in self.apiserver.requests if "watch=" not in path)
+        """Every request the API server has answered the webhook but its informers' watches: its reads (a miss's
+        GET, an informer's list), of any kind, Issuers included. On the real control plane kube-apiserver's audit
+        log counts them (the webhook has a user of its own there)."""
+        return self.reads()
+
+
+def _world_objects() -> list[dict[str, Any]]:
+    """What the webhook's answers are about: the namespace, the Issuer ``ca``, the Etcds ``etcd-cluster``, ``plain``
+    and ``paused``, and the EtcdOpsRequest holding ``paused``."""
+    holder = ops_request({"type": "ReconfigureTLS", "databaseRef": {"name": "paused"},
+                          "tls": {"rotateCertificates": True}}, name=HOLDER)
+    return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+            {"apiVersion": "cert-manager.io/v1", "kind": "Issuer", "metadata": {"name": "ca", "namespace": NAMESPACE},
+             "spec": {"ca": {"secretName": "ca-keypair"}}},
+            copy.deepcopy(DB), copy.deepcopy(PLAIN_DB), _paused_db(), holder]
 
 
 @contextlib.asynccontextmanager
-async def webhook_world(directory: Path, *, ready_timeout: float = 60.0) -> AsyncIterator[WebhookWorld]:
-    """A sandbox API server with the CRDs (cert-manager's too), the version catalog, the Etcds ``etcd-cluster``,
-    ``plain`` and ``paused``, the EtcdOpsRequest holding ``paused`` and the Issuer ``ca``; the webhook in its own
-    process, serving once its caches synced."""
+async def _api_server(directory: Path, control_plane: str) -> AsyncIterator[tuple[Path, Callable[[], int]]]:
+    """An API server holding the CRDs (cert-manager's too), the version catalog and :func:`_world_objects`: the
+    webhook's kubeconfig, and how many requests but watches it has answered that kubeconfig's user."""
+    if control_plane == KUBERNETES:
+        from opsmanager_sandbox import cluster, realcp
+
+        async with cluster.Sandbox(directory / "sandbox", control_plane=cluster.KUBERNETES) as sandbox:
+            assert sandbox.client is not None
+            for obj in _world_objects():
+                created = await sandbox.client.create({k: v for k, v in obj.items() if k != "status"})
+                if "status" in obj:  # a create drops the status of a kind with a status subresource
+                    await sandbox.client.patch(obj["apiVersion"], obj["kind"], NAMESPACE,
+                                               created["metadata"]["name"], {"status": obj["status"]},
+                                               subresource="status")
+
+            def audited() -> int:
+                return sum(1 for r in sandbox.audit.records(user=realcp.OPERATOR_USER) if r.verb != "watch")
+
+            yield sandbox.operator_kubeconfig, audited
+        return
     api = apiserver_server.APIServer()
     await api.start()
-    child: children.Child | None = None
     try:
         await api.apply_objects([crdgen.crd(spec) for spec in crdgen.CRDS])
         await api.apply_objects(catalog.objects())  # the install bundle's version catalog: admission reads it
-        await api.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}])
-        await api.apply_objects([{"apiVersion": "cert-manager.io/v1", "kind": "Issuer",
-                                  "metadata": {"name": "ca", "namespace": NAMESPACE},
-                                  "spec": {"ca": {"secretName": "ca-keypair"}}}])
-        holder = ops_request({"type": "ReconfigureTLS", "databaseRef": {"name": "paused"},
-                              "tls": {"rotateCertificates": True}}, name=HOLDER)
-        await api.apply_objects([copy.deepcopy(DB), copy.deepcopy(PLAIN_DB), _paused_db(), holder])
-        kubeconfig = api.write_kubeconfig(directory / "kubeconfig")
-        ca = pki.make_ca("webhook-bench-ca")
-        leaf = pki.make_leaf(ca, "opsmanager-webhook", dns_names=["localhost"], ip_addresses=["127.0.0.1"],
-                             usages=["server"])
-        cert, key = directory / "tls.crt", directory / "tls.key"
-        key.touch(mode=0o600)
-        key.write_bytes(leaf.key_pem)
-        cert.write_bytes(leaf.cert_pem)
-        port = children.free_port()
-        child = await children.Child.start(
-            "the admission webhook", children.product_argv(
-                "webhook", "serve", "--host", "127.0.0.1", "--port", str(port), "--tls-cert", str(cert),
-                "--tls-key", str(key), "--kubeconfig", str(kubeconfig), "--reload-interval", "60"),
-            log_path=directory / "webhook.log")
-        ctx = ssl.create_default_context(cadata=ca.cert_pem.decode())
-        url = f"https://127.0.0.1:{port}"
+        await api.apply_objects(_world_objects())
 
-        async def healthy() -> bool:
-            try:
-                return await send_health(url, ctx)
-            except (aiohttp.ClientError, OSError):
-                return False
+        def served() -> int:
+            return sum(1 for _method, path, _ in api.requests if "watch=" not in path)
 
-        await child.wait_ready(healthy, timeout=ready_timeout)
-        yield WebhookWorld(url, ctx, api, child)
+        yield api.write_kubeconfig(directory / "kubeconfig"), served
     finally:
-        if child is not None:
-            await child.stop()
         await api.stop()
+
+
+@contextlib.asynccontextmanager
+async def webhook_world(directory: Path, *, ready_timeout: float = 60.0,
+                        control_plane: str = EMBEDDED) -> AsyncIterator[WebhookWorld]:
+    """An API server (:func:`_api_server`: the sandbox's, or the real control plane with ``control_plane``
+    ``"kubernetes"``) and the webhook in its own process, serving once its caches synced."""
+    child: children.Child | None = None
+    async with _api_server(directory, control_plane) as (kubeconfig, reads):
+        try:
+            ca = pki.make_ca("webhook-bench-ca")
+            leaf = pki.make_leaf(ca, "opsmanager-webhook", dns_names=["localhost"], ip_addresses=["127.0.0.1"],
+                                 usages=["server"])
+            cert, key = directory / "tls.crt", directory / "tls.key"
+            key.touch(mode=0o600)
+            key.write_bytes(leaf.key_pem)
+            cert.write_bytes(leaf.cert_pem)
+            port = children.free_port()
+            child = await children.Child.start(
+                "the admission webhook", children.product_argv(
+                    "webhook", "serve", "--host", "127.0.0.1", "--port", str(port), "--tls-cert", str(cert),
+                    "--tls-key", str(key), "--kubeconfig", str(kubeconfig), "--reload-interval", "60"),
+                log_path=directory / "webhook.log")
+            ctx = ssl.create_default_context(cadata=ca.cert_pem.decode())
+            url = f"https://127.0.0.1:{port}"
+
+            async def healthy() -> bool:
+                try:
+                    return await send_health(url, ctx)
+                except (aiohttp.ClientError, OSError):
+                    return False
+
+            await child.wait_ready(healthy, timeout=ready_timeout)
+            yield WebhookWorld(url, ctx, child, reads, control_plane)
+        finally:
+            if child is not None:
+                await child.stop()
 
 
 def machine_load() -> str:
@@ -615,29 +653,33 @@ async def measured(world: WebhookWorld, *, rate: float, seconds: float) -> dict[
 
 
 async def latency(directory: Path, say: Callable[[str], None], *, rate: float = 500, seconds: float = 20,
-                  step_seconds: float = 5.0, p99_bound_ms: float = 50.0) -> dict[str, Any]:
-    """The ``webhook-latency`` record: ``rate``/s for ``seconds`` open loop, then the saturation steps."""
+                  step_seconds: float = 5.0, p99_bound_ms: float = 50.0,
+                  control_plane: str = EMBEDDED) -> dict[str, Any]:
+    """The ``webhook-latency`` record: ``rate``/s for ``seconds`` open loop, then the saturation steps, with the
+    webhook's caches fed by ``control_plane``'s API server."""
     load = machine_load()
-    async with webhook_world(directory) as world:
+    async with webhook_world(directory, control_plane=control_plane) as world:
         await open_loop(world.url, world.ssl_context, rate=rate, seconds=2)  # warm-up, not counted
         main = await measured(world, rate=rate, seconds=seconds)
-        say(f"webhook open loop {rate:g}/s for {seconds:g}s: p50 {main['p50_ms']} ms, p99 {main['p99_ms']} ms, "
+        say(f"webhook open loop ({control_plane} control plane) {rate:g}/s for {seconds:g}s: p50 {main['p50_ms']} ms, p99 {main['p99_ms']} ms, "
             f"max {main['max_ms']} ms, achieved {main['achieved_per_s']}/s, {main['errors']} errors, "
             f"{main['api_reads']} API reads, webhook CPU {main['webhook_cpu_ms_per_review']} ms/review ({load})")
         held, steps = await saturation(world, say, start=int(rate), step=int(rate), seconds=step_seconds,
                                        p99_bound_ms=p99_bound_ms)
-    return {**main, "machine_load_before": load, "connections": 64, "mix": [p.name for p in open_loop_probes()],
+    return {**main, "control_plane": control_plane, "machine_load_before": load, "connections": 64, "mix": [p.name for p in open_loop_probes()],
             "saturation_per_s": held, "saturation_p99_bound_ms": p99_bound_ms,
             "saturation_step_s": step_seconds, "saturation_steps": steps,
             "method": "open loop from a separate process"}
 
 
-async def bench(say: Callable[[str], None], *, fuzz_count: int = 10_000) -> list[dict[str, Any]]:
-    """The two benchmark records: ``webhook-latency`` (open loop) and ``webhook-fuzz``."""
+async def bench(say: Callable[[str], None], *, fuzz_count: int = 10_000,
+                control_plane: str = EMBEDDED) -> list[dict[str, Any]]:
+    """The two benchmark records: ``webhook-latency`` (open loop, the caches fed by ``control_plane``'s API
+    server) and ``webhook-fuzz``."""
     from e2e import bench as bench_module
 
     with tempfile.TemporaryDirectory(prefix="opsmanager-webhook-bench-") as tmp:
-        lat = await latency(Path(tmp), say)
+        lat = await latency(Path(tmp), say, control_plane=control_plane)
     result = await fuzz(fuzz_count)
     say(f"webhook fuzz: {result.reviews} reviews in {result.seconds:.1f}s; HTTP {result.http_status}; denial codes "
         f"{result.denial_codes}; {result.http_500} HTTP 5xx, {result.body_500} reviews with code 500")

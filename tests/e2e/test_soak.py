@@ -60,7 +60,9 @@ def test_the_record_and_its_markdown_row() -> None:
     assert bench.verdict([rec]) == []  # the baseline is reported, not held to the bar
     assert bench.verdict([rec | {"held_to_the_bar": True}])  # the gated row will be
     page = bench.render_markdown({"runs": [rec], "machine": {}})
-    assert "## Churn soak" in page and "| direct mount | 90 | 90 / 30 | 700/3700 |" in page
+    assert "## Churn soak" in page and "| direct mount | embedded | 90 | 90 / 30 | 700/3700 |" in page
+    real = bench.render_markdown({"runs": [_result(control_plane="kubernetes").record()], "machine": {}})
+    assert "| direct mount | kubernetes | 90 |" in real
     assert "outage at +75.0 s for 15.0 s (700 failed writes, still going at the end)" in page
     assert _result(missing_writes=None).acknowledged_writes_kept is None
     lost = _result(missing_writes=(7, 8)).record()

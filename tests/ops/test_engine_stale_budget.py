@@ -15,7 +15,9 @@ aspects:
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import time
 from typing import Any
 
 from opsmanager.api import conditions, constants
@@ -35,6 +37,7 @@ def stale_entry_after_first_eviction(world: w.World, *, someone_else: bool = Fal
     async def evict_with_a_stale_entry(namespace: str, pod: str, **kw: Any) -> None:
         if len(evicted) == 1:
             first, when = evicted[0]
+            await first_eviction_settled(world, namespace, first)
             entries = {first: conditions.rfc3339(when)}
             if someone_else:
                 third = next(p for p in operations.PODS if p not in (first, pod))
@@ -45,6 +48,18 @@ def stale_entry_after_first_eviction(world: w.World, *, someone_else: bool = Fal
         await evict(namespace, pod, **kw)
 
     world.kube.evict = evict_with_a_stale_entry  # type: ignore[method-assign]
+
+
+async def first_eviction_settled(world: w.World, namespace: str, first: str, *, timeout: float = 10.0) -> None:
+    """Wait (polling, with a deadline) until the disruption controller has seen the first evicted pod go and
+    dropped its entry: an entry written before that pass would be dropped with it, and the stale entry never
+    seen."""
+    deadline = time.monotonic() + timeout
+    while first in (((await world.kube.get("policy/v1", "PodDisruptionBudget", namespace, "db")) or {})
+                    .get("status") or {}).get("disruptedPods", {}):
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"the disruption controller kept {first}'s entry for {timeout}s after its delete")
+        await asyncio.sleep(0.02)
 
 
 async def test_a_stale_entry_of_its_own_restart_is_proven_and_the_roll_goes_on(world: w.World) -> None:
