@@ -21,6 +21,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
+from opsmanager import kube
+
 # Points per run: a 20 ms writer over a minute is 3,000 writes; more than this are thinned evenly (every failed write
 # is kept), so a figure stays a few hundred kB.
 MAX_POINTS = 4000
@@ -100,6 +102,7 @@ class DownTracker:
         self.kube, self.namespace, self.interval = kube, namespace, interval
         self._name = re.compile(rf"^{re.escape(db)}-\d+$")
         self.samples: list[tuple[float, dict[str, bool]]] = []
+        self.missed = 0  # samples lost to a transient API error
         self._task: asyncio.Task[None] | None = None
         self._started = 0.0
 
@@ -113,8 +116,13 @@ class DownTracker:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            with contextlib.suppress(Exception):  # a loaded API server loses a sample, not the run
+            try:
                 pods = await self.kube.list("v1", "Pod", self.namespace)
+            except kube.KubeError as err:
+                if not kube.is_transient(err):
+                    raise  # read by stop(): a tracker that cannot read pods fails the run, not a blank picture
+                self.missed += 1  # a loaded API server loses a sample, not the run
+            else:
                 self.samples.append((loop.time() - self._started,
                                      {p["metadata"]["name"]: self.up(p) for p in pods
                                       if self._name.match(p["metadata"]["name"])}))

@@ -7,18 +7,23 @@ We test these aspects:
 - every figure a record of ``docs/benchmarks.json`` names exists and ``docs/benchmarks.md`` shows it;
 - :func:`e2e.bench.draw_figures` puts one operation's runs in one figure (taking their timelines out of the
   records) and draws the scale curve from the scale records; the page then shows both;
-- the timeline's pure parts: the request's steps as bands, the members' downtime from polls.
+- the timeline's pure parts: the request's steps as bands, the members' downtime from polls; the poller loses a
+  sample to a busy API server and fails the run on a refusal.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pathlib
+import time
+from collections.abc import Callable
 
 import pytest
 
 from e2e import bench
 from e2e import timeline as tl
+from opsmanager import kube
 
 DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
 FIGURES = DOCS / bench.FIGURES
@@ -101,3 +106,36 @@ def test_downtime_comes_from_polls_and_a_member_still_down_at_the_end_is_cut_the
     samples = [(0.0, {"db-0": True, "db-1": True}), (1.0, {"db-0": False, "db-1": True}),
                (2.0, {"db-0": True, "db-1": True}), (3.0, {"db-0": True, "db-1": False, "db-3": True})]
     assert tl.down_spans(samples, end=4.0) == {"db-0": [(1.0, 2.0)], "db-1": [(3.0, 4.0)], "db-3": []}
+
+
+class _Pods:
+    """Pod lists as an API server answers them: the errors given first (None: an answer), then answers."""
+
+    def __init__(self, *errors: Exception | None) -> None:
+        self.errors = list(errors)
+
+    async def list(self, api_version: str, kind: str, namespace: str) -> list[dict[str, object]]:
+        error = self.errors.pop(0) if self.errors else None
+        if error is not None:
+            raise error
+        return [{"metadata": {"name": "db-0"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}]
+
+
+async def _until(done: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "not within the deadline"
+        await asyncio.sleep(0.01)
+
+
+async def test_the_downtime_tracker_loses_a_sample_to_a_busy_api_server_and_fails_on_a_refusal() -> None:
+    busy = tl.DownTracker(_Pods(kube.Unavailable("503: the server is currently unable to handle the request")),
+                          "ns", "db", interval=0.01)
+    busy.start(time.monotonic())
+    await _until(lambda: bool(busy.samples))
+    assert await busy.stop(time.monotonic()) == {"db-0": []} and busy.missed == 1
+    refused = tl.DownTracker(_Pods(kube.Forbidden("pods is forbidden")), "ns", "db", interval=0.01)
+    refused.start(time.monotonic())
+    await _until(lambda: refused._task is not None and refused._task.done())
+    with pytest.raises(kube.Forbidden):
+        await refused.stop(time.monotonic())
