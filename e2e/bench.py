@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import datetime
 import json
@@ -913,15 +912,10 @@ async def measure(sc: scenario.Scenario, db: str, action: Callable[[], Awaitable
     member, reconnecting from its last revision) the keys a recording client writes; every watcher's log is then
     checked against what it wrote (:mod:`e2e.watchcheck`)."""
     error, value = "", None
-    recording: history.Recording | None = None
     down = tl.DownTracker(sc.k, sc.namespace, db)
-    async with sc.live(db, login=login) as (w, mon), contextlib.AsyncExitStack() as stack:
-        if watchers or gateway_watchers:
-            recording = await stack.enter_async_context(history.Recording(
-                history.Recorder.following(w, interval=scenario.RECORDER_INTERVAL), watchers=watchers,
-                gateway=gateway_watchers))
-        before = w.snapshot()
-        started = time.monotonic()
+    async with sc.observed(db, login=login, record=bool(watchers or gateway_watchers), watchers=watchers,
+                           gateway_watchers=gateway_watchers) as seen:
+        w, mon, before, started = seen.live_writer, seen.leader_monitor, seen.before, seen.started
         down.start(started)
         progress = [started]
         watch = asyncio.create_task(_last_success(w, progress))
@@ -935,7 +929,7 @@ async def measure(sc: scenario.Scenario, db: str, action: Callable[[], Awaitable
         after = w.snapshot()
         spans = await down.stop(wall)
         shift = w.started_at - started  # writer offsets -> seconds since the action started
-        seen = tl.Timeline(
+        seen_by_clients = tl.Timeline(
             label="", wall=wall, writes=[(s + shift, lat * 1000) for s, lat in w.latencies(started - w.started_at)],
             failed=[s + shift for s in after.failure_offsets if s + shift >= 0], down=spans,
             leader_changes=[mon.started_at + c.at - started for c in mon.result.changes
@@ -944,13 +938,12 @@ async def measure(sc: scenario.Scenario, db: str, action: Callable[[], Awaitable
         # max gap only closes a gap at its next success.
         stall = max(after.max_gap, time.monotonic() - progress[0])
         mres = mon.result
-        await stack.aclose()  # the watchers have seen the recorder's last write
     checked = await sc.consistency(db, w, timeout=check_timeout)
     changes = sum(1 for _at, text in after.marks[len(before.marks):] if text.startswith("credentials changed"))
+    recorded = seen.recording.result if seen.recording is not None else None  # the watchers saw the last write
     return Measured(value, error, wall, after.ok - before.ok, after.failed - before.failed, stall, mres.elections,
                     tuple(note[:300] for note in after.errors[len(before.errors):][:8]),
-                    after.failovers - before.failovers, checked, changes,
-                    recording.result if recording is not None else None, seen)
+                    after.failovers - before.failovers, checked, changes, recorded, seen_by_clients)
 
 
 def _suffix(run_index: int) -> str:

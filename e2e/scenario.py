@@ -72,11 +72,13 @@ class OpResult:
 
 @dataclasses.dataclass
 class Observed:
-    """What :meth:`Scenario.observed` runs beside a body: the live writer, the recording (or None), and what the
-    writer and the leader monitor counted (``after``, ``wall``, ``elections``: set when the body is done)."""
+    """What :meth:`Scenario.observed` runs beside a body: the live writer, the leader monitor, the recording (or
+    None), and what the writer and the monitor counted (``after``, ``wall``, ``elections``: set when the body is
+    done)."""
 
     db: str
     live_writer: writer.Writer
+    leader_monitor: monitor.LeaderMonitor
     recording: history.Recording | None
     before: writer.WriterResult
     started: float
@@ -502,18 +504,21 @@ class Scenario:
             await asyncio.sleep(interval)  # the poll interval
 
     @contextlib.asynccontextmanager
-    async def observed(self, db: str, *, login: writer.Login | None = None,
-                       record: bool | None = None) -> AsyncIterator[Observed]:
+    async def observed(self, db: str, *, login: writer.Login | None = None, record: bool | None = None,
+                       watchers: int | None = None, gateway_watchers: int | None = None) -> AsyncIterator[Observed]:
         """The live writer and the leader monitor on ``db`` and, with ``record`` (None: the scenario's), a history
-        recorder and a watcher beside the writer, following its targets and login (:class:`e2e.history.Recording`),
-        for whatever the body does (one request in :meth:`operate`, several with faults in :mod:`e2e.chaos`)."""
+        recorder and watchers beside the writer (``watchers`` over gRPC and ``gateway_watchers`` through the
+        gateway; None: the scenario's), following its targets and login (:class:`e2e.history.Recording`), for
+        whatever the body does (one request in :meth:`operate`, several with faults in :mod:`e2e.chaos`, one
+        benchmark run in :func:`e2e.bench.measure`)."""
         record = self.record if record is None else record
+        watchers = self.watchers if watchers is None else watchers
+        gateway = self.gateway_watchers if gateway_watchers is None else gateway_watchers
         async with self.live(db, login=login) as (w, mon):
             async with contextlib.AsyncExitStack() as beside:
                 recording = await beside.enter_async_context(history.Recording(history.Recorder.following(
-                    w, interval=RECORDER_INTERVAL), watchers=self.watchers, gateway=self.gateway_watchers)) \
-                    if record else None
-                seen = Observed(db, w, recording, w.snapshot(), time.monotonic())
+                    w, interval=RECORDER_INTERVAL), watchers=watchers, gateway=gateway)) if record else None
+                seen = Observed(db, w, mon, recording, w.snapshot(), time.monotonic())
                 yield seen
                 seen.wall = time.monotonic() - seen.started
                 seen.after = w.snapshot()
