@@ -133,9 +133,10 @@ async def _check(ctx: context.OpsContext, step: plan.Restarting, client: admin.E
 
 
 async def finish_eviction(ctx: context.OpsContext, step: plan.Restarting, pods: dict[str, dict[str, Any]],
-                          replaced: Replaced) -> context.StepResult | None:
-    """A pod we were evicting when the operator stopped (``EvictPod`` False): mark it evicted if it is gone,
-    terminating or already replaced, else evict it again. None when no eviction is in flight."""
+                          replaced: Replaced, client: admin.EtcdAdmin) -> context.StepResult | None:
+    """A pod whose eviction is not done (``EvictPod`` False: the budget refused it, or the operator stopped in
+    between): mark it evicted if it is gone, terminating or already replaced, else evict it again — as a
+    follower's restart when it is one now (:func:`a_follower`). None when no eviction is in flight."""
     for name in ctx.pod_names():
         type_ = constants.per_pod_type(constants.STEP_EVICT_POD, name)
         if ctx.condition(type_) is None or ctx.is_true(type_):
@@ -144,8 +145,21 @@ async def finish_eviction(ctx: context.OpsContext, step: plan.Restarting, pods: 
         if pod is None or pod["metadata"].get("deletionTimestamp") or replaced(name, pod):
             _mark_evicted(ctx, step, name)
             return context.Progress(delay=0.0)
-        return await restart(ctx, step, pod)
+        return await restart(ctx, step, pod, follower=await a_follower(client, name))
     return None
+
+
+async def a_follower(client: admin.EtcdAdmin, name: str, *, timeout: float = 1.5) -> bool:
+    """Whether member ``name`` is a follower now, of the one leader every member that answers names, with every
+    member answering: what the rollout knew of a restart it decided, asked again when that restart's eviction is
+    tried again. Anything less certain is False, and the pod keeps its own grace."""
+    statuses = await client.statuses(timeout=timeout)
+    answers = [s for s in statuses.values() if isinstance(s, etcd_client.MemberStatus)]
+    mine = statuses.get(name)
+    if not isinstance(mine, etcd_client.MemberStatus) or len(answers) != len(statuses):
+        return False
+    leaders = {s.leader_id for s in answers}
+    return len(leaders) == 1 and 0 not in leaders and not mine.is_leader
 
 
 def stop_grace(pod: dict[str, Any], *, follower: bool) -> int | None:
@@ -292,7 +306,7 @@ async def rolling(ctx: context.OpsContext, step: plan.Roll | plan.Restart | plan
         return not_back
     peer_scheme = step.wiring.advertised_peer_scheme if step.wiring is not None else "https"
     async with await ctx.etcd(pods, peer_scheme=peer_scheme) as client:
-        if (in_flight := await finish_eviction(ctx, step, pods, on_update_revision)) is not None:
+        if (in_flight := await finish_eviction(ctx, step, pods, on_update_revision, client)) is not None:
             return in_flight
         pending = await post_checks(ctx, step, client, pods, on_update_revision)
         if pending is not None:

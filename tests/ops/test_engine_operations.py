@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from opsmanager import pki
+from opsmanager import kube, pki
 from opsmanager.api import constants
 from opsmanager.ops import restart
 from tests.ops import world as w
@@ -139,6 +139,26 @@ async def test_followers_are_stopped_with_the_kubelets_minimal_grace_and_the_lea
     assert restart.stop_grace({"spec": {"terminationGracePeriodSeconds": 30}}, follower=True) == minimal
     assert restart.stop_grace({"spec": {"terminationGracePeriodSeconds": 1}}, follower=True) == 1
     assert restart.stop_grace({"spec": {"terminationGracePeriodSeconds": 30}}, follower=False) is None
+
+
+async def test_an_eviction_the_budget_refused_is_tried_again_as_a_followers_restart(world: w.World) -> None:
+    op = next(o for o in OPERATIONS if o.name == "restart")
+    await prepare(world, op)
+    refused: list[str] = []
+    evict = world.kube.evict
+
+    async def refuse_the_first_try(namespace: str, pod: str, **kw: Any) -> None:
+        if pod not in refused:  # a budget whose status still counts the member restarted before as disrupted
+            refused.append(pod)
+            raise kube.TooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.")
+        await evict(namespace, pod, **kw)
+
+    world.kube.evict = refuse_the_first_try  # type: ignore[method-assign]
+    req = await world.run(op.name)
+    assert req["status"]["phase"] == constants.PHASE_SUCCESSFUL
+    assert sorted(refused) == sorted(PODS)
+    # tried again on the next pass (EvictPod--<pod> still False), each still a follower: the same short grace
+    assert sorted(world.kube.evicted_with) == [(p, 0) for p in PODS]
 
 
 async def test_move_leader_to_a_named_follower(world: w.World) -> None:

@@ -108,7 +108,7 @@ async def run(ctx: context.OpsContext, step: plan.Step) -> context.StepResult:
     pods = await ctx.pods()
     names = ctx.pod_names()
     async with await ctx.etcd(pods) as client:
-        if (in_flight := await restart.finish_eviction(ctx, step, pods, replaced)) is not None:
+        if (in_flight := await restart.finish_eviction(ctx, step, pods, replaced, client)) is not None:
             return in_flight
         if (checks := await restart.post_checks(ctx, step, client, pods, replaced)) is not None:
             return checks
