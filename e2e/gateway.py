@@ -139,4 +139,5 @@ async def watch(session: aiohttp.ClientSession, target: writer.Target, prefix: s
         if resp is not None:
             resp.close()  # a watch has no end of its own: the connection goes with it
 
+
 __all__ = ["create_request", "parse", "watch"]
