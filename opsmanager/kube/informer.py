@@ -28,6 +28,10 @@ EventHandler = Callable[[str, Obj, Obj | None], None]
 """``handler(event_type, new_object, old_object_or_None)``; DELETED passes the last known object as new."""
 
 
+def _uid(obj: Obj) -> str | None:
+    return (obj.get("metadata") or {}).get("uid")
+
+
 def key_of(obj: Obj) -> tuple[str, str]:
     """``(namespace, name)`` of an object ("" for a cluster-scoped object's namespace)."""
     meta = obj.get("metadata") or {}
@@ -149,6 +153,11 @@ class Informer:
         for key, obj in fresh.items():
             prev = old.get(key)
             if prev is None:
+                self._emit("ADDED", obj, None)
+            elif _uid(prev) != _uid(obj):
+                # The name is another object's now: the one cached was deleted (and its name taken again) while
+                # the watch was down. Handlers that keep state per object (a kubelet's pod worker) must see it go.
+                self._emit("DELETED", prev, prev)
                 self._emit("ADDED", obj, None)
             elif (prev.get("metadata") or {}).get("resourceVersion") != (obj.get("metadata") or {}).get(
                     "resourceVersion"):

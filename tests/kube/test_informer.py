@@ -2,8 +2,9 @@
 
 We test against a scripted API server: the first list has ``a`` and ``b``; the watch from that list's
 resourceVersion answers with an ERROR event 410 (too old); the second list has ``a`` changed, ``b`` gone and
-``c`` new — handlers get MODIFIED a, DELETED b, ADDED c (and nothing for what did not change), the cache
-matches the second list, and the next watch starts from the second list's resourceVersion.
+``c`` new and ``d`` deleted and created again under its name (another UID) — handlers get MODIFIED a, ADDED c,
+DELETED and ADDED d, DELETED b (and nothing for what did not change), the cache matches the second list, and the next
+watch starts from the second list's resourceVersion.
 """
 
 from __future__ import annotations
@@ -19,15 +20,15 @@ from opsmanager import kube
 from tests.polling import aeventually
 
 
-def cm(name: str, version: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": version}}
+def cm(name: str, version: str, uid: str = "") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": version, "uid": uid or f"{name}-uid"}}
 
 
 class Scripted:
     def __init__(self) -> None:
         self.lists = [
-            {"metadata": {"resourceVersion": "10"}, "items": [cm("a", "1"), cm("b", "2")]},
-            {"metadata": {"resourceVersion": "20"}, "items": [cm("a", "15"), cm("c", "16")]},
+            {"metadata": {"resourceVersion": "10"}, "items": [cm("a", "1"), cm("b", "2"), cm("d", "3", "d-old")]},
+            {"metadata": {"resourceVersion": "20"}, "items": [cm("a", "15"), cm("c", "16"), cm("d", "17", "d-new")]},
         ]
         self.watched_from: list[str] = []
         self.hold = asyncio.Event()
@@ -66,13 +67,17 @@ async def test_a_relist_after_gone_reports_the_difference(server: tuple[Scripted
     events: list[tuple[str, str]] = []
     async with kube.Kube.for_url(url) as client:
         informer = kube.Informer(client, "v1", "ConfigMap", namespace="ns")
-        informer.add_handler(lambda t, obj, old: events.append((t, obj["metadata"]["name"])))
+        informer.add_handler(lambda t, obj, old: events.append((t, obj["metadata"]["uid"])))
         informer.start()
         try:
             await aeventually(lambda: len(scripted.watched_from) == 2, what="the informer watching again")
             assert scripted.watched_from == ["10", "20"]
-            assert events == [("ADDED", "a"), ("ADDED", "b"), ("MODIFIED", "a"), ("ADDED", "c"), ("DELETED", "b")]
-            assert sorted(name for _, name in informer.cache) == ["a", "c"]
+            assert events == [("ADDED", "a-uid"), ("ADDED", "b-uid"), ("ADDED", "d-old"),
+                              ("MODIFIED", "a-uid"), ("ADDED", "c-uid"),
+                              # deleted and its name taken again while the watch was down: another object
+                              ("DELETED", "d-old"), ("ADDED", "d-new"),
+                              ("DELETED", "b-uid")]
+            assert sorted(name for _, name in informer.cache) == ["a", "c", "d"]
             assert informer.get("ns", "a") == {**cm("a", "15"), "apiVersion": "v1", "kind": "ConfigMap"}
         finally:
             await informer.stop()
