@@ -150,13 +150,14 @@ async def finish_eviction(ctx: context.OpsContext, step: plan.Restarting, pods: 
 
 
 async def a_follower(client: admin.EtcdAdmin, name: str, *, timeout: float = 1.5) -> bool:
-    """Whether member ``name`` is a follower now, of the one leader every member that answers names, with every
-    member answering: what the rollout knew of a restart it decided, asked again when that restart's eviction is
-    tried again. Anything less certain is False, and the pod keeps its own grace."""
+    """Whether member ``name`` is a follower now: it answers, and it and every other member that answers name one
+    leader, not it. What the rollout knew of a restart it decided, asked again when that restart's eviction is tried
+    again (the budget, which admits the eviction, still judges whether the others serve). Anything less certain is
+    False, and the pod keeps its own grace."""
     statuses = await client.statuses(timeout=timeout)
     answers = [s for s in statuses.values() if isinstance(s, etcd_client.MemberStatus)]
     mine = statuses.get(name)
-    if not isinstance(mine, etcd_client.MemberStatus) or len(answers) != len(statuses):
+    if not isinstance(mine, etcd_client.MemberStatus):
         return False
     leaders = {s.leader_id for s in answers}
     return len(leaders) == 1 and 0 not in leaders and not mine.is_leader

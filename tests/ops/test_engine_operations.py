@@ -21,6 +21,8 @@ import pytest
 
 from opsmanager import kube, pki
 from opsmanager.api import constants
+from opsmanager.etcd import access, errors
+from opsmanager.etcd import client as etcd_client
 from opsmanager.ops import restart
 from tests.ops import world as w
 
@@ -159,6 +161,35 @@ async def test_an_eviction_the_budget_refused_is_tried_again_as_a_followers_rest
     assert sorted(refused) == sorted(PODS)
     # tried again on the next pass (EvictPod--<pod> still False), each still a follower: the same short grace
     assert sorted(world.kube.evicted_with) == [(p, 0) for p in PODS]
+
+
+def _status(name: str, member_id: int, leader_id: int) -> etcd_client.MemberStatus:
+    return etcd_client.MemberStatus(
+        endpoint=access.Endpoint(name, "127.0.0.1"), scheme="http", member_id=member_id, cluster_id=7,
+        leader_id=leader_id, raft_index=9, raft_term=2, raft_applied_index=9, revision=5, version="3.6.16",
+        db_size=1, db_size_in_use=1, is_learner=False, errors=())
+
+
+class _Answers:
+    """What a Status of every member answered (an error for one that did not)."""
+
+    def __init__(self, statuses: dict[str, Any]) -> None:
+        self._statuses = statuses
+
+    async def statuses(self, **_: Any) -> dict[str, Any]:
+        return self._statuses
+
+
+async def test_an_eviction_tried_again_is_a_followers_when_it_and_the_members_answering_name_another_leader() -> None:
+    down = errors.MemberUnreachable("connection refused", endpoint="db-2")
+    view = {"db-0": _status("db-0", 1, 2), "db-1": _status("db-1", 2, 2), "db-2": down}
+    assert await restart.a_follower(_Answers(view), "db-0")  # type: ignore[arg-type]
+    assert not await restart.a_follower(_Answers(view), "db-1")  # type: ignore[arg-type]  # the leader
+    assert not await restart.a_follower(_Answers(view), "db-2")  # type: ignore[arg-type]  # no answer of its own
+    split = {**view, "db-2": _status("db-2", 3, 3)}  # two leaders named: no certainty
+    assert not await restart.a_follower(_Answers(split), "db-0")  # type: ignore[arg-type]
+    leaderless = {"db-0": _status("db-0", 1, 0), "db-1": _status("db-1", 2, 0)}
+    assert not await restart.a_follower(_Answers(leaderless), "db-0")  # type: ignore[arg-type]
 
 
 async def test_move_leader_to_a_named_follower(world: w.World) -> None:
