@@ -14,7 +14,6 @@ import base64
 import hashlib
 import http.client
 import json
-import socket
 import struct
 import subprocess
 import time
@@ -377,46 +376,20 @@ def test_any_corruption_is_an_answer_or_a_clear_error(tmp_path: Path, data: st.D
 
 
 class Member:
-    """One etcd member on loopback (its own throwaway cluster), spoken to through the JSON gateway."""
+    """One etcd member on loopback (its own throwaway cluster: :class:`e2e.localcluster.LocalEtcdCluster`, on a
+    reserved address), spoken to through the JSON gateway."""
 
     def __init__(self, component: str, base: Path) -> None:
-        from opsmanager_sandbox import children, process, realcp
+        from e2e import localcluster
+        from opsmanager_sandbox import realcp
 
         self.tool = lambda name: str(realcp.binary(component, name))
-        for attempt in range(3):
-            # A free port can be taken before etcd binds it (by another test's outgoing connection: ephemeral
-            # ports are shared); etcd then exits at once saying so, and new ports are tried.
-            self.client, peer = children.free_port(), children.free_port()
-            self.url = f"http://127.0.0.1:{self.client}"
-            self.log = (base / f"etcd-{attempt}.log").open("wb")
-            self.proc = subprocess.Popen(
-                [process.find_tool("setpriv"), "--pdeathsig", "KILL", self.tool("etcd"), "--name", "s0",
-                 "--data-dir", str(base / f"data-{attempt}"), "--listen-client-urls", self.url,
-                 "--advertise-client-urls", self.url, "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-                 "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}", "--initial-cluster",
-                 f"s0=http://127.0.0.1:{peer}", "--listen-metrics-urls", "", "--log-level", "warn"],
-                stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            if self._started(base / f"etcd-{attempt}.log"):
-                return
-        raise AssertionError("etcd could not bind free ports in 3 tries")
-
-    def _started(self, log: Path) -> bool:
-        """Wait (polling, with a deadline) until etcd answers; False when it exited because a port was taken."""
-        self.http = http.client.HTTPConnection("127.0.0.1", self.client, timeout=10)
-        deadline = time.monotonic() + 30
-        while True:
-            if self.proc.poll() is not None and "address already in use" in log.read_text():
-                self.log.close()
-                return False
-            assert self.proc.poll() is None, log.read_text()
-            try:
-                if self.call("/v3/maintenance/status", {}).get("header"):
-                    break
-            except (OSError, http.client.HTTPException, ValueError):
-                self.http.close()
-            assert time.monotonic() < deadline, "etcd did not answer within 30 s"
-            time.sleep(0.1)
-        return True
+        self.cluster = localcluster.LocalEtcdCluster(1, mode="plain", base_dir=base, log_level="warn")
+        self.cluster.binary = realcp.binary(component, "etcd")
+        self.cluster.start()
+        endpoint = self.cluster.endpoints()[0]
+        self.url = endpoint.url("http")
+        self.http = http.client.HTTPConnection(endpoint.host, endpoint.client_port, timeout=10)
 
     def call(self, path: str, body: dict[str, object]) -> dict[str, object]:
         self.http.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
@@ -451,9 +424,7 @@ class Member:
 
     def close(self) -> None:
         self.http.close()
-        self.proc.kill()
-        self.proc.wait()
-        self.log.close()
+        self.cluster.close()
 
 
 def b64(data: bytes) -> str:
@@ -507,21 +478,3 @@ def test_etcdutl_agrees_on_real_snapshots(member: Member, tmp_path: Path) -> Non
     assert contents["deleted"].revisions_count == 3101  # 100 tombstones, one revision (subs 0..99)
     assert contents["compacted"].compact_revision == last and contents["compacted"].revisions_count < 3103
 
-
-@pytest.mark.slow
-def test_a_member_whose_port_was_taken_starts_again_on_new_ports(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from opsmanager_sandbox import children
-
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        ports = iter([taken.getsockname()[1]])
-        real = children.free_port
-        monkeypatch.setattr(children, "free_port", lambda host="127.0.0.1": next(ports, None) or real(host))
-        m = Member("etcd-3.6", tmp_path)
-        try:
-            assert "address already in use" in (tmp_path / "etcd-0.log").read_text()
-            assert m.put("/k", b"v") > 1 and m.client != taken.getsockname()[1]
-        finally:
-            m.close()
