@@ -550,8 +550,7 @@ class Recorded:
 
     def count(self, via: str) -> int:
         """How many watchers watched ``via`` (``"grpc"`` or ``"gateway"``)."""
-        return sum(1 for v in self.vias if v == via) if self.vias else int(via == "grpc") * (
-            1 + len(self.other_watch_logs))
+        return self.vias.count(via)
 
     def watch_problems(self) -> list[str]:
         """:func:`e2e.watchcheck.check` of every watcher's log against the history's changes (empty: the guarantees

@@ -154,13 +154,10 @@ async def a_follower(client: admin.EtcdAdmin, name: str, *, timeout: float = 1.5
     leader, not it. What the rollout knew of a restart it decided, asked again when that restart's eviction is tried
     again (the budget, which admits the eviction, still judges whether the others serve). Anything less certain is
     False, and the pod keeps its own grace."""
-    statuses = await client.statuses(timeout=timeout)
-    answers = [s for s in statuses.values() if isinstance(s, etcd_client.MemberStatus)]
-    mine = statuses.get(name)
-    if not isinstance(mine, etcd_client.MemberStatus):
-        return False
-    leaders = {s.leader_id for s in answers}
-    return len(leaders) == 1 and 0 not in leaders and not mine.is_leader
+    answers = await _answers(client, timeout)
+    mine = answers.get(name)
+    leaders = {s.leader_id for s in answers.values()}
+    return mine is not None and len(leaders) == 1 and 0 not in leaders and not mine.is_leader
 
 
 def stop_grace(pod: dict[str, Any], *, follower: bool) -> int | None:
@@ -276,11 +273,16 @@ async def move_leader(ctx: context.OpsContext, client: admin.EtcdAdmin, action: 
 
 async def _leads(client: admin.EtcdAdmin, member_id: int) -> bool:
     """Does a member that answers Status report ``member_id`` as its leader?"""
+    return any(s.leader_id == member_id for s in (await _answers(client, 1.0)).values())
+
+
+async def _answers(client: admin.EtcdAdmin, timeout: float) -> dict[str, etcd_client.MemberStatus]:
+    """The Status of each member that answers now, by name (none when the call fails as a whole)."""
     try:
-        views = await client.statuses(timeout=1.0)
+        views = await client.statuses(timeout=timeout)
     except etcd_errors.EtcdError:
-        return False
-    return any(isinstance(v, etcd_client.MemberStatus) and v.leader_id == member_id for v in views.values())
+        return {}
+    return {name: v for name, v in views.items() if isinstance(v, etcd_client.MemberStatus)}
 
 
 def skip_move_leader(ctx: context.OpsContext) -> bool:
