@@ -480,9 +480,9 @@ Both run on each control plane. On the real one the operator has its own user, s
 WATCHED_TEXT = f"""
 Each operation that restarts members runs a second time in the same run, on a fresh Etcd, with
 {WATCHERS + GATEWAY_WATCHERS} more clients that watch the keys a recording client writes ({WATCHERS} over gRPC,
-{GATEWAY_WATCHERS} through etcd's JSON gateway as HTTP clients watch; each starting on another member and reconnecting
-from its last revision after an error), as a kube-apiserver always watches its etcd. *Ratio* is the wall time with them over the
-wall time without (target ≤ {WATCHED_WALL_RATIO_TARGET}). *Watch problems*: events lost, repeated or out of order in
+{GATEWAY_WATCHERS} through etcd's JSON gateway as HTTP clients watch; each starting on another member and
+reconnecting from its last revision after an error), as a kube-apiserver always watches its etcd. *Ratio* is the
+wall time with them over the wall time without (target ≤ {WATCHED_WALL_RATIO_TARGET}). *Watch problems*: events lost, repeated or out of order in
 any watcher's log against what the recording client wrote (`e2e/watchcheck.py`); a reconnect is expected at each
 restart of the member a watcher is on. A member with open watch streams waits 7 s in its stop before it cuts them;
 the engine stops followers with the kubelet's minimal grace, 2 s (docs/decisions.md D38.1). A gateway watch holds the
@@ -638,7 +638,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
 
 
 def soak_table(records: Sequence[Record]) -> list[str]:
-    rows = [(r["method"], control_plane_of(r), f"{r['duration_s']:.0f}", f"{r['ca_lifetime_s']:.0f} / {r['leaf_lifetime_s']:.0f}",
+    rows = [(r["method"], control_plane_of(r), f"{r['duration_s']:.0f}",
+             f"{r['ca_lifetime_s']:.0f} / {r['leaf_lifetime_s']:.0f}",
              f"{r['writes_failed']}/{r['writes_total']}", f"{r['max_write_stall_s']:.3f}", r["unplanned_elections"],
              r.get("leader_changes_metrics"), f"{r['ca_rollovers']} / {r.get('ca_rollovers_mounted', '–')}",
              f"{r['leaf_renewals']} / {r.get('leaf_renewals_mounted', '–')}", f"{r['members_healthy']}/{r['members']}", len(r["outages"]),

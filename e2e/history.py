@@ -488,7 +488,8 @@ class Watcher(_Running):
     def _label(self, target: writer.Target) -> str:
         return f"{target.label} (gateway)" if self.via == "gateway" else target.label
 
-    def _open(self, c: etcd_client.EtcdClient, target: writer.Target, start: int) -> AsyncGenerator[kv.WatchBatch, None]:
+    def _open(self, c: etcd_client.EtcdClient, target: writer.Target,
+              start: int) -> AsyncGenerator[kv.WatchBatch, None]:
         """A new stream from ``start`` (a new segment's start revision is read over gRPC either way)."""
         if self.via == "gateway":
             if self._session is None:
@@ -522,7 +523,8 @@ class Watcher(_Running):
                         cluster = batch.cluster_id
                         events = tuple(watchcheck.Event(e.kind, _text(e.key), _text(e.value), e.mod_revision)
                                        for e in batch.events)
-                        self.log.append(watchcheck.Delivered(batch.revision, batch.cluster_id, self._label(target), events))
+                        self.log.append(watchcheck.Delivered(batch.revision, batch.cluster_id, self._label(target),
+                                                             events))
                         if events:
                             self.reached = max(self.reached, events[-1].revision)
                             start = self.reached + 1

@@ -605,7 +605,7 @@ async def run(sc: scenario.Scenario, strategy: Strategy, config: SoakConfig, say
     requests = [r for r in await sc.k.list(constants.OPS_API_VERSION, constants.OPS_KIND, sc.namespace)
                 if r["metadata"]["name"] not in requests_before]
     res = SoakResult(
-        control_plane="kubernetes" if sc.sandbox.kubernetes is not None else "embedded",
+        control_plane=sc.control_plane,
         strategy=strategy.key, config=config, duration_s=result.duration, writes_ok=result.ok,
         writes_failed=result.failed, max_stall_s=result.max_gap, elections=mres.elections,
         leader_moves=await _move_leader_events(sc) - moves_before, monitor_blind_s=mres.blind_seconds,
@@ -683,7 +683,8 @@ async def soak_concurrently(workdir: pathlib.Path, config: SoakConfig, say: Prin
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "e2e.soak", "--strategy", key, "--duration", str(config.duration),
             "--ca", str(config.ca_lifetime), "--leaf", str(config.leaf_lifetime), "--dir", str(workdir),
-            "--json", str(out), "--control-plane", control_plane, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, limit=1 << 22)
+            "--json", str(out), "--control-plane", control_plane,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, limit=1 << 22)
         assert proc.stdout is not None
         tail: list[str] = []
         async for raw in proc.stdout:

@@ -38,9 +38,9 @@ from opsmanager.api import catalog, crdgen, pause
 from opsmanager.webhook import admission, server, validation
 from opsmanager_sandbox import children
 from opsmanager_sandbox.apiserver import server as apiserver_server
+from opsmanager_sandbox.cluster import EMBEDDED, KUBERNETES
 
 API_VERSION = "admission.k8s.io/v1"
-EMBEDDED, KUBERNETES = "embedded", "kubernetes"  # where the API server the webhook reads comes from
 NAMESPACE = "demo"
 DB_NAME = "etcd-cluster"
 
@@ -552,7 +552,7 @@ async def _api_server(directory: Path, control_plane: str) -> AsyncIterator[tupl
     if control_plane == KUBERNETES:
         from opsmanager_sandbox import cluster, realcp
 
-        async with cluster.Sandbox(directory / "sandbox", control_plane=cluster.KUBERNETES) as sandbox:
+        async with cluster.Sandbox(directory / "sandbox", control_plane=KUBERNETES) as sandbox:
             assert sandbox.client is not None
             for obj in _world_objects():
                 created = await sandbox.client.create({k: v for k, v in obj.items() if k != "status"})
@@ -661,12 +661,13 @@ async def latency(directory: Path, say: Callable[[str], None], *, rate: float = 
     async with webhook_world(directory, control_plane=control_plane) as world:
         await open_loop(world.url, world.ssl_context, rate=rate, seconds=2)  # warm-up, not counted
         main = await measured(world, rate=rate, seconds=seconds)
-        say(f"webhook open loop ({control_plane} control plane) {rate:g}/s for {seconds:g}s: p50 {main['p50_ms']} ms, p99 {main['p99_ms']} ms, "
-            f"max {main['max_ms']} ms, achieved {main['achieved_per_s']}/s, {main['errors']} errors, "
+        say(f"webhook open loop ({control_plane} control plane) {rate:g}/s for {seconds:g}s: p50 {main['p50_ms']} ms, "
+            f"p99 {main['p99_ms']} ms, max {main['max_ms']} ms, achieved {main['achieved_per_s']}/s, {main['errors']} errors, "
             f"{main['api_reads']} API reads, webhook CPU {main['webhook_cpu_ms_per_review']} ms/review ({load})")
         held, steps = await saturation(world, say, start=int(rate), step=int(rate), seconds=step_seconds,
                                        p99_bound_ms=p99_bound_ms)
-    return {**main, "control_plane": control_plane, "machine_load_before": load, "connections": 64, "mix": [p.name for p in open_loop_probes()],
+    return {**main, "control_plane": control_plane, "machine_load_before": load, "connections": 64,
+            "mix": [p.name for p in open_loop_probes()],
             "saturation_per_s": held, "saturation_p99_bound_ms": p99_bound_ms,
             "saturation_step_s": step_seconds, "saturation_steps": steps,
             "method": "open loop from a separate process"}
