@@ -14,13 +14,20 @@ client's, so a channel carries whatever the client's login is at call time).
 What the interceptors do, per call (``Authenticate`` itself passes through untouched, with no token):
 
 * no credentials: nothing;
-* credentials and no token yet: log in first (on the same channel, within the call's deadline). If etcd answers
-  "authentication is not enabled", remember that and send calls without a token;
+* credentials and no token yet: log in first (on the same channel). If etcd answers "authentication is not
+  enabled", remember that and send calls without a token;
 * etcd answers "invalid auth token" (a simple token expires ``--auth-token-ttl`` after its last use, a restarted
   member forgets every token, a password change or AuthDisable drops them), "revision of auth store is old", or
   "user name is empty": log in again — once, and only if no other call has done so meanwhile — and resend;
 * a call sent without a token because auth looked off that is refused for want of a user (or as the certificate's
   CN, "user name not found" / "permission denied"): auth may have been enabled since; log in and resend once.
+
+A login is not bound by the deadline of the call that needed it. etcd checks a password with bcrypt (tens of
+milliseconds on an idle core, several times that on a busy one, once per password tried) and then commits the login
+through raft. A login cut off at a short call deadline wastes that work, and calls that all have short deadlines
+would never log in at all. So a login runs as a task of its own, for at least :data:`LOGIN_TIMEOUT`. A call waits
+for it only until its own deadline, and the calls after it join the same login instead of starting another. A
+call that joined a login on another member which did not answer logs in on its own member.
 
 A client without a token first takes the one its :class:`Board` holds (the last token etcd gave another client of
 the same cluster, for the same user): a token names a user, not a password, and holds on every member. That matters
@@ -42,8 +49,9 @@ translated error (:class:`errors.AuthFailed` ...), whose message names the user,
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 import grpc
 import grpc.aio
@@ -53,6 +61,7 @@ from opsmanager.etcd._pb import rpc_pb2, rpc_pb2_grpc
 
 TOKEN_KEY = "token"  # etcd's rpctypes.TokenFieldNameGRPC
 AUTHENTICATE = "/etcdserverpb.Auth/Authenticate"
+LOGIN_TIMEOUT: Final = 10.0  # the least time a login gets, whatever the deadline of the call that started it
 
 _GRPC_RAISES = (grpc.RpcError, grpc.aio.BaseError, OSError, TimeoutError)
 
@@ -81,6 +90,22 @@ class Board:
             self.token = None
 
 
+@dataclasses.dataclass(frozen=True)
+class _Flight:
+    """A login running as its own task: for the credentials of ``epoch``, on the member ``label``, started by a
+    call with the deadline ``patience``."""
+
+    epoch: int
+    label: str
+    patience: float | None
+    task: asyncio.Task[str | None]
+
+
+def _earliest(*deadlines: float | None) -> float | None:
+    known = [d for d in deadlines if d is not None]
+    return min(known) if known else None
+
+
 class Login:
     """Credentials and the current token of one client (shared by every channel's interceptors)."""
 
@@ -92,7 +117,7 @@ class Login:
         self.logins = 0  # successful Authenticate calls (for tests and logs)
         self._epoch = 0  # bumped by every login attempt that settled something, and by forget()
         self._worked: str | None = None  # the password etcd accepted last (tried first next time)
-        self._lock = asyncio.Lock()
+        self._flights: list[_Flight] = []  # logins running (each on the channel of the call that started it)
 
     def set_credentials(self, credentials: access.Credentials | None) -> None:
         """Use ``credentials`` from the next call on (the same value keeps the current token)."""
@@ -131,23 +156,85 @@ class Login:
 
     async def renew(self, stub: rpc_pb2_grpc.AuthStub, label: str, used: str | None,
                     deadline: float | None) -> str | None:
-        """A token newer than ``used`` (the one a refused call carried; None: it carried none). Logs in unless
-        another call already did; None when there are no credentials or etcd says auth is not enabled."""
-        credentials, epoch = self.credentials, self._epoch
+        """A token newer than ``used`` (the one a refused call carried; None: it carried none), from the login in
+        flight or a new one; None when there are no credentials or etcd says auth is not enabled.
+
+        A call joins a login on its own member, else one on another member, but waits for the latter only as long
+        as the call that started it would have: past that, or when it failed to reach its member, this call logs
+        in on its own member as well, and the first login that succeeds serves both."""
+        credentials = self.credentials
         if credentials is None:
             return None
-        async with self._lock:
-            if (self.credentials is not credentials or self._epoch != epoch
-                    or (self.token is not None and self.token != used)):
-                return self.token  # another call logged in (or learnt auth is off) meanwhile: use that
-            if used is not None and self.board is not None:
-                self.board.withdraw(used)  # refused: no other client should take it
-            token = await self._authenticate(stub, label, credentials, deadline)
-            if self.credentials is credentials:
-                self.token, self.enabled, self._epoch = token, token is not None, self._epoch + 1
-                if token is not None and self.board is not None:
-                    self.board.post(credentials.username, token)
-            return token
+        if self.token is not None and self.token != used:
+            return self.token  # another call logged in meanwhile: use that
+        loop = asyncio.get_running_loop()
+        if deadline is not None and loop.time() >= deadline:
+            # etcd also calls a token invalid when the call's deadline ends its wait for the raft index the token
+            # names: an answer that came this late is a timeout, no reason to log in
+            raise errors.DeadlinePassed(f"Authenticate as {credentials.username!r} on {label}: the call's deadline "
+                                        "passed before the login", endpoint=label)
+        if used is not None and self.board is not None:
+            self.board.withdraw(used)  # refused: no other client should take it
+        own = self._running(label)
+        joined = own or self._running(None)
+        while True:
+            if joined is None:
+                joined = own = self._start(stub, label, credentials, deadline)
+            until = deadline if joined is own else _earliest(deadline, joined.patience)
+            timeout = None if until is None else max(0.0, until - loop.time())
+            tasks = {joined.task, *(f.task for f in self._flights if f.epoch == joined.epoch)}
+            done, _ = await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if not task.cancelled() and task.exception() is None:
+                    return task.result()
+            if own is not None and own.task in done:
+                return own.task.result()  # raises why this call's own login failed
+            refused = [t for t in done if not t.cancelled() and not errors.is_transient(t.exception() or Exception())]
+            if refused:
+                return refused[0].result()  # refused, not unanswered: another try would be refused too
+            if deadline is not None and loop.time() >= deadline:
+                raise errors.RequestTimeout(
+                    f"Authenticate as {credentials.username!r} on {joined.label}: no answer before the deadline "
+                    "(the login goes on for the calls after this one)", endpoint=label)
+            if own is None:
+                joined = None  # the other member's login failed or took too long: log in on this one
+
+    def _running(self, label: str | None) -> _Flight | None:
+        """A login in flight for the current credentials (on ``label``; None: on any member)."""
+        return next((f for f in self._flights if f.epoch == self._epoch and not f.task.done()
+                     and (label is None or f.label == label)), None)
+
+    def _start(self, stub: rpc_pb2_grpc.AuthStub, label: str, credentials: access.Credentials,
+               deadline: float | None) -> _Flight:
+        loop = asyncio.get_running_loop()
+        until = None if deadline is None else max(deadline, loop.time() + LOGIN_TIMEOUT)
+        task = loop.create_task(self._login(stub, label, credentials, self._epoch, until),
+                                name=f"etcd login on {label}")
+        flight = _Flight(self._epoch, label, deadline, task)
+        self._flights.append(flight)
+
+        def landed(task: asyncio.Task[str | None]) -> None:
+            self._flights.remove(flight)
+            if not task.cancelled():
+                task.exception()  # a login no call waits for any more: its error is not "never retrieved"
+        task.add_done_callback(landed)
+        return flight
+
+    async def _login(self, stub: rpc_pb2_grpc.AuthStub, label: str, credentials: access.Credentials, epoch: int,
+                     deadline: float | None) -> str | None:
+        token = await self._authenticate(stub, label, credentials, deadline)
+        if self.credentials is credentials and self._epoch == epoch:
+            self.token, self.enabled, self._epoch = token, token is not None, self._epoch + 1
+            if token is not None and self.board is not None:
+                self.board.post(credentials.username, token)
+        return token
+
+    async def close(self) -> None:
+        """End the logins in flight (their channels are closing)."""
+        flights = [f.task for f in self._flights]
+        for task in flights:
+            task.cancel()
+        await asyncio.gather(*flights, return_exceptions=True)
 
     async def _authenticate(self, stub: rpc_pb2_grpc.AuthStub, label: str, credentials: access.Credentials,
                             deadline: float | None) -> str | None:

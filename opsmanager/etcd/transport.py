@@ -144,6 +144,7 @@ class Transport:
         conns, self._conns = list(self._conns.values()), {}
         for conn in conns:
             await conn.channel.close(grace=None)
+        await self.login.close()
         if self._http is not None:
             session, self._http = self._http, None
             await session.close()

@@ -117,6 +117,8 @@ class StandIn(rpc_pb2_grpc.MaintenanceServicer, rpc_pb2_grpc.AuthServicer):
         self.trailer: bytes | None = None  # None: the right sha256
         self.header_revision = 42  # our payload is no bbolt file: the header must name the revision
         self.version = ""
+        self.login_delay = 0.01  # a raft round trip: lets concurrent callers pile up behind the login
+        self.answers_logins = True  # False: Authenticate never answers (a member cut off)
 
     @staticmethod
     def token(context: grpc.aio.ServicerContext) -> str | None:
@@ -139,7 +141,9 @@ class StandIn(rpc_pb2_grpc.MaintenanceServicer, rpc_pb2_grpc.AuthServicer):
             await context.abort(C.FAILED_PRECONDITION, "etcdserver: authentication is not enabled")
         if request.name != "root" or request.password != self.password:
             await context.abort(C.INVALID_ARGUMENT, "etcdserver: authentication failed, invalid user ID or password")
-        await asyncio.sleep(0.01)  # a raft round trip: lets concurrent callers pile up behind the login
+        if not self.answers_logins:
+            await asyncio.Event().wait()
+        await asyncio.sleep(self.login_delay)
         self.issued += 1
         token = f"tok{self.issued}"
         self.valid.add(token)
@@ -300,6 +304,56 @@ async def test_concurrent_calls_share_one_login(stand_in: Any) -> None:
         await asyncio.gather(*(c.maintenance.status("e0") for _ in range(10)))
         assert c.logins == 2
     assert [m for m, _ in service.seen].count("Authenticate") == 2
+
+
+async def test_a_login_slower_than_every_calls_deadline_still_lands_and_is_made_once(stand_in: Any) -> None:
+    """etcd's bcrypt check under load can take longer than a short call deadline: the login goes on after the call
+    that started it gave up, and the calls after it take its token instead of starting (and cutting off) another."""
+    service, ep = stand_in
+    service.login_delay = 0.4
+    loop = asyncio.get_running_loop()
+    async with etcd_client.EtcdClient([ep], timeout=0.15, credentials=access.Credentials("root", PASSWORD)) as c:
+        started = loop.time()
+        with pytest.raises(errors.RequestTimeout, match="the login goes on"):
+            await c.maintenance.status("e0")
+        assert loop.time() - started < 0.35  # the call kept its own deadline
+        answered, deadline = None, loop.time() + 5.0
+        while answered is None:
+            assert loop.time() < deadline, "no call got through within 5 s"
+            with contextlib.suppress(errors.RequestTimeout):
+                answered = await c.maintenance.status("e0")
+        assert c.logins == 1
+    assert [m for m, _ in service.seen].count("Authenticate") == 1
+    assert service.seen[-1] == ("Status", "tok1")
+
+
+async def test_a_call_joins_a_login_on_another_member_only_as_long_as_its_caller_would_wait(
+        stand_in: Any) -> None:
+    """A login stuck on a member that does not answer holds a call to another member no longer than the call that
+    started it would have waited: then that call logs in on its own member."""
+    cut, ep0 = stand_in
+    cut.answers_logins = False
+    async with serving(StandIn(), "e1") as (service, ep1):
+        cut.valid = service.valid  # a token holds on every member of the cluster
+        async with etcd_client.EtcdClient([ep0, ep1], timeout=0.3,
+                                          credentials=access.Credentials("root", PASSWORD)) as c:
+            first = asyncio.ensure_future(c.maintenance.status("e0"))
+            await _until(lambda: ("Authenticate", None) in cut.seen)
+            status = await c.maintenance.status("e1", timeout=2.0)  # joins e0's login, then logs in on e1
+            assert status.member_id == 0x77 and c.logins == 1
+            with pytest.raises(errors.RequestTimeout):
+                await first
+            assert await c.maintenance.status("e0") is not None  # e0 serves calls with the token e1 gave
+    assert service.seen == [("Authenticate", None), ("Status", "tok1")]
+    assert cut.seen == [("Authenticate", None), ("Status", "tok1")]
+
+
+async def _until(predicate: Any, timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "condition not met within the deadline"
+        await asyncio.sleep(0.01)
 
 
 async def test_auth_off_means_no_token_until_etcd_asks_for_a_user(stand_in: Any) -> None:
