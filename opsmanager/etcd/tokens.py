@@ -176,18 +176,19 @@ class Login:
         if used is not None and self.board is not None:
             self.board.withdraw(used)  # refused: no other client should take it
         own = self._running(label)
-        joined = own or self._running(None)
+        joined, started = own or self._running(None), False
         while True:
             if joined is None:
                 joined = own = self._start(stub, label, credentials, deadline)
+                started = True
             until = deadline if joined is own else _earliest(deadline, joined.patience)
             timeout = None if until is None else max(0.0, until - loop.time())
-            tasks = {joined.task, *(f.task for f in self._flights if f.epoch == joined.epoch)}
+            tasks = {joined.task, *(f.task for f in self._flights if f.epoch == joined.epoch and not f.task.done())}
             done, _ = await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 if not task.cancelled() and task.exception() is None:
                     return task.result()
-            if own is not None and own.task in done:
+            if started and own is not None and own.task in done:
                 return own.task.result()  # raises why this call's own login failed
             refused = [t for t in done if not t.cancelled() and not errors.is_transient(t.exception() or Exception())]
             if refused:
@@ -196,8 +197,10 @@ class Login:
                 raise errors.RequestTimeout(
                     f"Authenticate as {credentials.username!r} on {joined.label}: no answer before the deadline "
                     "(the login goes on for the calls after this one)", endpoint=label)
-            if own is None:
-                joined = None  # the other member's login failed or took too long: log in on this one
+            if own is None or own.task.done():
+                # the login joined (another member's, or an older one on this member) failed or took too long:
+                # this call logs in on its own member, with the time it has left
+                joined = own = None
 
     def _running(self, label: str | None) -> _Flight | None:
         """A login in flight for the current credentials (on ``label``; None: on any member)."""

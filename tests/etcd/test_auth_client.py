@@ -119,6 +119,7 @@ class StandIn(rpc_pb2_grpc.MaintenanceServicer, rpc_pb2_grpc.AuthServicer):
         self.version = ""
         self.login_delay = 0.01  # a raft round trip: lets concurrent callers pile up behind the login
         self.answers_logins = True  # False: Authenticate never answers (a member cut off)
+        self.logins_timing_out = 0  # the next n logins end in etcd's "request timed out" (a quorum lost meanwhile)
 
     @staticmethod
     def token(context: grpc.aio.ServicerContext) -> str | None:
@@ -144,6 +145,9 @@ class StandIn(rpc_pb2_grpc.MaintenanceServicer, rpc_pb2_grpc.AuthServicer):
         if not self.answers_logins:
             await asyncio.Event().wait()
         await asyncio.sleep(self.login_delay)
+        if self.logins_timing_out:
+            self.logins_timing_out -= 1
+            await context.abort(C.UNAVAILABLE, "etcdserver: request timed out")
         self.issued += 1
         token = f"tok{self.issued}"
         self.valid.add(token)
@@ -346,6 +350,18 @@ async def test_a_call_joins_a_login_on_another_member_only_as_long_as_its_caller
             assert await c.maintenance.status("e0") is not None  # e0 serves calls with the token e1 gave
     assert service.seen == [("Authenticate", None), ("Status", "tok1")]
     assert cut.seen == [("Authenticate", None), ("Status", "tok1")]
+
+
+async def test_a_call_that_joined_a_login_which_timed_out_in_etcd_logs_in_again_in_its_own_time(
+        stand_in: Any) -> None:
+    service, ep = stand_in
+    service.login_delay, service.logins_timing_out = 0.3, 1
+    async with etcd_client.EtcdClient([ep], timeout=0.1, credentials=access.Credentials("root", PASSWORD)) as c:
+        with pytest.raises(errors.RequestTimeout, match="the login goes on"):
+            await c.maintenance.status("e0")
+        status = await c.maintenance.status("e0", timeout=2.0)  # joins it, sees it fail, logs in again
+        assert status.member_id == 0x77 and c.logins == 1
+    assert service.seen == [("Authenticate", None), ("Authenticate", None), ("Status", "tok1")]
 
 
 async def _until(predicate: Any, timeout: float = 5.0) -> None:
