@@ -5,15 +5,18 @@
 # etcdutl of each supported etcd minor, for the members' restore init container (`opsmanager restore-member`,
 # which looks for /usr/local/lib/opsmanager/etcd-<major>.<minor>/etcdutl): built from the same pinned Go modules as
 # the test control plane (sandbox/controlplane/etcd-*/go.mod); and etcdauth (tools/etcdauth), which sets the root
-# password in a restored member's data (/usr/local/lib/opsmanager/etcdauth).
+# password in a restored member's data (/usr/local/lib/opsmanager/etcdauth); and etcdstop (tools/etcdstop), which the
+# members' etcd runs under (/usr/local/lib/opsmanager/etcdstop, copied into each pod by its init container).
 FROM golang:1.26 AS etcdutl
 WORKDIR /src
 COPY sandbox/controlplane/etcd-3.5/go.mod sandbox/controlplane/etcd-3.5/go.sum ./etcd-3.5/
 COPY sandbox/controlplane/etcd-3.6/go.mod sandbox/controlplane/etcd-3.6/go.sum ./etcd-3.6/
 COPY tools/etcdauth ./etcdauth/
+COPY tools/etcdstop ./etcdstop/
 RUN cd etcd-3.5 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/etcd-3.5/etcdutl go.etcd.io/etcd/etcdutl/v3 \
  && cd ../etcd-3.6 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/etcd-3.6/etcdutl go.etcd.io/etcd/etcdutl/v3 \
- && cd ../etcdauth && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/etcdauth .
+ && cd ../etcdauth && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/etcdauth . \
+ && cd ../etcdstop && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/etcdstop .
 
 # The product's wheel, from its sources alone.
 FROM debian:bookworm-slim AS wheel

@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("opsmanager.operator:main", "run the operator (kopf) against a kubeconfig"),
     "restore-member": ("opsmanager.backup.restore:main",
                        "init container: restore this member's data dir from a snapshot (restore-member --plan F)"),
+    "install-etcdstop": ("opsmanager.cluster.etcdstop:main",
+                         "init container: copy etcdstop, which the member's etcd runs under (install-etcdstop --to DIR)"),
 }
 
 

@@ -170,7 +170,7 @@ def test_dockerfile_ships_the_product_only() -> None:
     # the etcdutl stage reads only the pinned go.mod/go.sum of each etcd minor (no sandbox code reaches the image)
     # and the product's own Go tool
     pins = {f"sandbox/controlplane/etcd-{minor}/{f}" for minor in ("3.5", "3.6") for f in ("go.mod", "go.sum")}
-    assert sources == {"pyproject.toml", "README.md", "opsmanager", "tools/etcdauth", *pins}, copies
+    assert sources == {"pyproject.toml", "README.md", "opsmanager", "tools/etcdauth", "tools/etcdstop", *pins}, copies
     installs = [line for line in instructions if "pip install" in line]
     assert installs, "the Dockerfile installs nothing"
     for line in installs:

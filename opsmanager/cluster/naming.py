@@ -128,6 +128,10 @@ RESTORE_PLAN_FILE: Final = "plan.json"
 RESTORE_CA_MOUNT: Final = "/etc/opsmanager/restore-ca"
 RESTORE_AUTH_MOUNT: Final = "/etc/opsmanager/restore-auth"
 RESTORE_CONTAINER: Final = "restore"
+ETCDSTOP_CONTAINER: Final = "etcdstop"  # the init container that copies etcdstop (opsmanager.cluster.etcdstop)
+ETCDSTOP_VOLUME: Final = "etcdstop"
+ETCDSTOP_MOUNT: Final = "/opt/opsmanager"
+ETCDSTOP_BINARY: Final = ETCDSTOP_MOUNT + "/etcdstop"
 
 
 def tls_mount(alias: str) -> str:

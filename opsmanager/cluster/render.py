@@ -453,6 +453,17 @@ def _restore_container(db: etcd_api.Etcd) -> tuple[dict[str, Any], list[dict[str
     return container, volumes
 
 
+def _etcdstop_container() -> dict[str, Any]:
+    """The init container that copies ``etcdstop`` from the operator's image into the pod (``opsmanager
+    install-etcdstop``)."""
+    return {
+        "name": naming.ETCDSTOP_CONTAINER,
+        "image": operator_image(),
+        "args": ["install-etcdstop", f"--to={naming.ETCDSTOP_MOUNT}"],
+        "volumeMounts": [{"name": naming.ETCDSTOP_VOLUME, "mountPath": naming.ETCDSTOP_MOUNT}],
+    }
+
+
 def initial_cluster(db: etcd_api.Etcd, wiring: Wiring) -> str:
     """``--initial-cluster``: every member's name (``wiring.initial_members``, else every replica) and the peer URL
     it advertises."""
@@ -478,7 +489,9 @@ def _etcd_container(db: etcd_api.Etcd, wiring: Wiring, version: str,
     container: dict[str, Any] = {
         "name": naming.CONTAINER_NAME,
         "image": catalog.IMAGE.format(version=version),
-        "command": ["etcd"],
+        # etcd under etcdstop (copied in by the first init container): a stopping follower does not wait out its
+        # clients' watch streams (opsmanager.cluster.etcdstop)
+        "command": [naming.ETCDSTOP_BINARY, "--", "etcd"],
         "args": etcd_args(db, wiring),
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -499,7 +512,8 @@ def _etcd_container(db: etcd_api.Etcd, wiring: Wiring, version: str,
             "timeoutSeconds": 2,
             "failureThreshold": 3,
         },
-        "volumeMounts": mounts,
+        "volumeMounts": [*mounts, {"name": naming.ETCDSTOP_VOLUME, "mountPath": naming.ETCDSTOP_MOUNT,
+                                   "readOnly": True}],
     }
     user_spec = db.spec.pod_template.spec if db.spec.pod_template and db.spec.pod_template.spec else None
     resources = wiring.resources if wiring.resources is not None else (
@@ -510,8 +524,8 @@ def _etcd_container(db: etcd_api.Etcd, wiring: Wiring, version: str,
 
 
 def _pod_spec(db: etcd_api.Etcd, wiring: Wiring, version: str) -> dict[str, Any]:
-    """The members' pod spec: the data and TLS volumes, the restore init container (with ``spec.backup``), the
-    etcd container, and the user's scheduling from ``spec.podTemplate``."""
+    """The members' pod spec: the data and TLS volumes, the etcdstop init container, the restore init container (with
+    ``spec.backup``), the etcd container, and the user's scheduling from ``spec.podTemplate``."""
     name = _name(db)
     user_spec = db.spec.pod_template.spec if db.spec.pod_template and db.spec.pod_template.spec else None
     volumes: list[dict[str, Any]] = []
@@ -523,13 +537,14 @@ def _pod_spec(db: etcd_api.Etcd, wiring: Wiring, version: str) -> dict[str, Any]
         volumes += tls_volumes
         mounts += tls_mounts
     container = _etcd_container(db, wiring, version, mounts)
-    init_containers: list[dict[str, Any]] = []
+    volumes.append({"name": naming.ETCDSTOP_VOLUME, "emptyDir": {}})
+    init_containers: list[dict[str, Any]] = [_etcdstop_container()]
     if db.spec.backup is not None:
         restore, restore_volumes = _restore_container(db)
         init_containers.append(restore)
         volumes += restore_volumes
     pod_spec: dict[str, Any] = {
-        **({"initContainers": init_containers} if init_containers else {}),
+        "initContainers": init_containers,
         "containers": [container],
         "volumes": volumes,
         "terminationGracePeriodSeconds": (

@@ -133,6 +133,9 @@ COMPONENTS = {c.name: c for c in (
     # The product's own Go tool (tools/etcdauth): sets the root password in a restored member's database. The
     # operator image ships it beside etcdutl; the tests' restore init containers run this build.
     Component("etcdauth", "opsmanager.dev/tools/etcdauth", {"etcdauth": "."}, source="tools/etcdauth"),
+    # The product's other Go tool (tools/etcdstop): the members' etcd runs under it, so that a follower asked to stop
+    # does not wait out its watch streams. The operator image ships it; the pods' init container copies it.
+    Component("etcdstop", "opsmanager.dev/tools/etcdstop", {"etcdstop": "."}, source="tools/etcdstop"),
     # The real nodes' runtime: containerd 2.x (what the kubelet after 1.35 requires; Debian's 1.6 only through a
     # deprecated fallback) with its own runc shim and ctr; runc itself is Debian's (`make tools`).
     Component("containerd", "github.com/containerd/containerd/v2", {

@@ -309,7 +309,7 @@ class ContainerRunner:
 def built_etcdutls() -> dict[str, str]:
     """``OPSMANAGER_ETCDUTL_<major>_<minor>`` → the etcdutl ``make controlplane`` built for that etcd minor (what the
     operator image has at ``/usr/local/lib/opsmanager/etcd-<major>.<minor>/etcdutl``), and ``OPSMANAGER_ETCDAUTH``
-    → the built ``etcdauth``; empty when nothing is built."""
+    → the built ``etcdauth``, ``OPSMANAGER_ETCDSTOP`` → the built ``etcdstop``; empty when nothing is built."""
     from opsmanager_sandbox import realcp
 
     try:
@@ -324,6 +324,8 @@ def built_etcdutls() -> dict[str, str]:
             out["OPSMANAGER_ETCDUTL_" + minor.replace(".", "_")] = str(tool)
     if "etcdauth" in build.COMPONENTS and (etcdauth := Path(build.binary("etcdauth", "etcdauth"))).is_file():
         out["OPSMANAGER_ETCDAUTH"] = str(etcdauth)  # the image's /usr/local/lib/opsmanager/etcdauth
+    if "etcdstop" in build.COMPONENTS and (etcdstop := Path(build.binary("etcdstop", "etcdstop"))).is_file():
+        out["OPSMANAGER_ETCDSTOP"] = str(etcdstop)  # the image's /usr/local/lib/opsmanager/etcdstop
     return out
 
 

@@ -77,8 +77,10 @@ def test_tls_mounts_and_volumes() -> None:
         "server-tls": "/var/run/etcd/tls/server",
         "peer-tls": "/var/run/etcd/tls/peer",
         "ca-bundle": "/var/run/etcd/tls/ca",
+        "etcdstop": "/opt/opsmanager",
     }
-    secrets = {v["name"]: v["secret"]["secretName"] for v in sts["spec"]["template"]["spec"]["volumes"]}
+    secrets = {v["name"]: v["secret"]["secretName"] for v in sts["spec"]["template"]["spec"]["volumes"]
+               if "secret" in v}
     assert secrets == {"server-tls": "db-server-cert", "peer-tls": "db-peer-cert", "ca-bundle": "db-ca-bundle"}
 
 
@@ -86,7 +88,8 @@ def test_secret_name_override_is_mounted() -> None:
     db = make_db(tls=True)
     db.spec.tls.certificates = [etcd_api.common.CertificateSpec(alias="server", secret_name="mine")]
     sts = render.render_statefulset(db)
-    secrets = {v["name"]: v["secret"]["secretName"] for v in sts["spec"]["template"]["spec"]["volumes"]}
+    secrets = {v["name"]: v["secret"]["secretName"] for v in sts["spec"]["template"]["spec"]["volumes"]
+               if "secret" in v}
     assert secrets["server-tls"] == "mine"
     # the override names the mounted Secret; the Certificate still writes its source
     server = next(c for c in render.render_certificates(db) if c["metadata"]["name"] == "db-server")

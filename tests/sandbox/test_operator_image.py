@@ -30,7 +30,7 @@ def test_the_recipe_is_read_from_the_dockerfile() -> None:
     assert rec.uid == 65532 and rec.user == "65532:65532"
     assert rec.entrypoint == ("opsmanager",) and rec.cmd == ("run",)
     assert "PYTHONUNBUFFERED=1" in rec.env
-    assert rec.lib_files == ("etcd-3.5/etcdutl", "etcd-3.6/etcdutl", "etcdauth")
+    assert rec.lib_files == ("etcd-3.5/etcdutl", "etcd-3.6/etcdutl", "etcdauth", "etcdstop")
 
 
 def test_a_dockerfile_on_another_base_is_refused_naming_it() -> None:

@@ -96,8 +96,8 @@ def lib_sources(rec: Recipe) -> dict[str, Path]:
     """Each file the image bundles under LIB_DIR, from ``make controlplane``'s cache (the same pinned modules)."""
     out = {}
     for rel in rec.lib_files:
-        if rel == "etcdauth":
-            out[rel] = realcp.binary("etcdauth", "etcdauth")
+        if rel in ("etcdauth", "etcdstop"):
+            out[rel] = realcp.binary(rel, rel)
         else:
             minor = re.fullmatch(r"etcd-(\d+\.\d+)/etcdutl", rel)
             if minor is None:

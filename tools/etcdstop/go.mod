@@ -1,0 +1,3 @@
+module opsmanager.dev/tools/etcdstop
+
+go 1.26.0
