@@ -172,6 +172,7 @@ class LocalEtcdCluster:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.token = f"tok-{os.getpid()}-{random.randrange(1 << 30):x}"
         self.binary = etcd_binary()
+        self.wrapper: list[str] = []  # argv before etcd's own (etcdstop's ``etcdstop --``), as a pod's command has
         self._reservation: addresses.PodAddresses | None = None
         if subnet is None:
             self._reservation, x, y = reserve_subnet(size)
@@ -362,7 +363,7 @@ class LocalEtcdCluster:
         with open(m.log_file, "ab") as log:
             log.write(f"\n===== start #{m.starts + 1} {time.strftime('%H:%M:%S')} =====\n".encode())
             log.flush()
-            m.process = subprocess.Popen(self.argv(self.binary, m.args), stdout=log, stderr=subprocess.STDOUT,
+            m.process = subprocess.Popen([*self.wrapper, *self.argv(self.binary, m.args)], stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
         m.starts += 1
         if wait == "healthy":

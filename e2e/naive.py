@@ -33,7 +33,7 @@ from typing import Any
 
 import aiohttp
 
-from e2e import scenario
+from e2e import processes, scenario
 from opsmanager import kube, pki
 from opsmanager.api import conditions, constants, pause
 from opsmanager.api import etcd as etcd_api
@@ -248,9 +248,10 @@ async def delete_and_wait(sc: scenario.Scenario, pod_name: str, *,
 
 
 async def etcd_pid(sc: scenario.Scenario, pod_name: str) -> int | None:
-    """The host PID of the member's etcd (the node agent's process, or containerd's task on a real node)."""
+    """The host PID of the member's etcd (under the container's etcdstop; the node agent's process, or containerd's
+    task on a real node)."""
     pid: int | None = await sc.sandbox.container_pid(sc.namespace, pod_name, naming.CONTAINER_NAME)
-    return pid
+    return processes.etcd_under(pid) if pid is not None else None
 
 
 async def sigkill_and_wait(sc: scenario.Scenario, pod_name: str, *,

@@ -34,6 +34,19 @@ def stop(process: subprocess.Popen[bytes], timeout: float) -> int | None:
     return process.returncode
 
 
+def etcd_under(pid: int) -> int:
+    """The etcd process of a member container whose first process is ``pid``: ``pid`` itself, or its child when that
+    is etcdstop (the members' etcd runs under it). What a test freezes or kills to act on etcd alone."""
+    try:
+        if Path(f"/proc/{pid}/comm").read_text().strip() != "etcdstop":
+            return pid
+        tasks = list(Path(f"/proc/{pid}/task").glob("*/children"))
+        children = [int(c) for t in tasks for c in t.read_text().split()]
+    except (OSError, ValueError):
+        return pid
+    return children[0] if children else pid
+
+
 # What the operator logs as it SIGKILLs itself at an OPSMANAGER_FAILPOINTS boundary.
 FAILPOINT_CRASH = "failpoint: crashing after a step boundary"
 

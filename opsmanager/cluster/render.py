@@ -453,15 +453,19 @@ def _restore_container(db: etcd_api.Etcd) -> tuple[dict[str, Any], list[dict[str
     return container, volumes
 
 
-def _etcdstop_container() -> dict[str, Any]:
+def _etcdstop_container(resources: dict[str, Any] | None) -> dict[str, Any]:
     """The init container that copies ``etcdstop`` from the operator's image into the pod (``opsmanager
-    install-etcdstop``)."""
-    return {
+    install-etcdstop``). It takes etcd's ``resources``: a pod is Guaranteed only when every container is, and an
+    init container's requests count as the largest of them, not on top."""
+    container: dict[str, Any] = {
         "name": naming.ETCDSTOP_CONTAINER,
         "image": operator_image(),
         "args": ["install-etcdstop", f"--to={naming.ETCDSTOP_MOUNT}"],
         "volumeMounts": [{"name": naming.ETCDSTOP_VOLUME, "mountPath": naming.ETCDSTOP_MOUNT}],
     }
+    if resources is not None:
+        container["resources"] = copy.deepcopy(resources)
+    return container
 
 
 def initial_cluster(db: etcd_api.Etcd, wiring: Wiring) -> str:
@@ -538,7 +542,7 @@ def _pod_spec(db: etcd_api.Etcd, wiring: Wiring, version: str) -> dict[str, Any]
         mounts += tls_mounts
     container = _etcd_container(db, wiring, version, mounts)
     volumes.append({"name": naming.ETCDSTOP_VOLUME, "emptyDir": {}})
-    init_containers: list[dict[str, Any]] = [_etcdstop_container()]
+    init_containers: list[dict[str, Any]] = [_etcdstop_container(container.get("resources"))]
     if db.spec.backup is not None:
         restore, restore_volumes = _restore_container(db)
         init_containers.append(restore)

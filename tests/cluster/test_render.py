@@ -270,3 +270,29 @@ def test_the_pod_templates_affinity_node_selector_and_tolerations_are_used_as_gi
     assert pod["affinity"] == affinity  # no anti-affinity added behind the user's back
     assert pod["nodeSelector"] == {"zone": "a"}
     assert pod["tolerations"] == tolerations
+
+
+@pytest.mark.parametrize("backup", [None, BACKUP])
+def test_etcd_runs_under_etcdstop_which_the_first_init_container_copies_from_the_operator_image(
+        backup: dict[str, Any] | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(render.OPERATOR_IMAGE_ENV, "registry.example/opsmanager:1.2.3")
+    pod = render.render_statefulset(make_db(**({"backup": backup} if backup else {})))["spec"]["template"]["spec"]
+    etcd = pod["containers"][0]
+    assert etcd["command"] == ["/opt/opsmanager/etcdstop", "--", "etcd"]
+    assert etcd["args"][0] == "--name=$(POD_NAME)"  # etcd's own flags, unchanged, after the "--"
+    assert {"name": "etcdstop", "mountPath": "/opt/opsmanager", "readOnly": True} in etcd["volumeMounts"]
+    first = pod["initContainers"][0]
+    assert first == {"name": "etcdstop", "image": "registry.example/opsmanager:1.2.3",
+                     "args": ["install-etcdstop", "--to=/opt/opsmanager"],
+                     "volumeMounts": [{"name": "etcdstop", "mountPath": "/opt/opsmanager"}]}
+    assert {"name": "etcdstop", "emptyDir": {}} in pod["volumes"]
+    assert [c["name"] for c in pod["initContainers"]] == ["etcdstop"] + (["restore"] if backup else [])
+
+
+def test_the_etcdstop_init_container_takes_etcds_resources_so_a_guaranteed_pod_stays_guaranteed() -> None:
+    limits = {"cpu": "500m", "memory": "512Mi"}
+    db = make_db(podTemplate={"spec": {"resources": {"requests": limits, "limits": limits}}})
+    pod = render.render_statefulset(db)["spec"]["template"]["spec"]
+    assert pod["containers"][0]["resources"] == {"requests": limits, "limits": limits}
+    assert pod["initContainers"][0]["resources"] == {"requests": limits, "limits": limits}
+    assert "resources" not in render.render_statefulset(make_db())["spec"]["template"]["spec"]["initContainers"][0]

@@ -28,7 +28,7 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from e2e import scenario
+from e2e import naive, scenario
 from opsmanager import kube
 from opsmanager.api import auth, conditions, constants
 from opsmanager.cluster import naming
@@ -299,7 +299,7 @@ async def test_a_member_that_stops_serving_has_its_node_looked_at(sc: scenario.S
     db = "frozen"
     await sc.fresh_etcd(db)
     pod = naming.pods(db, 3)[2]
-    pid = await sc.sandbox.container_pid(sc.namespace, pod, naming.CONTAINER_NAME)
+    pid = await naive.etcd_pid(sc, pod)
     assert pid is not None
     since = time.monotonic()
     os.kill(pid, signal.SIGSTOP)  # its readiness probe fails: the pod stops serving, etcd on the others goes on

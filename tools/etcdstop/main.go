@@ -34,6 +34,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,6 +52,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: etcdstop -- etcd [flags]")
 		os.Exit(2)
 	}
+	runtime.LockOSThread()
 	os.Exit(run(args))
 }
 
@@ -63,6 +65,11 @@ func run(args []string) int {
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	// etcd dies with etcdstop, as the processes of a container die with its first: a SIGKILL to etcdstop (a
+	// runtime that signals only the container's main process, a test's crash) must not leave etcd running on the
+	// data directory. The kernel sends it when the thread that started etcd exits, so that is the main thread,
+	// locked to main's goroutine for the life of the process.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	signals := make(chan os.Signal, 8)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1,
 		syscall.SIGUSR2)
