@@ -251,7 +251,7 @@ async def etcd_pid(sc: scenario.Scenario, pod_name: str) -> int | None:
     """The host PID of the member's etcd (under the container's etcdstop; the node agent's process, or containerd's
     task on a real node)."""
     pid: int | None = await sc.sandbox.container_pid(sc.namespace, pod_name, naming.CONTAINER_NAME)
-    return processes.etcd_under(pid) if pid is not None else None
+    return processes.etcd_under(pid) if pid is not None else None  # None while the container is ending
 
 
 async def sigkill_and_wait(sc: scenario.Scenario, pod_name: str, *,

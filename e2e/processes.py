@@ -34,17 +34,18 @@ def stop(process: subprocess.Popen[bytes], timeout: float) -> int | None:
     return process.returncode
 
 
-def etcd_under(pid: int) -> int:
+def etcd_under(pid: int) -> int | None:
     """The etcd process of a member container whose first process is ``pid``: ``pid`` itself, or its child when that
-    is etcdstop (the members' etcd runs under it). What a test freezes or kills to act on etcd alone."""
+    is etcdstop (the members' etcd runs under it). What a test freezes or kills to act on etcd alone. None when
+    there is none: ``pid`` is gone, or it is an etcdstop whose etcd has ended (the container is ending)."""
     try:
         if Path(f"/proc/{pid}/comm").read_text().strip() != "etcdstop":
             return pid
         tasks = list(Path(f"/proc/{pid}/task").glob("*/children"))
         children = [int(c) for t in tasks for c in t.read_text().split()]
     except (OSError, ValueError):
-        return pid
-    return children[0] if children else pid
+        return None
+    return children[0] if children else None
 
 
 # What the operator logs as it SIGKILLs itself at an OPSMANAGER_FAILPOINTS boundary.

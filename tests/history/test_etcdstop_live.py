@@ -14,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import pathlib
 import re
+import signal
 import subprocess
 import time
 
 import aiohttp
 import pytest
 
-from e2e import history, lincheck, localcluster, writer
+from e2e import history, lincheck, localcluster, processes, writer
 from opsmanager.etcd import client as etcd_client
 from opsmanager_sandbox import realcp
 from tests.fixtures.etcd_cluster import ClusterFactory
@@ -98,23 +99,38 @@ async def test_a_follower_with_watches_stops_at_once_and_a_leader_is_left_to_han
     assert recording.result.watch_problems() == []
 
 
-def test_etcdstop_passes_etcds_exit_code_and_signals_through(tmp_path: pathlib.Path) -> None:
-    """Not etcd: a child that exits by itself keeps its code, and one that a forwarded signal ends gives 128+n."""
+def test_etcdstop_passes_etcds_exit_code_and_signals_through_and_its_child_is_found_under_it() -> None:
+    """Not etcd: a child that exits by itself keeps its code, one that a forwarded signal ends gives 128+n, and a
+    SIGKILL to etcdstop takes its child with it (a container's processes end with its first)."""
     etcdstop = str(realcp.binary("etcdstop", "etcdstop"))
     assert subprocess.run([etcdstop, "--", "sh", "-c", "exit 3"], timeout=10).returncode == 3
-    child = subprocess.Popen([etcdstop, "--", "sleep", "30"])
-    deadline = time.monotonic() + 10
-    while not any(p.read_text().startswith("sleep") for p in pathlib.Path("/proc").glob("*/comm")
-                  if p.parent.name.isdigit() and _parent(p.parent) == child.pid):
-        assert time.monotonic() < deadline, "etcdstop never started its child"
-        time.sleep(0.01)
-    child.send_signal(15)
-    assert child.wait(10) == 128 + 15
     assert subprocess.run([etcdstop], capture_output=True, timeout=10).returncode == 2
 
+    def started(wrapper: subprocess.Popen[bytes]) -> int:
+        deadline = time.monotonic() + 10
+        while (child := processes.etcd_under(wrapper.pid)) is None:
+            assert time.monotonic() < deadline, "etcdstop never started its child"
+            time.sleep(0.01)
+        assert child != wrapper.pid
+        return child
 
-def _parent(proc: pathlib.Path) -> int:
+    wrapper = subprocess.Popen([etcdstop, "--", "sleep", "30"])
+    started(wrapper)
+    wrapper.send_signal(signal.SIGTERM)
+    assert wrapper.wait(10) == 128 + signal.SIGTERM
+
+    wrapper = subprocess.Popen([etcdstop, "--", "sleep", "30"])
+    child = started(wrapper)
+    wrapper.kill()
+    wrapper.wait(10)
+    deadline = time.monotonic() + 10
+    while pathlib.Path(f"/proc/{child}").exists() and "Z" not in _state(child):
+        assert time.monotonic() < deadline, "the child outlived etcdstop's SIGKILL"
+        time.sleep(0.01)
+
+
+def _state(pid: int) -> str:
     try:
-        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return -1
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
