@@ -509,8 +509,6 @@ class Session:
         from opsmanager_sandbox.objectstore import ObjectStoreServer
 
         if self.object_store is None:
-            # an Etcd with backups renders the members' ``restore`` init container from the operator's image
-            await self.sc.sandbox.realnodes.load_operator_image()
             where = pathlib.Path(tempfile.mkdtemp(prefix="s3-", dir=self.sc.dir))
             self.object_store = await asyncio.to_thread(ObjectStoreServer(where, buckets=("backups",)).start)
             await self.sc.k.apply({"apiVersion": "v1", "kind": "Secret",

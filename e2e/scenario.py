@@ -109,7 +109,7 @@ class Scenario:
                  namespace: str = NAMESPACE, delivery_timeout: float | None = None,
                  operator_args: Sequence[str] = (), install: str | os.PathLike[str] | None = None,
                  control_plane: str | None = None, etcd_version: str | None = None,
-                 nodes: int | None = None, operator_image: bool = False, record: bool = True,
+                 nodes: int | None = None, record: bool = True,
                  storage: str | None = "hostpath", watchers: int = 1, gateway_watchers: int = 0) -> None:
         """``delivery_timeout``: the operator's ``--certificate-delivery-timeout`` (None: the sandbox's 15 s);
         ``operator_args``: extra ``opsmanager run`` flags; ``install``: the bundle's directory (``deploy/``) —
@@ -123,9 +123,6 @@ class Scenario:
         self.record = record
         self.watchers, self.gateway_watchers = watchers, gateway_watchers
         self.install = pathlib.Path(install) if install is not None else None
-        # On real nodes, pods the operator renders with its own image (the members' ``restore`` init container) need
-        # that image in the nodes; the bundle's install loads it, an operator run as a child process does not.
-        self.operator_image = operator_image
         # "embedded" or "kubernetes" (the sandbox's, docs/sandbox.md); unset: $OPSMANAGER_CONTROL_PLANE, else embedded
         self.control_plane = control_plane or os.environ.get(CONTROL_PLANE_ENV) or "embedded"
         # real nodes under the real control plane (docs/sandbox.md); unset: $OPSMANAGER_NODES, else the node agent
@@ -174,8 +171,6 @@ class Scenario:
                                                    control_plane=self.control_plane, nodes=self.nodes,
                                                    storage=self.storage)
         await self.sandbox.__aenter__()
-        if self.operator_image and self.install is None and self.sandbox.realnodes is not None:
-            await self.sandbox.realnodes.load_operator_image()
         self.kube = kube.Kube.from_kubeconfig(str(self.sandbox.kubeconfig))
         await self.ensure_namespace(self.namespace)
         if self.install is None:

@@ -114,8 +114,6 @@ def install(bundle: str | Path, *, timeout: float = READY_TIMEOUT) -> Any:
             raise InstallError("installing the bundle needs the sandbox in RBAC mode (authorization='RBAC' / "
                                "--authorization RBAC): the product runs under its own ServiceAccounts")
         await sb.apply([PROMETHEUS_RULE_CRD])
-        if getattr(sb, "realnodes", None) is not None:  # the image the bundle names, made and loaded into each node
-            await sb.realnodes.load_operator_image()
         output = await apply_bundle(sb.kubeconfig, directory)
         if (directory / "catalog" / "kustomization.yaml").is_file():  # the second step of the install, as documented
             output += await apply_bundle(sb.kubeconfig, directory / "catalog")

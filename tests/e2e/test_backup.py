@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def sc(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    async with scenario.Scenario(tmp_path_factory.mktemp("backup"), operator_image=True) as s:
+    async with scenario.Scenario(tmp_path_factory.mktemp("backup")) as s:
         yield s
 
 

@@ -97,7 +97,8 @@ class RealNodes:
         await self.csi.start(client, [n.name for n in self.nodes], timeout, default_class=True)
 
     def _archives(self) -> list[tuple[str, Path]]:
-        wanted = [images.pause_image(), *images.etcd_images(), images.coredns_image()]
+        # the operator's image too: every member pod's first init container copies etcdstop from it
+        wanted = [images.pause_image(), *images.etcd_images(), images.coredns_image(), operator_image.image()]
         out = [(i.repository, images.archive(i)) for i in wanted]
         self.images = {f"{i.repository}:{i.tag}": path for i, (_, path) in zip(wanted, out, strict=True)}
         return out
@@ -183,11 +184,6 @@ class RealNodes:
             except OSError:  # gone meanwhile
                 continue
         return found
-
-    async def load_operator_image(self) -> None:
-        """The operator's own image (made from the Dockerfile's recipe, cached) into every node: what the bundle's
-        pods and the members' ``restore`` init container run."""
-        await self.load_image(await asyncio.to_thread(operator_image.image))
 
     def volume_dir(self, pod: dict[str, Any], volume: str, plugin: str = "kubernetes.io~secret") -> Path:
         """Where the kubelet of ``pod``'s node keeps the files of the pod's volume ``volume`` (a Pod object)."""
