@@ -484,9 +484,11 @@ Each operation that restarts members runs a second time in the same run, on a fr
 reconnecting from its last revision after an error), as a kube-apiserver always watches its etcd. *Ratio* is the
 wall time with them over the wall time without (target ≤ {WATCHED_WALL_RATIO_TARGET}). *Watch problems*: events lost, repeated or out of order in
 any watcher's log against what the recording client wrote (`e2e/watchcheck.py`); a reconnect is expected at each
-restart of the member a watcher is on. A member with open watch streams waits 7 s in its stop before it cuts them;
-the engine stops followers with the kubelet's minimal grace, 2 s (docs/decisions.md D38.1). A gateway watch holds the
-stop the same 7 s: inside the member the gateway is a gRPC client of the member itself.
+restart of the member a watcher is on. Alone, a member with open watch streams (gRPC or gateway: inside the member
+the gateway is a gRPC client of the member itself) waits 7 s in its stop before it cuts them. The members' etcd runs
+under etcdstop, which ends a stopping follower once its client port is closed and no request is in flight
+(docs/decisions.md D38.4), and the engine evicts followers with the kubelet's minimal grace, 2 s, as the bound
+(D38.1).
 """
 
 

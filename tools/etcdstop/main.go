@@ -8,18 +8,22 @@
 // lease keep-alive streams never end by themselves, so a member that any client watches on takes that whole wait
 // (or the pod's grace period, whichever is shorter) to stop, where one without watchers stops in milliseconds.
 //
-// etcdstop forwards every signal to etcd. After a stop signal it reads etcd's own metrics (the first
-// --listen-metrics-urls, over plain HTTP) every 20 ms. It kills etcd (SIGKILL) only when all of these hold:
-//   - the client port refuses connections: no new request can start;
-//   - etcd_server_is_leader is 0 when the listener has closed: a leader must finish its stop, which hands
-//     leadership to another member after the wait (etcdstop then leaves it alone to the end);
+// etcdstop forwards every signal to etcd. On the first SIGTERM or SIGINT it reads etcd's own metrics (the first
+// --listen-metrics-urls, over plain HTTP) just before it forwards the signal, then every 20 ms. It kills etcd
+// (SIGKILL) only when it was a follower then (etcd_server_is_leader 0: a leader must finish its stop, which hands
+// leadership to another member after the wait) and, once the client port refuses connections (no new request can
+// start), one of these holds:
 //   - no unary or server-streaming call is in flight (grpc_server_started_total minus grpc_server_handled_total):
-//     every request etcd accepted has been answered, including snapshots.
+//     every request etcd accepted has been answered, including snapshots;
+//   - the metrics listener refuses connections: etcd closes it only after its client servers have stopped, so
+//     every request is answered, and what is left is raft's stop and a wait of up to 1 s for the peer connections
+//     to go idle, which the other members' streams never do.
 //
-// What the kill skips is then only the wait for watch and keep-alive streams. Their clients reconnect to another
-// member either way, and a follower's data is crash-safe (the WAL is synced before etcd acknowledges anything).
-// When the metrics cannot be read, or any of the conditions never holds, etcd stops as it would without etcdstop.
-// etcdstop exits with etcd's exit code, 0 when it killed etcd after a stop signal, 128+n when a signal n ended etcd.
+// What the kill skips is then only the waits for the watch and keep-alive streams and for the peers. Those clients
+// reconnect to another member either way, and a follower's data is crash-safe (the WAL is synced before etcd
+// acknowledges anything). When the role cannot be read, or none of the conditions comes to hold, etcd stops as it
+// would without etcdstop. etcdstop exits with etcd's exit code: 0 when it killed etcd after a stop signal, 128+n when
+// a signal n ended etcd.
 package main
 
 import (
@@ -81,6 +85,7 @@ func run(args []string) int {
 	go func() { exited <- cmd.Wait() }()
 
 	metrics, client := metricsURL(args), clientAddress(args)
+	web := &http.Client{Timeout: 300 * time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	killed := false
@@ -91,11 +96,19 @@ func run(args []string) int {
 		case err := <-exited:
 			return exitCode(err, killed)
 		case sig := <-signals:
+			stop := (sig == syscall.SIGTERM || sig == syscall.SIGINT) && !stopping && metrics != "" && client != ""
+			follower := false
+			if stop {
+				// read before etcd starts its stop: without watchers its metrics listener closes within
+				// milliseconds, and the role must be known by then
+				before, err := scrape(web, metrics)
+				follower = err == nil && before.leader == 0
+			}
 			_ = cmd.Process.Signal(sig)
-			if (sig == syscall.SIGTERM || sig == syscall.SIGINT) && !stopping && metrics != "" && client != "" {
+			if stop {
 				stopping = true
 				go func() {
-					if quiet(ctx, metrics, client) {
+					if quiet(ctx, web, metrics, client, follower) {
 						close(fastStop)
 					}
 				}()
@@ -110,10 +123,9 @@ func run(args []string) int {
 	}
 }
 
-// quiet polls until etcd, stopping, holds nothing but streams (see the package doc); false when ctx ends first or
-// the metrics cannot be read.
-func quiet(ctx context.Context, metrics, client string) bool {
-	web := &http.Client{Timeout: 500 * time.Millisecond}
+// quiet polls until etcd, stopping, holds nothing but streams or the wait for its peers (see the package doc);
+// false when ctx ends first, or the metrics cannot be read for another reason.
+func quiet(ctx context.Context, web *http.Client, metrics, client string, follower bool) bool {
 	ticker := time.NewTicker(poll)
 	defer ticker.Stop()
 	for {
@@ -126,11 +138,14 @@ func quiet(ctx context.Context, metrics, client string) bool {
 			continue
 		}
 		m, err := scrape(web, metrics)
+		if err != nil && follower && errors.Is(err, syscall.ECONNREFUSED) {
+			return true // the metrics listener closes after every client request was answered
+		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "etcdstop: cannot read etcd's metrics (%v): etcd stops by itself\n", err)
 			return false
 		}
-		if m.leader != 0 {
+		if !follower || m.leader != 0 {
 			return false // a leader's stop hands leadership over after the wait: never cut it short
 		}
 		if m.inFlight == 0 {
