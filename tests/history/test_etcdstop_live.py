@@ -5,6 +5,7 @@ We test these aspects:
 * a follower that holds open watch streams stops within a second under etcdstop, where etcd alone waits its full
   request timeout (7 s) for them; etcdstop says why it killed it and exits 0;
 * a leader under etcdstop is never cut short: it takes etcd's own wait and hands leadership over;
+* a follower without watchers does not wait the second etcd gives its peer connections;
 * the history of the clients across both stops is linearizable, and no watch stream loses, repeats or reorders an
   event.
 """
@@ -97,6 +98,20 @@ async def test_a_follower_with_watches_stops_at_once_and_a_leader_is_left_to_han
     verdict = await lincheck.check(recording.result.history, tmp_path / "lincheck")
     verdict.raise_for_problems()
     assert recording.result.watch_problems() == []
+
+
+async def test_a_follower_without_watchers_does_not_wait_for_its_peers(
+        cluster: localcluster.LocalEtcdCluster) -> None:
+    """Without streams etcd's client stop takes milliseconds, and then it waits up to 1 s for the other members' peer
+    connections to go idle. etcdstop sees the metrics listener close after the client stop and kills the follower
+    there."""
+    _, followers = await roles(cluster)
+    follower = followers[0]
+    assert await watch_streams(cluster.member(follower)) == 0
+    took, code = await stopped_in(cluster, follower)
+    assert took < 0.5, f"{follower} took {took:.2f} s to stop"
+    assert code == 0 and KILLED in cluster.member(follower).log_tail(5)
+    await asyncio.to_thread(cluster.start_member, follower)
 
 
 def test_etcdstop_passes_etcds_exit_code_and_signals_through_and_its_child_is_found_under_it() -> None:
