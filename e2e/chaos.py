@@ -51,7 +51,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from e2e import history, processes, scenario, writer
+from e2e import history, scenario, writer
 from opsmanager import kube
 from opsmanager.api import auth, constants
 from opsmanager.cluster import naming
@@ -112,16 +112,15 @@ RUNNING_TIMEOUT = 120.0
 
 
 async def running_member_pid(fault: Fault) -> int:
-    """The host PID of the victim's etcd (under its etcdstop), waiting (polling, with a deadline) while its container is
-    not running."""
+    """The host PID of the victim's etcd container, waiting (polling, with a deadline) while it is not running."""
     v = fault.v
     waited = time.monotonic()
 
     async def pid() -> int | None:
         pod = await v.sc.k.get("v1", "Pod", v.sc.namespace, v.member)
         try:
-            found = await v.sc.sandbox.realnodes.container_pid(pod, naming.CONTAINER_NAME) if pod else None
-            return processes.etcd_under(found) if found is not None else None
+            # etcdstop's PID: it shares etcd's network namespace, and a SIGKILL to it ends etcd too
+            return await v.sc.sandbox.realnodes.container_pid(pod, naming.CONTAINER_NAME) if pod else None
         except LookupError:
             return None
 

@@ -126,7 +126,7 @@ def test_product_commands_work_without_the_sandbox(venv: pathlib.Path, tmp_path:
         assert path.read_text() == (ROOT / "crds" / path.name).read_text()
     usage = _run(cli, "--help")
     commands = re.findall(r"^  (\S+)", usage, flags=re.M)
-    assert commands == ["crds", "webhook", "run", "restore-member"]
+    assert commands == ["crds", "webhook", "run", "restore-member", "install-etcdstop"]
     # No harness in site-packages: the test tooling is not importable from the installed product.
     for harness in ("e2e", "webhooks", "tests"):
         probe = subprocess.run([python, "-c", f"import {harness}"], capture_output=True, cwd=tmp_path)
@@ -137,7 +137,8 @@ def test_sandbox_up_from_the_wheels_finds_its_crds(venv: pathlib.Path, sandbox_w
                                                    tmp_path: pathlib.Path) -> None:
     _pip_install(venv, str(sandbox_wheel))
     usage = _run(venv / "bin" / "opsmanager", "--help")
-    assert re.findall(r"^  (\S+)", usage, flags=re.M) == ["crds", "webhook", "run", "restore-member", "sandbox"]
+    assert re.findall(r"^  (\S+)", usage, flags=re.M) == ["crds", "webhook", "run", "restore-member",
+                                                                "install-etcdstop", "sandbox"]
     log = tmp_path / "up.log"
     with open(log, "w") as out:
         # Run from an empty directory, so nothing of the checkout (crds/) can be found by a relative path.

@@ -725,7 +725,7 @@ async def test_restore_member_runs_as_an_init_container_in_a_sandbox_pod(
     host = standalone_kubelet
     tools_env, tools_mounts = runtime.product_etcdutls()
     assert set(tools_env) == {"OPSMANAGER_ETCDUTL_3_5", "OPSMANAGER_ETCDUTL_3_6", "OPSMANAGER_ETCDUTL_3_7",
-                              "OPSMANAGER_ETCDAUTH"}
+                              "OPSMANAGER_ETCDAUTH", "OPSMANAGER_ETCDSTOP"}
     assert [m.container_path for m in tools_mounts] == sorted(str(Path(t).parent) for t in tools_env.values())
     server = uploaded.server
     host.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-credentials", "namespace": "default"},

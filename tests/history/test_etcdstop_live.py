@@ -103,15 +103,18 @@ async def test_a_follower_with_watches_stops_at_once_and_a_leader_is_left_to_han
 async def test_a_follower_without_watchers_does_not_wait_for_its_peers(
         cluster: localcluster.LocalEtcdCluster) -> None:
     """Without streams etcd's client stop takes milliseconds, and then it waits up to 1 s for the other members' peer
-    connections to go idle. etcdstop sees the metrics listener close after the client stop and kills the follower
-    there."""
+    connections to go idle (alone, a follower here took from 0.03 s to 1.02 s). etcdstop sees the metrics listener
+    close after the client stop and kills the follower there: three stops in a row, each under 0.5 s, each either
+    killed by etcdstop (exit 0, and its log says so) or ended by etcd itself before it could (143)."""
     _, followers = await roles(cluster)
     follower = followers[0]
     assert await watch_streams(cluster.member(follower)) == 0
-    took, code = await stopped_in(cluster, follower)
-    assert took < 0.5, f"{follower} took {took:.2f} s to stop"
-    assert code == 0 and KILLED in cluster.member(follower).log_tail(5)
-    await asyncio.to_thread(cluster.start_member, follower)
+    for _ in range(3):
+        took, code = await stopped_in(cluster, follower)
+        said = cluster.member(follower).log_tail(5)
+        assert took < 0.5, f"{follower}: {took:.2f} s, exit {code}; its log ends:\n{said}"
+        assert (code == 0 and KILLED in said) or code == 128 + signal.SIGTERM, f"exit {code}; its log ends:\n{said}"
+        await asyncio.to_thread(cluster.start_member, follower)
 
 
 def test_etcdstop_passes_etcds_exit_code_and_signals_through_and_its_child_is_found_under_it() -> None:

@@ -100,9 +100,12 @@ func run(args []string) int {
 			follower := false
 			if stop {
 				// read before etcd starts its stop: without watchers its metrics listener closes within
-				// milliseconds, and the role must be known by then
-				before, err := scrape(web, metrics)
+				// milliseconds, and the role must be known by then (a busy member may take a while to answer)
+				before, err := scrape(&http.Client{Timeout: time.Second}, metrics)
 				follower = err == nil && before.leader == 0
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "etcdstop: cannot read etcd's role before the stop (%v): etcd stops by itself\n", err)
+				}
 			}
 			_ = cmd.Process.Signal(sig)
 			if stop {
