@@ -38,7 +38,7 @@ from opsmanager.api import catalog, crdgen, pause
 from opsmanager.webhook import admission, server, validation
 from opsmanager_sandbox import children
 from opsmanager_sandbox.apiserver import server as apiserver_server
-from opsmanager_sandbox.cluster import EMBEDDED, KUBERNETES
+from opsmanager_sandbox.cluster import EMBEDDED, KUBERNETES, Sandbox
 
 API_VERSION = "admission.k8s.io/v1"
 NAMESPACE = "demo"
@@ -550,9 +550,9 @@ async def _api_server(directory: Path, control_plane: str) -> AsyncIterator[tupl
     """An API server holding the CRDs (cert-manager's too), the version catalog and :func:`_world_objects`: the
     webhook's kubeconfig, and how many requests but watches it has answered that kubeconfig's user."""
     if control_plane == KUBERNETES:
-        from opsmanager_sandbox import cluster, realcp
+        from opsmanager_sandbox import realcp
 
-        async with cluster.Sandbox(directory / "sandbox", control_plane=KUBERNETES) as sandbox:
+        async with Sandbox(directory / "sandbox", control_plane=KUBERNETES) as sandbox:
             assert sandbox.client is not None
             for obj in _world_objects():
                 created = await sandbox.client.create({k: v for k, v in obj.items() if k != "status"})

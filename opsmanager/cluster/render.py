@@ -408,7 +408,7 @@ def readiness_path(version: str) -> str:
 
 
 def operator_image() -> str:
-    """The operator's own image, for the members' ``restore`` init container: ``$OPSMANAGER_IMAGE`` (the install
+    """The operator's own image, for the members' ``etcdstop`` and ``restore`` init containers: ``$OPSMANAGER_IMAGE`` (the install
     bundle sets it to the image it runs), else ``opsmanager:<version>``."""
     return os.environ.get(OPERATOR_IMAGE_ENV) or f"opsmanager:{opsmanager.__version__}"
 

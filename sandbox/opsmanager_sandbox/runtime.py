@@ -322,10 +322,9 @@ def built_etcdutls() -> dict[str, str]:
         tool = Path(build.binary(name, "etcdutl")) if name != minor else None
         if tool is not None and tool.is_file():
             out["OPSMANAGER_ETCDUTL_" + minor.replace(".", "_")] = str(tool)
-    if "etcdauth" in build.COMPONENTS and (etcdauth := Path(build.binary("etcdauth", "etcdauth"))).is_file():
-        out["OPSMANAGER_ETCDAUTH"] = str(etcdauth)  # the image's /usr/local/lib/opsmanager/etcdauth
-    if "etcdstop" in build.COMPONENTS and (etcdstop := Path(build.binary("etcdstop", "etcdstop"))).is_file():
-        out["OPSMANAGER_ETCDSTOP"] = str(etcdstop)  # the image's /usr/local/lib/opsmanager/etcdstop
+    for name in ("etcdauth", "etcdstop"):  # the image's /usr/local/lib/opsmanager/<name>
+        if name in build.COMPONENTS and (tool := Path(build.binary(name, name))).is_file():
+            out["OPSMANAGER_" + name.upper()] = str(tool)
     return out
 
 

@@ -477,4 +477,3 @@ def test_etcdutl_agrees_on_real_snapshots(member: Member, tmp_path: Path) -> Non
     assert contents["thousands"].revisions_count == 3001 and levels(tmp_path / "thousands.db") >= 2
     assert contents["deleted"].revisions_count == 3101  # 100 tombstones, one revision (subs 0..99)
     assert contents["compacted"].compact_revision == last and contents["compacted"].revisions_count < 3103
-

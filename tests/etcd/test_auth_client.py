@@ -30,6 +30,7 @@ import pytest
 from opsmanager.etcd import access, errors, maintenance, snapshot, tokens
 from opsmanager.etcd import client as etcd_client
 from opsmanager.etcd._pb import rpc_pb2, rpc_pb2_grpc
+from tests.polling import aeventually
 
 C = grpc.StatusCode
 PASSWORD = "s3cret-pw"
@@ -342,7 +343,7 @@ async def test_a_call_joins_a_login_on_another_member_only_as_long_as_its_caller
         async with etcd_client.EtcdClient([ep0, ep1], timeout=0.3,
                                           credentials=access.Credentials("root", PASSWORD)) as c:
             first = asyncio.ensure_future(c.maintenance.status("e0"))
-            await _until(lambda: ("Authenticate", None) in cut.seen)
+            await aeventually(lambda: ("Authenticate", None) in cut.seen, timeout=5.0, what="e0's login started")
             status = await c.maintenance.status("e1", timeout=2.0)  # joins e0's login, then logs in on e1
             assert status.member_id == 0x77 and c.logins == 1
             with pytest.raises(errors.RequestTimeout):
@@ -362,14 +363,6 @@ async def test_a_call_that_joined_a_login_which_timed_out_in_etcd_logs_in_again_
         status = await c.maintenance.status("e0", timeout=2.0)  # joins it, sees it fail, logs in again
         assert status.member_id == 0x77 and c.logins == 1
     assert service.seen == [("Authenticate", None), ("Authenticate", None), ("Status", "tok1")]
-
-
-async def _until(predicate: Any, timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, "condition not met within the deadline"
-        await asyncio.sleep(0.01)
 
 
 async def test_auth_off_means_no_token_until_etcd_asks_for_a_user(stand_in: Any) -> None:

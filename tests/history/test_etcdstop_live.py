@@ -74,8 +74,9 @@ async def test_a_follower_with_watches_stops_at_once_and_a_leader_is_left_to_han
     async with recording:
         await rec.wait_operations(100, timeout=30)
         leader, followers = await roles(cluster)
-        follower = next(iter([f for f in followers if await watch_streams(cluster.member(f)) > 0]), None)
-        assert follower is not None, "no follower holds a watch stream: the stop would not be tested"
+        watched = [f for f in followers if await watch_streams(cluster.member(f)) > 0]
+        assert watched, "no follower holds a watch stream: the stop would not be tested"
+        follower = watched[0]
 
         took, code = await stopped_in(cluster, follower)
         assert took < 1.5, f"{follower} took {took:.2f} s to stop under etcdstop"

@@ -119,7 +119,7 @@ func run(args []string) int {
 		case <-fastStop:
 			fastStop = nil
 			fmt.Fprintln(os.Stderr, "etcdstop: a follower with no request in flight and its client port closed: "+
-				"stopped without waiting for its watch and keep-alive streams")
+				"stopped without waiting for its streams and its peer connections")
 			killed = true
 			_ = cmd.Process.Kill()
 		}
@@ -223,19 +223,13 @@ func counted(labels string) bool {
 
 // sample splits `name{labels} value` (labels may be absent); a timestamp after the value is ignored.
 func sample(line string) (name, labels string, value float64, ok bool) {
-	rest := line
+	name, rest, _ := strings.Cut(line, " ")
 	if i := strings.IndexByte(line, '{'); i >= 0 {
 		j := strings.LastIndexByte(line, '}')
 		if j < i {
 			return "", "", 0, false
 		}
 		name, labels, rest = line[:i], line[i+1:j], line[j+1:]
-	} else {
-		fields := strings.Fields(line)
-		if len(fields) < 2 {
-			return "", "", 0, false
-		}
-		name, rest = fields[0], strings.Join(fields[1:], " ")
 	}
 	fields := strings.Fields(rest)
 	if len(fields) == 0 {
