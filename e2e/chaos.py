@@ -524,7 +524,9 @@ class Session:
     async def run(self, op_name: str, fault_name: str, *, db: str | None = None,
                   timeout: float = 360.0) -> CellResult:
         """One cell (on ``db`` if given, which is then the caller's, else an Etcd of the pool, given back to it
-        if the cell passed and dropped if not); never raises for what it finds: that is a problem of the result."""
+        if the cell passed and dropped if not); never raises for what it finds: that is a problem of the result.
+        ``timeout``: for all the cell's requests together, so a caller with a deadline of its own (a test's) gets
+        the cell's verdict, naming the step still in flight, before that deadline."""
         op = OPERATIONS[op_name]
         chosen = plan(self.seed, op_name, fault_name, len(op.requests))
         pooled = db is None
@@ -569,6 +571,7 @@ class _Cell:
 
     async def run(self, seen: Observation, timeout: float) -> None:
         self.s.print(f"  {self.op.name} x {self.fault_type.name} on {self.db}")
+        deadline = time.monotonic() + timeout
         async with self.sc.observed(self.db, login=self.s.login(self.db, self.op.etcd)) as obs:
             self.live_writer = obs.live_writer
             try:
@@ -576,7 +579,8 @@ class _Cell:
                     if index == self.chosen.request and (self.crash_point or self.held):
                         await self.arm(self.request_name(index))
                     await self.sc.submit(self.request_name(index), self.db, type_, **_resolved(spec))
-                    watched = asyncio.create_task(self.sc.watch_request(self.request_name(index), timeout=timeout))
+                    watched = asyncio.create_task(self.sc.watch_request(
+                        self.request_name(index), timeout=max(deadline - time.monotonic(), 1.0)))
                     try:
                         if index == self.chosen.request:
                             await self.inject_and_heal(index, seen, watched)

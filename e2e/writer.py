@@ -299,6 +299,10 @@ class WriterResult:
     material_changes: int = 0  # following writer: how many times new material was taken up
     material_retries: int = 0  # ops that failed every try, re-read changed material and tried again
     failovers: int = 0  # ops acknowledged by a target other than the one they tried first
+    # the longest gap: when it ended (seconds since the start) and the failed tries of the op that ended it (with
+    # no failed op, a gap is that one op's tries plus the interval, so these say where the time went)
+    max_gap_end: float = 0.0
+    max_gap_tries: tuple[str, ...] = ()
 
     @property
     def ops(self) -> int:
@@ -364,7 +368,8 @@ class Writer:
         # every acknowledged op: (its start, seconds since the writer started; its latency, seconds), for pictures
         self._latencies: list[tuple[float, float]] = []
         self._last_ok_at: float | None = None
-        self._max_gap = 0.0
+        self._max_gap = self._max_gap_end = 0.0
+        self._max_gap_tries: tuple[str, ...] = ()
         self._ok_event = asyncio.Event()
         self.result: WriterResult | None = None
         self.set_targets(targets)
@@ -515,8 +520,7 @@ class Writer:
             await self._task
         finally:
             self._stopped_at = self._now()
-            if self._last_ok_at is not None:
-                self._max_gap = max(self._max_gap, self._stopped_at - self._last_ok_at)
+            self._gap_ends(self._stopped_at, None)
             self.result = self.snapshot()
             await self._clients.close()
         return self.result
@@ -528,6 +532,14 @@ class Writer:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    def _gap_ends(self, now: float, tried: Sequence[str] | None) -> None:
+        """A gap between acknowledgements ends at ``now``: by an op acknowledged after its failed ``tried``, or
+        (None) by the writer stopping."""
+        if self._last_ok_at is not None and now - self._last_ok_at > self._max_gap:
+            self._max_gap, self._max_gap_end = now - self._last_ok_at, now - self._started_at
+            self._max_gap_tries = ("the writer stopped",) if tried is None else (
+                *tried, f"acknowledged {now - self._op_started:.3f}s after the op began")
+
     def snapshot(self) -> WriterResult:
         now = self._stopped_at or self._now()
         return WriterResult(
@@ -535,7 +547,8 @@ class Writer:
             last_value=self._last_value, prefix=self.prefix, by_target=dict(self._by_target),
             errors=tuple(self._errors), failure_offsets=tuple(self._failure_offsets), switches=self._switches,
             marks=tuple(self._marks), material_changes=self._material_changes,
-            material_retries=self._material_retries, failovers=self._failovers,
+            material_retries=self._material_retries, failovers=self._failovers, max_gap_end=self._max_gap_end,
+            max_gap_tries=self._max_gap_tries,
         )
 
     @property
@@ -663,15 +676,15 @@ class Writer:
             order.insert(0, self._last_good)
         for target in order:
             c = self._client_for(target)
+            began = self._now()
             try:
                 await c.kv.put(key, value, endpoint=target.endpoint, scheme=target.scheme,
                             timeout=self.try_timeout)
             except errors.EtcdError as err:
-                tried.append(f"{target.label}: {type(err).__name__}: {err}")
+                tried.append(f"{target.label}: {type(err).__name__}: {err} ({self._now() - began:.3f}s)")
                 continue
             now = self._now()
-            if self._last_ok_at is not None:
-                self._max_gap = max(self._max_gap, now - self._last_ok_at)
+            self._gap_ends(now, tried)
             self._last_ok_at = now
             if self._last_ok_label is not None and self._last_ok_label != target.label:
                 self._switches += 1

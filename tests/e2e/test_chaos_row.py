@@ -22,7 +22,10 @@ import pytest_asyncio
 
 from e2e import chaos, scenario
 
-pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+# A cell's requests get CELL_TIMEOUT together, then up to 180 s for the Etcd to be Ready and the checks: a cell
+# that overruns fails with its own verdict (the step still in flight), not pytest's bare timeout.
+CELL_TIMEOUT = 300.0
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(600)]
 
 SEED = int(os.environ.get(chaos.SEED_ENV) or random.randrange(1 << 31))
 BROKEN: set[str] = set()  # the shared Etcd after a cell on it failed: the cells after it would judge its leftovers
@@ -54,7 +57,7 @@ async def test_a_member_cut_from_its_peers_in_the_middle_of_a_step(session: chao
                                                                    op: str) -> None:
     if shared in BROKEN:
         pytest.fail(f"not run: the shared Etcd {shared} failed an earlier cell, whose leftovers this cell would judge")
-    result = await session.run(op, "peer-cut", db=shared)
+    result = await session.run(op, "peer-cut", db=shared, timeout=CELL_TIMEOUT)
     if not result.passed:
         BROKEN.add(shared)
     passed(result)
@@ -62,8 +65,8 @@ async def test_a_member_cut_from_its_peers_in_the_middle_of_a_step(session: chao
 
 async def test_the_operator_cut_from_the_api_server_for_30s_in_the_middle_of_an_add_tls(
         session: chaos.Session) -> None:
-    passed(await session.run("add-tls", "operator-cut-api"))
+    passed(await session.run("add-tls", "operator-cut-api", timeout=CELL_TIMEOUT))
 
 
 async def test_the_leaders_node_drained_in_the_middle_of_an_add_tls(session: chaos.Session) -> None:
-    passed(await session.run("add-tls", "leader-drained"))
+    passed(await session.run("add-tls", "leader-drained", timeout=CELL_TIMEOUT))

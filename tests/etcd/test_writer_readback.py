@@ -1,12 +1,15 @@
 """The writer's read-back verdict (pure): every acknowledged sequence number must be stored; the missing ones are
-named, runs collapsed, so a failure message says which writes were lost."""
+named, runs collapsed, so a failure message says which writes were lost. And its longest gap says where the time
+went (a fake client)."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
 from e2e import writer
-from opsmanager.etcd import access
+from opsmanager.etcd import access, errors
 
 
 def test_each_op_has_its_own_key_sorting_in_write_order() -> None:
@@ -33,3 +36,37 @@ def test_a_prefix_with_a_trailing_slash_is_refused_and_each_writer_has_its_own_b
         writer.Writer([target], prefix=b"/w/")
     # a second writer on the same cluster must not find the first one's keys under its own prefix
     assert writer.Writer([target]).prefix != writer.Writer([target]).prefix
+
+
+class _SlowFirstMember:
+    """A client whose put to ``m0`` times out (after ``delay``) on the third op; every other put succeeds."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay, self.puts = delay, 0
+        self.kv = self
+
+    async def put(self, key: bytes, value: bytes, *, endpoint: access.Endpoint, scheme: str,
+                  timeout: float) -> None:
+        self.puts += 1
+        if endpoint.name == "m0" and value == b"3":
+            await asyncio.sleep(self.delay)
+            raise errors.RequestTimeout("no answer before the deadline", endpoint="m0")
+
+
+async def test_the_longest_gap_names_the_failed_tries_of_the_op_that_ended_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    targets = [writer.Target(access.Endpoint(name, "127.0.0.1"), "http") for name in ("m0", "m1")]
+    w = writer.Writer(targets, interval=0.01, try_timeout=0.5)
+    fake = _SlowFirstMember(delay=0.3)
+    monkeypatch.setattr(w, "_client_for", lambda target: fake)
+    await w.start()
+    await w.wait_ok(5)
+    result = await w.stop()
+    assert result.failed == 0
+    assert result.max_gap >= 0.3
+    tries = result.max_gap_tries
+    assert len(tries) == 2, tries
+    assert tries[0].startswith("m0/http: RequestTimeout: no answer before the deadline ("), tries
+    assert 0.3 <= float(tries[0].rsplit("(", 1)[1].rstrip("s)")) < result.max_gap
+    assert tries[1].startswith("acknowledged "), tries
+    assert result.max_gap <= result.max_gap_end <= result.duration
