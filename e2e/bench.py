@@ -187,7 +187,8 @@ def run_record(*, scenario_key: str, operation: str, strategy: str, outcome: str
 
 # Per figure of an operation run, which way is worse (``--repeat``): the worst of N runs is the max or the min.
 WORSE_IS_MORE = ("writes_failed", "max_write_stall_s", "wall_s", "elections", "unplanned_elections",
-                 "missing_writes", "writer_failovers", "wall_over_bare_restarts", "wall_per_pass_over_bare_restarts")
+                 "missing_writes", "writer_failovers", "wall_over_bare_restarts", "wall_per_pass_over_bare_restarts",
+                 "watch_problems", "watch_reconnects")
 WORSE_IS_LESS = ("ok", "healthy_after", "read_back_ok", "hashkv_agree")
 MEDIAN_ONLY = ("writes_total", "leader_moves", "member_restarts")
 
@@ -230,7 +231,7 @@ def aggregate(runs: Sequence[Record]) -> Record:
             "steps": parts[0].get("steps", [])}
     out.update(repeat=len(runs), worst=worst, raw=raw,
                runs=[{k: r.get(k) for k in ("outcome", "measured_at", "writer_notes", "missing_write_seqs",
-                                            "hashkv", "steps")} for r in runs])
+                                            "hashkv", "steps", "watch_problem_notes")} for r in runs])
     return out
 
 
@@ -488,7 +489,9 @@ restart of the member a watcher is on. Alone, a member with open watch streams (
 the gateway is a gRPC client of the member itself) waits 7 s in its stop before it cuts them. The members' etcd runs
 under etcdstop, which ends a stopping follower once its client port is closed and no request is in flight
 (docs/decisions.md D38.4), and the engine evicts followers with the kubelet's minimal grace, 2 s, as the bound
-(D38.1).
+(D38.1). One run's ratio on real nodes varies by several seconds either way, watchers or not: an upgrade's last step
+waits for etcd's own cluster-version check, which its leader runs every 4 s, and a pod's start on a real node varies
+by 1–3 s. A figure measured several times (`--repeat`) reads "median (worst)", and its ratio is of the medians.
 """
 
 
@@ -1046,7 +1049,9 @@ def _line(r: Record) -> str:
             f"(÷ bare restarts {_cell(r['wall_over_bare_restarts'])}, ÷ passes × bare restarts "
             f"{_cell(r.get('wall_per_pass_over_bare_restarts'))}); writer fail-overs {r.get('writer_failovers')}; "
             f"all writes read back: {_cell(r.get('read_back_ok'))} (missing {r.get('missing_writes')}); HashKV "
-            f"agrees: {_cell(r.get('hashkv_agree'))}")
+            f"agrees: {_cell(r.get('hashkv_agree'))}"
+            + (f"; watch problems {r['watch_problems']} ({r.get('watch_reconnects')} reconnects)"
+               if "watch_problems" in r else ""))
 
 
 async def run_operations(workdir: pathlib.Path, keys: Sequence[str], say: Printer, *,
@@ -1312,8 +1317,8 @@ def verdict(records: Sequence[Record]) -> list[str]:
         if r.get("strategy") not in (ENGINE, ENGINE_WATCHED):
             continue
         if r.get("strategy") == ENGINE_WATCHED and worst(r, "watch_problems"):
-            problems.append(f"{r['operation']} with watchers: {worst(r, 'watch_problems')} watch problems: "
-                            f"{r.get('watch_problem_notes')}")
+            notes = [n for run in r.get("runs") or [r] for n in run.get("watch_problem_notes") or ()]
+            problems.append(f"{r['operation']} with watchers: {worst(r, 'watch_problems')} watch problems: {notes}")
         if r.get("scenario") in OPERATION_KEYS:
             if (not worst(r, "ok") or worst(r, "writes_failed") or worst(r, "unplanned_elections")
                     or not worst(r, "healthy_after") or worst(r, "read_back_ok") is False

@@ -356,6 +356,12 @@ def test_runs_with_watchers_sit_beside_their_runs_without_and_are_held_to_the_ra
     lost = _engine(strategy=bench.ENGINE_WATCHED, wall=21.0, watchers=3, watch_problems=2,
                    watch_problem_notes=["watcher 1: lost"])
     assert any("2 watch problems" in p for p in bench.verdict([plain, lost]))
+    # repeated: a watch problem in any one run is the row's worst, shown and held to the bar
+    repeated = bench.aggregate([watched, lost, watched])
+    assert (repeated["watch_problems"], repeated["worst"]["watch_problems"]) == (0, 2)
+    assert [r["watch_problem_notes"] for r in repeated["runs"]][1] == ["watcher 1: lost"]
+    assert "| 0 (2) |" in bench.watched_table([plain, repeated])[2]
+    assert any("2 watch problems: ['watcher 1: lost']" in p for p in bench.verdict([plain, repeated]))
     # a run on another control plane is not paired with this one
     assert bench.watched_pairs([plain, _engine(strategy=bench.ENGINE_WATCHED, control_plane="kubernetes")]) == []
     # engine_passes > 0 is what gets a watched run: the operations that restart members
