@@ -231,7 +231,8 @@ def aggregate(runs: Sequence[Record]) -> Record:
             "steps": parts[0].get("steps", [])}
     out.update(repeat=len(runs), worst=worst, raw=raw,
                runs=[{k: r.get(k) for k in ("outcome", "measured_at", "writer_notes", "missing_write_seqs",
-                                            "hashkv", "steps", "watch_problem_notes")} for r in runs])
+                                            "hashkv", "steps", "watch_problem_notes", "breakdown")}
+                     for r in runs])
     return out
 
 
