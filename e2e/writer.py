@@ -308,6 +308,11 @@ class WriterResult:
     def ops(self) -> int:
         return self.ok + self.failed
 
+    def longest_gap(self) -> str:
+        """The longest gap, when it ended and what the op that ended it met: for a message about a stall."""
+        return (f"{self.max_gap:.3f}s, ending +{self.max_gap_end:.3f}s; the op that ended it: "
+                f"{list(self.max_gap_tries)}")
+
     def summary(self) -> str:
         text = (f"{self.ok} ok / {self.failed} failed in {self.duration:.2f}s, max gap {self.max_gap * 1000:.0f} ms, "
                 f"{self.failovers} fail-overs, {self.switches} target switches")

@@ -42,12 +42,11 @@ class _SlowFirstMember:
     """A client whose put to ``m0`` times out (after ``delay``) on the third op; every other put succeeds."""
 
     def __init__(self, delay: float) -> None:
-        self.delay, self.puts = delay, 0
+        self.delay = delay
         self.kv = self
 
     async def put(self, key: bytes, value: bytes, *, endpoint: access.Endpoint, scheme: str,
                   timeout: float) -> None:
-        self.puts += 1
         if endpoint.name == "m0" and value == b"3":
             await asyncio.sleep(self.delay)
             raise errors.RequestTimeout("no answer before the deadline", endpoint="m0")
@@ -70,3 +69,4 @@ async def test_the_longest_gap_names_the_failed_tries_of_the_op_that_ended_it(
     assert 0.3 <= float(tries[0].rsplit("(", 1)[1].rstrip("s)")) < result.max_gap
     assert tries[1].startswith("acknowledged "), tries
     assert result.max_gap <= result.max_gap_end <= result.duration
+    assert result.longest_gap().endswith(f"the op that ended it: {list(tries)}")
